@@ -1,0 +1,376 @@
+"""The bandit engine: one pure ``step`` over an explicit state, run as a ``lax.scan``.
+
+Reading order: :class:`BanditConfig` (static parameters) -> :func:`reset`
+(draws and the initial batch) -> :func:`step` (one UCB-E pull) ->
+:func:`make_run` (the whole run for one PRNG key). ``make_run(config, method)``
+returns a pure function of ``(key, scores, V)``, so
+``jax.jit(jax.vmap(run, in_axes=(0, None, None)))(keys, scores, V)`` runs every
+repetition at once.
+
+Sampling without replacement: each model gets one uniformly random order of
+the examples at reset (``example_order``); its k-th observed example is
+``example_order[i, k]``, so its observed set is always a prefix and the next
+batch ``example_order[i, N_i : N_i + B']`` is a uniform B'-subset of the
+unobserved examples given everything seen so far. The observed mask is
+``example_rank < n_obs[:, None]`` (``example_rank`` is the inverse order), so
+refits need no log of observations.
+
+Common random numbers: the draws depend only on the repetition key and the
+model's row, never on the method, so UCB-E, PULSE and Naive-Pooling with the
+same key see the same initial batches and the same example order per model.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from pulse_jax import factorization
+from pulse_jax.errors import PulseInputError, require
+from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull
+from pulse_jax.factorization import PAPER_INIT_REFIT, PAPER_REFIT, FitSettings
+
+
+@dataclasses.dataclass(frozen=True)
+class BanditConfig:
+    """Static parameters of one bandit run (hashable; changing them recompiles).
+
+    Attributes:
+      n_models, n_examples: shape of the candidate score matrix (m, n).
+      budget: total cells T, the initialization cells included.
+      batch_size: B, examples per pull (paper: 64).
+      init_batches: T0, batches per model at initialization (paper: 1).
+      exploration: a in the UCB-E index ``mu_hat + sqrt(a / N_i)`` (paper: 1).
+      refit_every: tau, bandit steps between factorization refits (paper:
+        1000); 0 disables refits after the initial one.
+      delta: the final intervals have coverage ``1 - delta``.
+      init_refit, refit: factorization schedules (paper's settings by default).
+      record_estimates: also record every model's estimate after every step
+        (for tests and diagnostics; costs ``n_steps x m`` memory per repetition).
+    """
+
+    n_models: int
+    n_examples: int
+    budget: int
+    batch_size: int = 64
+    init_batches: int = 1
+    exploration: float = 1.0
+    refit_every: int = 1000
+    delta: float = 0.05
+    init_refit: FitSettings = PAPER_INIT_REFIT
+    refit: FitSettings = PAPER_REFIT
+    record_estimates: bool = False
+
+    def __post_init__(self):
+        require(self.n_models >= 2, f"need at least 2 candidate models, got n_models={self.n_models}")
+        require(self.n_examples >= 1, f"need at least 1 example, got n_examples={self.n_examples}")
+        require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        require(self.init_batches >= 1, f"init_batches must be >= 1, got {self.init_batches}")
+        require(self.init_cells_per_model <= self.n_examples,
+                f"batch_size x init_batches = {self.init_cells_per_model} is larger than the number "
+                f"of examples ({self.n_examples}); lower batch_size or init_batches")
+        require(self.budget >= self.init_cells,
+                f"budget={self.budget} is smaller than the initialization, which needs n_models x "
+                f"batch_size x init_batches = {self.init_cells} cells")
+        require(self.exploration >= 0, f"exploration must be >= 0, got {self.exploration}")
+        require(self.refit_every >= 0, f"refit_every must be >= 0, got {self.refit_every}")
+        require(0 < self.delta < 1, f"delta must be in (0, 1), got {self.delta}")
+        require(self.budget < 2**31 and self.n_models * self.n_examples < 2**31,
+                "problem too large for 32-bit cell counters")
+
+    @property
+    def init_cells_per_model(self) -> int:
+        return self.batch_size * self.init_batches
+
+    @property
+    def init_cells(self) -> int:
+        return self.n_models * self.init_cells_per_model
+
+    @property
+    def bandit_budget(self) -> int:
+        return self.budget - self.init_cells
+
+    @property
+    def n_steps(self) -> int:
+        """Scan length: enough steps to spend the whole bandit budget.
+
+        Full batches need ceil(bandit_budget / B) steps. A pull is smaller
+        than B only when it exhausts a model (or the budget); that can add one
+        step per model the budget can exhaust.
+        """
+        b, n, n0 = self.bandit_budget, self.n_examples, self.init_cells_per_model
+        steps = -(-b // self.batch_size)
+        if n > n0 and (n - n0) % self.batch_size:
+            steps += min(self.n_models, b // (n - n0) + 1)
+        return steps
+
+
+class Episode(NamedTuple):
+    """Per-repetition constants drawn at reset (not carried through the scan)."""
+
+    scores: chex.Array         # (m, n) true scores S, shared by all repetitions
+    V: chex.Array              # (n, r) frozen example embeddings
+    example_order: chex.Array  # (m, n) int32: model i's k-th example
+    example_rank: chex.Array   # (m, n) int32: position of example j in model i's order
+    model_order: chex.Array    # (m,) int32: this repetition's shuffled order of the models
+    key: chex.PRNGKey          # per-step tie-breaking stream
+
+
+class BanditState(NamedTuple):
+    """Everything that changes during a run."""
+
+    ledger: Ledger        # per-model observed / predicted sums
+    estimator: Any        # the estimator's own state
+    U: chex.Array         # (m, r) current model factors
+    spent: chex.Array     # cells spent, initialization included
+    best: chex.Array      # current best guess (row index)
+
+
+class StepRecord(NamedTuple):
+    best: chex.Array        # argmax of mu_hat after the step (row index)
+    spent: chex.Array       # cells spent after the step, initialization included
+    chosen: chex.Array      # model pulled (-1 when the step spent nothing)
+    lam: chex.Array         # lambda used by PULSE for this pull (NaN otherwise)
+    estimates: chex.Array   # (m,) when config.record_estimates, else ()
+
+
+class RunResult(NamedTuple):
+    """Output of one repetition. Model indices are rows of the input matrix."""
+
+    steps: StepRecord          # per step, leading axis n_steps
+    init_best: chex.Array      # best guess after initialization
+    estimates: chex.Array      # (m,) final mu_hat
+    radius: chex.Array         # (m,) half-width of the 1 - delta interval (NaN: none)
+    n_obs: chex.Array          # (m,) observed cells per model
+    n_pulls: chex.Array        # (m,) pulls per model, the initial batch included
+
+
+# ----------------------------------------------------------------------------- draws
+
+
+def draw_orders(key: chex.PRNGKey, n_models: int, n_examples: int):
+    """The random orders of a repetition: ``(example_order, model_order, tie_key)``.
+
+    Depends on the key and the shape only (never on the method), which is what
+    makes comparisons between methods paired. Exposed so that a reference
+    implementation can replay the same draws.
+    """
+    k_models, k_examples, k_ties = (jax.random.fold_in(key, i) for i in range(3))
+    rows = jnp.arange(n_models)
+    example_order = jax.vmap(lambda i: jax.random.permutation(jax.random.fold_in(k_examples, i), n_examples))(rows)
+    model_order = jax.random.permutation(k_models, n_models)
+    return example_order.astype(jnp.int32), model_order.astype(jnp.int32), k_ties
+
+
+def tie_uniforms(tie_key: chex.PRNGKey, t) -> tuple[chex.Array, chex.Array]:
+    """Two uniforms for step ``t``: one breaks ties in the pull, one in the recorded best."""
+    return tuple(jax.random.uniform(jax.random.fold_in(jax.random.fold_in(tie_key, t), i)) for i in range(2))
+
+
+def random_argmax(u: chex.Array, values: chex.Array, model_order: chex.Array) -> chex.Array:
+    """Argmax with ties broken uniformly at random.
+
+    The tied models are listed in the repetition's shuffled ``model_order``
+    and the ``floor(u * count)``-th is returned, so every tied model is equally
+    likely and the file order of the rows never matters. One uniform per call.
+    """
+    v = values[model_order]
+    tied = v == jnp.max(v)
+    count = jnp.sum(tied)
+    k = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
+    return model_order[jnp.argmax(jnp.cumsum(tied) > k)]
+
+
+# ----------------------------------------------------------------------------- pieces
+
+
+def _where_tree(pred, new, old):
+    return jax.tree_util.tree_map(lambda a, b: jnp.where(pred, a, b), new, old)
+
+
+def current_estimates(estimator: Estimator, state: BanditState, n_examples: int) -> chex.Array:
+    """``mu_hat`` of every model; exhausted models are known exactly."""
+    ledger = state.ledger
+    exact = ledger.obs_sum / n_examples
+    return jnp.where(ledger.n_obs >= n_examples, exact, estimator.estimate(state.estimator, ledger))
+
+
+def _refit(episode: Episode, state: BanditState, settings: FitSettings) -> BanditState:
+    """Refit U on every observed cell (V frozen, warm start); recompute F and Phi."""
+    observed = episode.example_rank < state.ledger.n_obs[:, None]
+    U = factorization.refit_rows(state.U, episode.V, episode.scores, observed, settings)
+    pred = jnp.where(observed, 0.0, factorization.predict(U, episode.V))
+    ledger = state.ledger._replace(pred_sum=jnp.sum(pred, axis=1), pred_sq_sum=jnp.sum(pred * pred, axis=1))
+    return state._replace(U=U, ledger=ledger)
+
+
+# ----------------------------------------------------------------------------- reset / step
+
+
+def reset(key: chex.PRNGKey, scores: chex.Array, V: chex.Array, config: BanditConfig,
+          estimator: Estimator) -> tuple[Episode, BanditState]:
+    """Stage 1: draw the orders, observe ``T0 * B`` examples per model, fit U."""
+    m, n = config.n_models, config.n_examples
+    example_order, model_order, tie_key = draw_orders(key, m, n)
+    example_rank = jnp.zeros_like(example_order).at[jnp.arange(m)[:, None], example_order].set(
+        jnp.arange(n, dtype=jnp.int32)[None, :])
+    episode = Episode(scores, V, example_order, example_rank, model_order, tie_key)
+
+    n0 = config.init_cells_per_model
+    first = jnp.take_along_axis(scores, example_order[:, :n0], axis=1)
+    zeros = jnp.zeros(m, jnp.float32)
+    ledger = Ledger(jnp.full(m, n0, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1), (first * first).sum(1),
+                    zeros, zeros)
+    state = BanditState(ledger, None, jnp.zeros((m, V.shape[1]), jnp.float32), jnp.int32(config.init_cells),
+                        jnp.int32(0))
+    if estimator.uses_predictions:
+        state = _refit(episode, state, config.init_refit)
+    state = state._replace(estimator=estimator.init(state.ledger))
+    u_best, _ = tie_uniforms(tie_key, 0)
+    best = random_argmax(u_best, current_estimates(estimator, state, n), model_order)
+    return episode, state._replace(best=best)
+
+
+def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig,
+         estimator: Estimator, refit: bool) -> tuple[BanditState, StepRecord]:
+    """Bandit step ``t`` (1-based): select, [refit], draw a batch, update.
+
+    1. ``index_i = mu_hat_i + sqrt(a / N_i)`` over models not yet exhausted;
+       the argmax (random ties) is pulled.
+    2. If ``refit`` (static: the engine calls it every ``refit_every`` steps),
+       refit U on all observed cells and refresh the prediction sums.
+    3. ``B' = min(B, |U_i|, budget left)`` examples are the next ``B'`` of the
+       model's order: uniform without replacement, ``pi = B' / |U_i|``.
+    4. The estimator updates ``mu_hat_i`` from the bookkeeping before the batch.
+    5. The best guess ``argmax mu_hat`` (random ties) is recorded.
+    A step with nothing left to spend changes nothing.
+    """
+    n, B = config.n_examples, config.batch_size
+    ledger = state.ledger
+    u_pull, u_best = tie_uniforms(episode.key, t)
+
+    active = ledger.n_obs < n
+    mu = current_estimates(estimator, state, n)
+    bonus = jnp.sqrt(config.exploration / jnp.maximum(ledger.n_obs, 1).astype(jnp.float32))
+    i = random_argmax(u_pull, jnp.where(active, mu + bonus, -jnp.inf), episode.model_order)
+    size = jnp.where(jnp.any(active), jnp.minimum(jnp.minimum(B, n - ledger.n_obs[i]), config.budget - state.spent), 0)
+    size = jnp.maximum(size, 0)
+    live = size > 0
+
+    if refit and estimator.uses_predictions:
+        refitted = _refit(episode, state, config.refit)
+        refitted = refitted._replace(estimator=estimator.refresh(refitted.estimator, refitted.ledger, n))
+        state = _where_tree(live, refitted, state)
+        ledger = state.ledger
+
+    slots = jnp.arange(B)
+    valid = slots < size
+    examples = episode.example_order[i, jnp.minimum(ledger.n_obs[i] + slots, n - 1)]
+    s = jnp.where(valid, episode.scores[i, examples], 0.0)
+    if estimator.uses_predictions:
+        f = jnp.where(valid, jax.nn.sigmoid(episode.V[examples] @ state.U[i]), 0.0)
+    else:
+        f = jnp.zeros(B, jnp.float32)
+    pull = Pull(i, size, jnp.sum(s), jnp.sum(f))
+
+    est = _where_tree(live, estimator.update(state.estimator, ledger, pull, n), state.estimator)
+    ledger = Ledger(
+        n_obs=ledger.n_obs.at[i].add(size),
+        n_pulls=ledger.n_pulls.at[i].add(live.astype(jnp.int32)),
+        obs_sum=ledger.obs_sum.at[i].add(pull.score_sum),
+        obs_sq_sum=ledger.obs_sq_sum.at[i].add(jnp.sum(s * s)),
+        pred_sum=ledger.pred_sum.at[i].add(-pull.pred_sum),
+        pred_sq_sum=ledger.pred_sq_sum.at[i].add(-jnp.sum(f * f)),
+    )
+    state = state._replace(ledger=ledger, estimator=est, spent=state.spent + size)
+    mu = current_estimates(estimator, state, n)
+    best = jnp.where(live, random_argmax(u_best, mu, episode.model_order), state.best)
+    state = state._replace(best=best)
+
+    lam = getattr(est, "last_lambda", None)
+    record = StepRecord(
+        best=best,
+        spent=state.spent,
+        chosen=jnp.where(live, i, -1),
+        lam=jnp.where(live, lam[i], jnp.nan) if lam is not None else jnp.float32(jnp.nan),
+        estimates=mu if config.record_estimates else jnp.zeros((0,), jnp.float32),
+    )
+    return state, record
+
+
+# ----------------------------------------------------------------------------- run
+
+
+def get_estimator(method: str | Estimator) -> Estimator:
+    if isinstance(method, Estimator):
+        return method
+    if method not in METHODS:
+        raise PulseInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
+    return METHODS[method]()
+
+
+def refit_schedule(n_steps: int, refit_every: int) -> tuple[int, int, int]:
+    """Split ``n_steps`` into (plain head, full phases, tail phase length).
+
+    Steps ``t = refit_every, 2 refit_every, ...`` start with a refit. The run is
+    a head of ``refit_every - 1`` plain steps, an outer ``scan`` over full
+    phases (one refit step + ``refit_every - 1`` plain steps) and a last,
+    shorter phase. Structuring it this way, rather than a ``lax.cond`` inside
+    one scan, keeps the refit out of the plain steps under ``vmap`` (where a
+    batched ``cond`` would evaluate both branches at every step).
+    """
+    if refit_every <= 0 or refit_every > n_steps:
+        return n_steps, 0, 0
+    head = refit_every - 1
+    full, tail = divmod(n_steps - head, refit_every)
+    return head, full, tail
+
+
+def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
+    """Return ``run(key, scores, V) -> RunResult`` for one repetition (pure, jittable).
+
+    ``scores`` is the (m, n) float32 matrix of true scores in [0, 1]; ``V`` the
+    (n, r) example embeddings from the train split (any (n, r) array for UCB-E,
+    which ignores it). Rows are never reordered: results index the input rows.
+    """
+    estimator = get_estimator(method)
+    n_steps = config.n_steps
+    refit_every = config.refit_every if estimator.uses_predictions else 0
+    head, n_phases, tail = refit_schedule(n_steps, refit_every)
+
+    def run(key, scores, V):
+        scores = jnp.asarray(scores, jnp.float32)
+        V = jnp.asarray(V, jnp.float32)
+        episode, state = reset(key, scores, V, config, estimator)
+        init_best = state.best
+
+        def plain(state, t):
+            return step(episode, state, t, config, estimator, refit=False)
+
+        def phase(state, start, length):
+            state, first = step(episode, state, start, config, estimator, refit=True)
+            state, rest = jax.lax.scan(plain, state, start + 1 + jnp.arange(length - 1))
+            return state, jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
+
+        pieces = []
+        state, rec = jax.lax.scan(plain, state, 1 + jnp.arange(head))
+        pieces.append(rec)
+        if n_phases:
+            starts = head + 1 + refit_every * jnp.arange(n_phases)
+            state, rec = jax.lax.scan(lambda s, t0: phase(s, t0, refit_every), state, starts)
+            pieces.append(jax.tree_util.tree_map(lambda a: a.reshape((a.shape[0] * a.shape[1],) + a.shape[2:]), rec))
+        if tail:
+            state, rec = phase(state, head + 1 + refit_every * n_phases, tail)
+            pieces.append(rec)
+        steps = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *pieces)
+
+        estimates = current_estimates(estimator, state, config.n_examples)
+        radius = estimator.radius(state.estimator, state.ledger, config.n_examples, config.delta)
+        radius = jnp.where(state.ledger.n_obs >= config.n_examples, 0.0, radius)
+        return RunResult(steps, init_best, estimates, radius, state.ledger.n_obs, state.ledger.n_pulls)
+
+    return run

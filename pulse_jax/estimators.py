@@ -1,0 +1,231 @@
+"""Per-model mean estimators: UCB-E, PULSE and Naive-Pooling.
+
+An estimator is a :class:`Estimator` -- a small set of pure functions over its
+own state pytree -- that the bandit step calls at fixed points:
+
+* ``init(ledger)`` after the initial batch of every model;
+* ``update(state, ledger, pull, n_examples)`` when model ``pull.model``
+  receives a batch (``ledger`` is the bookkeeping *before* the batch, so
+  everything the update takes from it is predictable);
+* ``refresh(state, ledger, n_examples)`` right after a factorization refit;
+* ``estimate(state, ledger)`` the current ``mu_hat`` of every model;
+* ``radius(state, ledger, n_examples, delta)`` the half-width of a
+  ``1 - delta`` confidence interval (NaN where the method has none).
+
+All three share the :class:`Ledger` of observed-cell and prediction sums kept
+by the bandit engine, so the statistics exist once.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import chex
+import jax.numpy as jnp
+
+from pulse_jax import confidence
+
+
+class Ledger(NamedTuple):
+    """Per-model sufficient statistics shared by every estimator (shape ``(m,)`` each).
+
+    ``pred_sum`` / ``pred_sq_sum`` are ``F_i = sum_{j in U_i} f_ij`` and
+    ``Phi_i = sum_{j in U_i} f_ij^2`` over the model's *unobserved* examples,
+    under the predictions current at this step (zero for UCB-E).
+    """
+
+    n_obs: chex.Array       # N_i, observed cells
+    n_pulls: chex.Array     # K_i, pulls (the initial batch is the first)
+    obs_sum: chex.Array
+    obs_sq_sum: chex.Array
+    pred_sum: chex.Array
+    pred_sq_sum: chex.Array
+
+
+class Pull(NamedTuple):
+    """One batch drawn for one model: sums over the batch ``b`` of size ``size``."""
+
+    model: chex.Array       # int32 scalar
+    size: chex.Array        # B' = |b|, int32 scalar
+    score_sum: chex.Array   # sum_{j in b} S_ij
+    pred_sum: chex.Array    # sum_{j in b} f_ij
+
+
+class Estimator(NamedTuple):
+    """A mean estimator as pure functions (see module docstring)."""
+
+    name: str
+    uses_predictions: bool
+    init: Callable[[Ledger], Any]
+    update: Callable[[Any, Ledger, Pull, int], Any]
+    refresh: Callable[[Any, Ledger, int], Any]
+    estimate: Callable[[Any, Ledger], chex.Array]
+    radius: Callable[[Any, Ledger, int, float], chex.Array]
+
+
+def _sample_mean(ledger: Ledger) -> chex.Array:
+    return ledger.obs_sum / jnp.maximum(ledger.n_obs, 1)
+
+
+def _no_refresh(state, ledger, n_examples):
+    del ledger, n_examples
+    return state
+
+
+# ----------------------------------------------------------------------------- UCB-E
+
+
+def ucbe() -> Estimator:
+    """UCB-E (Audibert et al. 2010): mean of the observed cells.
+
+    Interval: empirical Bernstein-Serfling (sampling without replacement).
+    """
+
+    def init(ledger):
+        del ledger
+        return ()
+
+    def update(state, ledger, pull, n_examples):
+        del ledger, pull, n_examples
+        return state
+
+    def estimate(state, ledger):
+        del state
+        return _sample_mean(ledger)
+
+    def radius(state, ledger, n_examples, delta):
+        del state
+        mean = _sample_mean(ledger)
+        variance = ledger.obs_sq_sum / jnp.maximum(ledger.n_obs, 1) - mean * mean
+        return confidence.bernstein_serfling_radius(ledger.n_obs, n_examples, variance, delta)
+
+    return Estimator("ucbe", False, init, update, _no_refresh, estimate, radius)
+
+
+# ----------------------------------------------------------------------------- PULSE
+
+
+class PulseState(NamedTuple):
+    theta_sum: chex.Array   # sum of the model's one-step estimates theta (K_i of them)
+    z_sum: chex.Array       # sum of past residual corrections Z (bandit pulls only)
+    n_z: chex.Array         # number of Zs in z_sum
+    last_lambda: chex.Array
+
+
+LambdaRule = Callable[[chex.Array, chex.Array, chex.Array, chex.Array], chex.Array]
+
+
+def paper_lambda(pred_sum, pred_sq_sum, mean_past_z, n_unobserved):
+    """The paper's predictable plug-in (Step 3):
+
+        lambda = clip(1 - F * Zbar / (|U_i| * Phi), 0, 1)
+
+    with ``F = sum_{U_i} f``, ``Phi = sum_{U_i} f^2`` and ``Zbar`` the mean of
+    the model's past residual corrections (0 before any). Where ``Phi = 0`` all
+    predictions are 0 and lambda is irrelevant; we return 1.
+    """
+    denom = n_unobserved * pred_sq_sum
+    ratio = jnp.where(denom > 0, pred_sum * mean_past_z / jnp.where(denom > 0, denom, 1.0), 0.0)
+    return jnp.clip(1.0 - ratio, 0.0, 1.0)
+
+
+def constant_lambda(value: float) -> LambdaRule:
+    """A fixed lambda (0 = ignore predictions, 1 = full prediction weight)."""
+
+    def rule(pred_sum, pred_sq_sum, mean_past_z, n_unobserved):
+        del pred_sq_sum, mean_past_z, n_unobserved
+        return jnp.full_like(pred_sum, value)
+
+    return rule
+
+
+def pulse_theta(obs_sum, pred_sum_unobserved, n_unobserved, batch_score_sum, batch_pred_sum,
+                batch_size, lam, n_examples):
+    """One-step AIPW estimate and residual correction (paper eq. 2, batch form).
+
+        Z     = (1/pi) sum_{j in b} (S_ij - lam f_ij),   pi = B' / |U_i|
+        theta = (sum_{O_i} S + lam sum_{U_i} f + Z) / n
+
+    ``E[theta | past] = mu_i`` for any predictions and any predictable ``lam``
+    (Lemma 1). Returns ``(theta, Z)``.
+    """
+    inv_pi = n_unobserved / jnp.maximum(batch_size, 1)
+    z = inv_pi * (batch_score_sum - lam * batch_pred_sum)
+    theta = (obs_sum + lam * pred_sum_unobserved + z) / n_examples
+    return theta, z
+
+
+def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None = None) -> Estimator:
+    """PULSE: the running mean of doubly robust one-step estimates ``theta``.
+
+    The initial sample mean is the first ``theta`` (it is ``theta`` with
+    ``lambda = 0`` and no observed cells); its ``Z`` does not enter ``Zbar``,
+    which averages the residuals of bandit pulls only ("0 before any").
+    Interval: Freedman radius of Theorem 1 with ``variance_bound`` (default
+    ``n^2``, always valid).
+    """
+
+    def init(ledger):
+        m = ledger.n_obs.shape[0]
+        zeros = jnp.zeros(m, jnp.float32)
+        return PulseState(_sample_mean(ledger), zeros, jnp.zeros(m, jnp.int32), zeros)
+
+    def update(state, ledger, pull, n_examples):
+        i = pull.model
+        n_unobserved = (n_examples - ledger.n_obs[i]).astype(jnp.float32)
+        mean_past_z = jnp.where(state.n_z[i] > 0, state.z_sum[i] / jnp.maximum(state.n_z[i], 1), 0.0)
+        lam = lambda_rule(ledger.pred_sum[i], ledger.pred_sq_sum[i], mean_past_z, n_unobserved)
+        theta, z = pulse_theta(ledger.obs_sum[i], ledger.pred_sum[i], n_unobserved, pull.score_sum,
+                               pull.pred_sum, pull.size.astype(jnp.float32), lam, n_examples)
+        return PulseState(
+            theta_sum=state.theta_sum.at[i].add(theta),
+            z_sum=state.z_sum.at[i].add(z),
+            n_z=state.n_z.at[i].add(1),
+            last_lambda=state.last_lambda.at[i].set(lam),
+        )
+
+    def estimate(state, ledger):
+        return state.theta_sum / jnp.maximum(ledger.n_pulls, 1)
+
+    def radius(state, ledger, n_examples, delta):
+        del state
+        return confidence.freedman_radius(ledger.n_pulls, n_examples, delta, variance_bound)
+
+    return Estimator("pulse", True, init, update, _no_refresh, estimate, radius)
+
+
+# ----------------------------------------------------------------------------- Naive
+
+
+def naive_pooling() -> Estimator:
+    """Naive-Pooling: predictions treated as truth,
+
+        mu_hat_i = (sum_{O_i} S + sum_{U_i} f) / n,
+
+    with the current predictions (every model refreshed after a refit). It is
+    biased whenever the predictions are, so it has no valid interval (NaN).
+    """
+
+    def init(ledger):
+        return _sample_mean(ledger)
+
+    def update(mu, ledger, pull, n_examples):
+        i = pull.model
+        value = (ledger.obs_sum[i] + pull.score_sum + ledger.pred_sum[i] - pull.pred_sum) / n_examples
+        return mu.at[i].set(value)
+
+    def refresh(mu, ledger, n_examples):
+        del mu
+        return (ledger.obs_sum + ledger.pred_sum) / n_examples
+
+    def estimate(mu, ledger):
+        del ledger
+        return mu
+
+    def radius(mu, ledger, n_examples, delta):
+        del ledger, n_examples, delta
+        return jnp.full_like(mu, jnp.nan)
+
+    return Estimator("naive", True, init, update, refresh, estimate, radius)
+
+
+METHODS: dict[str, Callable[[], Estimator]] = {"ucbe": ucbe, "pulse": pulse, "naive": naive_pooling}

@@ -1,0 +1,133 @@
+"""Low-rank logistic factorization of a partially observed score matrix.
+
+Model: ``P[i, j] = sigmoid(u_i . v_j)`` with ``U`` in R^{m x r}, ``V`` in R^{n x r}.
+Loss (Tolochinsky, Tenzer & Romano 2026, eq. 1), over the observed set Omega:
+
+    L(U, V) = (1/|Omega|) sum_{(i,j) in Omega} BCE(S_ij, sigmoid(u_i . v_j))
+              + lam / (2 (m + n)) * (||U||_F^2 + ||V||_F^2)
+
+Scores may be soft (in [0, 1]); BCE is then the cross-entropy against the
+soft label. Missing cells simply carry mask 0.
+
+An *epoch* here is one full-batch optimizer step over every observed cell.
+All loops are ``lax.fori_loop`` so a fit runs inside ``jit``/``scan``/``vmap``.
+Optimizers are any ``optax.GradientTransformation``; the defaults are the
+paper's published settings (Adam; see :data:`PAPER_REFIT`).
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+import optax
+
+
+class FitSettings(NamedTuple):
+    """One optimisation schedule: ``epochs`` steps of ``optimizer`` with L2 weight ``lam``."""
+
+    epochs: int
+    lam: float
+    optimizer: optax.GradientTransformation
+
+
+def adam_settings(epochs: int, learning_rate: float, lam: float) -> FitSettings:
+    """Adam with the given learning rate, as in the paper."""
+    return FitSettings(int(epochs), float(lam), optax.adam(learning_rate))
+
+
+#: Paper: initial refit of the candidates' U after the first batch (50 epochs, lr 0.01, lam 0.01).
+PAPER_INIT_REFIT = adam_settings(50, 0.01, 0.01)
+#: Paper: periodic refits inside the bandit loop (10 epochs, lr 0.1, lam 0.01).
+PAPER_REFIT = adam_settings(10, 0.1, 0.01)
+
+
+def _masked_bce(logits: chex.Array, scores: chex.Array, mask: chex.Array) -> chex.Array:
+    """Sum over observed cells of BCE(score, sigmoid(logit)), numerically stable."""
+    per_cell = jnp.logaddexp(0.0, logits) - scores * logits
+    return jnp.sum(jnp.where(mask, per_cell, 0.0))
+
+
+def loss(U: chex.Array, V: chex.Array, scores: chex.Array, mask: chex.Array, lam: float) -> chex.Array:
+    """The paper's objective L(U, V) over the cells where ``mask`` is true."""
+    m, n = scores.shape
+    n_obs = jnp.maximum(jnp.sum(mask), 1)
+    data = _masked_bce(U @ V.T, scores, mask) / n_obs
+    reg = lam / (2.0 * (m + n)) * (jnp.sum(U * U) + jnp.sum(V * V))
+    return data + reg
+
+
+def _optimise(params, loss_fn, settings: FitSettings):
+    """``settings.epochs`` full-batch steps of ``settings.optimizer`` on ``loss_fn``."""
+    opt = settings.optimizer
+    grad_fn = jax.grad(loss_fn)
+
+    def body(_, carry):
+        p, opt_state = carry
+        updates, opt_state = opt.update(grad_fn(p), opt_state, p)
+        return optax.apply_updates(p, updates), opt_state
+
+    params, _ = jax.lax.fori_loop(0, settings.epochs, body, (params, opt.init(params)))
+    return params
+
+
+def fit(key: chex.PRNGKey, scores: chex.Array, mask: chex.Array, rank: int,
+        settings: FitSettings, init_scale: float = 0.1) -> tuple[chex.Array, chex.Array]:
+    """Stage 0: fit ``(U, V)`` jointly on a (possibly incomplete) train matrix.
+
+    Missing cells are those where ``mask`` is false (their ``scores`` value is ignored).
+    Returns ``(U_train, V)``; PULSE keeps ``V`` and discards ``U_train``.
+    """
+    m, n = scores.shape
+    ku, kv = jax.random.split(key)
+    scores = jnp.where(mask, scores, 0.0)
+    params = (init_scale * jax.random.normal(ku, (m, rank)), init_scale * jax.random.normal(kv, (n, rank)))
+    U, V = _optimise(params, lambda p: loss(p[0], p[1], scores, mask, settings.lam), settings)
+    return U, V
+
+
+def refit_rows(U: chex.Array, V: chex.Array, scores: chex.Array, mask: chex.Array,
+               settings: FitSettings) -> chex.Array:
+    """Refit the row factors ``U`` with ``V`` frozen, warm-started from ``U``.
+
+    The problem is convex in ``U`` (one logistic regression per row, coupled
+    only through the shared normalisation), so warm starts are safe.
+    """
+    V = jax.lax.stop_gradient(V)
+    return _optimise(U, lambda u: loss(u, V, scores, mask, settings.lam), settings)
+
+
+def predict(U: chex.Array, V: chex.Array) -> chex.Array:
+    """Predicted scores ``sigmoid(U V^T)``."""
+    return jax.nn.sigmoid(U @ V.T)
+
+
+#: Stage 0 default for full-batch training of (U, V) on a train split. The
+#: paper's "5 epochs" are mini-batch epochs; one full-batch step per epoch
+#: needs more of them. Choose your own with cross-validation.
+DEFAULT_STAGE0 = adam_settings(300, 0.05, 0.01)
+DEFAULT_RANK = 16
+
+
+def fit_example_embeddings(train, rank: int = DEFAULT_RANK, settings: FitSettings = DEFAULT_STAGE0,
+                           seed: int = 0):
+    """Fit stage 0 on a train matrix with NaN for missing cells; return ``V`` (n, rank).
+
+    Host-level convenience around :func:`fit` (validates, then one jitted fit).
+    """
+    import numpy as np
+
+    from pulse_jax.errors import require
+
+    train = np.asarray(train, dtype=np.float32)
+    require(train.ndim == 2, f"train matrix must be 2-D, got shape {train.shape}")
+    m, n = train.shape
+    require(m >= 1 and n >= 1, f"train matrix is empty (shape {train.shape})")
+    require(1 <= rank <= min(m, n),
+            f"rank={rank} is not allowed: it must be between 1 and min(train models, examples) = {min(m, n)}")
+    mask = ~np.isnan(train)
+    require(mask.any(), "train matrix has no observed cell")
+    _, V = jax.jit(fit, static_argnums=(3, 4))(jax.random.PRNGKey(seed), jnp.asarray(np.nan_to_num(train)),
+                                               jnp.asarray(mask), int(rank), settings)
+    return V

@@ -1,0 +1,185 @@
+"""Many repetitions of one method as one ``vmap``-ed, ``jit``-compiled program.
+
+Repetition ``r`` uses the key ``fold_in(PRNGKey(seed), r)``, whatever the
+chunking, so chunk sizes never change results, and two methods run with the
+same seed share every random draw (paired comparisons).
+"""
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+from typing import Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pulse_jax import bandit
+from pulse_jax.bandit import BanditConfig
+from pulse_jax.errors import require
+
+#: Memory the default chunk size aims to stay within (bytes).
+DEFAULT_MEMORY_BUDGET = 2 * 1024**3
+
+
+@dataclasses.dataclass
+class SimulationResult:
+    """Repetitions of one method on one score matrix (NumPy arrays, leading axis = repetition).
+
+    ``best[:, k]`` / ``spent[:, k]`` are the best guess (row index) and the
+    cells spent after step ``k`` (``k = 0``: after initialization).
+    """
+
+    method: str
+    config: BanditConfig
+    seed: int
+    true_means: np.ndarray     # (m,)
+    best: np.ndarray           # (R, n_steps + 1)
+    spent: np.ndarray          # (R, n_steps + 1), initialization included
+    chosen: np.ndarray         # (R, n_steps), -1 = no pull
+    lam: np.ndarray            # (R, n_steps), PULSE's lambda (NaN otherwise)
+    estimates: np.ndarray      # (R, m)
+    radius: np.ndarray         # (R, m)
+    n_obs: np.ndarray          # (R, m)
+    n_pulls: np.ndarray        # (R, m)
+    seconds: float = 0.0
+    compile_seconds: float = 0.0
+    model_names: tuple[str, ...] | None = None
+
+    @property
+    def reps(self) -> int:
+        return self.best.shape[0]
+
+    @property
+    def best_model(self) -> int:
+        return int(np.argmax(self.true_means))
+
+    def correct(self) -> np.ndarray:
+        """(R, n_steps + 1) booleans: is the current guess the true best model?"""
+        return self.best == self.best_model
+
+    def best_at_budget(self, budgets) -> np.ndarray:
+        """(R, len(budgets)) best guess with at most ``b`` cells spent (init included).
+
+        Budgets below the initialization give -1 (no guess yet).
+        """
+        budgets = np.asarray(budgets)
+        out = np.empty((self.reps, len(budgets)), dtype=np.int64)
+        for r in range(self.reps):
+            k = np.searchsorted(self.spent[r], budgets, side="right") - 1
+            out[r] = np.where(k >= 0, self.best[r, np.maximum(k, 0)], -1)
+        return out
+
+    def accuracy_at_budget(self, budgets) -> tuple[np.ndarray, np.ndarray]:
+        """Accuracy@budget and its standard error across repetitions."""
+        hits = (self.best_at_budget(budgets) == self.best_model).astype(np.float64)
+        mean = hits.mean(axis=0)
+        se = hits.std(axis=0, ddof=1) / np.sqrt(self.reps) if self.reps > 1 else np.zeros_like(mean)
+        return mean, se
+
+    def coverage(self) -> np.ndarray:
+        """(m,) fraction of repetitions whose final interval covers each model's mean."""
+        lo, hi = self.estimates - self.radius, self.estimates + self.radius
+        return ((lo <= self.true_means) & (self.true_means <= hi)).mean(axis=0)
+
+
+def default_chunk_size(config: BanditConfig, rank: int, reps: int,
+                       memory_budget: int = DEFAULT_MEMORY_BUDGET) -> int:
+    """Repetitions per compiled batch so that the working set fits ``memory_budget``.
+
+    Per repetition: two (m, n) int32 orders, a handful of (m, n) float32
+    temporaries in a refit, the (m, r) factors with their optimizer moments,
+    and the per-step records.
+    """
+    m, n = config.n_models, config.n_examples
+    per_rep = 4 * (8 * m * n + 4 * m * rank + 4 * config.n_steps * (1 + (m if config.record_estimates else 0)))
+    return int(max(1, min(reps, memory_budget // max(per_rep, 1))))
+
+
+def rep_keys(seed: int, start: int, count: int) -> jax.Array:
+    base = jax.random.PRNGKey(seed)
+    return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(start, start + count))
+
+
+def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, reps: int = 100, seed: int = 0,
+             chunk_size: int | None = None, progress: bool | Callable[[int, int, float], None] = False,
+             model_names=None) -> SimulationResult:
+    """Run ``reps`` repetitions of ``method`` ("ucbe", "pulse" or "naive").
+
+    Args:
+      scores: (m, n) fully observed true scores in [0, 1] (the candidates).
+      config: static run parameters; ``config.n_models/n_examples`` must match.
+      V: (n, r) example embeddings from the train split (required by PULSE and
+        Naive-Pooling; see :func:`pulse_jax.factorization.fit_example_embeddings`).
+      reps: number of repetitions; seed: base seed.
+      chunk_size: repetitions per compiled batch (default: from the problem
+        size, see :func:`default_chunk_size`). Does not change results.
+      progress: True to print progress to stderr, or a callback
+        ``(done, total, seconds)``.
+    """
+    estimator = bandit.get_estimator(method)
+    scores = np.asarray(scores, dtype=np.float32)
+    require(scores.ndim == 2, f"scores must be a 2-D (models x examples) matrix, got shape {scores.shape}")
+    require(scores.shape == (config.n_models, config.n_examples),
+            f"scores have shape {scores.shape} but config says ({config.n_models}, {config.n_examples})")
+    require(not np.isnan(scores).any(), "scores contain missing cells; simulation needs a fully observed matrix")
+    require(((scores >= 0) & (scores <= 1)).all(), "scores must lie in [0, 1]")
+    require(isinstance(reps, int) and reps >= 1, f"reps must be a positive integer, got {reps!r}")
+    if estimator.uses_predictions:
+        require(V is not None, f"method {estimator.name!r} needs side information: pass V (example embeddings "
+                               "fitted on a train split)")
+        V = np.asarray(V, dtype=np.float32)
+        require(V.ndim == 2 and V.shape[0] == config.n_examples,
+                f"V must have shape (n_examples={config.n_examples}, rank), got {V.shape}")
+        require(np.isfinite(V).all(), "V contains NaN or inf")
+    else:
+        V = np.zeros((config.n_examples, 1), np.float32)
+    rank = V.shape[1]
+    chunk = chunk_size or default_chunk_size(config, rank, reps)
+    require(isinstance(chunk, int) and chunk >= 1, f"chunk_size must be a positive integer, got {chunk_size!r}")
+    chunk = min(chunk, reps)
+
+    run = jax.jit(jax.vmap(bandit.make_run(config, estimator), in_axes=(0, None, None)))
+    scores_dev, V_dev = jnp.asarray(scores), jnp.asarray(V)
+    report = _progress_printer(estimator.name) if progress is True else (progress or None)
+
+    parts, start_time, compile_seconds = [], time.perf_counter(), 0.0
+    for start in range(0, reps, chunk):
+        count = min(chunk, reps - start)
+        keys = rep_keys(seed, start, chunk)  # the last chunk is padded to reuse the compiled program
+        t0 = time.perf_counter()
+        out = jax.device_get(run(keys, scores_dev, V_dev))
+        if start == 0:
+            compile_seconds = time.perf_counter() - t0
+        parts.append(jax.tree_util.tree_map(lambda a: a[:count], out))
+        if report:
+            report(start + count, reps, time.perf_counter() - start_time)
+    out = jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
+    seconds = time.perf_counter() - start_time
+    if len(parts) > 1:  # first chunk's time is compile + run; subtract one run's worth
+        compile_seconds = max(0.0, compile_seconds - (seconds - compile_seconds) / (len(parts) - 1))
+
+    init_spent = np.full((reps, 1), config.init_cells, dtype=np.int64)
+    return SimulationResult(
+        method=estimator.name, config=config, seed=seed, true_means=scores.mean(axis=1).astype(np.float64),
+        best=np.concatenate([out.init_best[:, None], out.steps.best], axis=1).astype(np.int64),
+        spent=np.concatenate([init_spent, out.steps.spent], axis=1).astype(np.int64),
+        chosen=np.asarray(out.steps.chosen), lam=np.asarray(out.steps.lam),
+        estimates=np.asarray(out.estimates, np.float64), radius=np.asarray(out.radius, np.float64),
+        n_obs=np.asarray(out.n_obs), n_pulls=np.asarray(out.n_pulls),
+        seconds=seconds, compile_seconds=compile_seconds,
+        model_names=tuple(model_names) if model_names is not None else None,
+    )
+
+
+def _progress_printer(name: str):
+    def report(done, total, seconds):
+        width = 30
+        filled = int(width * done / total)
+        end = "\n" if done == total else ""
+        sys.stderr.write(f"\r  {name:<6} [{'#' * filled}{'.' * (width - filled)}] {done}/{total} repetitions"
+                         f"  {seconds:6.1f} s{end}")
+        sys.stderr.flush()
+
+    return report

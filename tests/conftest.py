@@ -1,0 +1,27 @@
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+sys.path.insert(0, str(Path(__file__).parent))
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+@pytest.fixture
+def shared_data():
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data folder {SHARED_DATA} is absent (it sits beside the repository in CI)")
+    return SHARED_DATA
+
+
+def tiny_problem(seed=0, m=6, n=40, rank=3):
+    """A small low-rank logistic problem with a train split, for engine tests."""
+    rng = np.random.default_rng(seed)
+    v = rng.normal(0, 1, (n, rank))
+    def draw(count):
+        u = rng.normal(0, 1, (count, rank))
+        p = 1 / (1 + np.exp(-(u @ v.T + rng.normal(0, 0.5, (count, 1)))))
+        return (rng.random((count, n)) < p).astype(np.float32)
+    return draw(m), draw(30), v.astype(np.float32)

@@ -1,0 +1,139 @@
+"""A plain NumPy loop of the same algorithm, for step-for-step agreement tests.
+
+Written from ALGORITHM.md independently of the engine: it shares only the
+random draws (example orders, model order, tie-breaking uniforms), which it
+takes from ``pulse_jax.bandit.draw_orders`` / ``tie_uniforms``. Everything else
+-- selection, batches, the three estimators, the lambda rule, the masked BCE
+gradient and Adam -- is re-implemented here in float64.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pulse_jax import bandit
+
+
+def _sigmoid(z):
+    return 1.0 / (1.0 + np.exp(-z))
+
+
+def _adam_refit(U, V, S, mask, epochs, lr, lam, b1=0.9, b2=0.999, eps=1e-8):
+    """Full-batch Adam on the masked BCE + L2 objective, V frozen."""
+    m, n = S.shape
+    count = max(mask.sum(), 1)
+    mu = np.zeros_like(U)
+    nu = np.zeros_like(U)
+    for step in range(1, epochs + 1):
+        P = _sigmoid(U @ V.T)
+        grad = ((P - S) * mask) @ V / count + lam / (m + n) * U
+        mu = b1 * mu + (1 - b1) * grad
+        nu = b2 * nu + (1 - b2) * grad * grad
+        mhat = mu / (1 - b1**step)
+        nhat = nu / (1 - b2**step)
+        U = U - lr * mhat / (np.sqrt(nhat) + eps)
+    return U
+
+
+def _random_argmax(u, values, order):
+    v = values[order]
+    tied = v == v.max()
+    count = tied.sum()
+    k = min(int(np.floor(u * count)), count - 1)
+    return int(order[np.argmax(np.cumsum(tied) > k)])
+
+
+def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init_lr=0.01, refit_lr=0.1):
+    """Return a dict of per-step records and final estimates, like ``RunResult``."""
+    S = np.asarray(scores, np.float64)
+    V = np.asarray(V, np.float64)
+    m, n = S.shape
+    B, T, a, tau = config.batch_size, config.budget, config.exploration, config.refit_every
+    example_order, model_order, tie_key = (np.asarray(x) if i < 2 else x
+                                           for i, x in enumerate(bandit.draw_orders(key, m, n)))
+    uniforms = np.asarray(jax.vmap(lambda t: jnp.stack(bandit.tie_uniforms(tie_key, t)))(
+        jnp.arange(config.n_steps + 1)))
+    uses_pred = method in ("pulse", "naive")
+
+    n0 = config.init_cells_per_model
+    n_obs = np.full(m, n0)
+    obs_sum = np.array([S[i, example_order[i, :n0]].sum() for i in range(m)])
+    U = np.zeros((m, V.shape[1]))
+
+    def observed_mask():
+        mask = np.zeros((m, n), bool)
+        for i in range(m):
+            mask[i, example_order[i, :n_obs[i]]] = True
+        return mask
+
+    def prediction_sums():
+        mask = observed_mask()
+        P = _sigmoid(U @ V.T) * ~mask
+        return P.sum(1), (P * P).sum(1)
+
+    F = np.zeros(m)
+    Phi = np.zeros(m)
+    if uses_pred:
+        U = _adam_refit(U, V, S, observed_mask(), config.init_refit.epochs, init_lr, config.init_refit.lam)
+        F, Phi = prediction_sums()
+
+    # estimator state
+    n_pulls = np.ones(m, int)
+    theta_sum = obs_sum / n0            # PULSE: the initial sample mean is the first theta
+    z_sum = np.zeros(m)
+    n_z = np.zeros(m, int)
+    naive_mu = obs_sum / n0
+
+    def estimates():
+        if method == "ucbe":
+            mu = obs_sum / n_obs
+        elif method == "pulse":
+            mu = theta_sum / n_pulls
+        else:
+            mu = naive_mu.copy()
+        return np.where(n_obs >= n, obs_sum / n, mu)
+
+    spent = config.init_cells
+    best = _random_argmax(uniforms[0, 1], estimates(), model_order)
+    rec = {"best": [], "spent": [], "chosen": [], "lam": [], "estimates": []}
+    for t in range(1, config.n_steps + 1):
+        active = n_obs < n
+        index = np.where(active, estimates() + np.sqrt(a / n_obs), -np.inf)
+        i = _random_argmax(uniforms[t, 0], index, model_order)
+        size = max(0, min(B, n - n_obs[i], T - spent)) if active.any() else 0
+        lam = np.nan
+        if size > 0:
+            if uses_pred and tau > 0 and t % tau == 0:
+                U = _adam_refit(U, V, S, observed_mask(), config.refit.epochs, refit_lr, config.refit.lam)
+                F, Phi = prediction_sums()
+                if method == "naive":
+                    naive_mu = (obs_sum + F) / n
+            batch = example_order[i, n_obs[i]:n_obs[i] + size]
+            s = S[i, batch]
+            f = _sigmoid(V[batch] @ U[i]) if uses_pred else np.zeros(size)
+            n_unobs = n - n_obs[i]
+            if method == "pulse":
+                zbar = z_sum[i] / n_z[i] if n_z[i] else 0.0
+                lam = float(np.clip(1 - F[i] * zbar / (n_unobs * Phi[i]), 0, 1)) if Phi[i] > 0 else 1.0
+                z = (n_unobs / size) * (s.sum() - lam * f.sum())
+                theta_sum[i] += (obs_sum[i] + lam * F[i] + z) / n
+                z_sum[i] += z
+                n_z[i] += 1
+            if method == "naive":
+                naive_mu[i] = (obs_sum[i] + s.sum() + F[i] - f.sum()) / n
+            n_obs[i] += size
+            n_pulls[i] += 1
+            obs_sum[i] += s.sum()
+            F[i] -= f.sum()
+            Phi[i] -= (f * f).sum()
+            spent += size
+            best = _random_argmax(uniforms[t, 1], estimates(), model_order)
+        rec["best"].append(best)
+        rec["spent"].append(spent)
+        rec["chosen"].append(i if size > 0 else -1)
+        rec["lam"].append(lam)
+        rec["estimates"].append(estimates())
+    out = {k: np.asarray(v) for k, v in rec.items()}
+    out.update(final_estimates=estimates(), n_obs=n_obs.copy(), n_pulls=n_pulls.copy())
+    return out
