@@ -236,13 +236,14 @@ def reset(key: chex.PRNGKey, scores: chex.Array, V: chex.Array, config: BanditCo
 
 
 def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig,
-         estimator: Estimator, refit: bool) -> tuple[BanditState, StepRecord]:
-    """Bandit step ``t`` (1-based): select, [refit], draw a batch, update.
+         estimator: Estimator, refit: bool | chex.Array = False) -> tuple[BanditState, StepRecord]:
+    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): select, [refit], draw, update.
 
     1. ``index_i = mu_hat_i + sqrt(a / N_i)`` over models not yet exhausted;
        the argmax (random ties) is pulled.
-    2. If ``refit`` (static: the engine calls it every ``refit_every`` steps),
-       refit U on all observed cells and refresh the prediction sums.
+    2. If ``refit`` (every ``refit_every`` steps), refit U on all observed
+       cells and refresh the prediction sums. ``refit`` is a Python bool or an
+       *unbatched* traced bool: under ``vmap`` it stays a real ``lax.cond``.
     3. ``B' = min(B, |U_i|, budget left)`` examples are the next ``B'`` of the
        model's order: uniform without replacement, ``pi = B' / |U_i|``.
     4. The estimator updates ``mu_hat_i`` from the bookkeeping before the batch.
@@ -257,14 +258,17 @@ def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConf
     mu = current_estimates(estimator, state, n)
     bonus = jnp.sqrt(config.exploration / jnp.maximum(ledger.n_obs, 1).astype(jnp.float32))
     i = random_argmax(u_pull, jnp.where(active, mu + bonus, -jnp.inf), episode.model_order)
-    size = jnp.where(jnp.any(active), jnp.minimum(jnp.minimum(B, n - ledger.n_obs[i]), config.budget - state.spent), 0)
-    size = jnp.maximum(size, 0)
+    size = jnp.minimum(jnp.minimum(B, n - ledger.n_obs[i]), config.budget - state.spent)
+    size = jnp.where(jnp.any(active) & (t >= 1), jnp.maximum(size, 0), 0)
     live = size > 0
 
-    if refit and estimator.uses_predictions:
-        refitted = _refit(episode, state, config.refit)
-        refitted = refitted._replace(estimator=estimator.refresh(refitted.estimator, refitted.ledger, n))
-        state = _where_tree(live, refitted, state)
+    if estimator.uses_predictions and refit is not False:
+        def do_refit(state):
+            refitted = _refit(episode, state, config.refit)
+            refitted = refitted._replace(estimator=estimator.refresh(refitted.estimator, refitted.ledger, n))
+            return _where_tree(live, refitted, state)
+
+        state = do_refit(state) if refit is True else jax.lax.cond(refit, do_refit, lambda s: s, state)
         ledger = state.ledger
 
     slots = jnp.arange(B)
@@ -313,23 +317,6 @@ def get_estimator(method: str | Estimator) -> Estimator:
     return METHODS[method]()
 
 
-def refit_schedule(n_steps: int, refit_every: int) -> tuple[int, int, int]:
-    """Split ``n_steps`` into (plain head, full phases, tail phase length).
-
-    Steps ``t = refit_every, 2 refit_every, ...`` start with a refit. The run is
-    a head of ``refit_every - 1`` plain steps, an outer ``scan`` over full
-    phases (one refit step + ``refit_every - 1`` plain steps) and a last,
-    shorter phase. Structuring it this way, rather than a ``lax.cond`` inside
-    one scan, keeps the refit out of the plain steps under ``vmap`` (where a
-    batched ``cond`` would evaluate both branches at every step).
-    """
-    if refit_every <= 0 or refit_every > n_steps:
-        return n_steps, 0, 0
-    head = refit_every - 1
-    full, tail = divmod(n_steps - head, refit_every)
-    return head, full, tail
-
-
 def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
     """Return ``run(key, scores, V) -> RunResult`` for one repetition (pure, jittable).
 
@@ -339,8 +326,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
     """
     estimator = get_estimator(method)
     n_steps = config.n_steps
-    refit_every = config.refit_every if estimator.uses_predictions else 0
-    head, n_phases, tail = refit_schedule(n_steps, refit_every)
+    tau = config.refit_every if estimator.uses_predictions else 0
 
     def run(key, scores, V):
         scores = jnp.asarray(scores, jnp.float32)
@@ -348,29 +334,29 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
         episode, state = reset(key, scores, V, config, estimator)
         init_best = state.best
 
-        def plain(state, t):
-            return step(episode, state, t, config, estimator, refit=False)
+        def steps(state, ts):
+            """Scan ``step`` over the steps ``ts``, refitting where ``t`` is a multiple of tau."""
+            def body(state, t):
+                refit = ((t % tau == 0) & (t > 0)) if tau else False
+                return step(episode, state, t, config, estimator, refit)
+            return jax.lax.scan(body, state, ts)
 
-        def phase(state, start, length):
-            state, first = step(episode, state, start, config, estimator, refit=True)
-            state, rest = jax.lax.scan(plain, state, start + 1 + jnp.arange(length - 1))
-            return state, jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), first, rest)
-
-        pieces = []
-        state, rec = jax.lax.scan(plain, state, 1 + jnp.arange(head))
-        pieces.append(rec)
-        if n_phases:
-            starts = head + 1 + refit_every * jnp.arange(n_phases)
-            state, rec = jax.lax.scan(lambda s, t0: phase(s, t0, refit_every), state, starts)
-            pieces.append(jax.tree_util.tree_map(lambda a: a.reshape((a.shape[0] * a.shape[1],) + a.shape[2:]), rec))
-        if tail:
-            state, rec = phase(state, head + 1 + refit_every * n_phases, tail)
-            pieces.append(rec)
-        steps = jax.tree_util.tree_map(lambda *a: jnp.concatenate(a), *pieces)
+        if not tau:
+            state, records = steps(state, 1 + jnp.arange(n_steps))
+        else:
+            # Phases of tau steps, t in [p tau, (p+1) tau): each opens with its refit
+            # (phase 0 opens with the no-op t = 0 instead). An outer scan over full
+            # phases around an inner scan of tau steps, then the shorter last phase.
+            n_phases = (n_steps + 1) // tau
+            state, full = jax.lax.scan(lambda s, p: steps(s, p * tau + jnp.arange(tau)), state,
+                                       jnp.arange(n_phases))
+            full = jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), full)
+            state, tail = steps(state, n_phases * tau + jnp.arange(n_steps + 1 - n_phases * tau))
+            records = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b])[1:], full, tail)
 
         estimates = current_estimates(estimator, state, config.n_examples)
         radius = estimator.radius(state.estimator, state.ledger, config.n_examples, config.delta)
         radius = jnp.where(state.ledger.n_obs >= config.n_examples, 0.0, radius)
-        return RunResult(steps, init_best, estimates, radius, state.ledger.n_obs, state.ledger.n_pulls)
+        return RunResult(records, init_best, estimates, radius, state.ledger.n_obs, state.ledger.n_pulls)
 
     return run

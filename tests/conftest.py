@@ -6,6 +6,11 @@ import numpy as np
 import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
+os.environ.setdefault("PULSE_JAX_CACHE", "/tmp/pulse-jax-test-xla-cache")
+
+from pulse_jax.simulate import enable_compilation_cache  # noqa: E402
+
+enable_compilation_cache()
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 

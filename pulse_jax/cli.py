@@ -1,0 +1,162 @@
+"""Command line: ``pulse-jax demo`` and ``pulse-jax simulate``.
+
+Errors in the input print one line (``pulse-jax: error: ...``) and exit 2.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pulse_jax.errors import PulseInputError, require
+
+METHOD_NAMES = ("ucbe", "pulse", "naive")
+
+
+def _methods(text: str) -> list[str]:
+    methods = [m.strip().lower().replace("-", "") for m in text.split(",") if m.strip()]
+    methods = ["ucbe" if m in ("ucbe", "ucb") else m for m in methods]
+    for m in methods:
+        require(m in METHOD_NAMES, f"--method: unknown method {m!r}; choose from ucbe, pulse, naive")
+    require(methods, "--method: no method given")
+    return methods
+
+
+def _add_run_options(p: argparse.ArgumentParser, *, reps: int, batch: int, refit_every: int, rank: int,
+                     budget_help: str):
+    p.add_argument("--method", default="ucbe,pulse,naive", help="comma-separated: ucbe, pulse, naive")
+    p.add_argument("--reps", type=int, default=reps, help="repetitions per method")
+    p.add_argument("--budget", type=int, default=None, help=budget_help)
+    p.add_argument("--batch-size", type=int, default=batch, help="examples per pull (B)")
+    p.add_argument("--init-batches", type=int, default=1, help="initial batches per model (T0)")
+    p.add_argument("--exploration", type=float, default=1.0, help="UCB-E exploration a")
+    p.add_argument("--refit-every", type=int, default=refit_every, help="bandit steps between refits (tau)")
+    p.add_argument("--rank", type=int, default=rank, help="factorization rank for the train split")
+    p.add_argument("--delta", type=float, default=0.05, help="intervals have coverage 1 - delta")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--chunk-size", type=int, default=None, help="repetitions per compiled batch")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pulse-jax", description=(
+        "Find the best model while evaluating a fraction of the (model, example) cells: "
+        "PULSE, UCB-E and Naive-Pooling as a vmap-ed JAX simulation."))
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    demo = sub.add_parser("demo", help="compare the three methods on the built-in synthetic benchmark")
+    _add_run_options(demo, reps=300, batch=16, refit_every=25, rank=8,
+                     budget_help="total cells, initialization included (default: init + 6,400)")
+    demo.add_argument("--out", default="pulse_demo", help="results directory")
+
+    sim = sub.add_parser("simulate", help="repetitions of one or more methods on your score matrix")
+    sim.add_argument("--scores", required=True, help="candidates' scores (.csv or .npz), fully observed")
+    sim.add_argument("--train", default=None, help="historical models' scores on the same examples (side info)")
+    sim.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x r)")
+    _add_run_options(sim, reps=100, batch=64, refit_every=1000, rank=16,
+                     budget_help="total cells, initialization included (default: 25%% of all cells)")
+    sim.add_argument("--out", required=True, help="results directory (JSON + NPZ + PNG)")
+    return parser
+
+
+def _config(args, m: int, n: int, default_budget: int):
+    from pulse_jax.bandit import BanditConfig
+
+    budget = args.budget if args.budget is not None else default_budget
+    require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
+    require(args.batch_size <= n, f"--batch-size {args.batch_size} is larger than the number of examples ({n})")
+    return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
+                        init_batches=args.init_batches, exploration=args.exploration,
+                        refit_every=args.refit_every, delta=args.delta)
+
+
+def _run_all(scores, V, config, methods, args, names):
+    from pulse_jax.simulate import simulate
+
+    results = {}
+    for method in methods:
+        results[method] = simulate(scores, config, method, V=V if method != "ucbe" else None, reps=args.reps,
+                                   seed=args.seed, chunk_size=args.chunk_size, progress=not args.quiet,
+                                   model_names=names)
+    return results
+
+
+def _finish(results, out, title):
+    from pulse_jax import report
+
+    print(report.comparison_table(results))
+    paths = report.write_results(results, out, title=title)
+    for method, r in results.items():
+        print(f"  {method:<6} {r.reps} repetitions in {r.seconds:.1f} s (of which compilation {r.compile_seconds:.1f} s)")
+    print(f"results: {paths['summary']}  plot: {paths['plot']}")
+
+
+def cmd_demo(args) -> None:
+    from pulse_jax import factorization, synthetic
+
+    methods = _methods(args.method)
+    bench = synthetic.make_benchmark(seed=args.seed)
+    m, n = bench.scores.shape
+    config = _config(args, m, n, default_budget=m * args.batch_size * args.init_batches + 6400)
+    print(bench.description)
+    print(f"budget {config.budget:,} cells ({config.init_cells:,} for initialization), batch {config.batch_size}, "
+          f"refit every {config.refit_every} steps, {args.reps} repetitions per method")
+    start = time.perf_counter()
+    V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
+        if set(methods) - {"ucbe"} else None
+    if args.chunk_size is None:  # a few chunks so the progress bar moves
+        args.chunk_size = max(1, -(-args.reps // 5))
+    results = _run_all(bench.scores, V, config, methods, args, bench.models)
+    _finish(results, args.out, bench.description)
+    print(f"total {time.perf_counter() - start:.1f} s")
+
+
+def cmd_simulate(args) -> None:
+    from pulse_jax import data, factorization
+
+    methods = _methods(args.method)
+    cand = data.load(args.scores)
+    cand.require_complete()
+    require(len(cand.models) >= 2, f"{cand.source}: need at least 2 candidate models, found {len(cand.models)}")
+    m, n = cand.shape
+    config = _config(args, m, n, default_budget=max(m * args.batch_size * args.init_batches, (m * n) // 4))
+    V = None
+    if set(methods) - {"ucbe"}:
+        require(args.train or args.embeddings,
+                "PULSE and Naive-Pooling need side information: pass --train FILE or --embeddings FILE "
+                "(or use --method ucbe)")
+        if args.embeddings:
+            path = Path(args.embeddings)
+            require(path.is_file(), f"{path}: no such file")
+            V = np.load(path)
+            require(V.ndim == 2 and V.shape[0] == n,
+                    f"{path}: embeddings must have shape ({n}, rank) to match {cand.source}, got {V.shape}")
+        else:
+            train = data.align_train(cand, data.load(args.train))
+            V = factorization.fit_example_embeddings(train.scores, rank=args.rank, seed=args.seed)
+    results = _run_all(cand.scores, V, config, methods, args, cand.models)
+    _finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples")
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    from pulse_jax.simulate import enable_compilation_cache
+
+    enable_compilation_cache()
+    try:
+        {"demo": cmd_demo, "simulate": cmd_simulate}[args.command](args)
+    except PulseInputError as err:
+        print(f"pulse-jax: error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("pulse-jax: interrupted", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,173 @@
+"""Loading score matrices from CSV and NPZ, with errors that say where.
+
+CSV schema: a header ``model,<example id>,...``; the first column is the model
+name; every cell is 0/1 or a number in [0, 1]; an empty cell (or NaN) is
+missing. Columns named ``created_date`` or ``sha`` are metadata, kept aside.
+
+NPZ schema: ``scores`` (m x n float, NaN = missing), optional ``models`` and
+``examples`` (string arrays).
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import datetime as _dt
+import math
+from pathlib import Path
+
+import numpy as np
+
+from pulse_jax.errors import PulseInputError, require
+
+METADATA_COLUMNS = ("created_date", "sha")
+
+
+@dataclasses.dataclass(frozen=True)
+class ScoreMatrix:
+    """Scores with their model and example names (NaN = missing)."""
+
+    scores: np.ndarray
+    models: tuple[str, ...]
+    examples: tuple[str, ...]
+    source: str = "<memory>"
+    metadata: dict = dataclasses.field(default_factory=dict)  # column -> tuple of values per model
+
+    @property
+    def shape(self):
+        return self.scores.shape
+
+    def require_complete(self) -> None:
+        """Raise naming the first missing cell, if any."""
+        missing = np.argwhere(np.isnan(self.scores))
+        if len(missing):
+            r, c = missing[0]
+            raise PulseInputError(
+                f"{self.source}: model {self.models[r]!r} (row {r + 1}) has no score for example "
+                f"{self.examples[c]!r} (column {c + 1}); candidate scores must be fully observed "
+                f"({len(missing)} missing cells)")
+
+
+def _parse_cell(text: str, source: str, line: int, column: str) -> float:
+    text = text.strip()
+    if text == "" or text.lower() in ("nan", "na"):
+        return math.nan
+    try:
+        value = float(text)
+    except ValueError:
+        raise PulseInputError(f"{source}: line {line}, column {column!r}: {text!r} is not a number") from None
+    if not 0.0 <= value <= 1.0:
+        raise PulseInputError(f"{source}: line {line}, column {column!r}: score {value} is outside [0, 1]")
+    return value
+
+
+def _check_date(text: str, source: str, line: int) -> str:
+    try:
+        _dt.datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise PulseInputError(
+            f"{source}: line {line}, column 'created_date': {text!r} is not a date (use ISO 8601, e.g. 2024-05-01)"
+        ) from None
+    return text.strip()
+
+
+def load_csv(path) -> ScoreMatrix:
+    """Read a CSV score matrix (see module docstring)."""
+    path = Path(path)
+    source = str(path)
+    require(path.is_file(), f"{source}: no such file")
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.reader(handle)
+        try:
+            header = next(reader)
+        except StopIteration:
+            raise PulseInputError(f"{source}: the file is empty") from None
+        require(len(header) >= 2, f"{source}: header must be 'model,<example id>,...' (found {len(header)} column)")
+        names = [h.strip() for h in header]
+        meta_idx = [k for k, h in enumerate(names) if k > 0 and h in METADATA_COLUMNS]
+        ex_idx = [k for k in range(1, len(names)) if k not in meta_idx]
+        require(ex_idx, f"{source}: no example columns in the header")
+        examples = [names[k] for k in ex_idx]
+        seen: dict[str, int] = {}
+        for k, e in zip(ex_idx, examples):
+            require(e not in seen, f"{source}: example column {e!r} appears twice (columns {seen.get(e, 0) + 1} "
+                                   f"and {k + 1})")
+            seen[e] = k
+        models, rows, meta = [], [], {names[k]: [] for k in meta_idx}
+        model_line: dict[str, int] = {}
+        for line, record in enumerate(reader, start=2):
+            if not record or all(not c.strip() for c in record):
+                continue
+            require(len(record) == len(header),
+                    f"{source}: line {line} has {len(record)} fields but the header has {len(header)}")
+            model = record[0].strip()
+            require(model, f"{source}: line {line}: empty model name")
+            require(model not in model_line,
+                    f"{source}: model {model!r} appears twice (lines {model_line.get(model)} and {line})")
+            model_line[model] = line
+            models.append(model)
+            rows.append([_parse_cell(record[k], source, line, names[k]) for k in ex_idx])
+            for k in meta_idx:
+                value = record[k]
+                meta[names[k]].append(_check_date(value, source, line) if names[k] == "created_date" else value)
+    require(rows, f"{source}: no model rows")
+    scores = np.asarray(rows, dtype=np.float64)
+    return ScoreMatrix(scores, tuple(models), tuple(examples), source, {k: tuple(v) for k, v in meta.items()})
+
+
+def load_npz(path) -> ScoreMatrix:
+    """Read an NPZ score matrix (see module docstring)."""
+    path = Path(path)
+    source = str(path)
+    require(path.is_file(), f"{source}: no such file")
+    with np.load(path, allow_pickle=False) as data:
+        require("scores" in data.files, f"{source}: no array named 'scores' (found {', '.join(data.files)})")
+        scores = np.asarray(data["scores"], dtype=np.float64)
+        require(scores.ndim == 2, f"{source}: 'scores' must be 2-D, got shape {scores.shape}")
+        m, n = scores.shape
+        models = tuple(str(x) for x in data["models"]) if "models" in data.files else tuple(
+            f"model-{i}" for i in range(m))
+        examples = tuple(str(x) for x in data["examples"]) if "examples" in data.files else tuple(
+            str(j) for j in range(n))
+    require(len(models) == m, f"{source}: 'models' has {len(models)} names for {m} rows")
+    require(len(examples) == n, f"{source}: 'examples' has {len(examples)} names for {n} columns")
+    bad = np.argwhere(~np.isnan(scores) & ((scores < 0) | (scores > 1)))
+    if len(bad):
+        r, c = bad[0]
+        raise PulseInputError(f"{source}: row {r + 1} ({models[r]!r}), column {c + 1} ({examples[c]!r}): "
+                              f"score {scores[r, c]} is outside [0, 1]")
+    return ScoreMatrix(scores, models, examples, source)
+
+
+def load(path) -> ScoreMatrix:
+    """Load a ``.csv`` or ``.npz`` score matrix."""
+    suffix = Path(path).suffix.lower()
+    if suffix == ".csv":
+        return load_csv(path)
+    if suffix == ".npz":
+        return load_npz(path)
+    raise PulseInputError(f"{path}: unknown file type {suffix!r}; use .csv or .npz")
+
+
+def save_csv(matrix: ScoreMatrix, path) -> None:
+    """Write a score matrix in the CSV schema (missing cells empty)."""
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        meta_cols = list(matrix.metadata)
+        writer.writerow(["model", *meta_cols, *matrix.examples])
+        for i, model in enumerate(matrix.models):
+            cells = ["" if math.isnan(x) else f"{x:g}" for x in matrix.scores[i]]
+            writer.writerow([model, *(matrix.metadata[c][i] for c in meta_cols), *cells])
+
+
+def align_train(candidates: ScoreMatrix, train: ScoreMatrix) -> ScoreMatrix:
+    """Check that ``train`` has exactly the candidates' examples; reorder its columns to match."""
+    cand, tr = set(candidates.examples), set(train.examples)
+    if cand != tr:
+        only_c = sorted(cand - tr)[:3]
+        only_t = sorted(tr - cand)[:3]
+        raise PulseInputError(
+            f"{train.source}: train examples differ from the candidates' ({candidates.source}): "
+            f"{len(cand - tr)} only in candidates (e.g. {only_c}), {len(tr - cand)} only in train (e.g. {only_t})")
+    position = {e: k for k, e in enumerate(train.examples)}
+    order = [position[e] for e in candidates.examples]
+    return dataclasses.replace(train, scores=train.scores[:, order], examples=candidates.examples)

@@ -1,0 +1,97 @@
+"""Metrics over repetitions (paper, Section 5), computed from SimulationResults.
+
+All budgets are in cells, initialization included unless a function says otherwise.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from pulse_jax.simulate import SimulationResult
+
+
+def budget_grid(result: SimulationResult, points: int = 50) -> np.ndarray:
+    """Evenly spaced budgets from the end of initialization to the full budget."""
+    cfg = result.config
+    return np.unique(np.linspace(cfg.init_cells, cfg.budget, points).round().astype(np.int64))
+
+
+def accuracy_curve(result: SimulationResult, budgets) -> tuple[np.ndarray, np.ndarray]:
+    """Accuracy@budget (fraction of repetitions whose guess is the true best) and its SE."""
+    return result.accuracy_at_budget(budgets)
+
+
+def first_budget_reaching(accuracy: np.ndarray, budgets: np.ndarray, target: float) -> float:
+    """Smallest budget from which accuracy stays >= target to the end (NaN if never).
+
+    "Stays" avoids rewarding a curve that touches the target by chance and
+    drops again; on a monotone curve it is the first crossing.
+    """
+    ok = np.asarray(accuracy) >= target
+    if not ok[-1]:
+        return float("nan")
+    below = np.nonzero(~ok)[0]
+    return float(budgets[0 if len(below) == 0 else below[-1] + 1])
+
+
+def budget_to_target(result: SimulationResult, target: float = 0.95, budgets=None, n_boot: int = 1000,
+                     seed: int = 0, level: float = 0.95) -> dict:
+    """Budget at which Accuracy@t reaches ``target``, with a bootstrap interval over repetitions."""
+    budgets = budget_grid(result, 200) if budgets is None else np.asarray(budgets)
+    hits = (result.best_at_budget(budgets) == result.best_model).astype(np.float64)
+    point = first_budget_reaching(hits.mean(0), budgets, target)
+    rng = np.random.default_rng(seed)
+    boot = np.array([first_budget_reaching(hits[rng.integers(0, result.reps, result.reps)].mean(0), budgets, target)
+                     for _ in range(n_boot)])
+    alpha = (1 - level) / 2
+    finite = boot[np.isfinite(boot)]
+    lo, hi = (np.quantile(finite, [alpha, 1 - alpha]) if len(finite) == len(boot) else (np.nan, np.nan))
+    return {"target": target, "budget": point, "low": float(lo), "high": float(hi),
+            "bandit_budget": point - result.config.init_cells if np.isfinite(point) else float("nan"),
+            "reached_fraction": float(np.isfinite(boot).mean())}
+
+
+def savings(method_budget: float, baseline_budget: float) -> float:
+    """Percent of the baseline's budget saved (positive = fewer cells)."""
+    if not (np.isfinite(method_budget) and np.isfinite(baseline_budget)) or baseline_budget <= 0:
+        return float("nan")
+    return 100.0 * (1.0 - method_budget / baseline_budget)
+
+
+def paired_auc_difference(a: SimulationResult, b: SimulationResult, budgets=None) -> dict:
+    """Paired comparison of two methods run with the same seed.
+
+    Per repetition, the mean correctness over the budget grid (area under the
+    accuracy curve); returns the mean difference ``a - b``, its SE and z.
+    """
+    require_same_design(a, b)
+    budgets = budget_grid(a, 50) if budgets is None else np.asarray(budgets)
+    auc_a = (a.best_at_budget(budgets) == a.best_model).mean(axis=1)
+    auc_b = (b.best_at_budget(budgets) == b.best_model).mean(axis=1)
+    d = auc_a - auc_b
+    se = d.std(ddof=1) / np.sqrt(len(d))
+    return {"mean": float(d.mean()), "se": float(se), "z": float(d.mean() / se) if se > 0 else float("inf")}
+
+
+def require_same_design(a: SimulationResult, b: SimulationResult) -> None:
+    from pulse_jax.errors import require
+
+    require(a.seed == b.seed and a.reps == b.reps,
+            "paired comparison needs the same seed and number of repetitions")
+    require(np.array_equal(a.true_means, b.true_means), "paired comparison needs the same score matrix")
+
+
+def effective_budget(method: SimulationResult, baseline: SimulationResult, budgets=None) -> np.ndarray:
+    """For each budget ``b``, the budget the method needs to match the baseline's accuracy at ``b``.
+
+    NaN where the method never reaches that accuracy on the grid.
+    """
+    budgets = budget_grid(baseline, 100) if budgets is None else np.asarray(budgets)
+    base, _ = baseline.accuracy_at_budget(budgets)
+    acc, _ = method.accuracy_at_budget(budgets)
+    return np.array([first_budget_reaching(acc, budgets, target) if target > 0 else budgets[0] for target in base])
+
+
+def top_k_accuracy(result: SimulationResult, k: int, budgets) -> np.ndarray:
+    """Fraction of repetitions whose guess is among the true top ``k`` models."""
+    top = np.argsort(-result.true_means, kind="stable")[:k]
+    return np.isin(result.best_at_budget(budgets), top).mean(axis=0)

@@ -1,0 +1,97 @@
+"""Summaries of a method comparison: a text table and a results directory."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+
+from pulse_jax import metrics, plotting
+from pulse_jax.simulate import SimulationResult
+
+
+def report_budgets(config, points: int = 6) -> np.ndarray:
+    """A few budgets from just after initialization to the full budget."""
+    return np.unique(np.linspace(config.init_cells + config.bandit_budget / points, config.budget,
+                                 points).round().astype(np.int64))
+
+
+def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) -> str:
+    """Accuracy@budget (+- SE) per method, then the budget to reach each target and savings vs UCB-E."""
+    any_result = next(iter(results.values()))
+    budgets = report_budgets(any_result.config)
+    names = [plotting.LABELS.get(k, k) for k in results]
+    lines = [f"{'budget (cells)':>16} | " + " | ".join(f"{n:>15}" for n in names)]
+    lines.append("-" * len(lines[0]))
+    curves = {k: r.accuracy_at_budget(budgets) for k, r in results.items()}
+    for j, b in enumerate(budgets):
+        cells = [f"{curves[k][0][j]:.3f} +- {curves[k][1][j]:.3f}" for k in results]
+        lines.append(f"{b:>16,} | " + " | ".join(f"{c:>15}" for c in cells))
+    for target in targets:
+        found = {k: metrics.budget_to_target(r, target, n_boot=200) for k, r in results.items()}
+        base = found.get("ucbe", {}).get("budget", np.nan)
+        cells = []
+        for k in results:
+            b = found[k]["budget"]
+            text = "not reached" if not np.isfinite(b) else f"{int(b):,}"
+            if k != "ucbe" and np.isfinite(b) and np.isfinite(base):
+                text += f" ({metrics.savings(b, base):+.0f}%)"
+            cells.append(text)
+        lines.append(f"{'to ' + format(target, '.0%') + ' acc.':>16} | " + " | ".join(f"{c:>15}" for c in cells))
+    return "\n".join(lines)
+
+
+def summary(results: dict[str, SimulationResult]) -> dict:
+    any_result = next(iter(results.values()))
+    cfg = any_result.config
+    budgets = metrics.budget_grid(any_result, 50)
+    out = {"config": {k: v for k, v in dataclasses.asdict(cfg).items() if not isinstance(v, (tuple, list, dict))},
+           "init_cells": cfg.init_cells, "n_steps": cfg.n_steps,
+           "best_model": any_result.best_model,
+           "best_model_name": (any_result.model_names or [None] * (any_result.best_model + 1))[any_result.best_model],
+           "methods": {}}
+    out["config"]["init_refit_epochs"] = cfg.init_refit.epochs
+    out["config"]["refit_epochs"] = cfg.refit.epochs
+    for k, r in results.items():
+        acc, se = r.accuracy_at_budget(budgets)
+        out["methods"][k] = {
+            "reps": r.reps, "seed": r.seed, "seconds": round(r.seconds, 3),
+            "compile_seconds": round(r.compile_seconds, 3),
+            "budgets": budgets.tolist(), "accuracy": acc.tolist(), "accuracy_se": se.tolist(),
+            "budget_to_90": metrics.budget_to_target(r, 0.9, n_boot=200),
+            "budget_to_95": metrics.budget_to_target(r, 0.95, n_boot=200),
+            "final_accuracy": float(r.correct()[:, -1].mean()),
+            "final_coverage_min": float(np.nanmin(r.coverage())) if np.isfinite(r.radius).all() else None,
+        }
+    return out
+
+
+def write_results(results: dict[str, SimulationResult], out_dir, title: str = "") -> dict[str, Path]:
+    """Write ``summary.json``, ``<method>.npz`` and ``accuracy.png`` into ``out_dir``."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = {"summary": out_dir / "summary.json"}
+    paths["summary"].write_text(json.dumps(clean_json(summary(results)), indent=2))
+    for k, r in results.items():
+        paths[k] = out_dir / f"{k}.npz"
+        np.savez_compressed(paths[k], best=r.best, spent=r.spent, chosen=r.chosen, lam=r.lam, estimates=r.estimates,
+                            radius=r.radius, n_obs=r.n_obs, n_pulls=r.n_pulls, true_means=r.true_means,
+                            models=np.array(r.model_names or [], dtype=str))
+    paths["plot"] = plotting.accuracy_vs_budget(list(results.values()), out_dir / "accuracy.png", title=title)
+    return paths
+
+
+def clean_json(x):
+    """Make ``x`` strict JSON: NumPy scalars to Python, NaN/inf to null."""
+    if isinstance(x, dict):
+        return {str(k): clean_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean_json(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return clean_json(x.tolist())
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if np.isfinite(x) else None
+    return x

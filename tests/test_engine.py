@@ -1,0 +1,142 @@
+"""The JAX engine against the NumPy reference loop, edge cases and determinism."""
+import jax
+import numpy as np
+import pytest
+from conftest import tiny_problem
+from reference import reference_run
+
+from pulse_jax import bandit, factorization
+from pulse_jax.simulate import simulate
+from pulse_jax.bandit import BanditConfig
+
+METHODS = ["ucbe", "pulse", "naive"]
+INIT_LR, REFIT_LR = 0.01, 0.1
+
+
+def _config(m, n, budget, **kw):
+    kw.setdefault("batch_size", 4)
+    kw.setdefault("refit_every", 5)
+    return BanditConfig(n_models=m, n_examples=n, budget=budget, record_estimates=True,
+                        init_refit=factorization.adam_settings(20, INIT_LR, 0.01),
+                        refit=factorization.adam_settings(5, REFIT_LR, 0.01), **kw)
+
+
+CASES = {
+    # name: (m, n, budget offset past init, batch, refit_every)
+    "plain": (6, 40, 100, 4, 5),
+    "exhausts-models-partial-batches": (5, 22, 400, 8, 3),   # (22 - 8) % 8 != 0, budget > everything
+    "budget-not-multiple-of-batch": (4, 60, 37, 5, 4),
+}
+
+
+@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("case", list(CASES))
+def test_engine_matches_numpy_reference_step_for_step(method, case):
+    m, n, extra, batch, tau = CASES[case]
+    scores, _, V = tiny_problem(seed=hash(case) % 100, m=m, n=n)
+    config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
+    run = jax.jit(bandit.make_run(config, method))
+    for seed in (0, 1):
+        key = jax.random.PRNGKey(seed)
+        out = run(key, scores, V)
+        ref = reference_run(scores, V, config, method, key, INIT_LR, REFIT_LR)
+        np.testing.assert_array_equal(np.asarray(out.steps.chosen), ref["chosen"])
+        np.testing.assert_array_equal(np.asarray(out.steps.best), ref["best"])
+        np.testing.assert_array_equal(np.asarray(out.steps.spent), ref["spent"])
+        # float32 engine vs float64 reference: estimates are means of O(1) terms,
+        # refits are 5-20 Adam steps; 2e-5 is far below any gap that could flip a choice.
+        np.testing.assert_allclose(np.asarray(out.steps.estimates), ref["estimates"], atol=2e-5)
+        np.testing.assert_array_equal(np.asarray(out.n_obs), ref["n_obs"])
+        np.testing.assert_array_equal(np.asarray(out.n_pulls), ref["n_pulls"])
+        if method == "pulse":
+            np.testing.assert_allclose(np.asarray(out.steps.lam), ref["lam"], atol=2e-5)
+
+
+def test_random_argmax_is_uniform_over_ties_exactly():
+    values = jax.numpy.array([0.2, 0.7, 0.1, 0.7, 0.7, 0.5])
+    order = jax.numpy.array([3, 0, 5, 1, 2, 4])
+    picks = [int(bandit.random_argmax((k + 0.5) / 30, values, order)) for k in range(30)]
+    assert sorted(set(picks)) == [1, 3, 4]
+    assert all(picks.count(i) == 10 for i in (1, 3, 4))
+
+
+def test_ties_between_identical_best_models_are_broken_at_random():
+    # Two identical best rows; lowest-index tie-breaking would always answer row 0.
+    rng = np.random.default_rng(0)
+    row = (rng.random(50) < 0.7).astype(np.float32)
+    scores = np.stack([row, row, (rng.random(50) < 0.3).astype(np.float32)])
+    config = BanditConfig(n_models=3, n_examples=50, budget=3 * 5 + 40, batch_size=5)
+    res = simulate(scores, config, "ucbe", reps=400, seed=1)
+    final = res.best[:, -1]
+    assert set(final) <= {0, 1}
+    assert 0.4 < (final == 0).mean() < 0.6   # 400 fair coin flips: 5 SE either side
+
+
+def test_two_models():
+    scores, _, V = tiny_problem(m=2, n=30)
+    config = BanditConfig(n_models=2, n_examples=30, budget=2 * 4 + 20, batch_size=4, refit_every=2)
+    for method in METHODS:
+        res = simulate(scores, config, method, V=V, reps=5)
+        assert res.best.shape == (5, config.n_steps + 1)
+        assert (res.spent[:, -1] == config.budget).all()
+
+
+def test_exhausted_models_are_exact_and_never_pulled_again():
+    m, n, batch = 4, 22, 8
+    scores, _, V = tiny_problem(m=m, n=n)
+    config = BanditConfig(n_models=m, n_examples=n, budget=m * n + 50, batch_size=batch, refit_every=3)
+    for method in METHODS:
+        res = simulate(scores, config, method, V=V, reps=3)
+        assert (res.n_obs == n).all()                      # everything observed
+        assert (res.spent[:, -1] == m * n).all()           # the excess budget is left unspent
+        np.testing.assert_allclose(res.estimates, np.broadcast_to(res.true_means, res.estimates.shape), atol=1e-6)
+        assert (res.radius == 0).all()
+        for r in range(3):
+            chosen = res.chosen[r]
+            for i in range(m):
+                pulls = np.nonzero(chosen == i)[0]
+                # initial batch of 8 + 8 + a partial batch of 6 = 22: exactly two bandit pulls
+                assert len(pulls) == 2
+
+
+def test_last_partial_batch_spends_the_budget_exactly():
+    scores, _, V = tiny_problem(m=3, n=100)
+    config = BanditConfig(n_models=3, n_examples=100, budget=3 * 4 + 10, batch_size=4)
+    res = simulate(scores, config, "pulse", V=V, reps=4)
+    assert config.n_steps == 3
+    assert (res.spent[:, -1] == config.budget).all()
+    assert sorted(np.diff(res.spent[0])) == [2, 4, 4]
+
+
+def test_budget_exactly_at_initialization():
+    scores, _, V = tiny_problem(m=5, n=40)
+    config = BanditConfig(n_models=5, n_examples=40, budget=5 * 4, batch_size=4)
+    assert config.n_steps == 0
+    for method in METHODS:
+        res = simulate(scores, config, method, V=V, reps=3)
+        assert res.best.shape == (3, 1)
+        assert (res.n_obs == 4).all()
+        assert (res.spent == 20).all()
+
+
+def test_same_seed_same_result_and_chunking_does_not_matter():
+    scores, _, V = tiny_problem(m=6, n=50)
+    config = BanditConfig(n_models=6, n_examples=50, budget=6 * 4 + 80, batch_size=4, refit_every=4)
+    for method in METHODS:
+        runs = [simulate(scores, config, method, V=V, reps=7, seed=11, chunk_size=c) for c in (7, 3, 1, 7)]
+        for other in runs[1:]:
+            for field in ("best", "spent", "chosen", "n_obs", "n_pulls"):
+                np.testing.assert_array_equal(getattr(runs[0], field), getattr(other, field))
+            np.testing.assert_allclose(runs[0].estimates, other.estimates, rtol=0, atol=1e-6)
+        different = simulate(scores, config, method, V=V, reps=7, seed=12)
+        assert not np.array_equal(different.chosen, runs[0].chosen)
+
+
+def test_methods_share_initial_draws():
+    """Common random numbers: with one seed, every method sees the same initial batches."""
+    scores, _, V = tiny_problem(m=6, n=50)
+    config = BanditConfig(n_models=6, n_examples=50, budget=6 * 4 + 40, batch_size=4)
+    first = {m: simulate(scores, config, m, V=V, reps=5, seed=3) for m in METHODS}
+    # After initialization UCB-E and PULSE both estimate with the same sample means.
+    np.testing.assert_array_equal(first["ucbe"].best[:, 0], first["pulse"].best[:, 0])
+    np.testing.assert_array_equal(first["ucbe"].chosen[:, 0], first["pulse"].chosen[:, 0])

@@ -1,0 +1,95 @@
+"""Lemma 1 by exact enumeration, and the confidence radii against their formulas."""
+import itertools
+import math
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from pulse_jax import confidence, estimators
+from pulse_jax.estimators import Ledger, Pull
+
+
+def _enumerate_thetas(scores, observed, preds, batch_size, lam):
+    """theta for every possible batch drawn from the unobserved examples."""
+    n = len(scores)
+    unobserved = [j for j in range(n) if j not in observed]
+    obs_sum = sum(scores[j] for j in observed)
+    pred_unobs = sum(preds[j] for j in unobserved)
+    thetas = []
+    for batch in itertools.combinations(unobserved, batch_size):
+        theta, _ = estimators.pulse_theta(obs_sum, pred_unobs, len(unobserved), sum(scores[j] for j in batch),
+                                          sum(preds[j] for j in batch), batch_size, lam, n)
+        thetas.append(float(theta))
+    return np.array(thetas)
+
+
+@pytest.mark.parametrize("lam", [0.0, 0.37, 1.0])
+@pytest.mark.parametrize("batch_size", [1, 2, 3])
+def test_lemma1_exact_enumeration(lam, batch_size):
+    # Binary and soft scores; predictions deliberately wrong (anti-correlated, miscalibrated).
+    rng = np.random.default_rng(batch_size)
+    for scores in (np.array([1, 0, 1, 1, 0, 0, 1, 0]), rng.random(8)):
+        preds = 0.9 - 0.8 * scores + 0.05 * rng.random(8)
+        for observed in ((), (0, 3), (1, 2, 5)):
+            thetas = _enumerate_thetas(scores, observed, preds, batch_size, lam)
+            # Every batch is equally likely, so the plain average is E[theta | past].
+            # float32 arithmetic: |theta| <= 8, so 1e-5 is ~100 ulps.
+            assert abs(thetas.mean() - scores.mean()) < 1e-5
+
+
+def test_lemma1_through_the_estimator_update_with_the_paper_lambda():
+    """Enumerate every batch through ``pulse().update`` itself, with a Z history, so the
+    lambda the rule computes from the past is the one used."""
+    n, batch_size = 7, 2
+    scores = np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    preds = np.array([0.1, 0.8, 0.9, 0.3, 0.2, 0.7, 0.6])   # wrong on purpose
+    observed = [0, 4]
+    est = estimators.pulse()
+    unobs = [j for j in range(n) if j not in observed]
+    ledger = Ledger(
+        n_obs=jnp.array([len(observed), 2]), n_pulls=jnp.array([3, 1]),
+        obs_sum=jnp.array([scores[observed].sum(), 1.0]), obs_sq_sum=jnp.array([scores[observed].sum(), 1.0]),
+        pred_sum=jnp.array([preds[unobs].sum(), 0.0]), pred_sq_sum=jnp.array([(preds[unobs] ** 2).sum(), 0.0]))
+    state = est.init(ledger)._replace(theta_sum=jnp.array([1.1, 0.5]), z_sum=jnp.array([2.3, 0.0]),
+                                      n_z=jnp.array([2, 0]))
+    increments, lams = [], set()
+    for batch in itertools.combinations(unobs, batch_size):
+        pull = Pull(jnp.int32(0), jnp.int32(batch_size), jnp.float32(scores[list(batch)].sum()),
+                    jnp.float32(preds[list(batch)].sum()))
+        new = est.update(state, ledger, pull, n)
+        increments.append(float(new.theta_sum[0] - state.theta_sum[0]))
+        lams.add(round(float(new.last_lambda[0]), 6))
+    assert len(lams) == 1 and 0 < lams.pop() < 1   # predictable: same lambda whatever the batch
+    assert abs(np.mean(increments) - scores.mean()) < 1e-5
+
+
+def test_paper_lambda_rule_values():
+    lam = estimators.paper_lambda(jnp.float32(10.0), jnp.float32(5.0), jnp.float32(2.0), jnp.float32(20.0))
+    assert float(lam) == pytest.approx(1 - 10 * 2 / (20 * 5))
+    assert float(estimators.paper_lambda(jnp.float32(10.0), jnp.float32(5.0), jnp.float32(100.0), jnp.float32(20.0))) == 0
+    assert float(estimators.paper_lambda(jnp.float32(10.0), jnp.float32(5.0), jnp.float32(-5.0), jnp.float32(20.0))) == 1
+    assert float(estimators.paper_lambda(jnp.float32(0.0), jnp.float32(0.0), jnp.float32(1.0), jnp.float32(20.0))) == 1
+
+
+def test_freedman_radius_solves_the_bound():
+    n, delta = 500, 0.05
+    for k in (1, 5, 40):
+        for v in (None, n * n / 64):
+            eps = float(confidence.freedman_radius(k, n, delta, v))
+            vv = n * n if v is None else v
+            bound = 2 * math.exp(-eps**2 / (2 * (vv / (k * n * n) + 2 * eps / (3 * k))))
+            assert bound == pytest.approx(delta, rel=1e-4)
+
+
+def test_bernstein_serfling_radius_formula():
+    k, big_n, var, delta = 50, 400, 0.2, 0.1
+    rho = 1 - (k - 1) / big_n
+    log_term = math.log(5 / (delta / 2))
+    expected = math.sqrt(var) * math.sqrt(2 * rho * log_term / k) + (7 / 3 + 3 / math.sqrt(2)) * log_term / k
+    assert float(confidence.bernstein_serfling_radius(k, big_n, var, delta)) == pytest.approx(expected, rel=1e-5)
+    k = 300  # beyond N/2 the finite-population factor changes
+    rho = (1 - k / big_n) * (1 + 1 / k)
+    expected = math.sqrt(var) * math.sqrt(2 * rho * log_term / k) + (7 / 3 + 3 / math.sqrt(2)) * log_term / k
+    assert float(confidence.bernstein_serfling_radius(k, big_n, var, delta)) == pytest.approx(expected, rel=1e-5)
+    assert float(confidence.bernstein_serfling_radius(big_n, big_n, var, delta)) == 0.0
