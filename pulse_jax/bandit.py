@@ -1,8 +1,10 @@
 """The bandit engine: one pure ``step`` over an explicit state, run as a ``lax.scan``.
 
 Reading order: :class:`BanditConfig` (static parameters) -> :func:`reset`
-(draws and the initial batch) -> :func:`step` (one UCB-E pull) ->
-:func:`make_run` (the whole run for one PRNG key). ``make_run(config, method)``
+(draws and the initial batch) -> :func:`step` (one UCB-E pull, composed of
+:func:`select`, :func:`refit`, :func:`draw` and :func:`observe`, which the
+live selector calls separately) -> :func:`make_run` (the whole run for one
+PRNG key). ``make_run(config, method)``
 returns a pure function of ``(key, scores, V)``, so
 ``jax.jit(jax.vmap(run, in_axes=(0, None, None)))(keys, scores, V)`` runs every
 repetition at once.
@@ -235,52 +237,61 @@ def reset(key: chex.PRNGKey, scores: chex.Array, V: chex.Array, config: BanditCo
     return episode, state._replace(best=best)
 
 
-def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig,
-         estimator: Estimator, refit: bool | chex.Array = False) -> tuple[BanditState, StepRecord]:
-    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): select, [refit], draw, update.
+def select(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig, estimator: Estimator,
+           blocked: chex.Array | None = None, reserved: chex.Array | int = 0) -> tuple[chex.Array, chex.Array]:
+    """Step 1: the model to pull and the batch size ``B'``, as ``(i, size)``.
 
-    1. ``index_i = mu_hat_i + sqrt(a / N_i)`` over models not yet exhausted;
-       the argmax (random ties) is pulled.
-    2. If ``refit`` (every ``refit_every`` steps), refit U on all observed
-       cells and refresh the prediction sums. ``refit`` is a Python bool or an
-       *unbatched* traced bool: under ``vmap`` it stays a real ``lax.cond``.
-    3. ``B' = min(B, |U_i|, budget left)`` examples are the next ``B'`` of the
-       model's order: uniform without replacement, ``pi = B' / |U_i|``.
-    4. The estimator updates ``mu_hat_i`` from the bookkeeping before the batch.
-    5. The best guess ``argmax mu_hat`` (random ties) is recorded.
-    A step with nothing left to spend changes nothing.
+    ``index_i = mu_hat_i + sqrt(a / N_i)`` over models that are not exhausted
+    (nor ``blocked``: a live selector blocks models with a batch in flight);
+    the argmax is drawn uniformly among ties. ``B' = min(B, |U_i|, budget
+    left - reserved)``; ``size = 0`` means nothing to do (and always at ``t = 0``).
     """
     n, B = config.n_examples, config.batch_size
     ledger = state.ledger
-    u_pull, u_best = tie_uniforms(episode.key, t)
-
+    u_pull, _ = tie_uniforms(episode.key, t)
     active = ledger.n_obs < n
+    if blocked is not None:
+        active = active & ~blocked
     mu = current_estimates(estimator, state, n)
     bonus = jnp.sqrt(config.exploration / jnp.maximum(ledger.n_obs, 1).astype(jnp.float32))
     i = random_argmax(u_pull, jnp.where(active, mu + bonus, -jnp.inf), episode.model_order)
-    size = jnp.minimum(jnp.minimum(B, n - ledger.n_obs[i]), config.budget - state.spent)
+    size = jnp.minimum(jnp.minimum(B, n - ledger.n_obs[i]), config.budget - state.spent - reserved)
     size = jnp.where(jnp.any(active) & (t >= 1), jnp.maximum(size, 0), 0)
+    return i, size
+
+
+def refit(episode: Episode, state: BanditState, config: BanditConfig, estimator: Estimator) -> BanditState:
+    """Step 2: refit U on all observed cells, refresh the prediction sums and the estimator."""
+    state = _refit(episode, state, config.refit)
+    return state._replace(estimator=estimator.refresh(state.estimator, state.ledger, config.n_examples))
+
+
+def draw(episode: Episode, state: BanditState, i: chex.Array, size: chex.Array,
+         config: BanditConfig) -> tuple[chex.Array, chex.Array]:
+    """Step 3: the batch, ``(examples, valid)`` of length B: the next ``size`` of model i's order."""
+    slots = jnp.arange(config.batch_size)
+    examples = episode.example_order[i, jnp.minimum(state.ledger.n_obs[i] + slots, config.n_examples - 1)]
+    return examples, slots < size
+
+
+def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, size: chex.Array,
+            examples: chex.Array, valid: chex.Array, scores: chex.Array, config: BanditConfig,
+            estimator: Estimator) -> BanditState:
+    """Steps 4-5: record the batch's ``scores`` (length B, ignored where not ``valid``).
+
+    The estimator updates ``mu_hat_i`` from the bookkeeping *before* the batch
+    (everything it uses is predictable), the ledger takes the batch in, and
+    the best guess ``argmax mu_hat`` (random ties) is recomputed.
+    """
+    n = config.n_examples
+    ledger = state.ledger
     live = size > 0
-
-    if estimator.uses_predictions and refit is not False:
-        def do_refit(state):
-            refitted = _refit(episode, state, config.refit)
-            refitted = refitted._replace(estimator=estimator.refresh(refitted.estimator, refitted.ledger, n))
-            return _where_tree(live, refitted, state)
-
-        state = do_refit(state) if refit is True else jax.lax.cond(refit, do_refit, lambda s: s, state)
-        ledger = state.ledger
-
-    slots = jnp.arange(B)
-    valid = slots < size
-    examples = episode.example_order[i, jnp.minimum(ledger.n_obs[i] + slots, n - 1)]
-    s = jnp.where(valid, episode.scores[i, examples], 0.0)
+    s = jnp.where(valid, scores, 0.0)
     if estimator.uses_predictions:
         f = jnp.where(valid, jax.nn.sigmoid(episode.V[examples] @ state.U[i]), 0.0)
     else:
-        f = jnp.zeros(B, jnp.float32)
+        f = jnp.zeros_like(s)
     pull = Pull(i, size, jnp.sum(s), jnp.sum(f))
-
     est = _where_tree(live, estimator.update(state.estimator, ledger, pull, n), state.estimator)
     ledger = Ledger(
         n_obs=ledger.n_obs.at[i].add(size),
@@ -291,17 +302,39 @@ def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConf
         pred_sq_sum=ledger.pred_sq_sum.at[i].add(-jnp.sum(f * f)),
     )
     state = state._replace(ledger=ledger, estimator=est, spent=state.spent + size)
-    mu = current_estimates(estimator, state, n)
-    best = jnp.where(live, random_argmax(u_best, mu, episode.model_order), state.best)
-    state = state._replace(best=best)
+    _, u_best = tie_uniforms(episode.key, t)
+    best = jnp.where(live, random_argmax(u_best, current_estimates(estimator, state, n), episode.model_order),
+                     state.best)
+    return state._replace(best=best)
 
-    lam = getattr(est, "last_lambda", None)
+
+def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig,
+         estimator: Estimator, do_refit: bool | chex.Array = False) -> tuple[BanditState, StepRecord]:
+    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding).
+
+    :func:`select` the model, :func:`refit` if ``do_refit`` (every
+    ``refit_every`` steps, after the choice and before the draw, as in the
+    paper's Algorithm 1), :func:`draw` its batch, :func:`observe` the true
+    scores. ``do_refit`` is a Python bool or an *unbatched* traced bool: under
+    ``vmap`` it stays a real ``lax.cond``. A step that spends nothing changes nothing.
+    """
+    i, size = select(episode, state, t, config, estimator)
+    live = size > 0
+    if estimator.uses_predictions and do_refit is not False:
+        def refit_if_live(state):
+            return _where_tree(live, refit(episode, state, config, estimator), state)
+        state = refit_if_live(state) if do_refit is True else jax.lax.cond(do_refit, refit_if_live,
+                                                                            lambda s: s, state)
+    examples, valid = draw(episode, state, i, size, config)
+    state = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], config, estimator)
+    lam = getattr(state.estimator, "last_lambda", None)
     record = StepRecord(
-        best=best,
+        best=state.best,
         spent=state.spent,
         chosen=jnp.where(live, i, -1),
         lam=jnp.where(live, lam[i], jnp.nan) if lam is not None else jnp.float32(jnp.nan),
-        estimates=mu if config.record_estimates else jnp.zeros((0,), jnp.float32),
+        estimates=current_estimates(estimator, state, config.n_examples) if config.record_estimates
+        else jnp.zeros((0,), jnp.float32),
     )
     return state, record
 
@@ -337,8 +370,8 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
         def steps(state, ts):
             """Scan ``step`` over the steps ``ts``, refitting where ``t`` is a multiple of tau."""
             def body(state, t):
-                refit = ((t % tau == 0) & (t > 0)) if tau else False
-                return step(episode, state, t, config, estimator, refit)
+                do_refit = ((t % tau == 0) & (t > 0)) if tau else False
+                return step(episode, state, t, config, estimator, do_refit)
             return jax.lax.scan(body, state, ts)
 
         if not tau:

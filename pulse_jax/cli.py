@@ -1,4 +1,4 @@
-"""Command line: ``pulse-jax demo`` and ``pulse-jax simulate``.
+"""Command line: ``pulse-jax demo``, ``pulse-jax simulate`` and ``pulse-jax select``.
 
 Errors in the input print one line (``pulse-jax: error: ...``) and exit 2.
 """
@@ -59,6 +59,29 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_options(sim, reps=100, batch=64, refit_every=1000, rank=16,
                      budget_help="total cells, initialization included (default: 25%% of all cells)")
     sim.add_argument("--out", required=True, help="results directory (JSON + NPZ + PNG)")
+
+    sel = sub.add_parser("select", help="pick the best real model, evaluating batches with your scorer")
+    sel.add_argument("--models", required=True, help="text file, one candidate name per line")
+    sel.add_argument("--examples", required=True,
+                     help="number of examples N (ids 0..N-1), or a text file with one example id per line")
+    sel.add_argument("--budget", type=int, required=True, help="total cells, initialization included")
+    sel.add_argument("--evaluate", required=True,
+                     help="module:function with signature evaluate(model, example_ids) -> scores in [0, 1]")
+    sel.add_argument("--log", required=True, help="JSONL log; run the same command again to resume")
+    sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
+    sel.add_argument("--method", default="pulse", choices=METHOD_NAMES)
+    sel.add_argument("--batch-size", type=int, default=64)
+    sel.add_argument("--init-batches", type=int, default=1)
+    sel.add_argument("--exploration", type=float, default=1.0)
+    sel.add_argument("--refit-every", type=int, default=1000)
+    sel.add_argument("--rank", type=int, default=16)
+    sel.add_argument("--delta", type=float, default=0.05)
+    sel.add_argument("--seed", type=int, default=0)
+    sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
+    sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
+    sel.add_argument("--no-early-stop", action="store_true", help="spend the whole budget")
+    sel.add_argument("--report", default=None, help="report directory (default: next to the log)")
+    sel.add_argument("--quiet", action="store_true")
     return parser
 
 
@@ -141,6 +164,68 @@ def cmd_simulate(args) -> None:
     _finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples")
 
 
+def _load_evaluate(spec: str):
+    import importlib
+
+    module_name, _, attr = spec.partition(":")
+    require(module_name and attr, f"--evaluate must look like package.module:function, got {spec!r}")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")   # let the user's own modules in the working directory be found
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        raise PulseInputError(f"--evaluate: cannot import module {module_name!r}: {err}") from None
+    function = getattr(module, attr, None)
+    require(callable(function), f"--evaluate: {module_name!r} has no function {attr!r}")
+    return function
+
+
+def _read_lines(path: str, what: str) -> list[str]:
+    p = Path(path)
+    require(p.is_file(), f"{what} {path}: no such file")
+    lines = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    require(lines, f"{what} {path}: the file is empty")
+    return lines
+
+
+def cmd_select(args) -> None:
+    from pulse_jax import data, live
+
+    models = _read_lines(args.models, "--models")
+    examples = int(args.examples) if args.examples.isdigit() else _read_lines(args.examples, "--examples")
+    evaluate = _load_evaluate(args.evaluate)
+    train = None
+    if args.train and args.method != "ucbe":
+        train = data.load(args.train)
+    selector = live.Selector(models, examples, args.budget, method=args.method, batch_size=args.batch_size,
+                             init_batches=args.init_batches, exploration=args.exploration,
+                             refit_every=args.refit_every, delta=args.delta, seed=args.seed, train=train,
+                             rank=args.rank, log=args.log)
+    if selector.spent:
+        print(f"resuming {args.log}: {selector.spent:,} cells already evaluated, "
+              f"{len(selector.pending())} batch(es) to evaluate again")
+    try:
+        report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
+                          stop_early=not args.no_early_stop, progress=not args.quiet)
+    except live.EvaluationError as err:
+        raise PulseInputError(f"{err}. The {selector.spent:,} cells evaluated so far are safe in {args.log}; "
+                              "run the same command again to continue") from None
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: {selector.spent:,} cells are safe in {args.log}; run the same command again "
+              "to continue", file=sys.stderr)
+        raise
+    out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
+    out.mkdir(parents=True, exist_ok=True)
+    from pulse_jax.report import clean_json
+    import json
+
+    (out / "report.md").write_text(report.to_markdown(), encoding="utf-8")
+    (out / "report.json").write_text(json.dumps(clean_json(report.to_dict()), indent=2), encoding="utf-8")
+    report.plot(out / "estimates.png")
+    print(report.to_markdown())
+    print(f"report: {out / 'report.md'} (+ report.json, estimates.png)")
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -148,7 +233,7 @@ def main(argv=None) -> int:
 
     enable_compilation_cache()
     try:
-        {"demo": cmd_demo, "simulate": cmd_simulate}[args.command](args)
+        {"demo": cmd_demo, "simulate": cmd_simulate, "select": cmd_select}[args.command](args)
     except PulseInputError as err:
         print(f"pulse-jax: error: {err}", file=sys.stderr)
         return 2

@@ -31,7 +31,7 @@ def freedman_radius(n_pulls, n_examples, delta, variance_bound=None):
     n_pulls = jnp.maximum(jnp.asarray(n_pulls, jnp.float32), 1.0)
     n = jnp.float32(n_examples)
     v = n * n if variance_bound is None else jnp.float32(variance_bound)
-    log_term = math.log(2.0 / delta)
+    log_term = jnp.log(2.0 / jnp.asarray(delta, jnp.float32))
     linear = 2.0 * log_term / (3.0 * n_pulls)
     return linear + jnp.sqrt(linear * linear + 2.0 * log_term * v / (n_pulls * n * n))
 
@@ -52,8 +52,20 @@ def bernstein_serfling_radius(n_obs, n_examples, sample_variance, delta, score_r
     k = jnp.maximum(jnp.asarray(n_obs, jnp.float32), 1.0)
     big_n = jnp.float32(n_examples)
     rho = jnp.where(k <= big_n / 2.0, 1.0 - (k - 1.0) / big_n, (1.0 - k / big_n) * (1.0 + 1.0 / k))
-    log_term = math.log(5.0 / (delta / 2.0))
+    log_term = jnp.log(5.0 / (jnp.asarray(delta, jnp.float32) / 2.0))
     kappa = 7.0 / 3.0 + 3.0 / math.sqrt(2.0)
     sigma = jnp.sqrt(jnp.maximum(sample_variance, 0.0))
     radius = sigma * jnp.sqrt(2.0 * rho * log_term / k) + kappa * score_range * log_term / k
     return jnp.where(k >= big_n, 0.0, radius)
+
+
+def anytime_delta(delta, count, n_models):
+    """Per-(model, count) level for bounds valid at every count and model at once.
+
+    ``delta_k = delta / (n_models k (k + 1))`` sums to at most ``delta`` over
+    ``k = 1, 2, ...`` and the models (a union bound), so intervals built at
+    ``delta_k`` hold simultaneously for all models and all times with
+    probability at least ``1 - delta``: they may be checked after every batch.
+    """
+    k = jnp.maximum(jnp.asarray(count, jnp.float32), 1.0)
+    return delta / (n_models * k * (k + 1.0))

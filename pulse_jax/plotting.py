@@ -40,3 +40,26 @@ def accuracy_vs_budget(results, path, title: str = "", points: int = 60, bandit_
     fig.savefig(path)
     plt.close(fig)
     return Path(path)
+
+
+def estimates_with_intervals(report, path):
+    """A live selection's estimates with their intervals, best first (PNG or PDF by suffix)."""
+    order = [report.models.index(name) for name in report.ranking][:40]
+    fig, ax = plt.subplots(figsize=(6.4, 0.3 * len(order) + 1.5), dpi=120)
+    y = np.arange(len(order))[::-1]
+    est = report.estimates[order]
+    ax.errorbar(est, y, xerr=[est - report.low[order], report.high[order] - est], fmt="o", color=COLORS["pulse"],
+                ecolor=COLORS["pulse"], capsize=3, label=f"{1 - report.delta:.0%} interval")
+    ax.errorbar(est, y, xerr=[est - report.anytime_low[order], report.anytime_high[order] - est], fmt="none",
+                ecolor=COLORS["ucbe"], alpha=0.6, lw=4, label="simultaneous bound (stopping rule)", zorder=0)
+    ax.set_yticks(y, [report.models[i] for i in order], fontsize=8)
+    ax.set_xlabel("estimated mean score")
+    ax.set_xlim(0, 1)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"{report.method}: {report.spent:,} of {report.budget:,} cells; leader {report.leader}", fontsize=9)
+    fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
