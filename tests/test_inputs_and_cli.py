@@ -120,3 +120,19 @@ def test_cli_demo_small(tmp_path, capsys):
     printed = capsys.readouterr().out
     assert "PULSE" in printed and "UCB-E" in printed and "to 90% acc." in printed
     assert (tmp_path / "demo" / "accuracy.png").exists()
+
+
+def test_npz_loading_and_errors(tmp_path):
+    scores = np.array([[1.0, 0.0, np.nan], [0.5, 1.0, 0.0]])
+    np.savez(tmp_path / "s.npz", scores=scores, models=np.array(["a", "b"]), examples=np.array(["x", "y", "z"]))
+    loaded = data.load(tmp_path / "s.npz")
+    assert loaded.models == ("a", "b") and loaded.examples == ("x", "y", "z")
+    np.testing.assert_array_equal(np.isnan(loaded.scores), np.isnan(scores))
+    np.savez(tmp_path / "bad.npz", scores=np.array([[0.2, 1.3]]))
+    with pytest.raises(PulseInputError, match=r"row 1 \('model-0'\), column 2 \('1'\): score 1.3 is outside"):
+        data.load(tmp_path / "bad.npz")
+    np.savez(tmp_path / "none.npz", other=np.zeros(3))
+    with pytest.raises(PulseInputError, match="no array named 'scores'"):
+        data.load(tmp_path / "none.npz")
+    with pytest.raises(PulseInputError, match="unknown file type"):
+        data.load(tmp_path / "s.txt")

@@ -246,3 +246,47 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     bad = args[:args.index("--budget") + 1] + ["2000"] + args[args.index("--budget") + 2:]
     assert cli.main(bad) == 2
     assert "different configuration: budget is 960 in the log, 2000 here" in capsys.readouterr().err
+
+
+def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
+    """A real SIGKILL of ``pulse-jax select``, then the same command again."""
+    import os
+    import signal
+    import subprocess
+    import sys
+
+    from pulse_jax import stand_in
+
+    (tmp_path / "slowscore.py").write_text(
+        "import time\nfrom pulse_jax import stand_in\n"
+        "def score(model, ids):\n"
+        "    time.sleep(0.05)\n"
+        "    with open('calls.txt', 'a') as f:\n"
+        "        f.write(''.join(f'{model},{i}\\n' for i in ids)); f.flush()\n"
+        "    return stand_in.score(model, ids)\n")
+    (tmp_path / "models.txt").write_text("\n".join(stand_in.models()[:6]) + "\n")
+    args = [sys.executable, "-m", "pulse_jax.cli", "select", "--models", "models.txt", "--examples", "1000",
+            "--budget", "800", "--batch-size", "16", "--method", "ucbe", "--evaluate", "slowscore:score",
+            "--no-early-stop", "--quiet"]
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    proc = subprocess.Popen(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        log = tmp_path / "run.jsonl"
+        if log.exists() and len(log.read_text().splitlines()) > 20:
+            break
+        time.sleep(0.05)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    told_before = len((tmp_path / "run.jsonl").read_text().splitlines()) - 1
+    assert 20 <= told_before < 50                                 # killed mid-run
+    assert subprocess.run(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    repeated = len(calls) - len(set(calls))
+    assert repeated <= 16                                          # at most the one batch in flight
+    (tmp_path / "calls.txt").unlink()
+    assert subprocess.run(args + ["--log", "clean.jsonl"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    resumed = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    clean = json.loads((tmp_path / "clean_report" / "report.json").read_text())
+    assert resumed["evaluated"] == clean["evaluated"] and resumed["ranking"] == clean["ranking"]
