@@ -171,3 +171,132 @@ def align_train(candidates: ScoreMatrix, train: ScoreMatrix) -> ScoreMatrix:
     position = {e: k for k, e in enumerate(train.examples)}
     order = [position[e] for e in candidates.examples]
     return dataclasses.replace(train, scores=train.scores[:, order], examples=candidates.examples)
+
+
+# ----------------------------------------------------------------------------- splits and subsets
+
+
+def split_models(matrix: ScoreMatrix, seed: int = 0, train_fraction: float = 0.5):
+    """Split models into a train split (side information) and candidates.
+
+    Chronologically by ``created_date`` when the matrix has it (the older
+    ``train_fraction`` is train, as in the paper), otherwise at random with
+    ``seed``. Returns ``(train, candidates, info)``; ``info`` records the choice.
+    """
+    m = len(matrix.models)
+    require(m >= 3, f"{matrix.source}: need at least 3 models to split into train and candidates, found {m}")
+    require(0 < train_fraction < 1, f"train_fraction must be in (0, 1), got {train_fraction}")
+    n_train = min(m - 2, max(1, int(round(train_fraction * m))))
+    dates = matrix.metadata.get("created_date")
+    if dates is not None:
+        keys = [_dt.datetime.fromisoformat(d.replace("Z", "+00:00")).replace(tzinfo=None) for d in dates]
+        order = sorted(range(m), key=lambda i: (keys[i], matrix.models[i]))
+        info = {"split": "chronological", "by": "created_date", "train_until": str(dates[order[n_train - 1]])}
+    else:
+        order = list(np.random.default_rng(seed).permutation(m))
+        info = {"split": "random", "seed": int(seed)}
+    train_rows, cand_rows = sorted(order[:n_train]), sorted(order[n_train:])
+    info.update(n_train=len(train_rows), n_candidates=len(cand_rows),
+                train_models=[matrix.models[i] for i in train_rows])
+
+    def take(rows, suffix):
+        meta = {k: tuple(v[i] for i in rows) for k, v in matrix.metadata.items()}
+        return ScoreMatrix(matrix.scores[rows], tuple(matrix.models[i] for i in rows), matrix.examples,
+                           f"{matrix.source} [{suffix}]", meta)
+
+    return take(train_rows, "train"), take(cand_rows, "candidates"), info
+
+
+def top2_subset(means: np.ndarray, size: int, gap: float) -> np.ndarray:
+    """Indices of a difficulty subset (paper, Section 5).
+
+    The best model, then the model whose gap to it is closest to ``gap``, then
+    the next ``size - 2`` models below that one in descending order of mean.
+    Raises if the matrix cannot provide it.
+    """
+    means = np.asarray(means, dtype=np.float64)
+    require(size >= 2, f"subset size must be >= 2, got {size}")
+    require(len(means) >= size, f"cannot take a subset of {size} models from {len(means)}")
+    order = np.argsort(-means, kind="stable")
+    best = order[0]
+    gaps = means[best] - means[order[1:]]
+    second_pos = 1 + int(np.argmin(np.abs(gaps - gap)))
+    rest = order[second_pos + 1: second_pos + 1 + size - 2]
+    require(len(rest) == size - 2,
+            f"only {len(order) - second_pos - 1} models rank below the one whose gap to the best is closest "
+            f"to {gap} (gap {gaps[second_pos - 1]:.4f}); a subset of {size} needs {size - 2}")
+    return np.concatenate([[best, order[second_pos]], rest]).astype(np.int64)
+
+
+
+def subset_rows(matrix: ScoreMatrix, rows) -> ScoreMatrix:
+    """The models ``rows`` of ``matrix``, names and metadata kept."""
+    rows = [int(i) for i in rows]
+    meta = {k: tuple(v[i] for i in rows) for k, v in matrix.metadata.items()}
+    return ScoreMatrix(matrix.scores[rows], tuple(matrix.models[i] for i in rows), matrix.examples, matrix.source,
+                       meta)
+
+
+# ----------------------------------------------------------------------------- paper-scale factor files
+
+
+def load_factors(path):
+    """Read a factor file: arrays ``U`` (models x r) and ``V`` (examples x r), ``P = sigmoid(U V^T)``."""
+    path = Path(path)
+    source = str(path)
+    require(path.is_file(), f"{source}: no such file")
+    with np.load(path, allow_pickle=False) as f:
+        missing = [k for k in ("U", "V") if k not in f.files]
+        require(not missing, f"{source}: factor file needs arrays 'U' and 'V'; missing {missing} "
+                             f"(found {', '.join(f.files)})")
+        U, V = np.asarray(f["U"], np.float32), np.asarray(f["V"], np.float32)
+    require(U.ndim == 2 and V.ndim == 2, f"{source}: 'U' and 'V' must be 2-D, got shapes {U.shape} and {V.shape}")
+    require(U.shape[1] == V.shape[1], f"{source}: 'U' {U.shape} and 'V' {V.shape} must have the same rank "
+                                      "(number of columns)")
+    require(U.shape[0] >= 4, f"{source}: 'U' has {U.shape[0]} rows; need at least 4 models")
+    require(np.isfinite(U).all() and np.isfinite(V).all(), f"{source}: 'U' or 'V' contains NaN or inf")
+    return U, V
+
+
+def paper_scale_problem(path, seed: int = 0, n_candidates: int = 1000, delta_top2: float | None = None,
+                        chunk: int = 256):
+    """Score matrices at the paper's scale from a factor file (see ``shared/data/README.md``).
+
+    The rows of ``U`` are split at random (``seed``) into a train half and a
+    candidate half; every cell is a Bernoulli draw from ``sigmoid(u_i . v_j)``.
+    With ``delta_top2`` the candidates are the paper's difficulty subset of
+    ``n_candidates`` models (the best, the one whose gap is closest to
+    ``delta_top2``, then the next best); otherwise the first ``n_candidates``
+    of the candidate half. Returns ``(train, candidates, info)`` as ScoreMatrix.
+    """
+    U, V = load_factors(path)
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(U.shape[0])
+    half = U.shape[0] // 2
+    train_rows, cand_rows = np.sort(order[:half]), np.sort(order[half:])
+
+    def draw(rows):
+        out = np.empty((len(rows), V.shape[0]), np.float32)
+        for start in range(0, len(rows), chunk):   # bounded memory: chunk x n probabilities at a time
+            block = rows[start:start + chunk]
+            p = 1.0 / (1.0 + np.exp(-(U[block] @ V.T)))
+            out[start:start + len(block)] = rng.random(p.shape) < p
+        return out
+
+    train, pool = draw(train_rows), draw(cand_rows)
+    if delta_top2 is None:
+        require(n_candidates <= len(cand_rows), f"n_candidates={n_candidates} but the candidate half has "
+                                                f"{len(cand_rows)} models")
+        picked = np.arange(n_candidates)
+    else:
+        picked = top2_subset(pool.mean(axis=1), n_candidates, delta_top2)
+    examples = tuple(str(j) for j in range(V.shape[0]))
+    name = Path(path).name
+    info = {"factors": name, "seed": int(seed), "split": "random halves of U's rows", "n_train": len(train_rows),
+            "candidate_pool": len(cand_rows), "delta_top2": delta_top2}
+    if delta_top2 is not None:
+        means = pool[picked].mean(axis=1)
+        info["realized_top2_gap"] = float(np.sort(means)[-1] - np.sort(means)[-2])
+    return (ScoreMatrix(train, tuple(f"train-{i}" for i in train_rows), examples, f"{name} [train]"),
+            ScoreMatrix(pool[picked], tuple(f"model-{cand_rows[i]}" for i in picked), examples, f"{name} [candidates]"),
+            info)

@@ -28,6 +28,7 @@ import dataclasses
 
 import numpy as np
 
+from pulse_jax.data import top2_subset
 from pulse_jax.errors import require
 
 
@@ -49,27 +50,6 @@ class Benchmark:
     @property
     def best_model(self) -> int:
         return int(np.argmax(self.true_means))
-
-
-def top2_subset(means: np.ndarray, size: int, gap: float) -> np.ndarray:
-    """Indices of a difficulty subset (paper, Section 5).
-
-    The best model, then the model whose gap to it is closest to ``gap``, then
-    the next ``size - 2`` models below that one in descending order of mean.
-    Raises if the matrix cannot provide it.
-    """
-    means = np.asarray(means, dtype=np.float64)
-    require(size >= 2, f"subset size must be >= 2, got {size}")
-    require(len(means) >= size, f"cannot take a subset of {size} models from {len(means)}")
-    order = np.argsort(-means, kind="stable")
-    best = order[0]
-    gaps = means[best] - means[order[1:]]
-    second_pos = 1 + int(np.argmin(np.abs(gaps - gap)))
-    rest = order[second_pos + 1: second_pos + 1 + size - 2]
-    require(len(rest) == size - 2,
-            f"only {len(order) - second_pos - 1} models rank below the one whose gap to the best is closest "
-            f"to {gap} (gap {gaps[second_pos - 1]:.4f}); a subset of {size} needs {size - 2}")
-    return np.concatenate([[best, order[second_pos]], rest]).astype(np.int64)
 
 
 def make_benchmark(seed: int = 0, n_models: int = 40, n_train: int = 200, n_examples: int = 1000,

@@ -1,0 +1,103 @@
+"""Hyperparameters of the stage-0 factorization by K-fold cross-validation with the 1-SE rule.
+
+Folds partition the *observed* cells of the train matrix at random. For each
+setting (rank, lam, learning rate, epochs) the model is fitted on K-1 folds
+and scored by the mean BCE on the held-out fold; the folds of one setting run
+as one ``vmap``-ed program, and lam, learning rate and epochs are traced, so
+each rank compiles once. The 1-SE rule (Friedman, Hastie & Tibshirani 2010)
+keeps the simplest setting whose mean held-out loss is within one standard
+error of the best: the lowest rank, then the strongest regularisation, then
+the fewest epochs.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+import json
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+
+from pulse_jax import factorization
+from pulse_jax.errors import PulseInputError, require
+from pulse_jax.factorization import FitSettings
+
+DEFAULT_GRID = {"rank": (4, 8, 16, 32), "lam": (0.001, 0.01, 0.1), "lr": (0.05,), "epochs": (150, 300)}
+
+
+@functools.lru_cache(maxsize=8)
+def _fold_losses(rank: int, folds: int):
+    """jit(vmap over folds) of fit-then-score, for one rank."""
+
+    def one_fold(key, scores, fit_mask, test_mask, lam, lr, epochs):
+        m, n = scores.shape
+        ku, kv = jax.random.split(key)
+        params = (0.1 * jax.random.normal(ku, (m, rank)), 0.1 * jax.random.normal(kv, (n, rank)))
+        opt = optax.adam(lr)
+
+        def body(_, carry):
+            p, state = carry
+            grads = jax.grad(lambda q: factorization.loss(q[0], q[1], scores, fit_mask, lam))(p)
+            updates, state = opt.update(grads, state, p)
+            return optax.apply_updates(p, updates), state
+
+        (U, V), _ = jax.lax.fori_loop(0, epochs, body, (params, opt.init(params)))
+        logits = U @ V.T
+        held_out = jnp.where(test_mask, jnp.logaddexp(0.0, logits) - scores * logits, 0.0)
+        return jnp.sum(held_out) / jnp.maximum(jnp.sum(test_mask), 1)
+
+    return jax.jit(jax.vmap(one_fold, in_axes=(None, None, 0, 0, None, None, None)))
+
+
+def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 0, progress=None) -> dict:
+    """Cross-validate the grid on ``train`` (NaN = missing); return the table and the 1-SE choice."""
+    grid = {**DEFAULT_GRID, **(grid or {})}
+    train = np.asarray(train, np.float32)
+    require(train.ndim == 2, f"train must be 2-D, got shape {train.shape}")
+    observed = ~np.isnan(train)
+    require(observed.sum() >= 2 * folds, f"train has {observed.sum()} observed cells; too few for {folds} folds")
+    require(folds >= 2, f"folds must be >= 2, got {folds}")
+    for rank in grid["rank"]:
+        require(1 <= rank <= min(train.shape), f"grid rank {rank} is not allowed for a {train.shape} train matrix")
+    fold_of = np.random.default_rng(seed).integers(0, folds, size=train.shape)
+    test_masks = np.stack([observed & (fold_of == k) for k in range(folds)])
+    fit_masks = observed[None] & ~test_masks
+    scores = jnp.asarray(np.nan_to_num(train))
+    key = jax.random.PRNGKey(seed)
+    rows = []
+    settings = list(itertools.product(grid["rank"], grid["lam"], grid["lr"], grid["epochs"]))
+    for k, (rank, lam, lr, epochs) in enumerate(settings):
+        losses = np.asarray(_fold_losses(int(rank), folds)(key, scores, jnp.asarray(fit_masks), jnp.asarray(test_masks),
+                                                            jnp.float32(lam), jnp.float32(lr), jnp.int32(epochs)))
+        rows.append({"rank": int(rank), "lam": float(lam), "lr": float(lr), "epochs": int(epochs),
+                     "loss": float(losses.mean()), "se": float(losses.std(ddof=1) / np.sqrt(folds)),
+                     "fold_losses": losses.tolist()})
+        if progress:
+            progress(k + 1, len(settings))
+    best = min(rows, key=lambda r: r["loss"])
+    within = [r for r in rows if r["loss"] <= best["loss"] + best["se"]]
+    chosen = min(within, key=lambda r: (r["rank"], -r["lam"], r["epochs"], r["lr"]))
+    return {"rank": chosen["rank"], "lam": chosen["lam"], "lr": chosen["lr"], "epochs": chosen["epochs"],
+            "rule": "1-SE", "folds": folds, "seed": seed, "best": {k: best[k] for k in ("rank", "lam", "lr", "epochs",
+                                                                                          "loss", "se")},
+            "table": rows}
+
+
+def save_hparams(result: dict, path) -> None:
+    Path(path).write_text(json.dumps(result, indent=2), encoding="utf-8")
+
+
+def load_hparams(path) -> tuple[int, FitSettings]:
+    """``(rank, stage-0 settings)`` from a file written by :func:`save_hparams`."""
+    path = Path(path)
+    require(path.is_file(), f"{path}: no such file")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        return int(data["rank"]), factorization.adam_settings(int(data["epochs"]), float(data["lr"]),
+                                                              float(data["lam"]))
+    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
+        raise PulseInputError(f"{path}: not a hyperparameter file (needs rank, lam, lr, epochs): {err}") from None
+

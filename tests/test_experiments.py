@@ -1,0 +1,120 @@
+"""Pieces of the paper's experiments: splits, subsets, factor files, CV, metrics, figures."""
+import numpy as np
+import pytest
+
+from pulse_jax import data, metrics, plotting, tuning
+from pulse_jax.bandit import BanditConfig
+from pulse_jax.errors import PulseInputError
+from pulse_jax.simulate import SimulationResult
+
+
+def _matrix(m=6, n=4, dates=None):
+    scores = (np.arange(m * n).reshape(m, n) % 2).astype(float)
+    meta = {"created_date": tuple(dates)} if dates else {}
+    return data.ScoreMatrix(scores, tuple(f"m{i}" for i in range(m)), tuple(f"q{j}" for j in range(n)), "x.csv", meta)
+
+
+def test_chronological_split_puts_the_older_half_in_train():
+    dates = ["2024-05-01", "2023-01-01", "2024-12-31", "2022-07-04", "2025-02-02", "2023-06-30"]
+    train, cand, info = data.split_models(_matrix(dates=dates))
+    assert info["split"] == "chronological" and info["train_until"] == "2023-06-30"
+    assert train.models == ("m1", "m3", "m5") and cand.models == ("m0", "m2", "m4")
+    assert cand.metadata["created_date"] == ("2024-05-01", "2024-12-31", "2025-02-02")
+
+
+def test_random_split_is_recorded_and_reproducible():
+    a = data.split_models(_matrix(), seed=3)
+    b = data.split_models(_matrix(), seed=3)
+    assert a[2] == b[2] and a[2]["split"] == "random" and a[2]["seed"] == 3
+    assert set(a[0].models) | set(a[1].models) == {f"m{i}" for i in range(6)}
+
+
+def test_top2_subset_on_a_hand_made_matrix():
+    means = np.array([0.50, 0.90, 0.70, 0.88, 0.60, 0.80, 0.86, 0.65])
+    # best = 1 (0.90); gaps to it: 0.88->0.02, 0.86->0.04, 0.80->0.10 ...; closest to 0.035 is 0.86 (row 6)
+    picked = data.top2_subset(means, 4, 0.035)
+    assert picked.tolist() == [1, 6, 5, 2]        # then the next best below 0.86: 0.80, 0.70
+    assert data.top2_subset(means, 3, 0.0).tolist() == [1, 3, 6]
+    with pytest.raises(PulseInputError, match="a subset of 8 needs 6"):
+        data.top2_subset(means, 8, 0.035)
+
+
+def test_factor_files(tmp_path):
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "f.npz", U=rng.normal(size=(40, 3)).astype(np.float32),
+             V=rng.normal(size=(25, 3)).astype(np.float32))
+    train, cand, info = data.paper_scale_problem(tmp_path / "f.npz", seed=1, n_candidates=10, delta_top2=0.02)
+    assert train.shape == (20, 25) and cand.shape == (10, 25)
+    again = data.paper_scale_problem(tmp_path / "f.npz", seed=1, n_candidates=10, delta_top2=0.02)[1]
+    np.testing.assert_array_equal(cand.scores, again.scores)
+    np.savez(tmp_path / "bad.npz", U=np.zeros((40, 3)), V=np.zeros((25, 4)))
+    with pytest.raises(PulseInputError, match="same rank"):
+        data.load_factors(tmp_path / "bad.npz")
+    np.savez(tmp_path / "nov.npz", U=np.zeros((40, 3)))
+    with pytest.raises(PulseInputError, match=r"missing \['V'\]"):
+        data.load_factors(tmp_path / "nov.npz")
+
+
+def test_paper_scale_generator_on_the_shared_factors(shared_data):
+    train, cand, info = data.paper_scale_problem(shared_data / "openllm_v2_mmlu_pro_factors.npz", seed=0,
+                                                 delta_top2=0.02)
+    assert cand.shape == (1000, 12032) and train.shape == (1106, 12032)
+    assert abs(info["realized_top2_gap"] - 0.02) < 0.005
+    assert 0.25 < train.scores.mean() < 0.4                      # the data README: mean accuracy 0.32
+
+
+def test_cross_validation_selects_the_true_rank(tmp_path):
+    rng = np.random.default_rng(0)
+    m, n, r = 150, 300, 2
+    U, V = rng.normal(0, 1.5, (m, r)), rng.normal(0, 1.5, (n, r))
+    S = (rng.random((m, n)) < 1 / (1 + np.exp(-U @ V.T))).astype(np.float32)
+    S[rng.random(S.shape) < 0.1] = np.nan                          # missing cells are fine
+    result = tuning.cross_validate(S, {"rank": (1, 2, 4, 8), "lam": (0.01,), "lr": (0.05,), "epochs": (300,)})
+    assert result["rank"] == 2
+    tuning.save_hparams(result, tmp_path / "h.json")
+    rank, settings = tuning.load_hparams(tmp_path / "h.json")
+    assert rank == 2 and settings.epochs == 300
+    (tmp_path / "bad.json").write_text("{}")
+    with pytest.raises(PulseInputError, match="not a hyperparameter file"):
+        tuning.load_hparams(tmp_path / "bad.json")
+
+
+def _result(best, spent, true_means, method="ucbe"):
+    best, spent = np.asarray(best), np.asarray(spent)
+    config = BanditConfig(n_models=len(true_means), n_examples=100, budget=int(spent.max()), batch_size=10)
+    r, s = best.shape
+    return SimulationResult(method, config, 0, np.asarray(true_means, float), best, spent,
+                            np.zeros((r, s - 1), int), np.zeros((r, s - 1)), np.zeros((r, 3)), np.zeros((r, 3)),
+                            np.zeros((r, 3), int), np.zeros((r, 3), int))
+
+
+def test_metrics_against_hand_computed_values():
+    means = [0.2, 0.9, 0.5]                      # the best model is 1
+    spent = np.tile([30, 40, 50, 60], (4, 1))
+    best = np.array([[0, 1, 1, 1], [0, 0, 1, 1], [2, 2, 2, 1], [1, 1, 1, 1]])
+    res = _result(best, spent, means)
+    acc, se = res.accuracy_at_budget([30, 40, 50, 60])
+    np.testing.assert_allclose(acc, [0.25, 0.5, 0.75, 1.0])
+    np.testing.assert_allclose(se[0], np.std([0, 0, 0, 1], ddof=1) / 2)
+    assert res.best_at_budget([29]).tolist() == [[-1]] * 4          # before initialization ends: no guess
+    assert metrics.first_budget_reaching(np.array([0.2, 0.96, 0.9, 0.97]), np.array([1, 2, 3, 4]), 0.95) == 4
+    assert np.isnan(metrics.first_budget_reaching(np.array([0.96, 0.5]), np.array([1, 2]), 0.95))
+    assert metrics.budget_to_target(res, 0.75, budgets=[30, 40, 50, 60], n_boot=50)["budget"] == 50
+    assert metrics.savings(60, 100) == pytest.approx(40.0)
+    np.testing.assert_allclose(metrics.top_k_accuracy(res, 2, [30, 60]), [0.5, 1.0])   # top 2 = models 1 and 2
+    faster = _result(np.array([[1, 1, 1, 1]] * 4), spent, means, "pulse")
+    np.testing.assert_array_equal(metrics.effective_budget(faster, res, [30, 40, 50, 60]), [30, 30, 30, 30])
+
+
+def test_figures_are_written(tmp_path):
+    means = [0.2, 0.9, 0.5]
+    spent = np.tile([30, 40, 50, 60], (4, 1))
+    ucbe = _result(np.array([[0, 1, 1, 1]] * 4), spent, means)
+    pulse = _result(np.array([[1, 1, 1, 1]] * 4), spent, means, "pulse")
+    panels = {"bench": {"ucbe": metrics.budget_to_target(ucbe, 0.95, n_boot=20),
+                        "pulse": metrics.budget_to_target(pulse, 0.95, n_boot=20)}}
+    for suffix in ("png", "pdf"):
+        for path in (plotting.accuracy_vs_budget([ucbe, pulse], tmp_path / f"acc.{suffix}"),
+                     plotting.budget_to_target_bars(panels, tmp_path / f"bars.{suffix}"),
+                     plotting.effective_budget_plot([ucbe, pulse], tmp_path / f"eff.{suffix}")):
+            assert path.stat().st_size > 1000
