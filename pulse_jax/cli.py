@@ -56,9 +56,20 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--scores", required=True, help="candidates' scores (.csv or .npz), fully observed")
     sim.add_argument("--train", default=None, help="historical models' scores on the same examples (side info)")
     sim.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x r)")
+    sim.add_argument("--hparams", default=None, help="stage-0 settings from `pulse-jax tune` (overrides --rank)")
     _add_run_options(sim, reps=100, batch=64, refit_every=1000, rank=16,
                      budget_help="total cells, initialization included (default: 25%% of all cells)")
     sim.add_argument("--out", required=True, help="results directory (JSON + NPZ + PNG)")
+
+    tune = sub.add_parser("tune", help="choose the factorization's hyperparameters by cross-validation (1-SE)")
+    tune.add_argument("--train", required=True, help="historical models' scores (CSV/NPZ, missing cells allowed)")
+    tune.add_argument("--out", required=True, help="JSON file for `simulate --hparams`")
+    tune.add_argument("--ranks", default="4,8,16,32")
+    tune.add_argument("--lams", default="0.001,0.01,0.1")
+    tune.add_argument("--lrs", default="0.05")
+    tune.add_argument("--epochs", default="150,300")
+    tune.add_argument("--folds", type=int, default=5)
+    tune.add_argument("--seed", type=int, default=0)
 
     sel = sub.add_parser("select", help="pick the best real model, evaluating batches with your scorer")
     sel.add_argument("--models", required=True, help="text file, one candidate name per line")
@@ -159,9 +170,45 @@ def cmd_simulate(args) -> None:
                     f"{path}: embeddings must have shape ({n}, rank) to match {cand.source}, got {V.shape}")
         else:
             train = data.align_train(cand, data.load(args.train))
-            V = factorization.fit_example_embeddings(train.scores, rank=args.rank, seed=args.seed)
+            rank, settings = args.rank, factorization.DEFAULT_STAGE0
+            if args.hparams:
+                from pulse_jax import tuning
+
+                rank, settings = tuning.load_hparams(args.hparams)
+            V = factorization.fit_example_embeddings(train.scores, rank=rank, settings=settings, seed=args.seed)
     results = _run_all(cand.scores, V, config, methods, args, cand.models)
     _finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples")
+
+
+def _numbers(text: str, name: str, kind=float) -> tuple:
+    try:
+        values = tuple(kind(x) for x in text.split(",") if x.strip())
+    except ValueError:
+        raise PulseInputError(f"--{name}: expected comma-separated numbers, got {text!r}") from None
+    require(values, f"--{name}: no value given")
+    return values
+
+
+def cmd_tune(args) -> None:
+    from pulse_jax import data, tuning
+
+    train = data.load(args.train)
+    grid = {"rank": _numbers(args.ranks, "ranks", int), "lam": _numbers(args.lams, "lams"),
+            "lr": _numbers(args.lrs, "lrs"), "epochs": _numbers(args.epochs, "epochs", int)}
+
+    def progress(done, total):
+        sys.stderr.write(f"\r  cross-validation: {done}/{total} settings")
+        sys.stderr.flush()
+
+    result = tuning.cross_validate(train.scores, grid, folds=args.folds, seed=args.seed, progress=progress)
+    sys.stderr.write("\n")
+    tuning.save_hparams(result, args.out)
+    print(f"{'rank':>5} {'lam':>7} {'lr':>6} {'epochs':>6} {'held-out BCE':>14}")
+    for row in sorted(result["table"], key=lambda r: r["loss"])[:10]:
+        print(f"{row['rank']:>5} {row['lam']:>7g} {row['lr']:>6g} {row['epochs']:>6} "
+              f"{row['loss']:>8.4f} +- {row['se']:.4f}")
+    print(f"chosen by the 1-SE rule: rank {result['rank']}, lam {result['lam']}, lr {result['lr']}, "
+          f"epochs {result['epochs']} -> {args.out}")
 
 
 def _load_evaluate(spec: str):
@@ -233,7 +280,7 @@ def main(argv=None) -> int:
 
     enable_compilation_cache()
     try:
-        {"demo": cmd_demo, "simulate": cmd_simulate, "select": cmd_select}[args.command](args)
+        {"demo": cmd_demo, "simulate": cmd_simulate, "tune": cmd_tune, "select": cmd_select}[args.command](args)
     except PulseInputError as err:
         print(f"pulse-jax: error: {err}", file=sys.stderr)
         return 2

@@ -1,12 +1,14 @@
 """Figures (matplotlib, Agg backend): readable defaults, colour-blind-safe palette."""
 from __future__ import annotations
 
+import sys
 import textwrap
 from pathlib import Path
 
 import matplotlib
 
-matplotlib.use("Agg")
+if "ipykernel" not in sys.modules:   # scripts and CI: no display; notebooks keep their inline backend
+    matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 

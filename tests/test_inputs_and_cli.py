@@ -136,3 +136,22 @@ def test_npz_loading_and_errors(tmp_path):
         data.load(tmp_path / "none.npz")
     with pytest.raises(PulseInputError, match="unknown file type"):
         data.load(tmp_path / "s.txt")
+
+
+def test_cli_tune_then_simulate_with_hparams(tmp_path, capsys):
+    rng = np.random.default_rng(1)
+    u, v = rng.normal(0, 1.5, (40, 2)), rng.normal(0, 1.5, (60, 2))
+    hist = (rng.random((40, 60)) < 1 / (1 + np.exp(-u @ v.T))).astype(float)
+    examples = tuple(f"q{j}" for j in range(60))
+    data.save_csv(data.ScoreMatrix(hist, tuple(f"h{i}" for i in range(40)), examples), tmp_path / "train.csv")
+    data.save_csv(data.ScoreMatrix(hist[:4], tuple(f"m{i}" for i in range(4)), examples), tmp_path / "cand.csv")
+    assert cli.main(["tune", "--train", str(tmp_path / "train.csv"), "--out", str(tmp_path / "h.json"),
+                     "--ranks", "1,2", "--lams", "0.01", "--epochs", "100"]) == 0
+    assert "chosen by the 1-SE rule" in capsys.readouterr().out
+    assert json.loads((tmp_path / "h.json").read_text())["rank"] in (1, 2)
+    assert cli.main(["simulate", "--scores", str(tmp_path / "cand.csv"), "--train", str(tmp_path / "train.csv"),
+                     "--hparams", str(tmp_path / "h.json"), "--method", "pulse", "--reps", "3", "--budget", "60",
+                     "--batch-size", "5", "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert cli.main(["tune", "--train", str(tmp_path / "train.csv"), "--out", str(tmp_path / "x.json"),
+                     "--ranks", "a,b"]) == 2
+    assert "--ranks: expected comma-separated numbers" in capsys.readouterr().err

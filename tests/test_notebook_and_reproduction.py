@@ -1,0 +1,40 @@
+"""The quickstart notebook runs top to bottom, and the paper reproduction runs end to end (tiny)."""
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_quickstart_notebook_runs_top_to_bottom(monkeypatch):
+    monkeypatch.setenv("PULSE_NOTEBOOK_SMALL", "1")
+    notebook = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text())
+    namespace = {"__name__": "__notebook__"}
+    for cell in notebook["cells"]:
+        if cell["cell_type"] != "code":
+            continue
+        source = "".join(line for line in cell["source"] if not line.lstrip().startswith(("%", "!")))
+        exec(compile(source, "quickstart.ipynb", "exec"), namespace)   # noqa: S102 -- our own notebook
+    assert set(namespace["results"]) == {"ucbe", "pulse", "naive"}
+    assert 0 <= namespace["res"].correct()[:, -1].mean() <= 1
+
+
+def test_reproduce_paper_tiny_end_to_end_and_resume(tmp_path, shared_data):
+    script = ROOT / "benchmarks" / "reproduce_paper.py"
+    args = [sys.executable, str(script), "--tiny", "--out", str(tmp_path), "--data", str(shared_data),
+            "--datasets", "mmlu_pro,cruxeval"]
+    first = subprocess.run(args, capture_output=True, text=True, timeout=600)
+    assert first.returncode == 0, first.stderr[-2000:]
+    table = (tmp_path / "table.md").read_text()
+    assert "mmlu_pro_d0.02" in table and "cruxeval" in table and "PULSE" in table
+    rows = (tmp_path / "results.csv").read_text().splitlines()
+    assert len(rows) == 1 + 2 * 3
+    for name in ("budget_to_95.png", "budget_to_95.pdf", "accuracy_cruxeval.png", "effective_budget_cruxeval.png"):
+        assert (tmp_path / name).stat().st_size > 1000
+    second = subprocess.run(args, capture_output=True, text=True, timeout=600)   # resumes: nothing recomputed
+    assert second.returncode == 0 and second.stderr.count("resumed from") == 6
+    assert (tmp_path / "table.md").read_text() == table
