@@ -24,7 +24,6 @@ import argparse
 import csv
 import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -139,7 +138,7 @@ def main(argv=None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     enable_compilation_cache()
     methods = [m.strip() for m in args.methods.split(",")]
-    all_results, rows, panels, skipped = {}, [], {}, []
+    all_results, rows, panels, skipped, infos = {}, [], {}, [], {}
     for name, dataset, delta in settings(args):
         problem = load_problem(args, dataset, delta)
         if problem is None:
@@ -148,6 +147,11 @@ def main(argv=None) -> int:
             continue
         train, cand, info = problem
         m, n = cand.shape
+        gap = info.get("realized_top2_gap")
+        if delta is not None and abs(gap - delta) > 0.005:
+            skipped.append(f"{name}: no candidate's gap to the best is near {delta} (closest: {gap:.4f}); "
+                           "this setting repeats another")
+            print(f"[note] {skipped[-1]}", file=sys.stderr)
         if dataset in FACTOR_FILES:
             bandit_budget = args.bandit_budget
         else:
@@ -166,10 +170,12 @@ def main(argv=None) -> int:
                 print(f"  {method}: resumed from {path.name}", file=sys.stderr)
                 continue
             res = simulate(cand.scores, config, method, V=V if method != "ucbe" else None, reps=args.reps,
-                           seed=args.seed, chunk_size=args.chunk_size, progress=True)
+                           seed=args.seed, chunk_size=args.chunk_size, progress=True, model_names=cand.models)
             save_result(path, res)
             results[method] = res
         all_results[name] = results
+        infos[name] = {**info, "candidates": list(cand.models), "true_means": cand.scores.mean(1).tolist(),
+                       "true_best": cand.models[int(cand.scores.mean(1).argmax())]}
         panels[name] = {}
         for method, res in results.items():
             found = {t: metrics.budget_to_target(res, t, n_boot=500, seed=args.seed) for t in (0.8, 0.9, 0.95)}
@@ -192,22 +198,24 @@ def main(argv=None) -> int:
                                               + (f", Delta_top2 = {delta}" if delta is not None else "")
                                               + f": {m} candidates, {args.reps} repetitions")
         if "ucbe" in results and len(results) > 1:
-            plotting.effective_budget_plot(list(results.values()), out / f"effective_budget_{name}.png")
+            for suffix in ("png", "pdf"):
+                plotting.effective_budget_plot(list(results.values()), out / f"effective_budget_{name}.{suffix}")
     if panels:
         for suffix in ("png", "pdf"):
             plotting.budget_to_target_bars(panels, out / f"budget_to_95.{suffix}")
-    write_tables(out, rows, args, skipped)
+    write_tables(out, rows, args, skipped, infos)
     print((out / "table.md").read_text())
     return 0
 
 
-def write_tables(out: Path, rows, args, skipped):
+def write_tables(out: Path, rows, args, skipped, infos):
     with open(out / "results.csv", "w", newline="") as handle:
         if rows:
             writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
             writer.writeheader()
             writer.writerows(rows)
-    (out / "summary.json").write_text(json.dumps(clean_json({"args": vars(args), "rows": rows, "skipped": skipped}),
+    (out / "summary.json").write_text(json.dumps(clean_json({"args": vars(args), "rows": rows, "skipped": skipped,
+                                                             "settings": infos}),
                                                  indent=2))
 
     def cell(row, key):
@@ -216,16 +224,21 @@ def write_tables(out: Path, rows, args, skipped):
 
     lines = [f"Budget (cells, initialization included) to reach 95% / 90% Accuracy@t; {args.reps} repetitions, "
              f"B = {args.batch_size}, refit every {args.refit_every} steps, rank {args.rank}.", "",
-             "| setting | candidates | bandit budget | method | to 95% | savings vs UCB-E | to 90% | final acc. |",
-             "|---|---:|---:|---|---:|---:|---:|---:|"]
+             "| setting | top-2 gap | candidates | bandit budget | method | to 95% | savings vs UCB-E | to 90% | "
+             "final acc. |",
+             "|---|---:|---:|---:|---|---:|---:|---:|---:|"]
     for row in rows:
         saving = row["savings_vs_ucbe_at_95"]
         saving = "" if row["method"] == "ucbe" else ("n/a" if not np.isfinite(saving) else f"{saving:+.0f}%")
-        lines.append(f"| {row['setting']} | {row['candidates']} | {row['bandit_budget']:,} | "
+        gap = row["realized_gap"]
+        if gap is None:
+            true = np.sort(infos[row["setting"]].get("true_means", [np.nan, np.nan]))[::-1]
+            gap = true[0] - true[1] if len(true) > 1 else np.nan
+        lines.append(f"| {row['setting']} | {gap:.4f} | {row['candidates']} | {row['bandit_budget']:,} | "
                      f"{plotting.LABELS[row['method']]} | {cell(row, 'budget_to_95')} | {saving} | "
                      f"{cell(row, 'budget_to_90')} | {row['final_accuracy']:.3f} |")
     if skipped:
-        lines += ["", "Skipped: " + "; ".join(skipped)]
+        lines += ["", "Notes: " + "; ".join(skipped)]
     (out / "table.md").write_text("\n".join(lines) + "\n")
 
 

@@ -24,7 +24,6 @@ same key see the same initial batches and the same example order per model.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Any, NamedTuple
 
 import chex

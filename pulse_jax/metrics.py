@@ -43,8 +43,10 @@ def budget_to_target(result: SimulationResult, target: float = 0.95, budgets=Non
     boot = np.array([first_budget_reaching(hits[rng.integers(0, result.reps, result.reps)].mean(0), budgets, target)
                      for _ in range(n_boot)])
     alpha = (1 - level) / 2
-    finite = boot[np.isfinite(boot)]
-    lo, hi = (np.quantile(finite, [alpha, 1 - alpha]) if len(finite) == len(boot) else (np.nan, np.nan))
+    # A resample that never reaches the target needs more than the budget: +inf, so the
+    # lower end stays informative and the upper end reads "beyond the budget" (NaN).
+    lo, hi = np.quantile(np.where(np.isfinite(boot), boot, np.inf), [alpha, 1 - alpha])
+    lo, hi = (lo if np.isfinite(lo) else np.nan), (hi if np.isfinite(hi) else np.nan)
     return {"target": target, "budget": point, "low": float(lo), "high": float(hi),
             "bandit_budget": point - result.config.init_cells if np.isfinite(point) else float("nan"),
             "reached_fraction": float(np.isfinite(boot).mean())}
