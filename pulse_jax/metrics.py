@@ -45,7 +45,8 @@ def budget_to_target(result: SimulationResult, target: float = 0.95, budgets=Non
     alpha = (1 - level) / 2
     # A resample that never reaches the target needs more than the budget: +inf, so the
     # lower end stays informative and the upper end reads "beyond the budget" (NaN).
-    lo, hi = np.quantile(np.where(np.isfinite(boot), boot, np.inf), [alpha, 1 - alpha])
+    with np.errstate(invalid="ignore"):   # interpolating between two infinite resamples
+        lo, hi = np.quantile(np.where(np.isfinite(boot), boot, np.inf), [alpha, 1 - alpha])
     lo, hi = (lo if np.isfinite(lo) else np.nan), (hi if np.isfinite(hi) else np.nan)
     return {"target": target, "budget": point, "low": float(lo), "high": float(hi),
             "bandit_budget": point - result.config.init_cells if np.isfinite(point) else float("nan"),
