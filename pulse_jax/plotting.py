@@ -19,6 +19,14 @@ COLORS = {"pulse": "#0072B2", "ucbe": "#E69F00", "naive": "#CC79A7"}
 LABELS = {"pulse": "PULSE", "ucbe": "UCB-E", "naive": "Naive-Pooling"}
 
 
+def _save(fig, path):
+    """Write the figure to ``path`` (format from the suffix: .png, .pdf, ...) and close it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
 def accuracy_vs_budget(results, path, title: str = "", points: int = 60, bandit_only: bool = False):
     """Accuracy@budget with +-1 SE bands for each result; writes ``path`` (PNG or PDF by suffix)."""
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
@@ -38,10 +46,7 @@ def accuracy_vs_budget(results, path, title: str = "", points: int = 60, bandit_
     if title:
         ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=9)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def estimates_with_intervals(report, path):
@@ -61,18 +66,7 @@ def estimates_with_intervals(report, path):
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(f"{report.method}: {report.spent:,} of {report.budget:,} cells; leader {report.leader}", fontsize=9)
     fig.tight_layout()
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
-
-
-def _save(fig, path):
-    """Write ``path``; with ``both=True`` callers get PNG and PDF side by side."""
-    Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    plt.close(fig)
-    return Path(path)
+    return _save(fig, path)
 
 
 def budget_to_target_bars(panels: dict, path, target: float = 0.95):
