@@ -167,9 +167,17 @@ def draw_orders(key: chex.PRNGKey, n_models: int, n_examples: int):
     return example_order.astype(jnp.int32), model_order.astype(jnp.int32), k_ties
 
 
+PULL, BEST = 0, 1   # the two tie-breaking streams of a step
+
+
+def tie_uniform(tie_key: chex.PRNGKey, t, which: int) -> chex.Array:
+    """The uniform that breaks ties at step ``t`` in the pull (``PULL``) or the recorded best (``BEST``)."""
+    return jax.random.uniform(jax.random.fold_in(jax.random.fold_in(tie_key, t), which))
+
+
 def tie_uniforms(tie_key: chex.PRNGKey, t) -> tuple[chex.Array, chex.Array]:
-    """Two uniforms for step ``t``: one breaks ties in the pull, one in the recorded best."""
-    return tuple(jax.random.uniform(jax.random.fold_in(jax.random.fold_in(tie_key, t), i)) for i in range(2))
+    """Both uniforms of step ``t`` (for reference implementations replaying the draws)."""
+    return tie_uniform(tie_key, t, PULL), tie_uniform(tie_key, t, BEST)
 
 
 def random_argmax(u: chex.Array, values: chex.Array, model_order: chex.Array) -> chex.Array:
@@ -231,8 +239,7 @@ def reset(key: chex.PRNGKey, scores: chex.Array, V: chex.Array, config: BanditCo
     if estimator.uses_predictions:
         state = _refit(episode, state, config.init_refit)
     state = state._replace(estimator=estimator.init(state.ledger))
-    u_best, _ = tie_uniforms(tie_key, 0)
-    best = random_argmax(u_best, current_estimates(estimator, state, n), model_order)
+    best = random_argmax(tie_uniform(tie_key, 0, BEST), current_estimates(estimator, state, n), model_order)
     return episode, state._replace(best=best)
 
 
@@ -247,7 +254,7 @@ def select(episode: Episode, state: BanditState, t: chex.Array, config: BanditCo
     """
     n, B = config.n_examples, config.batch_size
     ledger = state.ledger
-    u_pull, _ = tie_uniforms(episode.key, t)
+    u_pull = tie_uniform(episode.key, t, PULL)
     active = ledger.n_obs < n
     if blocked is not None:
         active = active & ~blocked
@@ -263,6 +270,23 @@ def refit(episode: Episode, state: BanditState, config: BanditConfig, estimator:
     """Step 2: refit U on all observed cells, refresh the prediction sums and the estimator."""
     state = _refit(episode, state, config.refit)
     return state._replace(estimator=estimator.refresh(state.estimator, state.ledger, config.n_examples))
+
+
+def refit_if_due(episode: Episode, state: BanditState, size: chex.Array, config: BanditConfig,
+                 estimator: Estimator, due: bool | chex.Array) -> BanditState:
+    """Step 2 as the algorithm runs it: refit when ``due`` and the step spends (``size > 0``).
+
+    ``due`` is a Python bool or an *unbatched* traced bool (it depends on the
+    step index only), so under ``vmap`` it stays a real ``lax.cond`` and plain
+    steps never pay for a refit.
+    """
+    if not estimator.uses_predictions or due is False:
+        return state
+
+    def refit_if_live(state):
+        return _where_tree(size > 0, refit(episode, state, config, estimator), state)
+
+    return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
 
 
 def draw(episode: Episode, state: BanditState, i: chex.Array, size: chex.Array,
@@ -301,8 +325,7 @@ def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, 
         pred_sq_sum=ledger.pred_sq_sum.at[i].add(-jnp.sum(f * f)),
     )
     state = state._replace(ledger=ledger, estimator=est, spent=state.spent + size)
-    _, u_best = tie_uniforms(episode.key, t)
-    best = jnp.where(live, random_argmax(u_best, current_estimates(estimator, state, n), episode.model_order),
+    best = jnp.where(live, random_argmax(tie_uniform(episode.key, t, BEST), current_estimates(estimator, state, n), episode.model_order),
                      state.best)
     return state._replace(best=best)
 
@@ -311,19 +334,14 @@ def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConf
          estimator: Estimator, do_refit: bool | chex.Array = False) -> tuple[BanditState, StepRecord]:
     """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding).
 
-    :func:`select` the model, :func:`refit` if ``do_refit`` (every
-    ``refit_every`` steps, after the choice and before the draw, as in the
-    paper's Algorithm 1), :func:`draw` its batch, :func:`observe` the true
-    scores. ``do_refit`` is a Python bool or an *unbatched* traced bool: under
-    ``vmap`` it stays a real ``lax.cond``. A step that spends nothing changes nothing.
+    :func:`select` the model, :func:`refit_if_due` (every ``refit_every``
+    steps, after the choice and before the draw, as in the paper's Algorithm
+    1), :func:`draw` its batch, :func:`observe` the true scores. A step that
+    spends nothing changes nothing.
     """
     i, size = select(episode, state, t, config, estimator)
     live = size > 0
-    if estimator.uses_predictions and do_refit is not False:
-        def refit_if_live(state):
-            return _where_tree(live, refit(episode, state, config, estimator), state)
-        state = refit_if_live(state) if do_refit is True else jax.lax.cond(do_refit, refit_if_live,
-                                                                            lambda s: s, state)
+    state = refit_if_due(episode, state, size, config, estimator, do_refit)
     examples, valid = draw(episode, state, i, size, config)
     state = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], config, estimator)
     lam = getattr(state.estimator, "last_lambda", None)

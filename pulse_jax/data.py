@@ -199,12 +199,8 @@ def split_models(matrix: ScoreMatrix, seed: int = 0, train_fraction: float = 0.5
     info.update(n_train=len(train_rows), n_candidates=len(cand_rows),
                 train_models=[matrix.models[i] for i in train_rows])
 
-    def take(rows, suffix):
-        meta = {k: tuple(v[i] for i in rows) for k, v in matrix.metadata.items()}
-        return ScoreMatrix(matrix.scores[rows], tuple(matrix.models[i] for i in rows), matrix.examples,
-                           f"{matrix.source} [{suffix}]", meta)
-
-    return take(train_rows, "train"), take(cand_rows, "candidates"), info
+    return (subset_rows(matrix, train_rows, f"{matrix.source} [train]"),
+            subset_rows(matrix, cand_rows, f"{matrix.source} [candidates]"), info)
 
 
 def top2_subset(means: np.ndarray, size: int, gap: float) -> np.ndarray:
@@ -229,12 +225,12 @@ def top2_subset(means: np.ndarray, size: int, gap: float) -> np.ndarray:
 
 
 
-def subset_rows(matrix: ScoreMatrix, rows) -> ScoreMatrix:
+def subset_rows(matrix: ScoreMatrix, rows, source: str | None = None) -> ScoreMatrix:
     """The models ``rows`` of ``matrix``, names and metadata kept."""
     rows = [int(i) for i in rows]
     meta = {k: tuple(v[i] for i in rows) for k, v in matrix.metadata.items()}
-    return ScoreMatrix(matrix.scores[rows], tuple(matrix.models[i] for i in rows), matrix.examples, matrix.source,
-                       meta)
+    return ScoreMatrix(matrix.scores[rows], tuple(matrix.models[i] for i in rows), matrix.examples,
+                       source or matrix.source, meta)
 
 
 # ----------------------------------------------------------------------------- paper-scale factor files

@@ -21,7 +21,10 @@ from typing import NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
+
+from pulse_jax.errors import require
 
 
 class FitSettings(NamedTuple):
@@ -43,7 +46,7 @@ PAPER_INIT_REFIT = adam_settings(50, 0.01, 0.01)
 PAPER_REFIT = adam_settings(10, 0.1, 0.01)
 
 
-def _masked_bce(logits: chex.Array, scores: chex.Array, mask: chex.Array) -> chex.Array:
+def masked_bce(logits: chex.Array, scores: chex.Array, mask: chex.Array) -> chex.Array:
     """Sum over observed cells of BCE(score, sigmoid(logit)), numerically stable."""
     per_cell = jnp.logaddexp(0.0, logits) - scores * logits
     return jnp.sum(jnp.where(mask, per_cell, 0.0))
@@ -53,7 +56,7 @@ def loss(U: chex.Array, V: chex.Array, scores: chex.Array, mask: chex.Array, lam
     """The paper's objective L(U, V) over the cells where ``mask`` is true."""
     m, n = scores.shape
     n_obs = jnp.maximum(jnp.sum(mask), 1)
-    data = _masked_bce(U @ V.T, scores, mask) / n_obs
+    data = masked_bce(U @ V.T, scores, mask) / n_obs
     reg = lam / (2.0 * (m + n)) * (jnp.sum(U * U) + jnp.sum(V * V))
     return data + reg
 
@@ -116,10 +119,6 @@ def fit_example_embeddings(train, rank: int = DEFAULT_RANK, settings: FitSetting
 
     Host-level convenience around :func:`fit` (validates, then one jitted fit).
     """
-    import numpy as np
-
-    from pulse_jax.errors import require
-
     train = np.asarray(train, dtype=np.float32)
     require(train.ndim == 2, f"train matrix must be 2-D, got shape {train.shape}")
     m, n = train.shape

@@ -158,9 +158,7 @@ def _compiled(config: BanditConfig, method: str):
 
     def ask(episode, state, t, blocked, reserved, do_refit):
         i, size = bandit.select(episode, state, t, config, est, blocked, reserved)
-        if est.uses_predictions:
-            state = jax.lax.cond(do_refit & (size > 0), lambda s: bandit.refit(episode, s, config, est),
-                                 lambda s: s, state)
+        state = bandit.refit_if_due(episode, state, size, config, est, do_refit)
         examples, _ = bandit.draw(episode, state, i, size, config)
         return state, i, size, examples
 
@@ -172,8 +170,7 @@ def _compiled(config: BanditConfig, method: str):
         return episode, state
 
     def summary(state):
-        return (bandit.current_estimates(est, state, config.n_examples), state.ledger.n_obs,
-                state.ledger.n_pulls, state.ledger, state.estimator, state.best)
+        return bandit.current_estimates(est, state, config.n_examples), state.ledger
 
     return jax.jit(reset), jax.jit(ask), jax.jit(tell), jax.jit(summary)
 
@@ -435,8 +432,8 @@ class Selector:
         """Ranking, estimates with intervals, separation and the audit trail, at any time."""
         c, m, n = self.config, len(self.models), self.config.n_examples
         if self.initialized:
-            est, n_obs, n_pulls, ledger, est_state, _ = self._summary_fn(self._state)
-            est, n_obs, n_pulls = np.asarray(est, np.float64), np.asarray(n_obs), np.asarray(n_pulls)
+            est, ledger = self._summary_fn(self._state)
+            est, n_obs, n_pulls = np.asarray(est, np.float64), np.asarray(ledger.n_obs), np.asarray(ledger.n_pulls)
         else:   # during initialization: sample means of what has been seen
             n_obs = np.array([len(self._evaluated[name]) for name in self.models])
             n_pulls = (n_obs > 0).astype(int)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pulse_jax.errors import require
 from pulse_jax.simulate import SimulationResult
 
 
@@ -76,8 +77,6 @@ def paired_auc_difference(a: SimulationResult, b: SimulationResult, budgets=None
 
 
 def require_same_design(a: SimulationResult, b: SimulationResult) -> None:
-    from pulse_jax.errors import require
-
     require(a.seed == b.seed and a.reps == b.reps,
             "paired comparison needs the same seed and number of repetitions")
     require(np.array_equal(a.true_means, b.true_means), "paired comparison needs the same score matrix")

@@ -49,7 +49,7 @@ def summary(results: dict[str, SimulationResult]) -> dict:
     out = {"config": {k: v for k, v in dataclasses.asdict(cfg).items() if not isinstance(v, (tuple, list, dict))},
            "init_cells": cfg.init_cells, "n_steps": cfg.n_steps,
            "best_model": any_result.best_model,
-           "best_model_name": (any_result.model_names or [None] * (any_result.best_model + 1))[any_result.best_model],
+           "best_model_name": any_result.model_names[any_result.best_model] if any_result.model_names else None,
            "methods": {}}
     out["config"]["init_refit_epochs"] = cfg.init_refit.epochs
     out["config"]["refit_epochs"] = cfg.refit.epochs

@@ -33,21 +33,9 @@ def _fold_losses(rank: int, folds: int):
     """jit(vmap over folds) of fit-then-score, for one rank."""
 
     def one_fold(key, scores, fit_mask, test_mask, lam, lr, epochs):
-        m, n = scores.shape
-        ku, kv = jax.random.split(key)
-        params = (0.1 * jax.random.normal(ku, (m, rank)), 0.1 * jax.random.normal(kv, (n, rank)))
-        opt = optax.adam(lr)
-
-        def body(_, carry):
-            p, state = carry
-            grads = jax.grad(lambda q: factorization.loss(q[0], q[1], scores, fit_mask, lam))(p)
-            updates, state = opt.update(grads, state, p)
-            return optax.apply_updates(p, updates), state
-
-        (U, V), _ = jax.lax.fori_loop(0, epochs, body, (params, opt.init(params)))
-        logits = U @ V.T
-        held_out = jnp.where(test_mask, jnp.logaddexp(0.0, logits) - scores * logits, 0.0)
-        return jnp.sum(held_out) / jnp.maximum(jnp.sum(test_mask), 1)
+        # lam, lr and epochs are traced: one compilation serves the whole grid of a rank.
+        U, V = factorization.fit(key, scores, fit_mask, rank, FitSettings(epochs, lam, optax.adam(lr)))
+        return factorization.masked_bce(U @ V.T, scores, test_mask) / jnp.maximum(jnp.sum(test_mask), 1)
 
     return jax.jit(jax.vmap(one_fold, in_axes=(None, None, 0, 0, None, None, None)))
 
