@@ -142,6 +142,7 @@ def test_simultaneous_bounds_hold_at_every_look(method):
                 ratio = max(ratio, float(np.max(np.abs(b.true_means - centre)[informative] / half[informative])))
         worst.append(ratio)
     worst = np.array(worst)
+    print(f"{method}: worst |centre - mu| / half-width per run: {np.round(worst, 3).tolist()}")   # pytest -s
     assert (worst > 1).mean() <= delta + 3 * np.sqrt(delta * (1 - delta) / reps)
     assert (worst > 0.1).mean() > 0.5       # power: a bound 10x too narrow would fail above
 
