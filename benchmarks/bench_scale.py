@@ -8,8 +8,13 @@ per second (cells evaluated in the simulated bandit, initialization included).
 
     python benchmarks/bench_scale.py --quick          # a small grid, about a minute
     python benchmarks/bench_scale.py --out results/bench_scale.json
-    python benchmarks/bench_scale.py --models 1000 --examples 12032 --rank 100 --reps 500 \\
-        --bandit-budget 400000 --refit-every 1000      # the paper's full scale (long on a CPU)
+    python benchmarks/bench_scale.py --factors ../shared/data/openllm_v2_mmlu_pro_factors.npz \\
+        --models 1000 --examples 12032 --rank 100 --reps 500 --bandit-budget 400000 \\
+        --refit-every 1000 --methods ucbe                 # the paper's full scale
+    python benchmarks/bench_scale.py ... --banditeval     # add the banditeval package, when installed
+
+``--factors`` draws the candidates from a factor file as the paper's
+experiments do (``pulse_jax.data.paper_scale_problem``).
 """
 from __future__ import annotations
 
@@ -24,8 +29,80 @@ import time
 from pathlib import Path
 
 
+def problem(spec: dict):
+    """The benchmark's score matrix and example embeddings (deterministic in ``spec``)."""
+    import numpy as np
+
+    m, n, r = spec["models"], spec["examples"], spec["rank"]
+    if spec.get("factors"):
+        # The paper's setting: candidates drawn from the factor file; V is the file's own example
+        # factors (the shape of a stage-0 fit; the cost does not depend on its values).
+        from pulse_jax.data import load_factors, paper_scale_problem
+
+        _, cand, _ = paper_scale_problem(spec["factors"], seed=0, n_candidates=m)
+        scores = cand.scores[:, :n]
+        V = load_factors(spec["factors"])[1][:n, :r]
+        if V.shape[1] < r:   # e.g. the paper's rank 100 on a rank-64 file: pad with small random columns
+            pad = np.random.default_rng(0).normal(0, 0.1, (V.shape[0], r - V.shape[1]))
+            V = np.concatenate([V, pad.astype(np.float32)], axis=1)
+    else:
+        rng = np.random.default_rng(0)
+        U, V = rng.normal(0, 1, (m, r)) / np.sqrt(r), rng.normal(0, 1, (n, r))
+        scores = (rng.random((m, n)) < 1 / (1 + np.exp(-(U @ V.T)))).astype(np.float32)
+    return np.asarray(scores, np.float32), np.asarray(V, np.float32)
+
+
+BANDITEVAL = ("banditeval-ucbe", "banditeval-ucbe-lrf")
+
+
+def banditeval_child(spec: dict) -> dict:
+    """Time the ``banditeval`` package (PyTorch, one run at a time) on the same matrix and budget.
+
+    Its UCB-E recomputes means over the whole (m, n) observation matrix every
+    step. Its low-rank variant ("ucbe-lrf", default settings) samples random
+    cells until 5% of the matrix is observed, then fits an ensemble
+    factorization every step; here the matrix is pre-filled to 5% at random
+    and the post-warm-up steps are timed. Both time the first
+    ``--banditeval-steps`` steps and extrapolate to the run's step count
+    (``extrapolated`` in the output says so).
+    """
+    import numpy as np
+    import torch
+    from banditeval import bandits
+
+    torch.manual_seed(0)
+    scores, _ = problem(spec)
+    m, n, B = spec["models"], spec["examples"], spec["batch"]
+    total_steps = -(-(m * B + spec["bandit_budget"]) // B)
+    timed_steps = min(total_steps, spec["banditeval_steps"])
+    truth = torch.from_numpy(scores)
+    observed = torch.full((m, n), float("nan"))
+    lrf = spec["method"] == "banditeval-ucbe-lrf"
+    if lrf:
+        warm = torch.rand(m, n) < 0.05
+        observed[warm] = truth[warm]
+        step = bandits.upper_confidence_bound_exploration_low_rank_factorization
+    else:
+        step = bandits.upper_confidence_bound_exploration
+    t0 = time.perf_counter()
+    for _ in range(timed_steps):
+        batch = step(observed, batch_size=B)
+        if batch is None:
+            break
+        observed[batch[0], batch[1]] = truth[batch[0], batch[1]]
+    per_step = (time.perf_counter() - t0) / timed_steps
+    run_s = per_step * total_steps
+    peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return {**spec, "steps": total_steps, "timed_steps": timed_steps, "extrapolated": timed_steps < total_steps,
+            "seconds_per_step": per_step, "compile_s": 0.0, "run_s": run_s, "reps_per_s": 1 / run_s,
+            "cells_per_s": (m * B + spec["bandit_budget"]) / run_s, "peak_rss_mib": peak_mib,
+            "backend": f"torch {torch.__version__} cpu", "devices": 1}
+
+
 def child(spec: dict) -> dict:
     """Run one measurement (in this process) and return its numbers."""
+    if spec["method"] in BANDITEVAL:
+        return banditeval_child({**spec, "reps": 1})
     import os
 
     os.environ.setdefault("JAX_ENABLE_COMPILATION_CACHE", "false")
@@ -33,23 +110,15 @@ def child(spec: dict) -> dict:
     import numpy as np
 
     from pulse_jax import bandit
-    from pulse_jax.simulate import rep_keys
+    from pulse_jax.simulate import simulate
 
-    rng = np.random.default_rng(0)
     m, n, r = spec["models"], spec["examples"], spec["rank"]
-    U, V = rng.normal(0, 1, (m, r)) / np.sqrt(r), rng.normal(0, 1, (n, r))
-    scores = (rng.random((m, n)) < 1 / (1 + np.exp(-(U @ V.T)))).astype(np.float32)
+    scores, V = problem(spec)
     config = bandit.BanditConfig(n_models=m, n_examples=n, budget=m * spec["batch"] + spec["bandit_budget"],
                                  batch_size=spec["batch"], refit_every=spec["refit_every"])
-    run = jax.jit(jax.vmap(bandit.make_run(config, spec["method"]), in_axes=(0, None, None)))
-    keys = rep_keys(0, 0, spec["reps"])
-    args = (keys, jax.numpy.asarray(scores), jax.numpy.asarray(V, dtype=np.float32))
-    t0 = time.perf_counter()
-    compiled = run.lower(*args).compile()
-    compile_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    jax.block_until_ready(compiled(*args))
-    run_s = time.perf_counter() - t0
+    res = simulate(scores, config, spec["method"], V=np.asarray(V, np.float32), reps=spec["reps"], seed=0,
+                   chunk_size=spec.get("chunk"), progress=True)
+    compile_s, run_s = res.compile_seconds, res.seconds - res.compile_seconds
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     cells = spec["reps"] * config.budget
     return {**spec, "steps": config.n_steps, "compile_s": compile_s, "run_s": run_s,
@@ -67,6 +136,13 @@ def main(argv=None) -> int:
     p.add_argument("--reps", default="32")
     p.add_argument("--refit-every", type=int, default=100)
     p.add_argument("--methods", default="ucbe,pulse,naive")
+    p.add_argument("--factors", help="draw the candidates from this factor file (e.g. "
+                   "../shared/data/openllm_v2_mmlu_pro_factors.npz) instead of a synthetic matrix")
+    p.add_argument("--banditeval", action="store_true",
+                   help="also time the banditeval package (UCB-E and its low-rank variant) when it is installed")
+    p.add_argument("--banditeval-steps", type=int, default=50,
+                   help="banditeval steps to time before extrapolating to the whole run")
+    p.add_argument("--chunk", type=int, help="repetitions per compiled batch (default: from the memory budget)")
     p.add_argument("--quick", action="store_true", help="small grid: 50 and 100 models x 1,000 examples")
     p.add_argument("--out", default="results/bench_scale.json")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -80,18 +156,31 @@ def main(argv=None) -> int:
     def ints(text):
         return [int(x) for x in text.split(",")]
 
+    methods = args.methods.split(",")
+    if args.banditeval:
+        import importlib.util
+
+        if importlib.util.find_spec("banditeval") is None:
+            print("banditeval is not installed (pip install torch==2.13.0 banditeval); skipping it", file=sys.stderr)
+        else:
+            methods += list(BANDITEVAL)
     grid = itertools.product(ints(args.models), ints(args.examples), ints(args.rank), ints(args.batch),
-                             ints(args.bandit_budget), ints(args.reps), args.methods.split(","))
+                             ints(args.bandit_budget), ints(args.reps), methods)
     rows = []
     for m, n, r, b, budget, reps, method in grid:
         spec = {"models": m, "examples": n, "rank": r, "batch": b, "bandit_budget": budget, "reps": reps,
-                "refit_every": args.refit_every, "method": method}
-        proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True)
+                "refit_every": args.refit_every, "method": method, "factors": args.factors, "chunk": args.chunk,
+                "banditeval_steps": args.banditeval_steps}
+        proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
+                              text=True)   # the child's progress goes straight to stderr
         if proc.returncode != 0:
-            print(f"failed: {spec}\n{proc.stderr[-2000:]}", file=sys.stderr)
+            print(f"failed: {spec}", file=sys.stderr)
             return 1
         row = json.loads(proc.stdout.strip().splitlines()[-1])
         rows.append(row)
+        if row.get("extrapolated"):
+            print(f"  ({method}: {row['timed_steps']} of {row['steps']} steps timed, "
+                  f"{row['seconds_per_step'] * 1000:.1f} ms each; run time extrapolated)", file=sys.stderr)
         print(f"{method:>6} m={m:<5} n={n:<6} r={r:<4} B={b:<3} budget={budget:<7} reps={reps:<4} "
               f"compile {row['compile_s']:6.1f} s  run {row['run_s']:7.2f} s  {row['reps_per_s']:8.2f} reps/s  "
               f"{row['cells_per_s']:12,.0f} cells/s  peak {row['peak_rss_mib']:7.0f} MiB", file=sys.stderr)
@@ -103,7 +192,8 @@ def main(argv=None) -> int:
     table = ["| method | models | examples | rank | B | bandit cells | reps | compile (s) | run (s) | reps/s | "
              "cells/s | peak RSS (MiB) |", "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for row in rows:
-        table.append(f"| {row['method']} | {row['models']} | {row['examples']} | {row['rank']} | {row['batch']} | "
+        note = " (extrapolated)" if row.get("extrapolated") else ""
+        table.append(f"| {row['method']}{note} | {row['models']} | {row['examples']} | {row['rank']} | {row['batch']} | "
                      f"{row['bandit_budget']:,} | {row['reps']} | {row['compile_s']:.1f} | {row['run_s']:.2f} | "
                      f"{row['reps_per_s']:.2f} | {row['cells_per_s']:,.0f} | {row['peak_rss_mib']:.0f} |")
     out.with_suffix(".md").write_text("\n".join(table) + "\n")

@@ -1,14 +1,14 @@
-"""Time the parts of one full-scale repetition on this machine (input to the performance work).
+"""Time the parts of one full-scale repetition on this machine (what the engine spends its time on).
 
     python benchmarks/profile_parts.py                 # 1,000 models x 12,032 examples, rank 100
     python benchmarks/profile_parts.py --models 200    # smaller
 
-Prints median seconds (compilation excluded) for: drawing every model's example
-order (``bandit.draw_orders``), ``bandit.reset`` for UCB-E, one dense
-``sigmoid(U V^T)`` with the row sums a refit recomputes, and the gradient of the
-refit loss over a 540,800-cell observation log done with an XLA gather/scatter
-and with a sorted ``segment_sum``, the two sparse alternatives to the dense
-masked epoch the engine uses.
+Prints median seconds (compilation excluded) of: one example draw
+(``sampling.draw``: Fisher-Yates choices, loop-free resolution, rank to
+example), ``bandit.reset`` for UCB-E (1,000 initial draws), the initial refit
+(50 epochs on the initial batches), one periodic refit on a full pull log (10
+epochs), the dense ``sigmoid(U V^T)`` row sums a refit recomputes, and, for
+comparison, one dense masked epoch (the engine's former refit).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import bandit
+from pulse_jax import bandit, factorization, sampling
 from pulse_jax.estimators import ucbe
 
 
@@ -39,41 +39,44 @@ def main(argv=None):
     p.add_argument("--models", type=int, default=1000)
     p.add_argument("--examples", type=int, default=12032)
     p.add_argument("--rank", type=int, default=100)
-    p.add_argument("--cells", type=int, default=540_800)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--bandit-budget", type=int, default=400_000)
     args = p.parse_args(argv)
-    m, n, r, c = args.models, args.examples, args.rank, args.cells
+    m, n, r, B = args.models, args.examples, args.rank, args.batch
+    steps = args.bandit_budget // B
     key = jax.random.PRNGKey(0)
     rng = np.random.default_rng(0)
     S = jnp.asarray((rng.random((m, n)) < 0.5).astype(np.float32))
     V = jnp.asarray(rng.normal(0, 0.1, (n, r)).astype(np.float32))
     U = jnp.asarray(rng.normal(0, 0.1, (m, r)).astype(np.float32))
-    config = bandit.BanditConfig(n_models=m, n_examples=n, budget=m * 64 + 64, batch_size=64)
+    config = bandit.BanditConfig(n_models=m, n_examples=n, budget=m * B + B, batch_size=B)
+    row = sampling.empty_mask(1, n)[0]
+
+    def block(K, L):
+        return factorization.CellBlocks(jnp.asarray(rng.integers(0, m, K), jnp.int32),
+                                        jnp.asarray(rng.integers(0, n, (K, L)), jnp.int32),
+                                        jnp.asarray((rng.random((K, L)) < 0.5).astype(np.float32)),
+                                        jnp.ones((K, L), bool))
+
+    init, log = block(m, B), block(steps, B)
+    mask = jnp.asarray(rng.random((m, n)) < (m * B + args.bandit_budget) / (m * n))
     rows = [
-        ("draw_orders (per-model example orders)", timed(jax.jit(lambda k: bandit.draw_orders(k, m, n)[0]), key)),
-        ("reset, UCB-E", timed(jax.jit(lambda k: bandit.reset(k, S, V[:, :1], config, ucbe())[1].ledger.obs_sum), key)),
-        ("dense sigmoid(U V^T) + row sums", timed(jax.jit(lambda u: (jax.nn.sigmoid(u @ V.T).sum(1))), U)),
+        ("one example draw (B examples)", timed(jax.jit(lambda k: sampling.draw(k, row, 100, n, B)), key)),
+        ("reset, UCB-E (m initial draws)",
+         timed(jax.jit(lambda k: bandit.reset(k, S, V[:, :1], config, ucbe())[1].ledger.obs_sum), key)),
+        (f"initial refit, 50 epochs on {m * B:,} cells",
+         timed(jax.jit(lambda u: factorization.refit_rows_on_blocks(u, V, (init,), n,
+                                                                    factorization.PAPER_INIT_REFIT)), U)),
+        (f"periodic refit, 10 epochs on {m * B + steps * B:,} cells",
+         timed(jax.jit(lambda u: factorization.refit_rows_on_blocks(u, V, (init, log), n,
+                                                                    factorization.PAPER_REFIT)), U)),
+        ("dense sigmoid(U V^T) + row sums", timed(jax.jit(lambda u: factorization.predict(u, V).sum(1)), U)),
+        ("one dense masked epoch (gradient)",
+         timed(jax.jit(jax.grad(lambda u: factorization.loss(u, V, S, mask, 0.01))), U)),
     ]
-    mi = jnp.asarray(rng.integers(0, m, c))
-    ei = jnp.asarray(rng.integers(0, n, c))
-    s = jnp.asarray((rng.random(c) < 0.5).astype(np.float32))
-
-    def loss(u):
-        z = jnp.sum(u[mi] * V[ei], -1)
-        return jnp.mean(jnp.logaddexp(0.0, z) - s * z)
-
-    order = jnp.argsort(mi)
-    mis, eis, ss = mi[order], ei[order], s[order]
-
-    def sorted_grad(u):
-        z = jnp.sum(u[mis] * V[eis], -1)
-        w = (jax.nn.sigmoid(z) - ss) / c
-        return jax.ops.segment_sum(w[:, None] * V[eis], mis, m, indices_are_sorted=True)
-
-    rows += [(f"gather/scatter gradient over {c:,} cells", timed(jax.jit(jax.grad(loss)), U)),
-             (f"sorted segment_sum gradient over {c:,} cells", timed(jax.jit(sorted_grad), U))]
-    print(f"{m} models x {n} examples, rank {r}, backend {jax.default_backend()}")
+    print(f"{m} models x {n} examples, rank {r}, B {B}, backend {jax.default_backend()}")
     for name, seconds in rows:
-        print(f"  {name:<48} {seconds * 1000:9.1f} ms")
+        print(f"  {name:<52} {seconds * 1000:9.2f} ms")
 
 
 if __name__ == "__main__":

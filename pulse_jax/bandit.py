@@ -9,17 +9,17 @@ returns a pure function of ``(key, scores, V)``, so
 ``jax.jit(jax.vmap(run, in_axes=(0, None, None)))(keys, scores, V)`` runs every
 repetition at once.
 
-Sampling without replacement: each model gets one uniformly random order of
-the examples at reset (``example_order``); its k-th observed example is
-``example_order[i, k]``, so its observed set is always a prefix and the next
-batch ``example_order[i, N_i : N_i + B']`` is a uniform B'-subset of the
-unobserved examples given everything seen so far. The observed mask is
-``example_rank < n_obs[:, None]`` (``example_rank`` is the inverse order), so
-refits need no log of observations.
+Sampling without replacement (:mod:`pulse_jax.sampling`): each model's
+observed examples are a packed bit mask carried in the state, and a pull of
+``B'`` examples is an exact uniform ``B'``-subset of the unobserved ones,
+drawn in ``O(B log B + n / 32)`` work with no per-repetition permutation.
+Refits work on the observed cells only: the initial batches plus a log of
+every pull, kept in the state as (model, batch) blocks.
 
-Common random numbers: the draws depend only on the repetition key and the
-model's row, never on the method, so UCB-E, PULSE and Naive-Pooling with the
-same key see the same initial batches and the same example order per model.
+Common random numbers: a model's draws depend only on the repetition key,
+the model's row and how many of its examples were seen, never on the method,
+so UCB-E, PULSE and Naive-Pooling with the same key see the same initial
+batches, and the same k-th batch of a model whenever both pull it k times.
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from pulse_jax import factorization
+from pulse_jax import factorization, sampling
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull
 from pulse_jax.factorization import PAPER_INIT_REFIT, PAPER_REFIT, FitSettings
@@ -115,10 +115,18 @@ class Episode(NamedTuple):
 
     scores: chex.Array         # (m, n) true scores S, shared by all repetitions
     V: chex.Array              # (n, r) frozen example embeddings
-    example_order: chex.Array  # (m, n) int32: model i's k-th example
-    example_rank: chex.Array   # (m, n) int32: position of example j in model i's order
     model_order: chex.Array    # (m,) int32: this repetition's shuffled order of the models
+    init_examples: chex.Array  # (m, T0 B) int32: the initial batches
+    examples_key: chex.PRNGKey  # stream of the example draws (see sampling.draw_key)
     key: chex.PRNGKey          # per-step tie-breaking stream
+
+
+class PullLog(NamedTuple):
+    """Every bandit pull, by step (slot ``t - 1`` for step ``t``); kept only by methods that refit."""
+
+    models: chex.Array    # (S,) int32 model pulled
+    examples: chex.Array  # (S, B) int32 its batch
+    sizes: chex.Array     # (S,) int32 cells of the batch that count (0: no pull)
 
 
 class BanditState(NamedTuple):
@@ -127,6 +135,8 @@ class BanditState(NamedTuple):
     ledger: Ledger        # per-model observed / predicted sums
     estimator: Any        # the estimator's own state
     U: chex.Array         # (m, r) current model factors
+    observed: chex.Array  # (m, ceil(n / 32)) uint32: packed mask of the observed cells
+    log: PullLog          # the bandit's observed cells as blocks, for refits
     spent: chex.Array     # cells spent, initialization included
     best: chex.Array      # current best guess (row index)
 
@@ -153,18 +163,30 @@ class RunResult(NamedTuple):
 # ----------------------------------------------------------------------------- draws
 
 
-def draw_orders(key: chex.PRNGKey, n_models: int, n_examples: int):
-    """The random orders of a repetition: ``(example_order, model_order, tie_key)``.
+def draw_keys(key: chex.PRNGKey, n_models: int):
+    """A repetition's random streams: ``(model_order, examples_key, tie_key)``.
 
-    Depends on the key and the shape only (never on the method), which is what
-    makes comparisons between methods paired. Exposed so that a reference
-    implementation can replay the same draws.
+    Depend on the key and the number of models only (never on the method),
+    which is what makes comparisons between methods paired. Exposed so that a
+    reference implementation can replay the same draws.
     """
     k_models, k_examples, k_ties = (jax.random.fold_in(key, i) for i in range(3))
-    rows = jnp.arange(n_models)
-    example_order = jax.vmap(lambda i: jax.random.permutation(jax.random.fold_in(k_examples, i), n_examples))(rows)
-    model_order = jax.random.permutation(k_models, n_models)
-    return example_order.astype(jnp.int32), model_order.astype(jnp.int32), k_ties
+    return jax.random.permutation(k_models, n_models).astype(jnp.int32), k_examples, k_ties
+
+
+def initial_draws(examples_key: chex.PRNGKey, config: "BanditConfig") -> tuple[chex.Array, chex.Array]:
+    """Stage 1's examples, ``(m, T0 B)``, and the packed mask of them: T0 ordinary draws per model."""
+    m, n, B = config.n_models, config.n_examples, config.batch_size
+
+    def one_model(i, row):
+        picked = []
+        for b in range(config.init_batches):
+            ex = sampling.draw(sampling.draw_key(examples_key, i, b * B), row, b * B, n, B)
+            row = sampling.mark(row, ex, jnp.ones(B, bool))
+            picked.append(ex)
+        return jnp.concatenate(picked), row
+
+    return jax.vmap(one_model)(jnp.arange(m, dtype=jnp.int32), sampling.empty_mask(m, n))
 
 
 PULL, BEST = 0, 1   # the two tie-breaking streams of a step
@@ -208,12 +230,35 @@ def current_estimates(estimator: Estimator, state: BanditState, n_examples: int)
     return jnp.where(ledger.n_obs >= n_examples, exact, estimator.estimate(state.estimator, ledger))
 
 
+def observed_blocks(episode: Episode, state: BanditState) -> tuple[factorization.CellBlocks, ...]:
+    """Every observed cell as blocks: the initial batches (one block per model), then the pull log."""
+    m, n0 = episode.init_examples.shape
+    log = state.log
+    rows = jnp.arange(m, dtype=jnp.int32)
+    init = factorization.CellBlocks(rows, episode.init_examples,
+                                    jnp.take_along_axis(episode.scores, episode.init_examples, axis=1),
+                                    jnp.ones((m, n0), bool))
+    pulls = factorization.CellBlocks(log.models, log.examples, episode.scores[log.models[:, None], log.examples],
+                                     jnp.arange(log.examples.shape[1]) < log.sizes[:, None])
+    return init, pulls
+
+
 def _refit(episode: Episode, state: BanditState, settings: FitSettings) -> BanditState:
-    """Refit U on every observed cell (V frozen, warm start); recompute F and Phi."""
-    observed = episode.example_rank < state.ledger.n_obs[:, None]
-    U = factorization.refit_rows(state.U, episode.V, episode.scores, observed, settings)
-    pred = jnp.where(observed, 0.0, factorization.predict(U, episode.V))
-    ledger = state.ledger._replace(pred_sum=jnp.sum(pred, axis=1), pred_sq_sum=jnp.sum(pred * pred, axis=1))
+    """Refit U on every observed cell (V frozen, warm start); recompute F and Phi.
+
+    ``F_i``/``Phi_i`` (sums of predictions and their squares over model i's
+    unobserved cells) are the dense row sums minus the observed cells' part.
+    """
+    m, n = episode.scores.shape
+    blocks = observed_blocks(episode, state)
+    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings)
+    P = factorization.predict(U, episode.V)
+    pred_sum, pred_sq_sum = jnp.sum(P, axis=1), jnp.sum(P * P, axis=1)
+    for block in blocks:
+        f = factorization.block_predictions(U, episode.V, block)
+        pred_sum = pred_sum - jax.ops.segment_sum(jnp.sum(f, axis=1), block.rows, m)
+        pred_sq_sum = pred_sq_sum - jax.ops.segment_sum(jnp.sum(f * f, axis=1), block.rows, m)
+    ledger = state.ledger._replace(pred_sum=pred_sum, pred_sq_sum=pred_sq_sum)
     return state._replace(U=U, ledger=ledger)
 
 
@@ -224,18 +269,20 @@ def reset(key: chex.PRNGKey, scores: chex.Array, V: chex.Array, config: BanditCo
           estimator: Estimator) -> tuple[Episode, BanditState]:
     """Stage 1: draw the orders, observe ``T0 * B`` examples per model, fit U."""
     m, n = config.n_models, config.n_examples
-    example_order, model_order, tie_key = draw_orders(key, m, n)
-    example_rank = jnp.zeros_like(example_order).at[jnp.arange(m)[:, None], example_order].set(
-        jnp.arange(n, dtype=jnp.int32)[None, :])
-    episode = Episode(scores, V, example_order, example_rank, model_order, tie_key)
+    model_order, examples_key, tie_key = draw_keys(key, m)
+    first_examples, observed = initial_draws(examples_key, config)
+    episode = Episode(scores, V, model_order, first_examples, examples_key, tie_key)
 
     n0 = config.init_cells_per_model
-    first = jnp.take_along_axis(scores, example_order[:, :n0], axis=1)
+    first = jnp.take_along_axis(scores, first_examples, axis=1)
     zeros = jnp.zeros(m, jnp.float32)
     ledger = Ledger(jnp.full(m, n0, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1), (first * first).sum(1),
                     zeros, zeros)
-    state = BanditState(ledger, None, jnp.zeros((m, V.shape[1]), jnp.float32), jnp.int32(config.init_cells),
-                        jnp.int32(0))
+    slots = max(config.n_steps, 1) if estimator.uses_predictions else 0   # one empty slot when no steps
+    log = PullLog(jnp.zeros(slots, jnp.int32), jnp.zeros((slots, config.batch_size), jnp.int32),
+                  jnp.zeros(slots, jnp.int32))
+    state = BanditState(ledger, None, jnp.zeros((m, V.shape[1]), jnp.float32), observed, log,
+                        jnp.int32(config.init_cells), jnp.int32(0))
     if estimator.uses_predictions:
         state = _refit(episode, state, config.init_refit)
     state = state._replace(estimator=estimator.init(state.ledger))
@@ -291,10 +338,11 @@ def refit_if_due(episode: Episode, state: BanditState, size: chex.Array, config:
 
 def draw(episode: Episode, state: BanditState, i: chex.Array, size: chex.Array,
          config: BanditConfig) -> tuple[chex.Array, chex.Array]:
-    """Step 3: the batch, ``(examples, valid)`` of length B: the next ``size`` of model i's order."""
-    slots = jnp.arange(config.batch_size)
-    examples = episode.example_order[i, jnp.minimum(state.ledger.n_obs[i] + slots, config.n_examples - 1)]
-    return examples, slots < size
+    """Step 3: the batch, ``(examples, valid)`` of length B: a uniform ``size``-subset of model i's unobserved examples."""
+    n_obs_i = state.ledger.n_obs[i]
+    key = sampling.draw_key(episode.examples_key, i, n_obs_i)
+    examples = sampling.draw(key, state.observed[i], n_obs_i, config.n_examples, config.batch_size)
+    return examples, jnp.arange(config.batch_size) < size
 
 
 def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, size: chex.Array,
@@ -315,7 +363,7 @@ def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, 
     else:
         f = jnp.zeros_like(s)
     pull = Pull(i, size, jnp.sum(s), jnp.sum(f))
-    est = _where_tree(live, estimator.update(state.estimator, ledger, pull, n), state.estimator)
+    est = estimator.update(state.estimator, ledger, pull, n)   # a no-op when size == 0
     ledger = Ledger(
         n_obs=ledger.n_obs.at[i].add(size),
         n_pulls=ledger.n_pulls.at[i].add(live.astype(jnp.int32)),
@@ -324,7 +372,14 @@ def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, 
         pred_sum=ledger.pred_sum.at[i].add(-pull.pred_sum),
         pred_sq_sum=ledger.pred_sq_sum.at[i].add(-jnp.sum(f * f)),
     )
-    state = state._replace(ledger=ledger, estimator=est, spent=state.spent + size)
+    observed = state.observed.at[i].set(sampling.mark(state.observed[i], examples, valid))
+    log = state.log
+    if estimator.uses_predictions:
+        slot = jnp.maximum(t - 1, 0)
+        log = PullLog(log.models.at[slot].set(jnp.where(live, i, log.models[slot])),
+                      log.examples.at[slot].set(jnp.where(live, examples, log.examples[slot])),
+                      log.sizes.at[slot].set(jnp.where(live, size, log.sizes[slot])))
+    state = state._replace(ledger=ledger, estimator=est, observed=observed, log=log, spent=state.spent + size)
     best = jnp.where(live, random_argmax(tie_uniform(episode.key, t, BEST), current_estimates(estimator, state, n), episode.model_order),
                      state.best)
     return state._replace(best=best)

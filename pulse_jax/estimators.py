@@ -51,7 +51,14 @@ class Pull(NamedTuple):
 
 
 class Estimator(NamedTuple):
-    """A mean estimator as pure functions (see module docstring)."""
+    """A mean estimator as pure functions (see module docstring).
+
+    ``update`` must leave the state unchanged when ``pull.size == 0`` (a step
+    that spends nothing). Each estimator masks its own scatters rather than
+    the engine selecting between old and new state afterwards: a select over
+    whole arrays stops XLA from updating them in place, which made every
+    step copy them.
+    """
 
     name: str
     uses_predictions: bool
@@ -176,11 +183,12 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         lam = lambda_rule(ledger.pred_sum[i], ledger.pred_sq_sum[i], mean_past_z, n_unobserved)
         theta, z = pulse_theta(ledger.obs_sum[i], ledger.pred_sum[i], n_unobserved, pull.score_sum,
                                pull.pred_sum, pull.size.astype(jnp.float32), lam, n_examples)
+        live = pull.size > 0
         return PulseState(
-            theta_sum=state.theta_sum.at[i].add(theta),
-            z_sum=state.z_sum.at[i].add(z),
-            n_z=state.n_z.at[i].add(1),
-            last_lambda=state.last_lambda.at[i].set(lam),
+            theta_sum=state.theta_sum.at[i].add(jnp.where(live, theta, 0.0)),
+            z_sum=state.z_sum.at[i].add(jnp.where(live, z, 0.0)),
+            n_z=state.n_z.at[i].add(live.astype(jnp.int32)),
+            last_lambda=state.last_lambda.at[i].set(jnp.where(live, lam, state.last_lambda[i])),
         )
 
     def estimate(state, ledger):
@@ -211,7 +219,7 @@ def naive_pooling() -> Estimator:
     def update(mu, ledger, pull, n_examples):
         i = pull.model
         value = (ledger.obs_sum[i] + pull.score_sum + ledger.pred_sum[i] - pull.pred_sum) / n_examples
-        return mu.at[i].set(value)
+        return mu.at[i].set(jnp.where(pull.size > 0, value, mu[i]))
 
     def refresh(mu, ledger, n_examples):
         del mu

@@ -211,8 +211,8 @@ class Selector:
         self._header = self._make_header()
 
         self._key = jax.random.fold_in(jax.random.PRNGKey(self.seed), 0)   # = simulate()'s repetition 0
-        order, _, _ = bandit.draw_orders(self._key, m, n)
-        self._example_order = np.asarray(order)
+        _, examples_key, _ = bandit.draw_keys(self._key, m)
+        self._initial_examples = np.asarray(bandit.initial_draws(examples_key, self.config)[0])
         self._buffer = np.zeros((m, n), np.float32)
         self._init_told = np.zeros(m, bool)
         self._episode = self._state = None
@@ -352,12 +352,12 @@ class Selector:
         """
         if self._finished:
             return None
-        config, n0 = self.config, self.config.init_cells_per_model
+        config = self.config
         if not self.initialized:
             asked = {r.model_index for r in self._pending.values()}
             for i in range(len(self.models)):
                 if not self._init_told[i] and i not in asked:
-                    return self._issue(0, i, self._example_order[i, :n0])
+                    return self._issue(0, i, self._initial_examples[i])
             return None
         do_refit = self.estimator.uses_predictions and config.refit_every > 0 and self._t % config.refit_every == 0
         if do_refit and self._pending:
@@ -437,7 +437,7 @@ class Selector:
         else:   # during initialization: sample means of what has been seen
             n_obs = np.array([len(self._evaluated[name]) for name in self.models])
             n_pulls = (n_obs > 0).astype(int)
-            sums = np.array([self._buffer[i, self._example_order[i, :k]].sum() for i, k in enumerate(n_obs)])
+            sums = self._buffer.sum(axis=1)   # holds the told initial batches only
             est = np.where(n_obs > 0, sums / np.maximum(n_obs, 1), np.nan)
             ledger = None
         if ledger is not None:

@@ -1,10 +1,12 @@
 """A plain NumPy loop of the same algorithm, for step-for-step agreement tests.
 
 Written from ALGORITHM.md independently of the engine: it shares only the
-random draws (example orders, model order, tie-breaking uniforms), which it
-takes from ``pulse_jax.bandit.draw_orders`` / ``tie_uniforms``. Everything else
--- selection, batches, the three estimators, the lambda rule, the masked BCE
-gradient and Adam -- is re-implemented here in float64.
+random numbers (the Fisher-Yates choices of each draw, the model order, the
+tie-breaking uniforms), which it takes from ``pulse_jax.bandit.draw_keys``,
+``pulse_jax.sampling.fisher_yates_choices`` and ``tie_uniforms``. Everything
+else -- the swaps that turn choices into a batch, selection, the three
+estimators, the lambda rule, the masked BCE gradient and Adam -- is
+re-implemented here in float64.
 """
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import bandit
+from pulse_jax import bandit, sampling
 
 
 def _sigmoid(z):
@@ -50,22 +52,35 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
     V = np.asarray(V, np.float64)
     m, n = S.shape
     B, T, a, tau = config.batch_size, config.budget, config.exploration, config.refit_every
-    example_order, model_order, tie_key = (np.asarray(x) if i < 2 else x
-                                           for i, x in enumerate(bandit.draw_orders(key, m, n)))
+    model_order, examples_key, tie_key = bandit.draw_keys(key, m)
+    model_order = np.asarray(model_order)
     uniforms = np.asarray(jax.vmap(lambda t: jnp.stack(bandit.tie_uniforms(tie_key, t)))(
         jnp.arange(config.n_steps + 1)))
     uses_pred = method in ("pulse", "naive")
 
+    mask = np.zeros((m, n), bool)
+    n_obs = np.zeros(m, int)
+
+    def draw_batch(i, size):
+        """Literal partial Fisher-Yates over model i's unobserved examples, in index order."""
+        pool = list(np.flatnonzero(~mask[i]))
+        key_i = sampling.draw_key(examples_key, i, n_obs[i])
+        choices = np.asarray(sampling.fisher_yates_choices(key_i, len(pool), B))
+        for k in range(size):
+            j = k + int(choices[k])
+            pool[k], pool[j] = pool[j], pool[k]
+        return np.array(pool[:size], dtype=int)
+
     n0 = config.init_cells_per_model
-    n_obs = np.full(m, n0)
-    obs_sum = np.array([S[i, example_order[i, :n0]].sum() for i in range(m)])
+    for i in range(m):
+        for _ in range(config.init_batches):
+            mask[i, draw_batch(i, B)] = True
+            n_obs[i] += B
+    obs_sum = np.array([S[i, mask[i]].sum() for i in range(m)])
     U = np.zeros((m, V.shape[1]))
 
     def observed_mask():
-        mask = np.zeros((m, n), bool)
-        for i in range(m):
-            mask[i, example_order[i, :n_obs[i]]] = True
-        return mask
+        return mask.copy()
 
     def prediction_sums():
         mask = observed_mask()
@@ -109,7 +124,8 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
                 F, Phi = prediction_sums()
                 if method == "naive":
                     naive_mu = (obs_sum + F) / n
-            batch = example_order[i, n_obs[i]:n_obs[i] + size]
+            batch = draw_batch(i, size)
+            mask[i, batch] = True
             s = S[i, batch]
             f = _sigmoid(V[batch] @ U[i]) if uses_pred else np.zeros(size)
             n_unobs = n - n_obs[i]

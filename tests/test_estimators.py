@@ -2,6 +2,7 @@
 import itertools
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -93,3 +94,19 @@ def test_bernstein_serfling_radius_formula():
     expected = math.sqrt(var) * math.sqrt(2 * rho * log_term / k) + (7 / 3 + 3 / math.sqrt(2)) * log_term / k
     assert float(confidence.bernstein_serfling_radius(k, big_n, var, delta)) == pytest.approx(expected, rel=1e-5)
     assert float(confidence.bernstein_serfling_radius(big_n, big_n, var, delta)) == 0.0
+
+
+@pytest.mark.parametrize("name", list(estimators.METHODS))
+def test_update_with_an_empty_pull_changes_nothing(name):
+    """The engine relies on it: a step that spends nothing passes ``size = 0`` (and arbitrary sums)."""
+    est = estimators.METHODS[name]()
+    ledger = Ledger(jnp.array([3, 5, 2, 7]), jnp.array([1, 2, 1, 3]), jnp.array([1.0, 3.0, 1.0, 4.0]),
+                    jnp.array([1.0, 3.0, 1.0, 4.0]), jnp.array([2.0, 1.0, 3.0, 0.5]),
+                    jnp.array([1.0, 0.5, 2.0, 0.2]))
+    state = est.update(est.init(ledger), ledger, Pull(jnp.int32(1), jnp.int32(2), jnp.float32(1.0),
+                                                      jnp.float32(0.7)), 10)
+    after = est.update(state, ledger, Pull(jnp.int32(2), jnp.int32(0), jnp.float32(5.0), jnp.float32(3.0)), 10)
+    before_leaves, after_leaves = jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(after)
+    assert len(before_leaves) == len(after_leaves)
+    for a, b in zip(before_leaves, after_leaves):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
