@@ -230,10 +230,16 @@ def current_estimates(estimator: Estimator, state: BanditState, n_examples: int)
     return jnp.where(ledger.n_obs >= n_examples, exact, estimator.estimate(state.estimator, ledger))
 
 
-def observed_blocks(episode: Episode, state: BanditState) -> tuple[factorization.CellBlocks, ...]:
-    """Every observed cell as blocks: the initial batches (one block per model), then the pull log."""
+def observed_blocks(episode: Episode, state: BanditState,
+                    log_slots: int | None = None) -> tuple[factorization.CellBlocks, ...]:
+    """Every observed cell as blocks: the initial batches (one block per model), then the pull log.
+
+    ``log_slots`` (static) keeps only the first slots of the log, when the
+    caller knows no later step has happened yet: a refit at step ``t`` needs
+    ``t - 1`` of them, so early refits cost less than late ones.
+    """
     m, n0 = episode.init_examples.shape
-    log = state.log
+    log = state.log if log_slots is None else jax.tree_util.tree_map(lambda a: a[:log_slots], state.log)
     rows = jnp.arange(m, dtype=jnp.int32)
     init = factorization.CellBlocks(rows, episode.init_examples,
                                     jnp.take_along_axis(episode.scores, episode.init_examples, axis=1),
@@ -243,14 +249,14 @@ def observed_blocks(episode: Episode, state: BanditState) -> tuple[factorization
     return init, pulls
 
 
-def _refit(episode: Episode, state: BanditState, settings: FitSettings) -> BanditState:
+def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slots: int | None = None) -> BanditState:
     """Refit U on every observed cell (V frozen, warm start); recompute F and Phi.
 
     ``F_i``/``Phi_i`` (sums of predictions and their squares over model i's
     unobserved cells) are the dense row sums minus the observed cells' part.
     """
     m, n = episode.scores.shape
-    blocks = observed_blocks(episode, state)
+    blocks = observed_blocks(episode, state, log_slots)
     U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings)
     P = factorization.predict(U, episode.V)
     pred_sum, pred_sq_sum = jnp.sum(P, axis=1), jnp.sum(P * P, axis=1)
@@ -313,14 +319,15 @@ def select(episode: Episode, state: BanditState, t: chex.Array, config: BanditCo
     return i, size
 
 
-def refit(episode: Episode, state: BanditState, config: BanditConfig, estimator: Estimator) -> BanditState:
+def refit(episode: Episode, state: BanditState, config: BanditConfig, estimator: Estimator,
+          log_slots: int | None = None) -> BanditState:
     """Step 2: refit U on all observed cells, refresh the prediction sums and the estimator."""
-    state = _refit(episode, state, config.refit)
+    state = _refit(episode, state, config.refit, log_slots)
     return state._replace(estimator=estimator.refresh(state.estimator, state.ledger, config.n_examples))
 
 
 def refit_if_due(episode: Episode, state: BanditState, size: chex.Array, config: BanditConfig,
-                 estimator: Estimator, due: bool | chex.Array) -> BanditState:
+                 estimator: Estimator, due: bool | chex.Array, log_slots: int | None = None) -> BanditState:
     """Step 2 as the algorithm runs it: refit when ``due`` and the step spends (``size > 0``).
 
     ``due`` is a Python bool or an *unbatched* traced bool (it depends on the
@@ -331,7 +338,7 @@ def refit_if_due(episode: Episode, state: BanditState, size: chex.Array, config:
         return state
 
     def refit_if_live(state):
-        return _where_tree(size > 0, refit(episode, state, config, estimator), state)
+        return _where_tree(size > 0, refit(episode, state, config, estimator, log_slots), state)
 
     return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
 
@@ -386,7 +393,8 @@ def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, 
 
 
 def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig,
-         estimator: Estimator, do_refit: bool | chex.Array = False) -> tuple[BanditState, StepRecord]:
+         estimator: Estimator, do_refit: bool | chex.Array = False,
+         log_slots: int | None = None) -> tuple[BanditState, StepRecord]:
     """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding).
 
     :func:`select` the model, :func:`refit_if_due` (every ``refit_every``
@@ -396,7 +404,7 @@ def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConf
     """
     i, size = select(episode, state, t, config, estimator)
     live = size > 0
-    state = refit_if_due(episode, state, size, config, estimator, do_refit)
+    state = refit_if_due(episode, state, size, config, estimator, do_refit, log_slots)
     examples, valid = draw(episode, state, i, size, config)
     state = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], config, estimator)
     lam = getattr(state.estimator, "last_lambda", None)
@@ -422,6 +430,11 @@ def get_estimator(method: str | Estimator) -> Estimator:
     return METHODS[method]()
 
 
+#: Up to this many refit phases, ``make_run`` unrolls them so that each refit works on a log
+#: slice of static, growing size (cheaper refits, longer compilation); beyond it, one scan.
+MAX_UNROLLED_PHASES = 8
+
+
 def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
     """Return ``run(key, scores, V) -> RunResult`` for one repetition (pure, jittable).
 
@@ -439,25 +452,40 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
         episode, state = reset(key, scores, V, config, estimator)
         init_best = state.best
 
-        def steps(state, ts):
+        def steps(state, ts, log_slots=None):
             """Scan ``step`` over the steps ``ts``, refitting where ``t`` is a multiple of tau."""
             def body(state, t):
                 do_refit = ((t % tau == 0) & (t > 0)) if tau else False
-                return step(episode, state, t, config, estimator, do_refit)
+                return step(episode, state, t, config, estimator, do_refit, log_slots)
             return jax.lax.scan(body, state, ts)
+
+        def concat(parts):
+            return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[1:], *parts)
 
         if not tau:
             state, records = steps(state, 1 + jnp.arange(n_steps))
         else:
             # Phases of tau steps, t in [p tau, (p+1) tau): each opens with its refit
-            # (phase 0 opens with the no-op t = 0 instead). An outer scan over full
-            # phases around an inner scan of tau steps, then the shorter last phase.
+            # (phase 0 opens with the no-op t = 0 instead), then the shorter last phase.
             n_phases = (n_steps + 1) // tau
-            state, full = jax.lax.scan(lambda s, p: steps(s, p * tau + jnp.arange(tau)), state,
-                                       jnp.arange(n_phases))
-            full = jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), full)
-            state, tail = steps(state, n_phases * tau + jnp.arange(n_steps + 1 - n_phases * tau))
-            records = jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a, b])[1:], full, tail)
+            tail_steps = n_phases * tau + jnp.arange(n_steps + 1 - n_phases * tau)
+            if n_phases <= MAX_UNROLLED_PHASES:
+                # Unrolled: phase p's refit sees only the p tau log slots filled so far (static
+                # shapes), so the refits cost in proportion to the cells observed, not the budget.
+                parts = []
+                for p in range(n_phases):
+                    state, part = steps(state, p * tau + jnp.arange(tau), max(p * tau, 1))
+                    parts.append(part)
+                state, tail = steps(state, tail_steps, max(n_phases * tau, 1))
+                records = concat(parts + [tail])
+            else:
+                # An outer scan over full phases around an inner scan of tau steps; every
+                # refit works on the whole log (unused slots count for nothing).
+                state, full = jax.lax.scan(lambda s, p: steps(s, p * tau + jnp.arange(tau)), state,
+                                           jnp.arange(n_phases))
+                full = jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), full)
+                state, tail = steps(state, tail_steps)
+                records = concat([full, tail])
 
         estimates = current_estimates(estimator, state, config.n_examples)
         radius = estimator.radius(state.estimator, state.ledger, config.n_examples, config.delta)

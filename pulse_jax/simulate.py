@@ -158,8 +158,8 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
       chunk_size: repetitions per compiled batch (default: from the problem
         size, see :func:`default_chunk_size`). Does not change results.
       progress: True to print progress to stderr, or a callback
-        ``(done, total, seconds)``. Reported as each chunk's results arrive,
-        while the next chunk is already running.
+        ``(done, total, seconds)``. Reported as each chunk's results arrive
+        (on accelerators, while the next chunk is already running).
       devices: the devices to split the repetitions over (default: all of
         ``jax.devices()``, i.e. every GPU / TPU core, or every host's devices
         after ``jax.distributed.initialize()``). Results do not depend on it.
@@ -203,17 +203,23 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
     start_time = time.perf_counter()
     compiled = run.lower(keys_for(0), scores_dev, V_dev).compile()
     compile_seconds = time.perf_counter() - start_time
+    # On accelerators, chunk k + 1 is dispatched before chunk k is fetched, so the device never waits
+    # on the host (executions on one device run in order). On CPU two dispatched chunks would run at
+    # once and compete for the same cores and caches, so each chunk is fetched before the next starts.
+    overlap = jax.default_backend() != "cpu"
     parts, in_flight = [], None
-    starts = list(range(0, reps, chunk))
-    for k, start in enumerate(starts + [None]):
-        # Dispatch chunk k before fetching chunk k - 1, so the device never waits on the host.
-        launched = (start, compiled(keys_for(start), scores_dev, V_dev)) if start is not None else None
+    for start in list(range(0, reps, chunk)) + [None]:
+        launched = None
+        if start is not None and overlap:
+            launched = (start, compiled(keys_for(start), scores_dev, V_dev))
         if in_flight is not None:
             done_start, result = in_flight
             count = min(chunk, reps - done_start)
             parts.append(jax.tree_util.tree_map(lambda a: a[:count], _fetch(result)))
             if report:
                 report(done_start + count, reps, time.perf_counter() - start_time)
+        if start is not None and not overlap:
+            launched = (start, compiled(keys_for(start), scores_dev, V_dev))
         in_flight = launched
     out = jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
     seconds = time.perf_counter() - start_time

@@ -24,6 +24,8 @@ def _config(m, n, budget, **kw):
 CASES = {
     # name: (m, n, budget offset past init, batch, refit_every)
     "plain": (6, 40, 100, 4, 5),
+    # "plain" and "budget-..." have <= 8 refit phases (make_run unrolls them, growing log slices);
+    # "exhausts-..." has 18 (one scan, whole-log refits): the reference checks both paths.
     "exhausts-models-partial-batches": (5, 22, 400, 8, 3),   # (22 - 8) % 8 != 0, budget > everything
     "budget-not-multiple-of-batch": (4, 60, 37, 5, 4),
 }
@@ -50,6 +52,14 @@ def test_engine_matches_numpy_reference_step_for_step(method, case):
         np.testing.assert_array_equal(np.asarray(out.n_pulls), ref["n_pulls"])
         if method == "pulse":
             np.testing.assert_allclose(np.asarray(out.steps.lam), ref["lam"], atol=2e-5)
+
+
+def test_reference_cases_cover_both_refit_paths():
+    phases = {}
+    for case, (m, n, extra, batch, tau) in CASES.items():
+        config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
+        phases[case] = (config.n_steps + 1) // tau
+    assert phases["plain"] <= bandit.MAX_UNROLLED_PHASES < phases["exhausts-models-partial-batches"]
 
 
 def test_random_argmax_is_uniform_over_ties_exactly():
