@@ -16,6 +16,7 @@ import json
 from pathlib import Path
 
 AXES = ("models", "examples", "rank", "reps", "bandit_budget")
+SYMBOL = {"models": "m", "examples": "n", "rank": "r", "reps": "reps", "bandit_budget": "T"}
 
 
 def main(argv=None):
@@ -24,6 +25,7 @@ def main(argv=None):
     p.add_argument("--out", default="results/scaling.png")
     args = p.parse_args(argv)
     import matplotlib
+    import matplotlib.ticker
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -42,11 +44,16 @@ def main(argv=None):
             ax.plot(*zip(*pts), "o-", label=LABELS.get(method, method), color=COLORS.get(method))
         ax.set_xscale("log")
         ax.set_yscale("log")
+        xs = sorted({row[axis] for row in rows})
+        ax.set_xticks(xs, [f"{x:,}" for x in xs])
+        ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
+        ax.yaxis.set_major_locator(matplotlib.ticker.LogLocator(subs=(1, 2, 5)))
+        ax.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda y, _: f"{y:g}"))
         ax.set_xlabel(axis.replace("_", " "))
         ax.set_ylabel("run time (s)")
         fixed = {a: rows[0][a] for a in AXES if a != axis}
-        ax.set_title(", ".join(f"{k[:1] if k != 'bandit_budget' else 'T'}={v}" for k, v in fixed.items()),
-                     fontsize=8)
+        ax.set_title(", ".join(f"{SYMBOL[k]}={v:,}" for k, v in fixed.items()), fontsize=8)
         ax.grid(True, which="both", alpha=0.3)
     axes[0][0].legend()
     fig.tight_layout()

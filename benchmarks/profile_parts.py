@@ -61,18 +61,19 @@ def main(argv=None):
     init, log = block(m, B), block(steps, B)
     mask = jnp.asarray(rng.random((m, n)) < (m * B + args.bandit_budget) / (m * n))
     rows = [
-        ("one example draw (B examples)", timed(jax.jit(lambda k: sampling.draw(k, row, 100, n, B)), key)),
+        ("one example draw (B examples)", timed(jax.jit(lambda k, w: sampling.draw(k, w, 100, n, B)), key, row)),
         ("reset, UCB-E (m initial draws)",
-         timed(jax.jit(lambda k: bandit.reset(k, S, V[:, :1], config, ucbe())[1].ledger.obs_sum), key)),
+         timed(jax.jit(lambda k, s: bandit.reset(k, s, V[:, :1], config, ucbe())[1].ledger.obs_sum), key, S)),
+        # (blocks passed as arguments, not closed over: XLA would constant-fold their gathers)
         (f"initial refit, 50 epochs on {m * B:,} cells",
-         timed(jax.jit(lambda u: factorization.refit_rows_on_blocks(u, V, (init,), n,
-                                                                    factorization.PAPER_INIT_REFIT)), U)),
+         timed(jax.jit(lambda u, v, b: factorization.refit_rows_on_blocks(u, v, b, n, factorization.PAPER_INIT_REFIT)),
+               U, V, (init,))),
         (f"periodic refit, 10 epochs on {m * B + steps * B:,} cells",
-         timed(jax.jit(lambda u: factorization.refit_rows_on_blocks(u, V, (init, log), n,
-                                                                    factorization.PAPER_REFIT)), U)),
-        ("dense sigmoid(U V^T) + row sums", timed(jax.jit(lambda u: factorization.predict(u, V).sum(1)), U)),
+         timed(jax.jit(lambda u, v, b: factorization.refit_rows_on_blocks(u, v, b, n, factorization.PAPER_REFIT)),
+               U, V, (init, log))),
+        ("dense sigmoid(U V^T) + row sums", timed(jax.jit(lambda u, v: factorization.predict(u, v).sum(1)), U, V)),
         ("one dense masked epoch (gradient)",
-         timed(jax.jit(jax.grad(lambda u: factorization.loss(u, V, S, mask, 0.01))), U)),
+         timed(jax.jit(jax.grad(lambda u, v, s, k: factorization.loss(u, v, s, k, 0.01))), U, V, S, mask)),
     ]
     print(f"{m} models x {n} examples, rank {r}, B {B}, backend {jax.default_backend()}")
     for name, seconds in rows:
