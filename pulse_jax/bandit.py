@@ -430,9 +430,12 @@ def get_estimator(method: str | Estimator) -> Estimator:
     return METHODS[method]()
 
 
-#: Up to this many refit phases, ``make_run`` unrolls them so that each refit works on a log
-#: slice of static, growing size (cheaper refits, longer compilation); beyond it, one scan.
+#: Up to this many refit phases, and with a pull log of at least this many cells, ``make_run``
+#: unrolls the phases so that each refit works on a log slice of static, growing size (cheaper
+#: refits, longer compilation); otherwise one scan, whose refits all see the whole log (cheap
+#: when the log is small).
 MAX_UNROLLED_PHASES = 8
+UNROLL_MIN_LOG_CELLS = 20_000
 
 
 def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
@@ -469,7 +472,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
             # (phase 0 opens with the no-op t = 0 instead), then the shorter last phase.
             n_phases = (n_steps + 1) // tau
             tail_steps = n_phases * tau + jnp.arange(n_steps + 1 - n_phases * tau)
-            if n_phases <= MAX_UNROLLED_PHASES:
+            if n_phases <= MAX_UNROLLED_PHASES and n_steps * config.batch_size >= UNROLL_MIN_LOG_CELLS:
                 # Unrolled: phase p's refit sees only the p tau log slots filled so far (static
                 # shapes), so the refits cost in proportion to the cells observed, not the budget.
                 parts = []

@@ -24,8 +24,8 @@ def _config(m, n, budget, **kw):
 CASES = {
     # name: (m, n, budget offset past init, batch, refit_every)
     "plain": (6, 40, 100, 4, 5),
-    # "plain" and "budget-..." have <= 8 refit phases (make_run unrolls them, growing log slices);
-    # "exhausts-..." has 18 (one scan, whole-log refits): the reference checks both paths.
+    # "plain" and "budget-..." have <= 8 refit phases (run unrolled here, with growing log slices,
+    # although their logs are small); "exhausts-..." has 18 (one scan, whole-log refits).
     "exhausts-models-partial-batches": (5, 22, 400, 8, 3),   # (22 - 8) % 8 != 0, budget > everything
     "budget-not-multiple-of-batch": (4, 60, 37, 5, 4),
 }
@@ -33,7 +33,8 @@ CASES = {
 
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("case", list(CASES))
-def test_engine_matches_numpy_reference_step_for_step(method, case):
+def test_engine_matches_numpy_reference_step_for_step(method, case, monkeypatch):
+    monkeypatch.setattr(bandit, "UNROLL_MIN_LOG_CELLS", 0)   # unroll whenever the phases allow it
     m, n, extra, batch, tau = CASES[case]
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=m, n=n)
     config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
@@ -150,3 +151,34 @@ def test_methods_share_initial_draws():
     # After initialization UCB-E and PULSE both estimate with the same sample means.
     np.testing.assert_array_equal(first["ucbe"].best[:, 0], first["pulse"].best[:, 0])
     np.testing.assert_array_equal(first["ucbe"].chosen[:, 0], first["pulse"].chosen[:, 0])
+
+
+def test_refit_on_blocks_equals_the_dense_masked_refit():
+    """The engine's observed-cells refit is the dense masked refit (same objective, same Adam),
+    computed differently: blocks with unused slots, a model appearing in several blocks."""
+    rng = np.random.default_rng(5)
+    m, n, r, L = 7, 30, 3, 4
+    V = jax.numpy.asarray(rng.normal(0, 1, (n, r)), jax.numpy.float32)
+    U0 = jax.numpy.asarray(rng.normal(0, 0.1, (m, r)), jax.numpy.float32)
+    S = jax.numpy.asarray(rng.random((m, n)), jax.numpy.float32)          # soft scores
+    rows = rng.integers(0, m, 12)
+    cols = np.stack([rng.choice(n, L, replace=False) for _ in rows])
+    valid = rng.random((12, L)) < 0.8
+    # keep each cell once: drop repeats of a (row, col) pair across blocks
+    seen = set()
+    for k, (i, c) in enumerate(zip(rows, cols)):
+        for l, j in enumerate(c):
+            if valid[k, l] and (i, j) in seen:
+                valid[k, l] = False
+            elif valid[k, l]:
+                seen.add((i, j))
+    mask = np.zeros((m, n), bool)
+    for (i, j) in seen:
+        mask[i, j] = True
+    block = factorization.CellBlocks(jax.numpy.asarray(rows, jax.numpy.int32), jax.numpy.asarray(cols, jax.numpy.int32),
+                                     S[rows[:, None], cols], jax.numpy.asarray(valid))
+    settings = factorization.adam_settings(25, 0.1, 0.01)
+    dense = factorization.refit_rows(U0, V, S, jax.numpy.asarray(mask), settings)
+    sparse = factorization.refit_rows_on_blocks(U0, V, (block,), n, settings)
+    # float32, 25 Adam steps of size <= 0.1 from the same start: summation order is the only difference
+    np.testing.assert_allclose(np.asarray(sparse), np.asarray(dense), atol=2e-5)
