@@ -182,6 +182,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
     else:
         V = np.zeros((config.n_examples, 1), np.float32)
     rank = V.shape[1]
+    require(devices is None or len(devices) >= 1, "devices: pass at least one device (or None for all)")
     mesh = repetition_mesh(devices)
     chunk = chunk_size or default_chunk_size(config, rank, reps, estimator.uses_predictions) * mesh.size
     require(isinstance(chunk, int) and chunk >= 1, f"chunk_size must be a positive integer, got {chunk_size!r}")
