@@ -86,8 +86,24 @@ class SimulationResult:
         return ((lo <= self.true_means) & (self.true_means <= hi)).mean(axis=0)
 
 
+def device_memory_budget(device=None) -> int:
+    """Bytes one chunk may use on ``device``: 4 GiB on a CPU, 60% of an accelerator's memory pool.
+
+    An accelerator's pool (``memory_stats()["bytes_limit"]``, what JAX
+    preallocated) holds the compiled program's temporaries too, hence 60%.
+    """
+    device = device if device is not None else jax.devices()[0]
+    if device.platform == "cpu":
+        return DEFAULT_MEMORY_BUDGET
+    try:
+        limit = (device.memory_stats() or {}).get("bytes_limit", 0)
+    except Exception:   # some backends do not report memory
+        limit = 0
+    return int(0.6 * limit) if limit else DEFAULT_MEMORY_BUDGET
+
+
 def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predictions: bool = True,
-                       memory_budget: int = DEFAULT_MEMORY_BUDGET) -> int:
+                       memory_budget: int | None = None) -> int:
     """Repetitions per compiled batch so that the working set fits ``memory_budget``.
 
     Per repetition: the packed observed mask (``m ceil(n/32)`` words), the
@@ -98,6 +114,7 @@ def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predicti
     100, 400,000 bandit cells this says 282 MB per PULSE repetition; 12
     repetitions measured 3.1 GB peak RSS, the score matrices included.)
     """
+    memory_budget = memory_budget or device_memory_budget()
     m, n, B = config.n_models, config.n_examples, config.batch_size
     per_rep = 4 * (m * sampling.n_words(n) + m * B * B
                    + 4 * config.n_steps * (1 + (m if config.record_estimates else 0)))
@@ -184,7 +201,8 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
     rank = V.shape[1]
     require(devices is None or len(devices) >= 1, "devices: pass at least one device (or None for all)")
     mesh = repetition_mesh(devices)
-    chunk = chunk_size or default_chunk_size(config, rank, reps, estimator.uses_predictions) * mesh.size
+    chunk = chunk_size or default_chunk_size(config, rank, reps, estimator.uses_predictions,
+                                             device_memory_budget(mesh.devices.flat[0])) * mesh.size
     require(isinstance(chunk, int) and chunk >= 1, f"chunk_size must be a positive integer, got {chunk_size!r}")
     # Equal chunks (the last one is padded to reuse the compiled program), a multiple of the device count.
     n_chunks = -(-reps // min(chunk, reps))
