@@ -30,10 +30,15 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from pulse_jax import factorization, sampling
+from pulse_jax import confidence, factorization, sampling
+from pulse_jax.confidence import ConfSeq
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull
 from pulse_jax.factorization import PAPER_INIT_REFIT, PAPER_REFIT, FitSettings
+
+
+RULES = ("ucbe", "lucb")
+INTERVALS = ("cs", "paper")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -52,6 +57,21 @@ class BanditConfig:
       init_refit, refit: factorization schedules (paper's settings by default).
       record_estimates: also record every model's estimate after every step
         (for tests and diagnostics; costs ``n_steps x m`` memory per repetition).
+      rule: the sampling rule. ``"ucbe"``: the paper's index ``mu_hat_i +
+        sqrt(a / N_i)``. ``"lucb"``: built for certification (Kalyanakrishnan
+        et al. 2012): the leader (``argmax mu_hat``) and its strongest
+        challenger (the other model with the highest upper bound); the one
+        with the wider interval is pulled.
+      interval: the bounds behind certification and the LUCB rule. ``"cs"``
+        (default): the anytime-valid confidence sequences of
+        :class:`pulse_jax.confidence.ConfSeq`, simultaneous over the models.
+        ``"paper"``: the paper's fixed-count radius (Freedman for PULSE,
+        Bernstein-Serfling for UCB-E) at ``delta / (m k (k + 1))`` for a
+        model's k-th pull (a union bound over models and pulls).
+      stop_when_certified: stop spending once the leader's lower bound
+        exceeds every other model's upper bound (the fixed-confidence mode).
+      snapshot_budgets: budgets (cells, initialization included) at which to
+        record every model's interval half-widths (for benchmarks).
     """
 
     n_models: int
@@ -65,6 +85,10 @@ class BanditConfig:
     init_refit: FitSettings = PAPER_INIT_REFIT
     refit: FitSettings = PAPER_REFIT
     record_estimates: bool = False
+    rule: str = "ucbe"
+    interval: str = "cs"
+    stop_when_certified: bool = False
+    snapshot_budgets: tuple = ()
 
     def __post_init__(self):
         require(self.n_models >= 2, f"need at least 2 candidate models, got n_models={self.n_models}")
@@ -82,6 +106,9 @@ class BanditConfig:
         require(0 < self.delta < 1, f"delta must be in (0, 1), got {self.delta}")
         require(self.budget < 2**31 and self.n_models * self.n_examples < 2**31,
                 "problem too large for 32-bit cell counters")
+        require(self.rule in RULES, f"rule must be one of {', '.join(RULES)}, got {self.rule!r}")
+        require(self.interval in INTERVALS, f"interval must be one of {', '.join(INTERVALS)}, got {self.interval!r}")
+        object.__setattr__(self, "snapshot_budgets", tuple(int(b) for b in self.snapshot_budgets))
 
     @property
     def init_cells_per_model(self) -> int:
@@ -139,6 +166,23 @@ class BanditState(NamedTuple):
     log: PullLog          # the bandit's observed cells as blocks, for refits
     spent: chex.Array     # cells spent, initialization included
     best: chex.Array      # current best guess (row index)
+    cs: ConfSeq           # anytime-valid confidence sequences, one per model
+    certified: "Certificate"
+    snapshots: "Snapshots"
+
+
+class Certificate(NamedTuple):
+    """The first certification of a run: cells spent then and the model certified (-1: not yet)."""
+
+    spent: chex.Array
+    model: chex.Array
+
+
+class Snapshots(NamedTuple):
+    """Interval half-widths at ``config.snapshot_budgets`` (``(K, m)`` each; NaN until reached)."""
+
+    cs: chex.Array      # confidence sequence (exhausted models: 0)
+    paper: chex.Array   # the paper's fixed-count radius at delta
 
 
 class StepRecord(NamedTuple):
@@ -158,6 +202,10 @@ class RunResult(NamedTuple):
     radius: chex.Array         # (m,) half-width of the 1 - delta interval (NaN: none)
     n_obs: chex.Array          # (m,) observed cells per model
     n_pulls: chex.Array        # (m,) pulls per model, the initial batch included
+    cs_low: chex.Array         # (m,) running intersection of the confidence sequence (NaN: none)
+    cs_high: chex.Array
+    certified: Certificate     # first certification (-1: never within the budget)
+    snapshots: Snapshots       # half-widths at config.snapshot_budgets
 
 
 # ----------------------------------------------------------------------------- draws
@@ -189,7 +237,7 @@ def initial_draws(examples_key: chex.PRNGKey, config: "BanditConfig") -> tuple[c
     return jax.vmap(one_model)(jnp.arange(m, dtype=jnp.int32), sampling.empty_mask(m, n))
 
 
-PULL, BEST = 0, 1   # the two tie-breaking streams of a step
+PULL, BEST, LEADER, CHALLENGER = 0, 1, 2, 3   # the tie-breaking streams of a step
 
 
 def tie_uniform(tie_key: chex.PRNGKey, t, which: int) -> chex.Array:
@@ -228,6 +276,65 @@ def current_estimates(estimator: Estimator, state: BanditState, n_examples: int)
     ledger = state.ledger
     exact = ledger.obs_sum / n_examples
     return jnp.where(ledger.n_obs >= n_examples, exact, estimator.estimate(state.estimator, ledger))
+
+
+def interval_bounds(estimator: Estimator, state: BanditState, config: BanditConfig,
+                    interval: str | None = None) -> tuple[chex.Array, chex.Array]:
+    """Every model's ``(low, high)`` under ``interval`` (default ``config.interval``), simultaneous over
+    the models and valid at every look; exhausted models are known exactly; NaN without an interval."""
+    ledger, n, m = state.ledger, config.n_examples, config.n_models
+    if estimator.proxies is None:
+        nan = jnp.full(m, jnp.nan, jnp.float32)
+        return nan, nan
+    if (interval or config.interval) == "cs":
+        low, high = state.cs.low, state.cs.high
+    else:
+        mu = current_estimates(estimator, state, n)
+        r = estimator.radius(state.estimator, ledger, n, confidence.anytime_delta(config.delta, ledger.n_pulls, m))
+        low, high = jnp.clip(mu - r, 0.0, 1.0), jnp.clip(mu + r, 0.0, 1.0)
+    exact = ledger.n_obs >= n
+    mean = ledger.obs_sum / n
+    return jnp.where(exact, mean, low), jnp.where(exact, mean, high)
+
+
+def certify(low: chex.Array, high: chex.Array) -> tuple[chex.Array, chex.Array]:
+    """``(certified, model)``: is some model's lower bound above every other model's upper bound?
+
+    The candidate is the model with the highest lower bound. If the bounds hold
+    (probability >= 1 - delta, at every look), a certified model is the best.
+    NaN bounds (no interval) never certify.
+    """
+    h = jnp.argmax(jnp.nan_to_num(low, nan=-jnp.inf))
+    rival = jnp.max(jnp.where(jnp.arange(low.shape[0]) == h, -jnp.inf, jnp.nan_to_num(high, nan=jnp.inf)))
+    return low[h] > rival, h.astype(jnp.int32)
+
+
+def _record_certificate(estimator: Estimator, state: BanditState, config: BanditConfig) -> BanditState:
+    """Note the first time the run certifies a model (the cells spent then and the model)."""
+    if estimator.proxies is None:
+        return state
+    ok, h = certify(*interval_bounds(estimator, state, config))
+    new = ok & (state.certified.spent < 0)
+    return state._replace(certified=Certificate(jnp.where(new, state.spent, state.certified.spent),
+                                                jnp.where(new, h, state.certified.model)))
+
+
+def _half_widths(estimator: Estimator, state: BanditState, config: BanditConfig):
+    """Every model's confidence-sequence half-width and the paper's fixed-count radius at delta."""
+    low, high = interval_bounds(estimator, state, config, "cs")
+    radius = estimator.radius(state.estimator, state.ledger, config.n_examples, config.delta)
+    return (high - low) / 2, jnp.where(state.ledger.n_obs >= config.n_examples, 0.0, radius)
+
+
+def _take_snapshots(estimator: Estimator, state: BanditState, config: BanditConfig, spent_before) -> BanditState:
+    """Fill the snapshot rows whose budget was reached by this step (a no-op without snapshot budgets)."""
+    if not config.snapshot_budgets:
+        return state
+    budgets = jnp.asarray(config.snapshot_budgets, jnp.int32)
+    hit = ((spent_before < budgets) & (state.spent >= budgets))[:, None]
+    cs, paper = _half_widths(estimator, state, config)
+    snaps = state.snapshots
+    return state._replace(snapshots=Snapshots(jnp.where(hit, cs[None], snaps.cs), jnp.where(hit, paper[None], snaps.paper)))
 
 
 def observed_blocks(episode: Episode, state: BanditState,
@@ -287,13 +394,26 @@ def reset(key: chex.PRNGKey, scores: chex.Array, V: chex.Array, config: BanditCo
     slots = max(config.n_steps, 1) if estimator.uses_predictions else 0   # one empty slot when no steps
     log = PullLog(jnp.zeros(slots, jnp.int32), jnp.zeros((slots, config.batch_size), jnp.int32),
                   jnp.zeros(slots, jnp.int32))
+    # The initial batches enter the confidence sequences as raw scores: no prediction exists yet
+    # (for PULSE this is lambda = 0), and each batch is in its sampler's uniform draw order.
+    C = estimator.n_sequences
+    cs = confidence.cs_init(m, C)
+    if estimator.proxies is not None:
+        rows = jnp.broadcast_to(first[:, None], (m, C) + first.shape[1:])
+        cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, jnp.float32(n), rows, jnp.zeros_like(rows),
+                                      jnp.ones_like(rows), first, jnp.ones(first.shape, bool),
+                                      confidence.cs_log_inv_alpha(config.delta, m, C))
+    K = len(config.snapshot_budgets)
+    nan = jnp.full((K, m), jnp.nan, jnp.float32)
     state = BanditState(ledger, None, jnp.zeros((m, V.shape[1]), jnp.float32), observed, log,
-                        jnp.int32(config.init_cells), jnp.int32(0))
+                        jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
+                        Snapshots(nan, nan))
     if estimator.uses_predictions:
         state = _refit(episode, state, config.init_refit)
     state = state._replace(estimator=estimator.init(state.ledger))
     best = random_argmax(tie_uniform(tie_key, 0, BEST), current_estimates(estimator, state, n), model_order)
-    return episode, state._replace(best=best)
+    state = _record_certificate(estimator, state._replace(best=best), config)
+    return episode, _take_snapshots(estimator, state, config, jnp.int32(-1))
 
 
 def select(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig, estimator: Estimator,
@@ -314,9 +434,27 @@ def select(episode: Episode, state: BanditState, t: chex.Array, config: BanditCo
     mu = current_estimates(estimator, state, n)
     bonus = jnp.sqrt(config.exploration / jnp.maximum(ledger.n_obs, 1).astype(jnp.float32))
     i = random_argmax(u_pull, jnp.where(active, mu + bonus, -jnp.inf), episode.model_order)
+    if config.rule == "lucb":
+        i = _lucb_choice(episode, state, t, config, estimator, mu, active, i)
     size = jnp.minimum(jnp.minimum(B, n - ledger.n_obs[i]), config.budget - state.spent - reserved)
-    size = jnp.where(jnp.any(active) & (t >= 1), jnp.maximum(size, 0), 0)
+    go = jnp.any(active) & (t >= 1)
+    if config.stop_when_certified:
+        go = go & (state.certified.spent < 0)
+    size = jnp.where(go, jnp.maximum(size, 0), 0)
     return i, size
+
+
+def _lucb_choice(episode, state, t, config, estimator, mu, active, fallback):
+    """LUCB: of the leader (``argmax mu_hat``) and the challenger (the other model with the
+    highest upper bound), pull the one with the wider interval that can still be pulled; if
+    neither can, ``fallback`` (the UCB-E choice)."""
+    low, high = interval_bounds(estimator, state, config)
+    leader = random_argmax(tie_uniform(episode.key, t, LEADER), mu, episode.model_order)
+    others = jnp.where(jnp.arange(mu.shape[0]) == leader, -jnp.inf, high)
+    challenger = random_argmax(tie_uniform(episode.key, t, CHALLENGER), others, episode.model_order)
+    width = high - low
+    pick = jnp.where(active[leader] & (~active[challenger] | (width[leader] >= width[challenger])), leader, challenger)
+    return jnp.where(active[pick], pick, fallback)
 
 
 def refit(episode: Episode, state: BanditState, config: BanditConfig, estimator: Estimator,
@@ -369,7 +507,13 @@ def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, 
         f = jnp.where(valid, jax.nn.sigmoid(episode.V[examples] @ state.U[i]), 0.0)
     else:
         f = jnp.zeros_like(s)
-    pull = Pull(i, size, jnp.sum(s), jnp.sum(f))
+    pull = Pull(i, size, jnp.sum(s), jnp.sum(f), s, f, valid)
+    cs = state.cs
+    if estimator.proxies is not None:   # from the bookkeeping before the batch: predictable
+        y, lower, width = estimator.proxies(state.estimator, ledger, pull, n)
+        cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i], jnp.float32(n), y, lower, width, s,
+                                  valid, confidence.cs_log_inv_alpha(config.delta, config.n_models,
+                                                                     estimator.n_sequences))
     est = estimator.update(state.estimator, ledger, pull, n)   # a no-op when size == 0
     ledger = Ledger(
         n_obs=ledger.n_obs.at[i].add(size),
@@ -386,10 +530,12 @@ def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, 
         log = PullLog(log.models.at[slot].set(jnp.where(live, i, log.models[slot])),
                       log.examples.at[slot].set(jnp.where(live, examples, log.examples[slot])),
                       log.sizes.at[slot].set(jnp.where(live, size, log.sizes[slot])))
-    state = state._replace(ledger=ledger, estimator=est, observed=observed, log=log, spent=state.spent + size)
+    spent_before = state.spent
+    state = state._replace(ledger=ledger, estimator=est, observed=observed, log=log, spent=state.spent + size, cs=cs)
     best = jnp.where(live, random_argmax(tie_uniform(episode.key, t, BEST), current_estimates(estimator, state, n), episode.model_order),
                      state.best)
-    return state._replace(best=best)
+    state = _record_certificate(estimator, state._replace(best=best), config)
+    return _take_snapshots(estimator, state, config, spent_before)
 
 
 def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig,
@@ -446,6 +592,8 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
     which ignores it). Rows are never reordered: results index the input rows.
     """
     estimator = get_estimator(method)
+    require(estimator.proxies is not None or (config.rule == "ucbe" and not config.stop_when_certified),
+            f"method {estimator.name!r} has no valid interval, so it cannot use rule='lucb' or stop when certified")
     n_steps = config.n_steps
     tau = config.refit_every if estimator.uses_predictions else 0
 
@@ -493,6 +641,13 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
         estimates = current_estimates(estimator, state, config.n_examples)
         radius = estimator.radius(state.estimator, state.ledger, config.n_examples, config.delta)
         radius = jnp.where(state.ledger.n_obs >= config.n_examples, 0.0, radius)
-        return RunResult(records, init_best, estimates, radius, state.ledger.n_obs, state.ledger.n_pulls)
+        cs_low, cs_high = state.cs.low, state.cs.high
+        if estimator.proxies is None:
+            cs_low = cs_high = jnp.full(config.n_models, jnp.nan, jnp.float32)
+        # Budgets never reached (an early stop, exhausted models) take the final widths.
+        final = _half_widths(estimator, state, config)
+        snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
+        return RunResult(records, init_best, estimates, radius, state.ledger.n_obs, state.ledger.n_pulls,
+                         cs_low, cs_high, state.certified, snaps)
 
     return run

@@ -1,13 +1,21 @@
-"""Finite-sample confidence radii for the per-model mean estimates.
+"""Confidence statements for the per-model means: the paper's radii and anytime-valid sequences.
 
-Both radii are two-sided at level ``delta`` (coverage ``1 - delta``) for one
-model at a fixed number of pulls / observations, as stated in the paper.
-They work on scores in [0, 1].
+* :func:`freedman_radius` (PULSE, Theorem 1) and :func:`bernstein_serfling_radius`
+  (UCB-E) are the paper's two-sided radii at level ``delta`` for one model at a
+  *fixed* number of pulls / observations. The reproduction reports them.
+* :class:`ConfSeq` is the default: an anytime-valid confidence sequence per
+  model for sampling without replacement, valid at every look and at any
+  stopping time, simultaneously over the models; O(B) work per batch.
+
+Everything works on scores in [0, 1].
 """
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
+import chex
+import jax
 import jax.numpy as jnp
 
 
@@ -69,3 +77,146 @@ def anytime_delta(delta, count, n_models):
     """
     k = jnp.maximum(jnp.asarray(count, jnp.float32), 1.0)
     return delta / (n_models * k * (k + 1.0))
+
+
+# ----------------------------------------------------------------------------- confidence sequences
+
+
+class ConfSeq(NamedTuple):
+    """Per-model state of the anytime-valid confidence sequences.
+
+    The predictable-mixture empirical-Bernstein confidence sequence for sampling
+    without replacement (PrPl-EB-WoR; Waudby-Smith & Ramdas, "Confidence sequences
+    for sampling without replacement", 2020, and "Estimating means of bounded random
+    variables by betting", 2023), run on per-draw observations ``Y_s`` with a
+    predictable range ``[a_s, a_s + w_s]`` and conditional mean ``m_s(mu) = (N mu -
+    Ssum_s) / (N - s + 1)`` (the mean of the model's still-unseen true scores).
+
+    With ``x_s = (Y_s - a_s) / w_s`` in [0, 1], bets ``beta_s`` in [0, 1/2] and
+    ``v_s = (x_s - xhat_{s-1})^2``,
+
+        L_t = (A_t - log(1/alpha) - P_t) / D_t,    U_t = (A_t + log(1/alpha) + P_t) / D_t,
+        A_t = sum_s (beta_s / w_s) (Y_s + Ssum_s / (N - s + 1)),
+        D_t = sum_s (beta_s / w_s) N / (N - s + 1),
+        P_t = sum_s v_s psi(beta_s),   psi(b) = -log(1 - b) - b.
+
+    Why it holds: ``exp(beta (x - E[x | past]) - v psi(beta))`` has conditional
+    mean at most 1 for ``x`` in [0, 1] and predictable ``beta`` in [0, 1) and
+    ``xhat`` (Fan, Grama & Liu 2015: ``exp(b z - psi(b) z^2) <= 1 + b z`` for
+    ``z >= -1``, applied to ``z = x - xhat``). The running product is then a
+    nonnegative supermartingale, and Ville's inequality bounds the chance that
+    it *ever* exceeds ``1/alpha`` by ``alpha``. Off that event the linear
+    inequality in ``mu`` solves to ``mu >= L_t`` at every ``t`` at once; the
+    same on ``1 - x`` gives ``mu <= U_t``. So ``[max_{s<=t} L_s, min_{s<=t} U_s]``
+    covers ``mu`` at every look with probability at least ``1 - 2 alpha``, at any
+    stopping time, however the looks and the pulls were chosen.
+
+    ``x_sum`` / ``dev_sum`` feed the bets (confseq's ``lambda_predmix_eb``):
+    ``beta_s = min(sqrt(2 log(1/alpha) / (sig2_{s-1} s log(1 + s))), 1/2)``,
+    ``sig2_{s-1} = (1/4 + sum_{j<s} (x_j - xhat_j)^2) / s``,
+    ``xhat_j = (1/2 + sum_{k<=j} x_k) / (j + 1)``. The draw count ``s`` and the
+    sum ``Ssum`` of true scores seen come from the engine's ledger.
+
+    A model may run ``C`` sequences on different observations of the same draws
+    (PULSE: the raw scores and the AIPW proxies); each is valid on its own, so
+    their intersection is too, at ``alpha = delta / (2 m C)`` per side.
+
+    Fields: ``weighted`` (A), ``weight`` (D), ``penalty`` (P), ``x_sum`` and
+    ``dev_sum``, each ``(m, C)``; ``low`` / ``high``, ``(m,)``, the running
+    max / min over time and sequences of ``L_t`` / ``U_t`` ([0, 1] before any draw).
+    """
+
+    weighted: chex.Array
+    weight: chex.Array
+    penalty: chex.Array
+    x_sum: chex.Array
+    dev_sum: chex.Array
+    low: chex.Array
+    high: chex.Array
+
+
+def cs_init(n_models: int, n_sequences: int = 1) -> ConfSeq:
+    zeros = jnp.zeros((n_models, n_sequences), jnp.float32)
+    return ConfSeq(zeros, zeros, zeros, zeros, zeros, jnp.zeros(n_models, jnp.float32),
+                   jnp.ones(n_models, jnp.float32))
+
+
+def cs_log_inv_alpha(delta, n_models: int, n_sequences: int = 1):
+    """``log(1/alpha)`` with ``alpha = delta / (2 m C)`` per side and sequence: every bound of every
+    model holds at every time with probability at least ``1 - delta`` (a union over 2 m C sequences)."""
+    return jnp.log(2.0 * n_models * n_sequences / jnp.asarray(delta, jnp.float32))
+
+
+def _psi(beta):
+    return -jnp.log1p(-beta) - beta
+
+
+def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha):
+    """One model's increments ``(dA, dD, dP, dx_sum, ddev_sum)`` for a batch of draws, in draw order.
+
+    Args:
+      x_sum, dev_sum: the model's bet statistics before the batch (scalars).
+      n_seen, seen_sum: draws and sum of true scores before the batch.
+      population: N, the number of examples the model is scored on.
+      y, lower, width: ``(B,)`` observations and their predictable ranges
+        ``[lower, lower + width]``; scores: ``(B,)`` true scores; valid: a
+        prefix mask of the draws that happened.
+
+    Every bet uses only earlier draws (of this batch too), so the batch costs
+    O(B) vectorized work and equals B sequential one-draw updates.
+    """
+    v = valid.astype(jnp.float32)
+    s = (n_seen + 1).astype(jnp.float32) + jnp.arange(y.shape[0], dtype=jnp.float32)   # 1-based draw index
+    x = v * jnp.clip((y - lower) / width, 0.0, 1.0)
+    x_before = x_sum + jnp.cumsum(x) - x
+    xhat_prev = (0.5 + x_before) / s
+    dev = v * jnp.square(x - (0.5 + x_before + x) / (s + 1.0))
+    sig2 = (0.25 + dev_sum + jnp.cumsum(dev) - dev) / s
+    beta = jnp.minimum(jnp.sqrt(2.0 * log_inv_alpha / (sig2 * s * jnp.log1p(s))), 0.5)
+    remaining = jnp.maximum(population - s + 1.0, 1.0)
+    sv = v * scores
+    ssum = seen_sum + jnp.cumsum(sv) - sv
+    coef = v * beta / width
+    return (jnp.sum(coef * (y + ssum / remaining)), jnp.sum(coef * population / remaining),
+            jnp.sum(v * jnp.square(x - xhat_prev) * _psi(beta)), jnp.sum(x), jnp.sum(dev))
+
+
+#: Test hook only (the mutation check): divides every half-width. 1 is the valid sequence.
+_NARROWING = 1.0
+
+
+def cs_bounds(weighted, weight, penalty, log_inv_alpha):
+    """``(L_t, U_t)`` from the sums, clipped to [0, 1]; ``[0, 1]`` before any draw."""
+    some = weight > 0
+    d = jnp.where(some, weight, 1.0) * _NARROWING
+    centre = weighted / jnp.where(some, weight, 1.0)
+    low = jnp.where(some, centre - (log_inv_alpha + penalty) / d, 0.0)
+    high = jnp.where(some, centre + (log_inv_alpha + penalty) / d, 1.0)
+    return jnp.clip(low, 0.0, 1.0), jnp.clip(high, 0.0, 1.0)
+
+
+# One model's C sequences on one batch: y, lower, width are (C, B); the draws are shared.
+_sequences_terms = jax.vmap(cs_batch_terms, in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None))
+
+
+def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, scores, valid,
+              log_inv_alpha) -> ConfSeq:
+    """Take model ``i``'s batch (``(C, B)`` observations) into its sequences; a no-op when nothing is ``valid``."""
+    dA, dD, dP, dx, ddev = _sequences_terms(cs.x_sum[i], cs.dev_sum[i], n_seen, seen_sum, population, y, lower,
+                                            width, scores, valid, log_inv_alpha)
+    A, D, P = cs.weighted[i] + dA, cs.weight[i] + dD, cs.penalty[i] + dP
+    low, high = cs_bounds(A, D, P, log_inv_alpha)
+    return ConfSeq(cs.weighted.at[i].set(A), cs.weight.at[i].set(D), cs.penalty.at[i].set(P),
+                   cs.x_sum.at[i].add(dx), cs.dev_sum.at[i].add(ddev),
+                   cs.low.at[i].max(jnp.max(low)), cs.high.at[i].min(jnp.min(high)))
+
+
+def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, scores, valid,
+                  log_inv_alpha) -> ConfSeq:
+    """Every model's batch at once (``(m, C, B)`` observations, ``(m, B)`` scores): the initialization."""
+    terms = jax.vmap(_sequences_terms, in_axes=(0, 0, 0, 0, None, 0, 0, 0, 0, 0, None))(
+        cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha)
+    A, D, P = cs.weighted + terms[0], cs.weight + terms[1], cs.penalty + terms[2]
+    low, high = cs_bounds(A, D, P, log_inv_alpha)
+    return ConfSeq(A, D, P, cs.x_sum + terms[3], cs.dev_sum + terms[4], jnp.maximum(cs.low, jnp.max(low, axis=1)),
+                   jnp.minimum(cs.high, jnp.min(high, axis=1)))

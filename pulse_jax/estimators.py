@@ -9,8 +9,13 @@ own state pytree -- that the bandit step calls at fixed points:
   everything the update takes from it is predictable);
 * ``refresh(state, ledger, n_examples)`` right after a factorization refit;
 * ``estimate(state, ledger)`` the current ``mu_hat`` of every model;
-* ``radius(state, ledger, n_examples, delta)`` the half-width of a
-  ``1 - delta`` confidence interval (NaN where the method has none).
+* ``radius(state, ledger, n_examples, delta)`` the half-width of the paper's
+  fixed-count ``1 - delta`` interval (NaN where the method has none);
+* ``proxies(state, ledger, pull, n_examples)`` the per-draw observations of the
+  pull for the anytime-valid confidence sequence (:class:`confidence.ConfSeq`),
+  ``(Y, lower, width)`` with ``E[Y_s | past]`` the mean of the model's
+  still-unseen scores and ``Y_s`` in ``[lower_s, lower_s + width_s]``; ``None``
+  for a method without a valid interval (Naive-Pooling).
 
 All three share the :class:`Ledger` of observed-cell and prediction sums kept
 by the bandit engine, so the statistics exist once.
@@ -42,12 +47,15 @@ class Ledger(NamedTuple):
 
 
 class Pull(NamedTuple):
-    """One batch drawn for one model: sums over the batch ``b`` of size ``size``."""
+    """One batch drawn for one model: its cells in draw order and their sums (``size`` of them)."""
 
     model: chex.Array       # int32 scalar
     size: chex.Array        # B' = |b|, int32 scalar
     score_sum: chex.Array   # sum_{j in b} S_ij
     pred_sum: chex.Array    # sum_{j in b} f_ij
+    scores: chex.Array = None   # (B,) S_ij in draw order, 0 past ``size`` (for ``proxies``)
+    preds: chex.Array = None    # (B,) f_ij in draw order, 0 past ``size``
+    valid: chex.Array = None    # (B,) bool, the first ``size``
 
 
 class Estimator(NamedTuple):
@@ -67,10 +75,17 @@ class Estimator(NamedTuple):
     refresh: Callable[[Any, Ledger, int], Any]
     estimate: Callable[[Any, Ledger], chex.Array]
     radius: Callable[[Any, Ledger, int, float], chex.Array]
+    proxies: Callable[[Any, Ledger, Pull, int], tuple] | None = None
+    n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
 
 
 def _sample_mean(ledger: Ledger) -> chex.Array:
     return ledger.obs_sum / jnp.maximum(ledger.n_obs, 1)
+
+
+def _raw_proxies(pull: Pull):
+    """The scores themselves as ``(1, B)`` observations: range [0, 1]."""
+    return pull.scores[None], jnp.zeros_like(pull.scores)[None], jnp.ones_like(pull.scores)[None]
 
 
 def _no_refresh(state, ledger, n_examples):
@@ -105,7 +120,11 @@ def ucbe() -> Estimator:
         variance = ledger.obs_sq_sum / jnp.maximum(ledger.n_obs, 1) - mean * mean
         return confidence.bernstein_serfling_radius(ledger.n_obs, n_examples, variance, delta)
 
-    return Estimator("ucbe", False, init, update, _no_refresh, estimate, radius)
+    def proxies(state, ledger, pull, n_examples):
+        del state, ledger, n_examples
+        return _raw_proxies(pull)
+
+    return Estimator("ucbe", False, init, update, _no_refresh, estimate, radius, proxies)
 
 
 # ----------------------------------------------------------------------------- PULSE
@@ -176,11 +195,14 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         zeros = jnp.zeros(m, jnp.float32)
         return PulseState(_sample_mean(ledger), zeros, jnp.zeros(m, jnp.int32), zeros)
 
+    def lam_for(state, ledger, i, n_unobserved):
+        mean_past_z = jnp.where(state.n_z[i] > 0, state.z_sum[i] / jnp.maximum(state.n_z[i], 1), 0.0)
+        return lambda_rule(ledger.pred_sum[i], ledger.pred_sq_sum[i], mean_past_z, n_unobserved)
+
     def update(state, ledger, pull, n_examples):
         i = pull.model
         n_unobserved = (n_examples - ledger.n_obs[i]).astype(jnp.float32)
-        mean_past_z = jnp.where(state.n_z[i] > 0, state.z_sum[i] / jnp.maximum(state.n_z[i], 1), 0.0)
-        lam = lambda_rule(ledger.pred_sum[i], ledger.pred_sq_sum[i], mean_past_z, n_unobserved)
+        lam = lam_for(state, ledger, i, n_unobserved)
         theta, z = pulse_theta(ledger.obs_sum[i], ledger.pred_sum[i], n_unobserved, pull.score_sum,
                                pull.pred_sum, pull.size.astype(jnp.float32), lam, n_examples)
         live = pull.size > 0
@@ -198,7 +220,39 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         del state
         return confidence.freedman_radius(ledger.n_pulls, n_examples, delta, variance_bound)
 
-    return Estimator("pulse", True, init, update, _no_refresh, estimate, radius)
+    def proxies(state, ledger, pull, n_examples):
+        """Per-draw AIPW proxies, lambda and predictions frozen when the batch is asked:
+
+            Y_s = S_s - lambda f_s + lambda fbar_s,
+            fbar_s = (F - sum of f over the batch's earlier draws) / (N - s + 1),
+
+        ``fbar_s`` the mean prediction over the examples still unseen before
+        draw s (``F`` = the ledger's prediction sum over the unobserved ones).
+        Draw s is uniform over those examples given the past, so
+        ``E[S_s | past]`` is the mean of the unseen scores and
+        ``E[f_s | past] = fbar_s``: ``E[Y_s | past] = m_s(mu)`` for *any*
+        predictions in [0, 1] and any predictable lambda in [0, 1]. Since
+        ``S_s - lambda f_s`` lies in ``[-lambda, 1]``, ``Y_s`` lies in
+        ``[lambda (fbar_s - 1), lambda (fbar_s - 1) + 1 + lambda]``, a range
+        known before the draw. A refit between batches changes f, F and
+        lambda for later batches only, so every term stays predictable.
+
+        Returned as the second of two rows; the first is the raw scores. Both
+        are valid sequences on the same draws, and the engine intersects them:
+        the raw one is tighter while lambda's doubled range costs more than
+        the predictions save (the first few hundred draws), the proxies after.
+        """
+        i = pull.model
+        n_unobserved = (n_examples - ledger.n_obs[i]).astype(jnp.float32)
+        lam = lam_for(state, ledger, i, n_unobserved)
+        unseen = jnp.maximum(n_unobserved - jnp.arange(pull.preds.shape[0], dtype=jnp.float32), 1.0)
+        fbar = (ledger.pred_sum[i] - (jnp.cumsum(pull.preds) - pull.preds)) / unseen
+        y = pull.scores - lam * pull.preds + lam * fbar
+        raw = _raw_proxies(pull)
+        return (jnp.stack([raw[0][0], y]), jnp.stack([raw[1][0], lam * (fbar - 1.0)]),
+                jnp.stack([raw[2][0], jnp.full_like(y, 1.0 + lam)]))
+
+    return Estimator("pulse", True, init, update, _no_refresh, estimate, radius, proxies, 2)
 
 
 # ----------------------------------------------------------------------------- Naive

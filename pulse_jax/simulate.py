@@ -48,6 +48,12 @@ class SimulationResult:
     seconds: float = 0.0             # wall time, compilation included
     compile_seconds: float = 0.0     # of which XLA compilation (near 0 when the disk cache has it)
     model_names: tuple[str, ...] | None = None
+    cs_low: np.ndarray | None = None           # (R, m) running intersection of the confidence sequence
+    cs_high: np.ndarray | None = None
+    certified_spent: np.ndarray | None = None  # (R,) cells spent at the first certification (-1: never)
+    certified_model: np.ndarray | None = None  # (R,) the model certified (-1: never)
+    snapshot_cs: np.ndarray | None = None      # (R, K, m) CS half-widths at config.snapshot_budgets
+    snapshot_paper: np.ndarray | None = None   # (R, K, m) the paper's radius there
 
     @property
     def reps(self) -> int:
@@ -80,10 +86,58 @@ class SimulationResult:
         se = hits.std(axis=0, ddof=1) / np.sqrt(self.reps) if self.reps > 1 else np.zeros_like(mean)
         return mean, se
 
+    def exhausted(self) -> np.ndarray:
+        """(R, m) booleans: was every example of the model observed (its mean known exactly)?"""
+        return self.n_obs >= self.config.n_examples
+
     def coverage(self) -> np.ndarray:
-        """(m,) fraction of repetitions whose final interval covers each model's mean."""
+        """(m,) fraction of repetitions whose final paper interval (estimate +- radius) covers each mean.
+
+        A model observed in full is known exactly and counts as covered: its
+        float32 mean differs from the float64 truth by rounding only.
+        """
         lo, hi = self.estimates - self.radius, self.estimates + self.radius
-        return ((lo <= self.true_means) & (self.true_means <= hi)).mean(axis=0)
+        inside = (lo <= self.true_means) & (self.true_means <= hi)
+        return (inside | self.exhausted()).mean(axis=0)
+
+    #: float32 slack when comparing a confidence sequence with the float64 truth: the bounds are
+    #: ratios of float32 sums of <= n terms; 1e-5 is above their rounding at n <= 10^5 and far
+    #: below any width that matters (a CS half-width is >= 1e-3 before a model is exhausted).
+    CS_TOLERANCE = 1e-5
+
+    def cs_covers(self) -> np.ndarray:
+        """(R, m) booleans: did model i's confidence sequence cover its mean at *every* look?
+
+        The stored bounds are the running intersection (max of the lower bounds,
+        min of the upper ones over all looks), so they miss at the end exactly
+        when some look missed. Naive-Pooling has none (all False).
+        """
+        if self.cs_low is None:
+            return np.zeros(self.n_obs.shape, bool)
+        tol = self.CS_TOLERANCE
+        return (self.cs_low - tol <= self.true_means) & (self.true_means <= self.cs_high + tol)
+
+    def anytime_coverage(self) -> float:
+        """Fraction of repetitions in which every model's confidence sequence covered its mean at every
+        look: the simultaneous guarantee is that this is at least ``1 - delta``."""
+        return float(self.cs_covers().all(axis=1).mean())
+
+    def certification(self) -> dict:
+        """Certified stopping: how often, how soon, how often wrong.
+
+        ``cells`` are the budgets (initialization included) at which each
+        repetition first certified a model; ``error_rate`` counts certified
+        models that are not a best model, over all repetitions (the guarantee:
+        at most ``delta``).
+        """
+        spent = np.asarray(self.certified_spent if self.certified_spent is not None else np.full(self.reps, -1))
+        model = np.asarray(self.certified_model if self.certified_model is not None else np.full(self.reps, -1))
+        done = spent >= 0
+        top = self.true_means.max()
+        wrong = done & (self.true_means[np.maximum(model, 0)] < top)
+        return {"certified_fraction": float(done.mean()), "cells": spent[done],
+                "median_cells": float(np.median(spent[done])) if done.any() else float("nan"),
+                "error_rate": float(wrong.mean()), "errors": int(wrong.sum())}
 
 
 def device_memory_budget(device=None) -> int:
@@ -163,7 +217,7 @@ def rep_keys(seed: int, start: int, count: int) -> jax.Array:
 
 def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, reps: int = 100, seed: int = 0,
              chunk_size: int | None = None, progress: bool | Callable[[int, int, float], None] = False,
-             model_names=None, devices=None) -> SimulationResult:
+             model_names=None, devices=None, stop: str | None = None) -> SimulationResult:
     """Run ``reps`` repetitions of ``method`` ("ucbe", "pulse" or "naive").
 
     Args:
@@ -180,7 +234,15 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
       devices: the devices to split the repetitions over (default: all of
         ``jax.devices()``, i.e. every GPU / TPU core, or every host's devices
         after ``jax.distributed.initialize()``). Results do not depend on it.
+      stop: ``"certified"`` stops each repetition once a model is certified
+        best (fixed-confidence mode; ``config.stop_when_certified``),
+        ``"budget"`` spends the whole budget; default: as ``config`` says.
+        Either way the first certification is recorded
+        (:meth:`SimulationResult.certification`).
     """
+    require(stop in (None, "budget", "certified"), f"stop must be 'budget' or 'certified', got {stop!r}")
+    if stop is not None:
+        config = dataclasses.replace(config, stop_when_certified=stop == "certified")
     estimator = bandit.get_estimator(method)
     scores = np.asarray(scores, dtype=np.float32)
     require(scores.ndim == 2, f"scores must be a 2-D (models x examples) matrix, got shape {scores.shape}")
@@ -253,6 +315,10 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
         n_obs=np.asarray(out.n_obs), n_pulls=np.asarray(out.n_pulls),
         seconds=seconds, compile_seconds=compile_seconds,
         model_names=tuple(model_names) if model_names is not None else None,
+        cs_low=np.asarray(out.cs_low, np.float64), cs_high=np.asarray(out.cs_high, np.float64),
+        certified_spent=np.asarray(out.certified.spent, np.int64),
+        certified_model=np.asarray(out.certified.model, np.int64),
+        snapshot_cs=np.asarray(out.snapshots.cs, np.float64), snapshot_paper=np.asarray(out.snapshots.paper, np.float64),
     )
 
 
