@@ -1,0 +1,208 @@
+"""Anytime-valid confidence sequences: exact enumeration, a plain NumPy loop, and coverage at every look."""
+import itertools
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from conftest import tiny_problem
+from pulse_jax import BanditConfig, confidence, estimators
+from pulse_jax.estimators import Ledger, Pull
+from pulse_jax.simulate import simulate
+
+
+def _pulse_proxies(scores, preds, observed, order, lam_state):
+    """PULSE's (Y, lower, width) rows for drawing ``order`` (example indices) after ``observed``."""
+    n = len(scores)
+    unobs = [j for j in range(n) if j not in observed]
+    ledger = Ledger(jnp.array([len(observed), 1]), jnp.array([2, 1]), jnp.array([scores[observed].sum(), 0.0]),
+                    jnp.array([scores[observed].sum(), 0.0]), jnp.array([preds[unobs].sum(), 0.0]),
+                    jnp.array([(preds[unobs] ** 2).sum(), 0.0]))
+    pull = Pull(jnp.int32(0), jnp.int32(len(order)), jnp.float32(0), jnp.float32(0),
+                jnp.asarray(scores[list(order)], jnp.float32), jnp.asarray(preds[list(order)], jnp.float32),
+                jnp.ones(len(order), bool))
+    y, lower, width = estimators.pulse().proxies(lam_state, ledger, pull, n)
+    return np.asarray(y[1], np.float64), np.asarray(lower[1], np.float64), np.asarray(width[1], np.float64)
+
+
+@pytest.mark.parametrize("z_history", [(0.0, 0), (2.3, 2), (-4.0, 1)])   # lambda = 1, in (0, 1), 0
+@pytest.mark.parametrize("soft", [False, True])
+def test_proxy_conditional_mean_is_the_unseen_mean_by_exact_enumeration(z_history, soft):
+    """E[Y_s | past] = mean of the still-unseen scores, over every draw order, for wrong predictions."""
+    rng = np.random.default_rng(3)
+    n, B = 7, 3
+    scores = rng.random(n) if soft else np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    preds = np.array([0.1, 0.8, 0.9, 0.3, 0.2, 0.7, 0.6])   # anti-correlated with the scores: bad on purpose
+    observed = [0, 4]
+    est = estimators.pulse()
+    ledger0 = Ledger(jnp.array([2, 1]), jnp.array([2, 1]), jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]),
+                     jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]))
+    state = est.init(ledger0)._replace(z_sum=jnp.array([z_history[0], 0.0]), n_z=jnp.array([z_history[1], 0]))
+    unobs = [j for j in range(n) if j not in observed]
+    rows = {}
+    for order in itertools.permutations(unobs, B):           # every ordered batch: uniform sequential draws
+        y, lower, width = _pulse_proxies(scores, preds, observed, order, state)
+        assert np.all(lower - 1e-6 <= y) and np.all(y <= lower + width + 1e-6)   # the predictable range
+        assert np.all(width <= 2 + 1e-6)
+        for k in range(B):
+            rows.setdefault(order[:k], []).append((y[k], lower[k], width[k]))
+    for prefix, values in rows.items():
+        values = np.array(values)
+        unseen = [j for j in unobs if j not in prefix]
+        assert values[:, 0].mean() == pytest.approx(scores[unseen].mean(), abs=2e-6)
+        # lower and width are known before the draw: the same for every continuation
+        assert np.ptp(values[:, 1]) < 1e-6 and np.ptp(values[:, 2]) < 1e-6
+
+
+def numpy_cs(y, lower, width, scores, N, log_inv_alpha):
+    """One draw at a time, float64, from the formulas in ALGORITHM.md: the bounds after every draw."""
+    x_sum = dev_sum = A = D = P = 0.0
+    seen = 0.0
+    lows, highs = [], []
+    for s in range(1, len(y) + 1):
+        x = min(max((y[s - 1] - lower[s - 1]) / width[s - 1], 0.0), 1.0)
+        xhat_prev = (0.5 + x_sum) / s
+        sig2 = (0.25 + dev_sum) / s
+        beta = min(np.sqrt(2 * log_inv_alpha / (sig2 * s * np.log1p(s))), 0.5)
+        psi = -np.log1p(-beta) - beta
+        A += beta / width[s - 1] * (y[s - 1] + seen / (N - s + 1))
+        D += beta / width[s - 1] * N / (N - s + 1)
+        P += (x - xhat_prev) ** 2 * psi
+        x_sum += x
+        dev_sum += (x - (0.5 + x_sum) / (s + 1)) ** 2
+        seen += scores[s - 1]
+        lows.append(min(max(A / D - (log_inv_alpha + P) / D, 0), 1))
+        highs.append(min(max(A / D + (log_inv_alpha + P) / D, 0), 1))
+    return np.maximum.accumulate(lows), np.minimum.accumulate(highs)
+
+
+@pytest.mark.parametrize("batch", [1, 5, 16])
+def test_batched_update_equals_a_plain_sequential_numpy_loop(batch):
+    rng = np.random.default_rng(batch)
+    N, draws = 60, 48
+    scores = rng.random(N)
+    order = rng.permutation(N)[:draws]
+    lam = rng.random(draws)                          # any predictable lambda, here per batch
+    lam = np.repeat(lam[::batch], batch)[:draws]
+    f = rng.random(draws)
+    y = scores[order] - lam * f + lam * 0.4
+    lower, width = lam * (0.4 - 1), 1 + lam
+    log_ia = float(confidence.cs_log_inv_alpha(0.05, 10))
+    lo_ref, hi_ref = numpy_cs(y, lower, width, scores[order], N, log_ia)
+    cs = confidence.cs_init(1)
+    for start in range(0, draws, batch):
+        sl = slice(start, min(start + batch, draws))
+        pad = batch - (sl.stop - sl.start)
+        arr = lambda a: jnp.asarray(np.pad(a[sl], (0, pad)), jnp.float32)[None]
+        valid = jnp.arange(batch) < sl.stop - sl.start
+        cs = confidence.cs_update(cs, 0, jnp.int32(start), jnp.float32(scores[order][:start].sum()), jnp.float32(N),
+                                  arr(y), arr(lower), jnp.asarray(np.pad(width[sl], (0, pad), constant_values=1),
+                                                                   jnp.float32)[None],
+                                  arr(scores[order])[0], valid, log_ia)
+        # float32 sums of <= 60 terms against float64: 1e-5
+        assert float(cs.low[0]) == pytest.approx(lo_ref[sl.stop - 1], abs=1e-5)
+        assert float(cs.high[0]) == pytest.approx(hi_ref[sl.stop - 1], abs=1e-5)
+
+
+def _coverage_run(method, V, scores, reps, delta, budget, refit_every=5, batch_size=4):
+    m, n = scores.shape
+    config = BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch_size, refit_every=refit_every,
+                          delta=delta)
+    return simulate(scores, config, method, V=V, reps=reps, seed=11)
+
+
+# Monte Carlo tolerance: with R = 1,000 repetitions, a true miss rate of exactly delta = 0.2 gives
+# a standard error of sqrt(0.2 * 0.8 / 1000) = 0.0126; 3 SE (0.038) keeps false alarms below 0.2%.
+REPS, DELTA, MC_TOL = 1000, 0.2, 0.038
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft"])
+def test_coverage_at_every_look(case):
+    """Over 1,000 repetitions, the fraction in which any model's sequence *ever* misses is <= delta."""
+    binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
+    scores = binary
+    V = v
+    if case == "pulse_adversarial":
+        V = -3.0 * v           # predictions anti-correlated with the truth
+    if case == "pulse_soft":
+        scores = np.clip(binary * 0.7 + np.random.default_rng(1).random(binary.shape) * 0.3, 0, 1).astype(np.float32)
+    method = "ucbe" if case == "ucbe" else "pulse"
+    res = _coverage_run(method, V, scores, REPS, DELTA, budget=5 * 4 + 120)
+    miss = 1 - res.anytime_coverage()
+    print(f"{case}: any-model miss rate over every look {miss:.3f} (delta {DELTA})")
+    assert miss <= DELTA + MC_TOL
+    assert res.cs_covers().mean() > 0.95
+
+
+def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np.log(4.0))):
+    """Fraction of random draw orders in which one sequence at alpha = 1/4 per side ever misses.
+
+    A level where the guarantee (miss rate <= 2 alpha = 0.5) is close to tight, so that a
+    sequence that is too narrow shows. Traced afresh on every call (reads ``_NARROWING``).
+    """
+    rng = np.random.default_rng(7)
+    population = (rng.random(N) < 0.5).astype(np.float32)
+    orders = np.stack([rng.permutation(N) for _ in range(reps)]).reshape(reps, N // batch, batch)
+
+    def one(order):
+        def body(cs, idx):
+            k, ex = idx
+            s = jnp.asarray(population)[ex]
+            cs = confidence.cs_update(cs, 0, k * batch, jnp.sum(jnp.asarray(population)[order.reshape(-1)] *
+                                                                 (jnp.arange(N) < k * batch)), jnp.float32(N),
+                                      s[None], jnp.zeros((1, batch)), jnp.ones((1, batch)), s,
+                                      jnp.ones(batch, bool), log_inv_alpha)
+            return cs, None
+        cs, _ = jax.lax.scan(body, confidence.cs_init(1), (jnp.arange(N // batch), order))
+        return cs.low[0], cs.high[0]
+
+    low, high = jax.jit(jax.vmap(one))(jnp.asarray(orders))
+    mu = population.mean()
+    return float(np.mean((np.asarray(low) > mu + 1e-5) | (np.asarray(high) < mu - 1e-5)))
+
+
+def test_one_sequence_misses_at_most_two_alpha():
+    """1,000 draw orders; 3 SE of a rate of 0.5 is 0.047."""
+    miss = _single_sequence_miss_rate()
+    print(f"one sequence, alpha = 1/4 per side: ever missed in {miss:.3f} of the orders")
+    assert miss <= 0.5 + 0.047
+
+
+def test_a_sequence_twice_too_narrow_fails_the_coverage_test(monkeypatch):
+    """Mutation check: halve every half-width and the same test must fail."""
+    monkeypatch.setattr(confidence, "_NARROWING", 2.0)
+    miss = _single_sequence_miss_rate()
+    print(f"halved: ever missed in {miss:.3f} of the orders")
+    assert miss > 0.5 + 0.047
+
+
+@pytest.mark.slow
+def test_certified_stopping_is_wrong_at_most_delta():
+    """Two close models and a large delta, so that certification happens often and errors could show."""
+    rng = np.random.default_rng(5)
+    n = 60
+    p = np.array([0.62, 0.55, 0.45])
+    scores = (rng.random((3, n)) < p[:, None]).astype(np.float32)
+    _, _, v = tiny_problem(seed=4, m=3, n=n, rank=3)
+    for method, rule in [("ucbe", "lucb"), ("pulse", "lucb"), ("pulse", "ucbe")]:
+        config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, delta=DELTA,
+                              rule=rule)
+        res = simulate(scores, config, method, V=v, reps=REPS, seed=3, stop="certified")
+        cert = res.certification()
+        print(method, rule, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])
+        assert cert["certified_fraction"] > 0.5
+        assert cert["error_rate"] <= DELTA + MC_TOL
+        # a stopped run spends nothing after it certified
+        assert np.all(res.spent[:, -1][res.certified_spent >= 0] == res.certified_spent[res.certified_spent >= 0])
+
+
+def test_exhausted_models_count_as_covered_despite_float32_rounding():
+    binary, _, v = tiny_problem(seed=2, m=3, n=24, rank=3)
+    config = BanditConfig(n_models=3, n_examples=24, budget=72, batch_size=4, refit_every=5)
+    res = simulate(binary, config, "pulse", V=v, reps=20, seed=0)
+    assert res.exhausted().all()
+    assert np.all(res.coverage() == 1.0)
+    assert res.anytime_coverage() == 1.0
