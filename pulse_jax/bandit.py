@@ -191,6 +191,8 @@ class StepRecord(NamedTuple):
     chosen: chex.Array      # model pulled (-1 when the step spent nothing)
     lam: chex.Array         # lambda used by PULSE for this pull (NaN otherwise)
     estimates: chex.Array   # (m,) when config.record_estimates, else ()
+    low: chex.Array         # (m,) confidence-sequence bounds when config.record_estimates, else ()
+    high: chex.Array
 
 
 class RunResult(NamedTuple):
@@ -504,7 +506,7 @@ def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, 
     live = size > 0
     s = jnp.where(valid, scores, 0.0)
     if estimator.uses_predictions:
-        f = jnp.where(valid, jax.nn.sigmoid(episode.V[examples] @ state.U[i]), 0.0)
+        f = jnp.where(valid, jax.nn.sigmoid(jnp.matmul(episode.V[examples], state.U[i], precision=factorization.PRECISION)), 0.0)
     else:
         f = jnp.zeros_like(s)
     pull = Pull(i, size, jnp.sum(s), jnp.sum(f), s, f, valid)
@@ -554,6 +556,8 @@ def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConf
     examples, valid = draw(episode, state, i, size, config)
     state = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], config, estimator)
     lam = getattr(state.estimator, "last_lambda", None)
+    empty = jnp.zeros((0,), jnp.float32)
+    bounds = interval_bounds(estimator, state, config, "cs") if config.record_estimates else (empty, empty)
     record = StepRecord(
         best=state.best,
         spent=state.spent,
@@ -561,6 +565,7 @@ def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConf
         lam=jnp.where(live, lam[i], jnp.nan) if lam is not None else jnp.float32(jnp.nan),
         estimates=current_estimates(estimator, state, config.n_examples) if config.record_estimates
         else jnp.zeros((0,), jnp.float32),
+        low=bounds[0], high=bounds[1],
     )
     return state, record
 

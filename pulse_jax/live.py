@@ -22,16 +22,11 @@ were in flight when the process died are asked again (they are the only
 loss). The example embeddings are saved next to the log, so a resumed run
 uses exactly the same side information.
 
-Stopping bound: PULSE uses Freedman's inequality (Theorem 1) with ``v = n^2 /
-B``, intersected with the empirical Bernstein-Serfling interval of the same
-model's observed cells (each at half the level); UCB-E the latter alone. Both hold at a fixed
-number of pulls / observations; taken at ``delta / (m k (k + 1))`` for the
-k-th pull (observation count for UCB-E) of each of the m models they hold for
-all models at all times at once (union bound), so checking them after every
-batch is valid. ``v = n^2 / B`` bounds the conditional variance of every
-pull's ``Z`` because a live selector never shortens a batch for the budget:
-a pull has ``B' = B`` (variance of the batch mean at most ``(1 + lambda)^2 /
-(4B) <= 1/B`` after scaling) or ``B' = |U_i|`` (``pi = 1``, no variance).
+Stopping bound: the engine's anytime-valid confidence sequences
+(:class:`pulse_jax.confidence.ConfSeq`), simultaneous over the models and
+valid at every look, so checking them after every batch is valid. A batch's
+observations are taken in the order its examples were drawn, with the
+predictions and lambda fixed when it was asked. Naive-Pooling has none.
 """
 from __future__ import annotations
 
@@ -51,7 +46,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import bandit, confidence, factorization
+from pulse_jax import bandit, factorization
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 
@@ -82,10 +77,8 @@ class Report:
     seed: int
     models: tuple[str, ...]
     estimates: np.ndarray
-    low: np.ndarray              # fixed-count interval at level delta
+    low: np.ndarray              # confidence sequence: valid at every look, for every model at once
     high: np.ndarray
-    anytime_low: np.ndarray      # valid at every time for every model at once (stopping rule)
-    anytime_high: np.ndarray
     n_obs: np.ndarray
     n_pulls: np.ndarray
     spent: int
@@ -106,9 +99,7 @@ class Report:
         for name in self.ranking:
             i = self.models.index(name)
             rows.append({"model": name, "estimate": _num(self.estimates[i]), "low": _num(self.low[i]),
-                         "high": _num(self.high[i]), "anytime_low": _num(self.anytime_low[i]),
-                         "anytime_high": _num(self.anytime_high[i]), "cells": int(self.n_obs[i]),
-                         "pulls": int(self.n_pulls[i])})
+                         "high": _num(self.high[i]), "cells": int(self.n_obs[i]), "pulls": int(self.n_pulls[i])})
         return {"method": self.method, "seed": self.seed, "spent": self.spent, "budget": self.budget,
                 "delta": self.delta, "leader": self.leader, "separated": self.separated,
                 "tied_with_leader": list(self.tied_with_leader), "ranking": rows,
@@ -121,13 +112,12 @@ class Report:
                  + ("separated from every other model" if self.separated else
                     "not yet separated; tied with the leader: " + ", ".join(self.tied_with_leader)
                     if self.separated is not None else "no valid interval for this method")
-                 + f" (simultaneous {level} bounds).", "",
-                 f"| rank | model | estimate | {level} interval | simultaneous bound | cells |",
-                 "|---:|---|---:|---|---|---:|"]
+                 + f" ({level} confidence sequences, simultaneous over the models and valid at every look).", "",
+                 f"| rank | model | estimate | {level} confidence sequence | cells |",
+                 "|---:|---|---:|---|---:|"]
         for k, row in enumerate(self.to_dict()["ranking"], start=1):
             lines.append(f"| {k} | {row['model']} | {_fmt(row['estimate'])} | [{_fmt(row['low'])}, "
-                         f"{_fmt(row['high'])}] | [{_fmt(row['anytime_low'])}, {_fmt(row['anytime_high'])}] | "
-                         f"{row['cells']} |")
+                         f"{_fmt(row['high'])}] | {row['cells']} |")
         return "\n".join(lines) + "\n"
 
     def plot(self, path):
@@ -170,7 +160,8 @@ def _compiled(config: BanditConfig, method: str):
         return episode, state
 
     def summary(state):
-        return bandit.current_estimates(est, state, config.n_examples), state.ledger
+        low, high = bandit.interval_bounds(est, state, config)
+        return bandit.current_estimates(est, state, config.n_examples), state.ledger, low, high
 
     return jax.jit(reset), jax.jit(ask), jax.jit(tell), jax.jit(summary)
 
@@ -432,87 +423,54 @@ class Selector:
         """Ranking, estimates with intervals, separation and the audit trail, at any time."""
         c, m, n = self.config, len(self.models), self.config.n_examples
         if self.initialized:
-            est, ledger = self._summary_fn(self._state)
+            est, ledger, low, high = self._summary_fn(self._state)
             est, n_obs, n_pulls = np.asarray(est, np.float64), np.asarray(ledger.n_obs), np.asarray(ledger.n_pulls)
-        else:   # during initialization: sample means of what has been seen
+            low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+        else:   # during initialization: sample means of what has been seen, no bound yet
             n_obs = np.array([len(self._evaluated[name]) for name in self.models])
             n_pulls = (n_obs > 0).astype(int)
             sums = self._buffer.sum(axis=1)   # holds the told initial batches only
             est = np.where(n_obs > 0, sums / np.maximum(n_obs, 1), np.nan)
-            ledger = None
-        if ledger is not None:
-            obs_mean = np.asarray(ledger.obs_sum, np.float64) / np.maximum(n_obs, 1)
-            obs_var = np.asarray(ledger.obs_sq_sum, np.float64) / np.maximum(n_obs, 1) - obs_mean**2
-        else:   # during initialization: sample means, the largest possible variance
-            obs_mean, obs_var = est, np.full(m, 0.25)
-        low, high = self._interval(est, obs_mean, obs_var, n_obs, n_pulls, c.delta, None)
-        lo, hi = self._interval(est, obs_mean, obs_var, n_obs, n_pulls, c.delta, m)
-        exact = n_obs >= n
-        low, high = np.where(exact, est, low), np.where(exact, est, high)
-        lo, hi = np.where(exact, est, lo), np.where(exact, est, hi)
+            low, high = np.zeros(m), np.ones(m)
+        if self.method == "naive":
+            low, high = np.full(m, np.nan), np.full(m, np.nan)
         seen = np.where(n_obs > 0, est, -np.inf)
         leader = int(np.argmax(seen))
         if self.method == "naive":
             separated, tied = None, ()
         else:
-            others = np.arange(m) != leader
-            separated = bool(np.all(lo[leader] > np.where(others, np.nan_to_num(hi, nan=np.inf), -np.inf)))
-            tied = tuple(self.models[j] for j in range(m) if j != leader and not hi[j] < lo[leader])
-        return Report(self.method, self.seed, self.models, est, low, high, lo, hi, n_obs,
+            ok, certified = bandit.certify(jnp.asarray(low), jnp.asarray(high))
+            separated = bool(ok) and self.initialized
+            if separated:
+                leader = int(certified)
+            tied = tuple(self.models[j] for j in range(m) if j != leader and not high[j] < low[leader])
+        return Report(self.method, self.seed, self.models, est, low, high, n_obs,
                       n_pulls, self.spent, c.budget, c.delta, self.models[leader], separated, tied,
                       {k: list(v) for k, v in self._evaluated.items()})
 
-    def _interval(self, est, obs_mean, obs_var, n_obs, n_pulls, delta, simultaneous_over):
-        """Interval for every model, clipped to [0, 1]; NaN for Naive-Pooling.
-
-        UCB-E: empirical Bernstein-Serfling around the sample mean. PULSE: the
-        Freedman interval (v = n^2 / B) around mu_hat intersected with the
-        Bernstein-Serfling interval around the sample mean of the same model's
-        observed cells (a uniform sample without replacement), each at delta / 2,
-        so it is valid at delta and never much wider than UCB-E's.
-        ``simultaneous_over=m`` spreads delta over all models and all counts
-        (:func:`confidence.anytime_delta`) for the stopping rule.
-        """
-        n, B = self.config.n_examples, self.config.batch_size
-        if self.method == "naive":
-            nan = np.full(len(est), np.nan)
-            return nan, nan
-
-        def level(count, share):
-            if simultaneous_over is None:
-                return share
-            return np.asarray(confidence.anytime_delta(share, count, simultaneous_over), np.float64)
-
-        share = delta if self.method == "ucbe" else delta / 2
-        r_obs = np.asarray(confidence.bernstein_serfling_radius(n_obs, n, obs_var, level(n_obs, share)), np.float64)
-        low, high = obs_mean - r_obs, obs_mean + r_obs
-        if self.method == "pulse":
-            r = np.asarray(confidence.freedman_radius(n_pulls, n, level(n_pulls, share), variance_bound=n * n / B),
-                           np.float64)
-            low, high = np.maximum(low, est - r), np.minimum(high, est + r)
-        return np.clip(low, 0.0, 1.0), np.clip(high, 0.0, 1.0)
-
     def paired_difference(self, a: str, b: str) -> dict:
-        """Mean of ``S_a - S_b`` over the examples both models have seen, with a ``1 - delta`` interval.
+        """``mu_a - mu_b`` with an anytime-valid interval, and the mean of ``S_a - S_b`` on the shared examples.
 
-        The common examples are the intersection of two independent uniform
-        orders' prefixes: a uniform sample without replacement, so the
-        empirical Bernstein-Serfling bound applies (range 2).
+        The interval is the difference of the two confidence sequences,
+        ``[low_a - high_b, high_a - low_b]``: it holds at every look, for every
+        pair at once, with probability >= 1 - delta (the sequences are
+        simultaneous). ``common_mean`` (over the examples both models have
+        seen) is descriptive only: it carries no guarantee of its own.
         """
         require(a in self.models and b in self.models, f"unknown model {a if a not in self.models else b!r}")
         ia, ib = self.models.index(a), self.models.index(b)
+        report = self.result()
         seen_a = set(self._evaluated[a])
         common = [e for e in self._evaluated[b] if e in seen_a]
-        if not common:
-            return {"models": (a, b), "n_common": 0, "mean": None, "low": None, "high": None}
-        position = {e: k for k, e in enumerate(self.example_ids)}
-        cols = [position[e] for e in common]
-        scores = self._current_scores()
-        diff = scores[ia, cols].astype(np.float64) - scores[ib, cols]
-        radius = float(confidence.bernstein_serfling_radius(len(diff), self.config.n_examples, diff.var(),
-                                                            self.config.delta, score_range=2.0))
-        mean = float(diff.mean())
-        return {"models": (a, b), "n_common": len(diff), "mean": mean, "low": mean - radius, "high": mean + radius}
+        common_mean = None
+        if common:
+            position = {e: k for k, e in enumerate(self.example_ids)}
+            cols = [position[e] for e in common]
+            scores = self._current_scores()
+            common_mean = float(np.mean(scores[ia, cols].astype(np.float64) - scores[ib, cols]))
+        return {"models": (a, b), "estimate": _num(report.estimates[ia] - report.estimates[ib]),
+                "low": _num(report.low[ia] - report.high[ib]), "high": _num(report.high[ia] - report.low[ib]),
+                "n_common": len(common), "common_mean": common_mean}
 
     def _current_scores(self) -> np.ndarray:
         return np.asarray(self._episode.scores) if self.initialized else self._buffer

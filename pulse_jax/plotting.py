@@ -55,10 +55,11 @@ def estimates_with_intervals(report, path):
     fig, ax = plt.subplots(figsize=(6.4, 0.3 * len(order) + 1.5), dpi=120)
     y = np.arange(len(order))[::-1]
     est = report.estimates[order]
-    ax.errorbar(est, y, xerr=[est - report.low[order], report.high[order] - est], fmt="o", color=COLORS["pulse"],
-                ecolor=COLORS["pulse"], capsize=3, label=f"{1 - report.delta:.0%} interval")
-    ax.errorbar(est, y, xerr=[est - report.anytime_low[order], report.anytime_high[order] - est], fmt="none",
-                ecolor=COLORS["ucbe"], alpha=0.6, lw=4, label="simultaneous bound (stopping rule)", zorder=0)
+    # Lines, not error bars: PULSE's estimate (the mean of its one-step estimates) need not lie
+    # inside the confidence sequence, whose centre is a different weighted mean.
+    ax.hlines(y, report.low[order], report.high[order], color=COLORS["ucbe"], alpha=0.6, lw=4, zorder=0,
+              label=f"{1 - report.delta:.0%} confidence sequence (simultaneous, every look)")
+    ax.plot(est, y, "o", color=COLORS["pulse"], label="estimate")
     ax.set_yticks(y, [report.models[i] for i in order], fontsize=8)
     ax.set_xlabel("estimated mean score")
     ax.set_xlim(0, 1)

@@ -6,7 +6,8 @@ tie-breaking uniforms), which it takes from ``pulse_jax.bandit.draw_keys``,
 ``pulse_jax.sampling.fisher_yates_choices`` and ``tie_uniforms``. Everything
 else -- the swaps that turn choices into a batch, selection, the three
 estimators, the lambda rule, the masked BCE gradient and Adam -- is
-re-implemented here in float64.
+re-implemented here in float64, and so are the confidence sequences (one draw
+at a time, from the formulas in ALGORITHM.md), certification and the LUCB rule.
 """
 from __future__ import annotations
 
@@ -54,9 +55,38 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
     B, T, a, tau = config.batch_size, config.budget, config.exploration, config.refit_every
     model_order, examples_key, tie_key = bandit.draw_keys(key, m)
     model_order = np.asarray(model_order)
-    uniforms = np.asarray(jax.vmap(lambda t: jnp.stack(bandit.tie_uniforms(tie_key, t)))(
+    uniforms = np.asarray(jax.vmap(lambda t: jnp.stack([bandit.tie_uniform(tie_key, t, w) for w in range(4)]))(
         jnp.arange(config.n_steps + 1)))
     uses_pred = method in ("pulse", "naive")
+
+    # confidence sequences: C per model (UCB-E: raw scores; PULSE: raw and AIPW proxies)
+    C = {"ucbe": 1, "pulse": 2, "naive": 0}[method]
+    log_ia = np.log(2 * m * max(C, 1) / config.delta)
+    cs = {k: np.zeros((m, max(C, 1))) for k in ("A", "D", "P", "xs", "dv")}
+    cs_low, cs_high = np.zeros(m), np.ones(m)
+
+    def cs_take(i, rows, scores_in_order, n_seen, seen_sum):
+        """Sequences of model i take a batch: rows = [(y, lower, width)] per sequence, draw order."""
+        lows, highs = [], []
+        for c, (y, lower, width) in enumerate(rows):
+            seen = seen_sum
+            for k in range(len(scores_in_order)):
+                s_ = n_seen + k + 1
+                x = min(max((y[k] - lower[k]) / width[k], 0.0), 1.0)
+                xhat_prev = (0.5 + cs["xs"][i, c]) / s_
+                sig2 = (0.25 + cs["dv"][i, c]) / s_
+                beta = min(np.sqrt(2 * log_ia / (sig2 * s_ * np.log1p(s_))), 0.5)
+                cs["A"][i, c] += beta / width[k] * (y[k] + seen / (n - s_ + 1))
+                cs["D"][i, c] += beta / width[k] * n / (n - s_ + 1)
+                cs["P"][i, c] += (x - xhat_prev) ** 2 * (-np.log1p(-beta) - beta)
+                cs["xs"][i, c] += x
+                cs["dv"][i, c] += (x - (0.5 + cs["xs"][i, c]) / (s_ + 1)) ** 2
+                seen += scores_in_order[k]
+            A, D, P = cs["A"][i, c], cs["D"][i, c], cs["P"][i, c]
+            lows.append(min(max(A / D - (log_ia + P) / D, 0.0), 1.0))
+            highs.append(min(max(A / D + (log_ia + P) / D, 0.0), 1.0))
+        cs_low[i] = max(cs_low[i], max(lows))
+        cs_high[i] = min(cs_high[i], min(highs))
 
     mask = np.zeros((m, n), bool)
     n_obs = np.zeros(m, int)
@@ -73,9 +103,15 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
 
     n0 = config.init_cells_per_model
     for i in range(m):
+        order_i = []
         for _ in range(config.init_batches):
-            mask[i, draw_batch(i, B)] = True
+            batch = draw_batch(i, B)
+            mask[i, batch] = True
             n_obs[i] += B
+            order_i.extend(batch)
+        if C:
+            raw = S[i, order_i]
+            cs_take(i, [(raw, np.zeros(n0), np.ones(n0))] * C, raw, 0, 0.0)
     obs_sum = np.array([S[i, mask[i]].sum() for i in range(m)])
     U = np.zeros((m, V.shape[1]))
 
@@ -109,14 +145,42 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
             mu = naive_mu.copy()
         return np.where(n_obs >= n, obs_sum / n, mu)
 
+    def bounds():
+        if not C:
+            return np.full(m, np.nan), np.full(m, np.nan)
+        exact = n_obs >= n
+        return np.where(exact, obs_sum / n, cs_low), np.where(exact, obs_sum / n, cs_high)
+
+    certified = {"spent": -1, "model": -1}
+
+    def check_certificate():
+        lo, hi = bounds()
+        if not C or certified["spent"] >= 0:
+            return
+        h = int(np.argmax(lo))
+        rival = np.max(np.where(np.arange(m) == h, -np.inf, hi))
+        if lo[h] > rival:
+            certified.update(spent=spent, model=h)
+
     spent = config.init_cells
     best = _random_argmax(uniforms[0, 1], estimates(), model_order)
-    rec = {"best": [], "spent": [], "chosen": [], "lam": [], "estimates": []}
+    check_certificate()
+    rec = {"best": [], "spent": [], "chosen": [], "lam": [], "estimates": [], "low": [], "high": []}
     for t in range(1, config.n_steps + 1):
         active = n_obs < n
         index = np.where(active, estimates() + np.sqrt(a / n_obs), -np.inf)
         i = _random_argmax(uniforms[t, 0], index, model_order)
+        if config.rule == "lucb":
+            lo, hi = bounds()
+            leader = _random_argmax(uniforms[t, 2], estimates(), model_order)
+            challenger = _random_argmax(uniforms[t, 3], np.where(np.arange(m) == leader, -np.inf, hi), model_order)
+            width = hi - lo
+            pick = leader if active[leader] and (not active[challenger] or width[leader] >= width[challenger]) \
+                else challenger
+            i = pick if active[pick] else i
         size = max(0, min(B, n - n_obs[i], T - spent)) if active.any() else 0
+        if config.stop_when_certified and certified["spent"] >= 0:
+            size = 0
         lam = np.nan
         if size > 0:
             if uses_pred and tau > 0 and t % tau == 0:
@@ -129,9 +193,15 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
             s = S[i, batch]
             f = _sigmoid(V[batch] @ U[i]) if uses_pred else np.zeros(size)
             n_unobs = n - n_obs[i]
+            if method == "ucbe":
+                cs_take(i, [(s, np.zeros(size), np.ones(size))], s, n_obs[i], obs_sum[i])
             if method == "pulse":
                 zbar = z_sum[i] / n_z[i] if n_z[i] else 0.0
                 lam = float(np.clip(1 - F[i] * zbar / (n_unobs * Phi[i]), 0, 1)) if Phi[i] > 0 else 1.0
+                fbar = (F[i] - (np.cumsum(f) - f)) / (n_unobs - np.arange(size))
+                cs_take(i, [(s, np.zeros(size), np.ones(size)),
+                            (s - lam * f + lam * fbar, lam * (fbar - 1), np.full(size, 1 + lam))],
+                        s, n_obs[i], obs_sum[i])
                 z = (n_unobs / size) * (s.sum() - lam * f.sum())
                 theta_sum[i] += (obs_sum[i] + lam * F[i] + z) / n
                 z_sum[i] += z
@@ -145,11 +215,16 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
             Phi[i] -= (f * f).sum()
             spent += size
             best = _random_argmax(uniforms[t, 1], estimates(), model_order)
+            check_certificate()
+        lo, hi = bounds()
+        rec["low"].append(lo)
+        rec["high"].append(hi)
         rec["best"].append(best)
         rec["spent"].append(spent)
         rec["chosen"].append(i if size > 0 else -1)
         rec["lam"].append(lam)
         rec["estimates"].append(estimates())
     out = {k: np.asarray(v) for k, v in rec.items()}
-    out.update(final_estimates=estimates(), n_obs=n_obs.copy(), n_pulls=n_pulls.copy())
+    out.update(final_estimates=estimates(), n_obs=n_obs.copy(), n_pulls=n_pulls.copy(),
+               certified_spent=certified["spent"], certified_model=certified["model"])
     return out

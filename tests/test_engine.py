@@ -31,13 +31,24 @@ CASES = {
 }
 
 
+RULES = {   # (rule, stop when certified, delta): the paper's rule, and LUCB stopping at a loose level
+    "ucbe-rule": ("ucbe", False, 0.05),
+    "lucb-stop": ("lucb", True, 0.5),
+}
+
+
 @pytest.mark.parametrize("method", METHODS)
 @pytest.mark.parametrize("case", list(CASES))
-def test_engine_matches_numpy_reference_step_for_step(method, case, monkeypatch):
+@pytest.mark.parametrize("rule", list(RULES))
+def test_engine_matches_numpy_reference_step_for_step(method, case, rule, monkeypatch):
     monkeypatch.setattr(bandit, "UNROLL_MIN_LOG_CELLS", 0)   # unroll whenever the phases allow it
     m, n, extra, batch, tau = CASES[case]
+    rule_name, stop, delta = RULES[rule]
+    if method == "naive" and rule_name == "lucb":
+        pytest.skip("Naive-Pooling has no interval, so no LUCB rule")
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=m, n=n)
-    config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
+    config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau, rule=rule_name,
+                     stop_when_certified=stop, delta=delta)
     run = jax.jit(bandit.make_run(config, method))
     for seed in (0, 1):
         key = jax.random.PRNGKey(seed)
@@ -53,6 +64,11 @@ def test_engine_matches_numpy_reference_step_for_step(method, case, monkeypatch)
         np.testing.assert_array_equal(np.asarray(out.n_pulls), ref["n_pulls"])
         if method == "pulse":
             np.testing.assert_allclose(np.asarray(out.steps.lam), ref["lam"], atol=2e-5)
+        # The confidence sequences: float32 sums of O(n) terms against float64.
+        np.testing.assert_allclose(np.asarray(out.steps.low), ref["low"], atol=2e-5)
+        np.testing.assert_allclose(np.asarray(out.steps.high), ref["high"], atol=2e-5)
+        assert int(out.certified.spent) == ref["certified_spent"]
+        assert int(out.certified.model) == ref["certified_model"]
 
 
 def test_reference_cases_cover_both_refit_paths():

@@ -133,11 +133,11 @@ def test_simultaneous_bounds_hold_at_every_look(method):
         while (request := sel.ask()) is not None:
             sel.tell(request, b.scores[request.model_index, list(request.example_index)])
             r = sel.result()
-            half, centre = (r.anytime_high - r.anytime_low) / 2, (r.anytime_high + r.anytime_low) / 2
-            outside = (b.true_means < r.anytime_low - 1e-6) | (b.true_means > r.anytime_high + 1e-6)
+            half, centre = (r.high - r.low) / 2, (r.high + r.low) / 2
+            outside = (b.true_means < r.low - 1e-6) | (b.true_means > r.high + 1e-6)
             if outside.any():
                 ratio = np.inf
-            informative = (half > 1e-9) & (r.anytime_low > 0) & (r.anytime_high < 1)
+            informative = (half > 1e-9) & (r.low > 0) & (r.high < 1)
             if informative.any():
                 ratio = max(ratio, float(np.max(np.abs(b.true_means - centre)[informative] / half[informative])))
         worst.append(ratio)
@@ -224,7 +224,9 @@ def test_budget_already_spent_and_unknown_model(bench, tmp_path):
     with pytest.raises(PulseInputError, match="unknown model"):
         again.paired_difference("candidate-000", "gpt-9")
     diff = again.paired_difference(b.models[0], b.models[1])
-    assert diff["n_common"] > 0 and diff["low"] <= diff["mean"] <= diff["high"]
+    assert diff["n_common"] > 0 and diff["low"] <= diff["estimate"] <= diff["high"]
+    truth = b.true_means[0] - b.true_means[1]
+    assert diff["low"] <= truth <= diff["high"]
 
 
 def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
