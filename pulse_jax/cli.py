@@ -36,6 +36,10 @@ def _add_run_options(p: argparse.ArgumentParser, *, reps: int, batch: int, refit
     p.add_argument("--refit-every", type=int, default=refit_every, help="bandit steps between refits (tau)")
     p.add_argument("--rank", type=int, default=rank, help="factorization rank for the train split")
     p.add_argument("--delta", type=float, default=0.05, help="intervals have coverage 1 - delta")
+    p.add_argument("--rule", default="ucbe", choices=("ucbe", "lucb"),
+                   help="sampling rule: the paper's UCB-E index, or LUCB (built to certify; not for naive)")
+    p.add_argument("--stop", default="budget", choices=("budget", "certified"),
+                   help="spend the whole budget, or stop once a model is certified best (not for naive)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chunk-size", type=int, default=None, help="repetitions per compiled batch")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -87,6 +91,8 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--refit-every", type=int, default=1000)
     sel.add_argument("--rank", type=int, default=16)
     sel.add_argument("--delta", type=float, default=0.05)
+    sel.add_argument("--rule", default="ucbe", choices=("ucbe", "lucb"),
+                     help="sampling rule: the paper's UCB-E index, or LUCB (built to certify)")
     sel.add_argument("--seed", type=int, default=0)
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
     sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
@@ -104,15 +110,20 @@ def _config(args, m: int, n: int, default_budget: int):
     require(args.batch_size <= n, f"--batch-size {args.batch_size} is larger than the number of examples ({n})")
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
                         init_batches=args.init_batches, exploration=args.exploration,
-                        refit_every=args.refit_every, delta=args.delta)
+                        refit_every=args.refit_every, delta=args.delta, rule=args.rule,
+                        stop_when_certified=args.stop == "certified")
 
 
 def _run_all(scores, V, config, methods, args, names):
     from pulse_jax.simulate import simulate
 
+    import dataclasses
+
     results = {}
     for method in methods:
-        results[method] = simulate(scores, config, method, V=V if method != "ucbe" else None, reps=args.reps,
+        # Naive-Pooling has no valid interval: it keeps the paper's rule and spends the whole budget.
+        cfg = dataclasses.replace(config, rule="ucbe", stop_when_certified=False) if method == "naive" else config
+        results[method] = simulate(scores, cfg, method, V=V if method != "ucbe" else None, reps=args.reps,
                                    seed=args.seed, chunk_size=args.chunk_size, progress=not args.quiet,
                                    model_names=names)
     return results
@@ -247,7 +258,7 @@ def cmd_select(args) -> None:
     selector = live.Selector(models, examples, args.budget, method=args.method, batch_size=args.batch_size,
                              init_batches=args.init_batches, exploration=args.exploration,
                              refit_every=args.refit_every, delta=args.delta, seed=args.seed, train=train,
-                             rank=args.rank, log=args.log)
+                             rank=args.rank, log=args.log, rule=args.rule)
     if selector.spent:
         print(f"resuming {args.log}: {selector.spent:,} cells already evaluated, "
               f"{len(selector.pending())} batch(es) to evaluate again")

@@ -178,14 +178,15 @@ class Selector:
         cells (or a ``ScoreMatrix`` whose examples are aligned by id); or
       V: example embeddings (n, r) fitted earlier. PULSE and Naive need one.
       log: path of the JSONL log; an existing log is resumed.
-      batch_size, init_batches, exploration, refit_every, delta, seed, rank:
-        as in :class:`pulse_jax.BanditConfig` (``rank`` for fitting ``train``).
+      batch_size, init_batches, exploration, refit_every, delta, seed, rank, rule:
+        as in :class:`pulse_jax.BanditConfig` (``rank`` for fitting ``train``;
+        ``rule="lucb"`` samples to certify the best model sooner).
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method: str = "pulse",
                  batch_size: int = 64, init_batches: int = 1, exploration: float = 1.0, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
-                 log=None):
+                 log=None, rule: str = "ucbe"):
         self.models = tuple(str(m) for m in models)
         require(len(set(self.models)) == len(self.models), "models: duplicate model names")
         ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
@@ -194,7 +195,7 @@ class Selector:
         m, n = len(self.models), len(ids)
         self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
                                    init_batches=init_batches, exploration=exploration, refit_every=refit_every,
-                                   delta=delta)
+                                   delta=delta, rule=rule)
         self.estimator = bandit.get_estimator(method)
         self.method, self.seed = self.estimator.name, int(seed)
         self.log_path = Path(log) if log is not None else None
@@ -256,7 +257,7 @@ class Selector:
         return {"type": "header", "version": LOG_VERSION, "method": self.method, "seed": self.seed,
                 "models": list(self.models), "examples": list(self.example_ids), "budget": c.budget,
                 "batch_size": c.batch_size, "init_batches": c.init_batches, "exploration": c.exploration,
-                "refit_every": c.refit_every, "delta": c.delta,
+                "refit_every": c.refit_every, "delta": c.delta, "rule": c.rule,
                 "side_information": _fingerprint(self.V) if self.estimator.uses_predictions else None}
 
     def _compile(self):
@@ -286,10 +287,11 @@ class Selector:
             raise PulseInputError(f"{path}: line 1 is not a pulse-jax log header") from None
         require(header.get("type") == "header", f"{path}: line 1 is not a pulse-jax log header")
         for key, value in self._header.items():
-            if header.get(key) != value:
+            logged = header.get(key, "ucbe" if key == "rule" else None)   # logs from before rules existed
+            if logged != value:
                 shown = (lambda v: f"{len(v)} entries" if isinstance(v, list) else repr(v))
                 raise PulseInputError(f"{path} was written by a different configuration: {key} is "
-                                      f"{shown(header.get(key))} in the log, {shown(value)} here")
+                                      f"{shown(logged)} in the log, {shown(value)} here")
         for number, line in enumerate(lines[1:], start=2):
             if not line.strip():
                 continue

@@ -97,3 +97,25 @@ def top_k_accuracy(result: SimulationResult, k: int, budgets) -> np.ndarray:
     """Fraction of repetitions whose guess is among the true top ``k`` models."""
     top = np.argsort(-result.true_means, kind="stable")[:k]
     return np.isin(result.best_at_budget(budgets), top).mean(axis=0)
+
+
+def cells_to_certify(result: SimulationResult, n_boot: int = 1000, seed: int = 0, level: float = 0.95) -> dict:
+    """Median cells (initialization included) until a model is certified best, with a bootstrap interval.
+
+    A repetition that never certified within the budget counts as needing more
+    than the budget (+inf), so the median is finite only when more than half
+    certified; ``error_rate`` is the fraction of all repetitions that certified
+    a model that is not a best one (the guarantee: at most ``delta``).
+    """
+    cert = result.certification()
+    spent = np.asarray(result.certified_spent if result.certified_spent is not None else np.full(result.reps, -1),
+                       np.float64)
+    cells = np.where(spent >= 0, spent, np.inf)
+    rng = np.random.default_rng(seed)
+    boot = np.array([np.median(cells[rng.integers(0, result.reps, result.reps)]) for _ in range(n_boot)])
+    alpha = (1 - level) / 2
+    with np.errstate(invalid="ignore"):
+        lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    finite = lambda x: float(x) if np.isfinite(x) else float("nan")   # noqa: E731
+    return {"median": finite(np.median(cells)), "low": finite(lo), "high": finite(hi),
+            "certified_fraction": cert["certified_fraction"], "error_rate": cert["error_rate"]}

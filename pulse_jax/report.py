@@ -39,6 +39,16 @@ def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) 
                 text += f" ({metrics.savings(b, base):+.0f}%)"
             cells.append(text)
         lines.append(f"{'to ' + format(target, '.0%') + ' acc.':>16} | " + " | ".join(f"{c:>15}" for c in cells))
+    cells = []
+    for r in results.values():
+        cert = metrics.cells_to_certify(r, n_boot=200) if r.cs_low is not None and np.isfinite(r.cs_low).all() else None
+        if cert is None:
+            cells.append("no interval")
+        elif np.isfinite(cert["median"]):
+            cells.append(f"{cert['median']:,.0f} ({cert['certified_fraction']:.0%})")
+        else:
+            cells.append(f"{cert['certified_fraction']:.0%} certified")
+    lines.append(f"{'certified best':>16} | " + " | ".join(f"{c:>15}" for c in cells))
     return "\n".join(lines)
 
 
@@ -64,6 +74,11 @@ def summary(results: dict[str, SimulationResult]) -> dict:
             "final_accuracy": float(r.correct()[:, -1].mean()),
             "final_coverage_min": float(np.nanmin(r.coverage())) if np.isfinite(r.radius).all() else None,
         }
+        if r.cs_low is not None and np.isfinite(r.cs_low).all():
+            out["methods"][k]["confidence_sequence"] = {
+                "anytime_coverage": r.anytime_coverage(),
+                "median_final_half_width": float(np.median((r.cs_high - r.cs_low) / 2)),
+                "cells_to_certify": metrics.cells_to_certify(r, n_boot=200)}
     return out
 
 
@@ -77,6 +92,8 @@ def write_results(results: dict[str, SimulationResult], out_dir, title: str = ""
         paths[k] = out_dir / f"{k}.npz"
         np.savez_compressed(paths[k], best=r.best, spent=r.spent, chosen=r.chosen, lam=r.lam, estimates=r.estimates,
                             radius=r.radius, n_obs=r.n_obs, n_pulls=r.n_pulls, true_means=r.true_means,
+                            cs_low=r.cs_low, cs_high=r.cs_high, certified_spent=r.certified_spent,
+                            certified_model=r.certified_model,
                             models=np.array(r.model_names or [], dtype=str))
     paths["plot"] = plotting.accuracy_vs_budget(list(results.values()), out_dir / "accuracy.png", title=title)
     return paths
