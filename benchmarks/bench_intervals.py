@@ -62,13 +62,13 @@ def problems(args):
     return out
 
 
-def measure(name, scores, V, batch, budget, refit_every, reps, seed=0):
+def measure(name, scores, V, batch, budget, refit_every, reps, seed=0, fractions=FRACTIONS):
     import pulse_jax as pj
     from pulse_jax.simulate import simulate
 
     m, n = scores.shape
     init = m * batch
-    snaps = tuple(int(init + f * (budget - init)) for f in FRACTIONS)
+    snaps = tuple(int(init + f * (budget - init)) for f in fractions)
     rows = []
     for method in ("ucbe", "pulse"):
         for rule in ("ucbe", "lucb"):
@@ -82,8 +82,9 @@ def measure(name, scores, V, batch, budget, refit_every, reps, seed=0):
                 widths = res.snapshot_cs if interval == "cs" else res.snapshot_paper
                 row = {"dataset": name, "models": m, "examples": n, "batch": batch, "budget": budget,
                        "method": method, "rule": rule, "interval": interval, "reps": reps,
-                       "median_half_width": {f"{int(f * 100)}%": float(np.nanmedian(widths[:, k]))
-                                             for k, f in enumerate(FRACTIONS)},
+                       "median_half_width": {f"{f * 100:g}%": float(np.nanmedian(widths[:, k]))
+                                             for k, f in enumerate(fractions)},
+                       "snapshot_budgets": list(snaps),
                        "certified_fraction": cert["certified_fraction"], "median_cells_to_certify": cert["median_cells"],
                        "certified_wrong": cert["error_rate"], "anytime_coverage": res.anytime_coverage(),
                        "final_accuracy": float(res.correct()[:, -1].mean()), "seconds": time.perf_counter() - t0}
@@ -95,12 +96,43 @@ def measure(name, scores, V, batch, budget, refit_every, reps, seed=0):
     return rows
 
 
+def plot(rows, path, rule="lucb"):
+    """Median half-width against cells, one line per (method, interval), for one rule and dataset."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    styles = {("ucbe", "paper"): ("tab:blue", ":"), ("ucbe", "cs"): ("tab:blue", "-"),
+              ("pulse", "paper"): ("tab:red", ":"), ("pulse", "cs"): ("tab:red", "-")}
+    names = {"ucbe": "UCB-E", "pulse": "PULSE", "paper": "paper bound", "cs": "confidence sequence"}
+    for r in rows:
+        if r["rule"] != rule:
+            continue
+        color, ls = styles[(r["method"], r["interval"])]
+        ax.plot(np.asarray(r["snapshot_budgets"]) / 1000, list(r["median_half_width"].values()), color=color, ls=ls,
+                marker="o", ms=3, label=f"{names[r['method']]}, {names[r['interval']]}")
+    ax.set_yscale("log")
+    ax.set_xlabel("cells spent (thousands, initialization included)")
+    ax.set_ylabel("median half-width (over models and repetitions)")
+    ax.set_title(f"{rows[0]['dataset']}: {rows[0]['models']} x {rows[0]['examples']}, rule {rule}, "
+                 f"{rows[0]['reps']} repetitions, delta = 0.05", fontsize=9)
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    return path
+
+
 def write(out, rows):
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"fractions": FRACTIONS, "rows": rows}, indent=2))
-    lines = ["| dataset | method | rule | interval | half-width @10% | @25% | @50% | @100% | certified | "
-             "median cells to certify | wrong |", "|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    keys = list(rows[0]["median_half_width"])
+    lines = ["| dataset | method | rule | interval | " + " | ".join(f"half-width @{k}" for k in keys)
+             + " | certified | median cells to certify | wrong |",
+             "|---|---|---|---|" + "---:|" * len(keys) + "---:|---:|---:|"]
     for r in rows:
         w = list(r["median_half_width"].values())
         cells = f"{r['median_cells_to_certify']:,.0f}" if np.isfinite(r["median_cells_to_certify"]) else "never"
@@ -119,11 +151,17 @@ def main(argv=None) -> int:
     p.add_argument("--paper-candidates", type=int, default=1000)
     p.add_argument("--paper-bandit-budget", type=int, default=400_000)
     p.add_argument("--out", default="results/bench_intervals.json")
+    p.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS),
+                   help="budget fractions at which to record the widths")
+    p.add_argument("--figure", help="PNG of width against cells (the first dataset)")
     args = p.parse_args(argv)
+    fractions = tuple(float(f) for f in args.fractions.split(","))
     rows = []
     for problem in problems(args):
-        rows += measure(*problem, reps=args.reps)
+        rows += measure(*problem, reps=args.reps, fractions=fractions)
         write(args.out, rows)
+    if args.figure:
+        plot([r for r in rows if r["dataset"] == rows[0]["dataset"]], args.figure)
     print(write(args.out, rows))
     return 0
 
