@@ -37,8 +37,9 @@ def main(argv=None) -> int:
     for rule in ("ucbe", "lucb"):
         for method in ("ucbe", "pulse"):
             config = pj.BanditConfig(n_models=m, n_examples=n, budget=args.budget, batch_size=args.batch_size,
-                                     refit_every=args.refit_every, delta=args.delta, rule=rule)
-            res = pj.simulate(bench.scores, config, method, V=V, reps=args.reps, seed=0, stop="certified")
+                                     refit_every=args.refit_every, rule=rule)
+            res = pj.simulate(bench.scores, config, method, V=V, reps=args.reps, seed=0, stop="certified",
+                              params=pj.BanditParams(delta=args.delta))
             cert = metrics.cells_to_certify(res)
             rows.append({"method": method, "rule": rule, **cert, "reps": args.reps, "budget": args.budget,
                          "seconds": res.seconds})

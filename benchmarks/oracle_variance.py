@@ -12,6 +12,18 @@ candidate half (the ones a best-model search spends its cells on)::
     python benchmarks/oracle_variance.py --achieved --out docs/paper_full/achieved_rho2.json
     python benchmarks/oracle_variance.py --achieved --cells 64 --epochs 50 --lr 0.01 \\
         --out docs/paper_full/achieved_rho2_paper_init_refit.json      # what the bandit has until step 1,000
+    python benchmarks/oracle_variance.py --live --out docs/benchmarks/intervals/oracle_live_example.json
+
+``--live`` answers #9's question for the README's live example (built-in
+benchmark, 40 x 1,000, delta = 0.05): the residual variance the predictions
+reach there, and the cells an *oracle* needs to certify the best model. The
+oracle knows every model's variance and allocates cells perfectly; its
+per-model interval is Bernstein's with known variance and the
+without-replacement factor, ``w(n) = sqrt(2 sigma^2 L (1 - (n-1)/N) / n) + b L / (3 n)``,
+``L = log(2 m / delta)`` (simultaneous over models and sides, not anytime:
+a lower bound for any anytime-valid sequence), and a CLT width
+``z_{1 - delta/(2m)} sigma sqrt((1 - (n-1)/N) / n)`` for comparison. It pays
+the initialization batch (64 cells per model) like the bandit does.
 """
 from __future__ import annotations
 
@@ -102,5 +114,94 @@ def achieved(args_list=None) -> int:
     return 0
 
 
+def _oracle_cells(means, variances, N, delta, ranges, init=64, clt=False):
+    """Fewest cells (initialization included) after which the best model's interval is
+    above every other's, with perfect allocation and known variances (see the module doc)."""
+    from statistics import NormalDist
+
+    m = len(means)
+    L = np.log(2 * m / delta)
+    z = NormalDist().inv_cdf(1 - delta / (2 * m))
+    n = np.arange(1, N + 1, dtype=float)
+
+    def width(var, b):
+        fpc = np.maximum(1 - (n - 1) / N, 0.0)
+        w = z * np.sqrt(var * fpc / n) if clt else np.sqrt(2 * var * L * fpc / n) + b * L / (3 * n)
+        w[-1] = 0.0                                      # fully observed: the mean is known
+        return w
+
+    best = int(np.argmax(means))
+    widths = [width(v, b) for v, b in zip(variances, ranges)]
+    total_best = np.inf
+    for nb in range(init, N + 1):
+        wb = widths[best][nb - 1]
+        total = nb
+        for i in range(m):
+            if i == best:
+                continue
+            ok = np.nonzero(wb + widths[i] < means[best] - means[i])[0]
+            if len(ok) == 0:
+                total = np.inf
+                break
+            total += max(int(ok[0]) + 1, init)
+        total_best = min(total_best, total)
+    return float(total_best)
+
+
+def live(args_list=None) -> int:
+    """Residual variance and oracle cells-to-certify on the live example (see the module doc)."""
+    p = argparse.ArgumentParser()
+    p.add_argument("--delta", type=float, default=0.05)
+    p.add_argument("--rank", type=int, default=16)
+    p.add_argument("--cells", default="64,256,1000")
+    p.add_argument("--out", default="results/oracle_live_example.json")
+    args = p.parse_args(args_list)
+    import jax.numpy as jnp
+
+    import pulse_jax as pj
+    from pulse_jax import factorization
+
+    bench = pj.make_benchmark(seed=0)
+    S = np.asarray(bench.scores, float)
+    m, N = S.shape
+    means, var_raw = S.mean(1), S.var(1)
+    V = jnp.asarray(pj.fit_example_embeddings(bench.train, rank=args.rank))
+    rng = np.random.default_rng(1)
+    out = {"models": m, "examples": N, "delta": args.delta,
+           "oracle_cells_ucbe": {"bernstein": _oracle_cells(means, var_raw, N, args.delta, np.ones(m)),
+                                 "clt": _oracle_cells(means, var_raw, N, args.delta, np.ones(m), clt=True)},
+           "fitted_on": {}}
+    print(f"live example {m} x {N}, delta {args.delta}: oracle cells to certify, UCB-E (raw variance): "
+          f"Bernstein {out['oracle_cells_ucbe']['bernstein']:,.0f}, CLT {out['oracle_cells_ucbe']['clt']:,.0f}",
+          file=sys.stderr)
+    for k in (int(c) for c in args.cells.split(",")):
+        mask = np.zeros((m, N), bool)
+        for r in range(m):
+            mask[r, rng.choice(N, k, replace=False)] = True
+        U = factorization.refit_rows(jnp.zeros((m, args.rank)), V, jnp.asarray(S, jnp.float32), jnp.asarray(mask),
+                                     factorization.adam_settings(200, 0.05, 0.01))
+        f = np.asarray(factorization.predict(U, V), float)
+        # the variance-minimising lambda in [0, 1] per model, and the residual variance it leaves
+        cov = ((S - means[:, None]) * (f - f.mean(1, keepdims=True))).mean(1)
+        lam = np.clip(cov / np.maximum(f.var(1), 1e-12), 0.0, 1.0)
+        var_res = (S - lam[:, None] * f).var(1)
+        ratio = var_res / np.maximum(var_raw, 1e-12)
+        top = np.argsort(-means)[:10]
+        row = {"median_residual_variance_ratio_top10": float(np.median(ratio[top])),
+               "median_rho2_top10": float(np.median(1 - ratio[top])),
+               "oracle_cells_pulse": {
+                   "bernstein": _oracle_cells(means, var_res, N, args.delta, 1 + lam),
+                   "clt": _oracle_cells(means, var_res, N, args.delta, 1 + lam, clt=True)}}
+        out["fitted_on"][k] = row
+        print(f"  u_i fitted on {k} cells: residual/raw variance (median, top 10) "
+              f"{row['median_residual_variance_ratio_top10']:.3f}; oracle cells, PULSE: Bernstein "
+              f"{row['oracle_cells_pulse']['bernstein']:,.0f}, CLT {row['oracle_cells_pulse']['clt']:,.0f}",
+              file=sys.stderr)
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=2))
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(achieved(sys.argv[2:]) if sys.argv[1:2] == ["--achieved"] else main())
+    modes = {"--achieved": achieved, "--live": live}
+    sys.exit(modes[sys.argv[1]](sys.argv[2:]) if sys.argv[1:2] and sys.argv[1] in modes else main())

@@ -5,7 +5,7 @@
 
 Prints median seconds (compilation excluded) of: one example draw
 (``sampling.draw``: Fisher-Yates choices, loop-free resolution, rank to
-example), ``bandit.reset`` for UCB-E (1,000 initial draws), the initial refit
+example), the kernel's ``init`` for UCB-E (1,000 initial draws), the initial refit
 (50 epochs on the initial batches), one periodic refit on a full pull log (10
 epochs), the dense ``sigmoid(U V^T)`` row sums a refit recomputes, and, for
 comparison, one dense masked epoch (the engine's former refit).
@@ -22,6 +22,7 @@ import numpy as np
 
 from pulse_jax import bandit, factorization, sampling
 from pulse_jax.estimators import ucbe
+from pulse_jax.params import BanditParams
 
 
 def timed(fn, *args, repeats=3):
@@ -63,7 +64,7 @@ def main(argv=None):
     rows = [
         ("one example draw (B examples)", timed(jax.jit(lambda k, w: sampling.draw(k, w, 100, n, B)), key, row)),
         ("reset, UCB-E (m initial draws)",
-         timed(jax.jit(lambda k, s: bandit.reset(k, s, V[:, :1], config, ucbe())[1].ledger.obs_sum), key, S)),
+         timed(jax.jit(lambda k, s: bandit.build_kernel(config, ucbe()).init(k, s, V[:, :1], BanditParams())[1].ledger.obs_sum), key, S)),
         # (blocks passed as arguments, not closed over: XLA would constant-fold their gathers)
         (f"initial refit, 50 epochs on {m * B:,} cells",
          timed(jax.jit(lambda u, v, b: factorization.refit_rows_on_blocks(u, v, b, n, factorization.PAPER_INIT_REFIT)),

@@ -1,20 +1,24 @@
 """The bandit engine: one pure ``step`` over an explicit state, run as a ``lax.scan``.
 
-Reading order: :class:`BanditConfig` (static parameters) -> :func:`reset`
-(draws and the initial batch) -> :func:`step` (one UCB-E pull, composed of
-:func:`select`, :func:`refit`, :func:`draw` and :func:`observe`, which the
-live selector calls separately) -> :func:`make_run` (the whole run for one
-PRNG key). ``make_run(config, method)``
-returns a pure function of ``(key, scores, V)``, so
-``jax.jit(jax.vmap(run, in_axes=(0, None, None)))(keys, scores, V)`` runs every
-repetition at once.
+Reading order: :class:`BanditConfig` (static: shapes, batch size, which
+rule) and :class:`pulse_jax.BanditParams` (traced numbers: exploration,
+delta, learning rates...) -> :func:`build_kernel`, whose ``init`` draws the
+initial batches and whose ``step`` is one bandit pull composed of ``select``,
+``refit``, ``draw`` and ``observe`` (the live selector calls these
+separately, on the same kernel) -> :func:`make_run` (the whole run for one
+PRNG key). ``make_run(config, method)`` returns a pure function of
+``(key, scores, V, params)``, so
+``jax.jit(jax.vmap(run, in_axes=(0, None, None, None)))(keys, scores, V, params)``
+runs every repetition at once, and ``in_axes=(0, None, None, 0)`` runs a
+sweep over parameter values as well (:func:`pulse_jax.sweep`).
 
 Sampling without replacement (:mod:`pulse_jax.sampling`): each model's
 observed examples are a packed bit mask carried in the state, and a pull of
 ``B'`` examples is an exact uniform ``B'``-subset of the unobserved ones,
 drawn in ``O(B log B + n / 32)`` work with no per-repetition permutation.
 Refits work on the observed cells only: the initial batches plus a log of
-every pull, kept in the state as (model, batch) blocks.
+every pull and its scores, kept in the state as (model, batch) blocks, so the
+state holds everything observed and the episode stays constant.
 
 Common random numbers: a model's draws depend only on the repetition key,
 the model's row and how many of its examples were seen, never on the method,
@@ -29,12 +33,15 @@ from typing import Any, NamedTuple
 import chex
 import jax
 import jax.numpy as jnp
+import numpy as np
+import optax
 
 from pulse_jax import confidence, factorization, sampling
-from pulse_jax.confidence import ConfSeq
+from pulse_jax.confidence import ConfSeq, certify
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull
-from pulse_jax.factorization import PAPER_INIT_REFIT, PAPER_REFIT, FitSettings
+from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull, StepInfo
+from pulse_jax.factorization import FitSettings
+from pulse_jax.params import BanditParams
 
 
 RULES = ("ucbe", "lucb")
@@ -45,18 +52,21 @@ INTERVALS = ("cs", "paper")
 class BanditConfig:
     """Static parameters of one bandit run (hashable; changing them recompiles).
 
+    The numbers a user sweeps (exploration, delta, learning rates, L2 weights,
+    a fixed lambda) are *not* here: they are :class:`pulse_jax.BanditParams`,
+    traced arrays, so new values reuse the compiled program.
+
     Attributes:
       n_models, n_examples: shape of the candidate score matrix (m, n).
       budget: total cells T, the initialization cells included.
       batch_size: B, examples per pull (paper: 64).
       init_batches: T0, batches per model at initialization (paper: 1).
-      exploration: a in the UCB-E index ``mu_hat + sqrt(a / N_i)`` (paper: 1).
       refit_every: tau, bandit steps between factorization refits (paper:
         1000); 0 disables refits after the initial one.
-      delta: the final intervals have coverage ``1 - delta``.
-      init_refit, refit: factorization schedules (paper's settings by default).
-      record_estimates: also record every model's estimate after every step
-        (for tests and diagnostics; costs ``n_steps x m`` memory per repetition).
+      init_refit_epochs, refit_epochs: Adam steps of the initial and of each
+        periodic refit of U (paper: 50 and 10).
+      record_estimates: also record every model's estimate and bounds after
+        every step (for tests and diagnostics; ``n_steps x m`` memory per repetition).
       rule: the sampling rule. ``"ucbe"``: the paper's index ``mu_hat_i +
         sqrt(a / N_i)``. ``"lucb"``: built for certification (Kalyanakrishnan
         et al. 2012): the leader (``argmax mu_hat``) and its strongest
@@ -79,11 +89,9 @@ class BanditConfig:
     budget: int
     batch_size: int = 64
     init_batches: int = 1
-    exploration: float = 1.0
     refit_every: int = 1000
-    delta: float = 0.05
-    init_refit: FitSettings = PAPER_INIT_REFIT
-    refit: FitSettings = PAPER_REFIT
+    init_refit_epochs: int = 50
+    refit_epochs: int = 10
     record_estimates: bool = False
     rule: str = "ucbe"
     interval: str = "cs"
@@ -91,6 +99,12 @@ class BanditConfig:
     snapshot_budgets: tuple = ()
 
     def __post_init__(self):
+        for name in ("n_models", "n_examples", "budget", "batch_size", "init_batches", "refit_every",
+                     "init_refit_epochs", "refit_epochs"):
+            value = getattr(self, name)
+            require(isinstance(value, (int, np.integer)) and not isinstance(value, bool),
+                    f"BanditConfig.{name} must be an integer, got {value!r}")
+            object.__setattr__(self, name, int(value))
         require(self.n_models >= 2, f"need at least 2 candidate models, got n_models={self.n_models}")
         require(self.n_examples >= 1, f"need at least 1 example, got n_examples={self.n_examples}")
         require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
@@ -101,9 +115,10 @@ class BanditConfig:
         require(self.budget >= self.init_cells,
                 f"budget={self.budget} is smaller than the initialization, which needs n_models x "
                 f"batch_size x init_batches = {self.init_cells} cells")
-        require(self.exploration >= 0, f"exploration must be >= 0, got {self.exploration}")
         require(self.refit_every >= 0, f"refit_every must be >= 0, got {self.refit_every}")
-        require(0 < self.delta < 1, f"delta must be in (0, 1), got {self.delta}")
+        require(self.init_refit_epochs >= 0 and self.refit_epochs >= 0,
+                f"refit epochs must be >= 0, got init_refit_epochs={self.init_refit_epochs}, "
+                f"refit_epochs={self.refit_epochs}")
         require(self.budget < 2**31 and self.n_models * self.n_examples < 2**31,
                 "problem too large for 32-bit cell counters")
         require(self.rule in RULES, f"rule must be one of {', '.join(RULES)}, got {self.rule!r}")
@@ -138,9 +153,9 @@ class BanditConfig:
 
 
 class Episode(NamedTuple):
-    """Per-repetition constants drawn at reset (not carried through the scan)."""
+    """Per-repetition constants drawn at reset (never written afterwards)."""
 
-    scores: chex.Array         # (m, n) true scores S, shared by all repetitions
+    scores: chex.Array         # (m, n) true scores S (simulation); live selection: the initial batches only
     V: chex.Array              # (n, r) frozen example embeddings
     model_order: chex.Array    # (m,) int32: this repetition's shuffled order of the models
     init_examples: chex.Array  # (m, T0 B) int32: the initial batches
@@ -149,20 +164,22 @@ class Episode(NamedTuple):
 
 
 class PullLog(NamedTuple):
-    """Every bandit pull, by step (slot ``t - 1`` for step ``t``); kept only by methods that refit."""
+    """Every bandit pull and its scores, by step (slot ``t - 1`` for step ``t``); kept by methods that refit."""
 
     models: chex.Array    # (S,) int32 model pulled
     examples: chex.Array  # (S, B) int32 its batch
+    scores: chex.Array    # (S, B) float32 the scores observed (0 past the size)
     sizes: chex.Array     # (S,) int32 cells of the batch that count (0: no pull)
 
 
 class BanditState(NamedTuple):
-    """Everything that changes during a run."""
+    """Everything that changes during a run, and everything observed so far."""
 
     ledger: Ledger        # per-model observed / predicted sums
     estimator: Any        # the estimator's own state
     U: chex.Array         # (m, r) current model factors
     observed: chex.Array  # (m, ceil(n / 32)) uint32: packed mask of the observed cells
+    init_scores: chex.Array  # (m, T0 B) scores of the initial batches
     log: PullLog          # the bandit's observed cells as blocks, for refits
     spent: chex.Array     # cells spent, initialization included
     best: chex.Array      # current best guess (row index)
@@ -201,7 +218,7 @@ class RunResult(NamedTuple):
     steps: StepRecord          # per step, leading axis n_steps
     init_best: chex.Array      # best guess after initialization
     estimates: chex.Array      # (m,) final mu_hat
-    radius: chex.Array         # (m,) half-width of the 1 - delta interval (NaN: none)
+    radius: chex.Array         # (m,) half-width of the paper's 1 - delta interval (NaN: none)
     n_obs: chex.Array          # (m,) observed cells per model
     n_pulls: chex.Array        # (m,) pulls per model, the initial batch included
     cs_low: chex.Array         # (m,) running intersection of the confidence sequence (NaN: none)
@@ -280,7 +297,7 @@ def current_estimates(estimator: Estimator, state: BanditState, n_examples: int)
     return jnp.where(ledger.n_obs >= n_examples, exact, estimator.estimate(state.estimator, ledger))
 
 
-def interval_bounds(estimator: Estimator, state: BanditState, config: BanditConfig,
+def interval_bounds(estimator: Estimator, state: BanditState, config: BanditConfig, params: BanditParams,
                     interval: str | None = None) -> tuple[chex.Array, chex.Array]:
     """Every model's ``(low, high)`` under ``interval`` (default ``config.interval``), simultaneous over
     the models and valid at every look; exhausted models are known exactly; NaN without an interval."""
@@ -292,49 +309,38 @@ def interval_bounds(estimator: Estimator, state: BanditState, config: BanditConf
         low, high = state.cs.low, state.cs.high
     else:
         mu = current_estimates(estimator, state, n)
-        r = estimator.radius(state.estimator, ledger, n, confidence.anytime_delta(config.delta, ledger.n_pulls, m))
+        r = estimator.radius(state.estimator, ledger, n, confidence.anytime_delta(params.delta, ledger.n_pulls, m))
         low, high = jnp.clip(mu - r, 0.0, 1.0), jnp.clip(mu + r, 0.0, 1.0)
     exact = ledger.n_obs >= n
     mean = ledger.obs_sum / n
     return jnp.where(exact, mean, low), jnp.where(exact, mean, high)
 
 
-def certify(low: chex.Array, high: chex.Array) -> tuple[chex.Array, chex.Array]:
-    """``(certified, model)``: is some model's lower bound above every other model's upper bound?
-
-    The candidate is the model with the highest lower bound. If the bounds hold
-    (probability >= 1 - delta, at every look), a certified model is the best.
-    NaN bounds (no interval) never certify.
-    """
-    h = jnp.argmax(jnp.nan_to_num(low, nan=-jnp.inf))
-    rival = jnp.max(jnp.where(jnp.arange(low.shape[0]) == h, -jnp.inf, jnp.nan_to_num(high, nan=jnp.inf)))
-    return low[h] > rival, h.astype(jnp.int32)
-
-
-def _record_certificate(estimator: Estimator, state: BanditState, config: BanditConfig) -> BanditState:
+def _record_certificate(estimator, state: BanditState, config: BanditConfig, params: BanditParams) -> BanditState:
     """Note the first time the run certifies a model (the cells spent then and the model)."""
     if estimator.proxies is None:
         return state
-    ok, h = certify(*interval_bounds(estimator, state, config))
+    ok, h = certify(*interval_bounds(estimator, state, config, params))
     new = ok & (state.certified.spent < 0)
     return state._replace(certified=Certificate(jnp.where(new, state.spent, state.certified.spent),
                                                 jnp.where(new, h, state.certified.model)))
 
 
-def _half_widths(estimator: Estimator, state: BanditState, config: BanditConfig):
+def _half_widths(estimator, state: BanditState, config: BanditConfig, params: BanditParams):
     """Every model's confidence-sequence half-width and the paper's fixed-count radius at delta."""
-    low, high = interval_bounds(estimator, state, config, "cs")
-    radius = estimator.radius(state.estimator, state.ledger, config.n_examples, config.delta)
+    low, high = interval_bounds(estimator, state, config, params, "cs")
+    radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta)
     return (high - low) / 2, jnp.where(state.ledger.n_obs >= config.n_examples, 0.0, radius)
 
 
-def _take_snapshots(estimator: Estimator, state: BanditState, config: BanditConfig, spent_before) -> BanditState:
+def _take_snapshots(estimator, state: BanditState, config: BanditConfig, params: BanditParams,
+                    spent_before) -> BanditState:
     """Fill the snapshot rows whose budget was reached by this step (a no-op without snapshot budgets)."""
     if not config.snapshot_budgets:
         return state
     budgets = jnp.asarray(config.snapshot_budgets, jnp.int32)
     hit = ((spent_before < budgets) & (state.spent >= budgets))[:, None]
-    cs, paper = _half_widths(estimator, state, config)
+    cs, paper = _half_widths(estimator, state, config, params)
     snaps = state.snapshots
     return state._replace(snapshots=Snapshots(jnp.where(hit, cs[None], snaps.cs), jnp.where(hit, paper[None], snaps.paper)))
 
@@ -350,12 +356,15 @@ def observed_blocks(episode: Episode, state: BanditState,
     m, n0 = episode.init_examples.shape
     log = state.log if log_slots is None else jax.tree_util.tree_map(lambda a: a[:log_slots], state.log)
     rows = jnp.arange(m, dtype=jnp.int32)
-    init = factorization.CellBlocks(rows, episode.init_examples,
-                                    jnp.take_along_axis(episode.scores, episode.init_examples, axis=1),
-                                    jnp.ones((m, n0), bool))
-    pulls = factorization.CellBlocks(log.models, log.examples, episode.scores[log.models[:, None], log.examples],
+    init = factorization.CellBlocks(rows, episode.init_examples, state.init_scores, jnp.ones((m, n0), bool))
+    pulls = factorization.CellBlocks(log.models, log.examples, log.scores,
                                      jnp.arange(log.examples.shape[1]) < log.sizes[:, None])
     return init, pulls
+
+
+def adam_refit(epochs: int, learning_rate, l2) -> FitSettings:
+    """The bandit's refit schedule: ``epochs`` (static) Adam steps; rate and L2 weight may be traced."""
+    return FitSettings(epochs, l2, optax.adam(learning_rate))
 
 
 def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slots: int | None = None) -> BanditState:
@@ -377,197 +386,218 @@ def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slot
     return state._replace(U=U, ledger=ledger)
 
 
-# ----------------------------------------------------------------------------- reset / step
+# ----------------------------------------------------------------------------- the kernel
 
 
-def reset(key: chex.PRNGKey, scores: chex.Array, V: chex.Array, config: BanditConfig,
-          estimator: Estimator) -> tuple[Episode, BanditState]:
-    """Stage 1: draw the orders, observe ``T0 * B`` examples per model, fit U."""
-    m, n = config.n_models, config.n_examples
-    model_order, examples_key, tie_key = draw_keys(key, m)
-    first_examples, observed = initial_draws(examples_key, config)
-    episode = Episode(scores, V, model_order, first_examples, examples_key, tie_key)
+class Kernel(NamedTuple):
+    """The pure pieces of the bandit for one (config, estimator); simulation and live selection share them.
 
-    n0 = config.init_cells_per_model
-    first = jnp.take_along_axis(scores, first_examples, axis=1)
-    zeros = jnp.zeros(m, jnp.float32)
-    ledger = Ledger(jnp.full(m, n0, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1), (first * first).sum(1),
-                    zeros, zeros)
-    slots = max(config.n_steps, 1) if estimator.uses_predictions else 0   # one empty slot when no steps
-    log = PullLog(jnp.zeros(slots, jnp.int32), jnp.zeros((slots, config.batch_size), jnp.int32),
-                  jnp.zeros(slots, jnp.int32))
-    # The initial batches enter the confidence sequences as raw scores: no prediction exists yet
-    # (for PULSE this is lambda = 0), and each batch is in its sampler's uniform draw order.
+    ``params`` is always a :class:`pulse_jax.BanditParams` (traced numbers).
+
+    * ``init(key, scores, V, params) -> (episode, state)``: stage 1, the
+      initial batches (``scores`` needs only their cells) and the first fit;
+    * ``select(episode, state, t, params, blocked=None, reserved=0) -> (i, size)``;
+    * ``refit(episode, state, size, params, due, log_slots=None) -> state``: the
+      refit of step ``t`` when ``due = refit_due(t)`` and the step spends;
+    * ``draw(episode, state, i, size) -> (examples, valid)``;
+    * ``observe(episode, state, t, i, size, examples, valid, scores, params) -> (state, info)``;
+    * ``step(episode, state, t, params, log_slots=None) -> (state, record)``: the
+      four above with the true scores of ``episode.scores``;
+    * ``bounds(state, params) -> (estimates, low, high)``;
+    * ``refit_due(t)``: the one rule for when a refit happens (a Python bool for
+      a Python ``t``, a traced bool for a traced one).
+    """
+
+    init: Any
+    select: Any
+    refit: Any
+    draw: Any
+    observe: Any
+    step: Any
+    bounds: Any
+    refit_due: Any
+
+
+def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
+    """The bandit step of ``estimator`` under ``config``, as pure functions (see :class:`Kernel`)."""
+    m, n, B = config.n_models, config.n_examples, config.batch_size
+    tau = config.refit_every if estimator.uses_predictions else 0
     C = estimator.n_sequences
-    cs = confidence.cs_init(m, C)
-    if estimator.proxies is not None:
-        rows = jnp.broadcast_to(first[:, None], (m, C) + first.shape[1:])
-        cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, jnp.float32(n), rows, jnp.zeros_like(rows),
-                                      jnp.ones_like(rows), first, jnp.ones(first.shape, bool),
-                                      confidence.cs_log_inv_alpha(config.delta, m, C))
-    K = len(config.snapshot_budgets)
-    nan = jnp.full((K, m), jnp.nan, jnp.float32)
-    state = BanditState(ledger, None, jnp.zeros((m, V.shape[1]), jnp.float32), observed, log,
-                        jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
-                        Snapshots(nan, nan))
-    if estimator.uses_predictions:
-        state = _refit(episode, state, config.init_refit)
-    state = state._replace(estimator=estimator.init(state.ledger))
-    best = random_argmax(tie_uniform(tie_key, 0, BEST), current_estimates(estimator, state, n), model_order)
-    state = _record_certificate(estimator, state._replace(best=best), config)
-    return episode, _take_snapshots(estimator, state, config, jnp.int32(-1))
 
+    def refit_due(t):
+        """Every ``tau`` steps, at the start of the step (after the choice, before the draw), as in
+        the paper's Algorithm 1; never for methods without predictions."""
+        if not tau:
+            return False
+        return (t % tau == 0) & (t > 0)
 
-def select(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig, estimator: Estimator,
-           blocked: chex.Array | None = None, reserved: chex.Array | int = 0) -> tuple[chex.Array, chex.Array]:
-    """Step 1: the model to pull and the batch size ``B'``, as ``(i, size)``.
+    def log_inv_alpha(params):
+        return confidence.cs_log_inv_alpha(params.delta, m, C)
 
-    ``index_i = mu_hat_i + sqrt(a / N_i)`` over models that are not exhausted
-    (nor ``blocked``: a live selector blocks models with a batch in flight);
-    the argmax is drawn uniformly among ties. ``B' = min(B, |U_i|, budget
-    left - reserved)``; ``size = 0`` means nothing to do (and always at ``t = 0``).
-    """
-    n, B = config.n_examples, config.batch_size
-    ledger = state.ledger
-    u_pull = tie_uniform(episode.key, t, PULL)
-    active = ledger.n_obs < n
-    if blocked is not None:
-        active = active & ~blocked
-    mu = current_estimates(estimator, state, n)
-    bonus = jnp.sqrt(config.exploration / jnp.maximum(ledger.n_obs, 1).astype(jnp.float32))
-    i = random_argmax(u_pull, jnp.where(active, mu + bonus, -jnp.inf), episode.model_order)
-    if config.rule == "lucb":
-        i = _lucb_choice(episode, state, t, config, estimator, mu, active, i)
-    size = jnp.minimum(jnp.minimum(B, n - ledger.n_obs[i]), config.budget - state.spent - reserved)
-    go = jnp.any(active) & (t >= 1)
-    if config.stop_when_certified:
-        go = go & (state.certified.spent < 0)
-    size = jnp.where(go, jnp.maximum(size, 0), 0)
-    return i, size
+    def init(key, scores, V, params):
+        model_order, examples_key, tie_key = draw_keys(key, m)
+        first_examples, observed = initial_draws(examples_key, config)
+        episode = Episode(scores, V, model_order, first_examples, examples_key, tie_key)
+        n0 = config.init_cells_per_model
+        first = jnp.take_along_axis(scores, first_examples, axis=1)
+        zeros = jnp.zeros(m, jnp.float32)
+        ledger = Ledger(jnp.full(m, n0, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1), (first * first).sum(1),
+                        zeros, zeros)
+        slots = max(config.n_steps, 1) if estimator.uses_predictions else 0   # one empty slot when no steps
+        log = PullLog(jnp.zeros(slots, jnp.int32), jnp.zeros((slots, B), jnp.int32), jnp.zeros((slots, B), jnp.float32),
+                      jnp.zeros(slots, jnp.int32))
+        # The initial batches enter the confidence sequences as raw scores: no prediction exists yet
+        # (for PULSE this is lambda = 0), and each batch is in its sampler's uniform draw order.
+        cs = confidence.cs_init(m, C)
+        if estimator.proxies is not None:
+            rows = jnp.broadcast_to(first[:, None], (m, C) + first.shape[1:])
+            cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, jnp.float32(n), rows,
+                                          jnp.zeros_like(rows), jnp.ones_like(rows), first,
+                                          jnp.ones(first.shape, bool), log_inv_alpha(params))
+        K = len(config.snapshot_budgets)
+        nan = jnp.full((K, m), jnp.nan, jnp.float32)
+        state = BanditState(ledger, None, jnp.zeros((m, V.shape[1]), jnp.float32), observed, first, log,
+                            jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
+                            Snapshots(nan, nan))
+        if estimator.uses_predictions:
+            settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2)
+            state = _refit(episode, state, settings)
+        state = state._replace(estimator=estimator.init(state.ledger))
+        best = random_argmax(tie_uniform(tie_key, 0, BEST), current_estimates(estimator, state, n), model_order)
+        state = _record_certificate(estimator, state._replace(best=best), config, params)
+        return episode, _take_snapshots(estimator, state, config, params, jnp.int32(-1))
 
+    def select(episode, state, t, params, blocked=None, reserved=0):
+        """Step 1: the model to pull and the batch size ``B'``, as ``(i, size)``.
 
-def _lucb_choice(episode, state, t, config, estimator, mu, active, fallback):
-    """LUCB: of the leader (``argmax mu_hat``) and the challenger (the other model with the
-    highest upper bound), pull the one with the wider interval that can still be pulled; if
-    neither can, ``fallback`` (the UCB-E choice)."""
-    low, high = interval_bounds(estimator, state, config)
-    leader = random_argmax(tie_uniform(episode.key, t, LEADER), mu, episode.model_order)
-    others = jnp.where(jnp.arange(mu.shape[0]) == leader, -jnp.inf, high)
-    challenger = random_argmax(tie_uniform(episode.key, t, CHALLENGER), others, episode.model_order)
-    width = high - low
-    pick = jnp.where(active[leader] & (~active[challenger] | (width[leader] >= width[challenger])), leader, challenger)
-    return jnp.where(active[pick], pick, fallback)
+        ``index_i = mu_hat_i + sqrt(a / N_i)`` over models that are not
+        exhausted (nor ``blocked``: a live selector blocks models with a batch
+        in flight); the argmax is drawn uniformly among ties. ``B' = min(B,
+        |U_i|, budget left - reserved)``; ``size = 0`` means nothing to do (and
+        always at ``t = 0``).
+        """
+        ledger = state.ledger
+        active = ledger.n_obs < n
+        if blocked is not None:
+            active = active & ~blocked
+        mu = current_estimates(estimator, state, n)
+        bonus = jnp.sqrt(params.exploration / jnp.maximum(ledger.n_obs, 1).astype(jnp.float32))
+        i = random_argmax(tie_uniform(episode.key, t, PULL), jnp.where(active, mu + bonus, -jnp.inf),
+                          episode.model_order)
+        if config.rule == "lucb":
+            i = lucb_choice(episode, state, t, params, mu, active, i)
+        size = jnp.minimum(jnp.minimum(B, n - ledger.n_obs[i]), config.budget - state.spent - reserved)
+        go = jnp.any(active) & (t >= 1)
+        if config.stop_when_certified:
+            go = go & (state.certified.spent < 0)
+        return i, jnp.where(go, jnp.maximum(size, 0), 0)
 
+    def lucb_choice(episode, state, t, params, mu, active, fallback):
+        """LUCB: of the leader (``argmax mu_hat``) and the challenger (the other model with the
+        highest upper bound), pull the one with the wider interval that can still be pulled; if
+        neither can, ``fallback`` (the UCB-E choice)."""
+        low, high = interval_bounds(estimator, state, config, params)
+        leader = random_argmax(tie_uniform(episode.key, t, LEADER), mu, episode.model_order)
+        others = jnp.where(jnp.arange(m) == leader, -jnp.inf, high)
+        challenger = random_argmax(tie_uniform(episode.key, t, CHALLENGER), others, episode.model_order)
+        width = high - low
+        pick = jnp.where(active[leader] & (~active[challenger] | (width[leader] >= width[challenger])),
+                         leader, challenger)
+        return jnp.where(active[pick], pick, fallback)
 
-def refit(episode: Episode, state: BanditState, config: BanditConfig, estimator: Estimator,
-          log_slots: int | None = None) -> BanditState:
-    """Step 2: refit U on all observed cells, refresh the prediction sums and the estimator."""
-    state = _refit(episode, state, config.refit, log_slots)
-    return state._replace(estimator=estimator.refresh(state.estimator, state.ledger, config.n_examples))
+    def refit(episode, state, size, params, due, log_slots=None):
+        """Step 2: when ``due`` and the step spends (``size > 0``), refit U on all observed cells and
+        refresh the prediction sums and the estimator. ``due`` is a Python bool or an *unbatched*
+        traced bool (it depends on the step only), so under ``vmap`` it stays a real ``lax.cond``
+        and plain steps never pay for a refit."""
+        if not estimator.uses_predictions or due is False:
+            return state
 
+        def refit_if_live(state):
+            settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2)
+            new = _refit(episode, state, settings, log_slots)
+            new = new._replace(estimator=estimator.refresh(new.estimator, new.ledger, n))
+            return _where_tree(size > 0, new, state)
 
-def refit_if_due(episode: Episode, state: BanditState, size: chex.Array, config: BanditConfig,
-                 estimator: Estimator, due: bool | chex.Array, log_slots: int | None = None) -> BanditState:
-    """Step 2 as the algorithm runs it: refit when ``due`` and the step spends (``size > 0``).
+        return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
 
-    ``due`` is a Python bool or an *unbatched* traced bool (it depends on the
-    step index only), so under ``vmap`` it stays a real ``lax.cond`` and plain
-    steps never pay for a refit.
-    """
-    if not estimator.uses_predictions or due is False:
-        return state
+    def draw(episode, state, i, size):
+        """Step 3: the batch ``(examples, valid)`` of length B: a uniform ``size``-subset of model i's
+        unobserved examples."""
+        n_obs_i = state.ledger.n_obs[i]
+        key = sampling.draw_key(episode.examples_key, i, n_obs_i)
+        examples = sampling.draw(key, state.observed[i], n_obs_i, n, B)
+        return examples, jnp.arange(B) < size
 
-    def refit_if_live(state):
-        return _where_tree(size > 0, refit(episode, state, config, estimator, log_slots), state)
+    def observe(episode, state, t, i, size, examples, valid, scores, params):
+        """Steps 4-5: record the batch's ``scores`` (length B, ignored where not ``valid``).
 
-    return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
+        The confidence sequences and the estimator take the batch in from the
+        bookkeeping *before* it (everything they use is predictable), the
+        ledger and the pull log take it in, and the best guess ``argmax
+        mu_hat`` (random ties) is recomputed. Returns ``(state, info)``.
+        """
+        ledger = state.ledger
+        live = size > 0
+        s = jnp.where(valid, scores, 0.0)
+        if estimator.uses_predictions:
+            f = jax.nn.sigmoid(jnp.matmul(episode.V[examples], state.U[i], precision=factorization.PRECISION))
+            f = jnp.where(valid, f, 0.0)
+        else:
+            f = jnp.zeros_like(s)
+        pull = Pull(i, size, jnp.sum(s), jnp.sum(f), s, f, valid)
+        cs = state.cs
+        if estimator.proxies is not None:
+            y, lower, width = estimator.proxies(state.estimator, ledger, pull, n, params)
+            cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i], jnp.float32(n), y, lower, width, s,
+                                      valid, log_inv_alpha(params))
+        est, info = estimator.update(state.estimator, ledger, pull, n, params)   # a no-op when size == 0
+        ledger = Ledger(
+            n_obs=ledger.n_obs.at[i].add(size),
+            n_pulls=ledger.n_pulls.at[i].add(live.astype(jnp.int32)),
+            obs_sum=ledger.obs_sum.at[i].add(pull.score_sum),
+            obs_sq_sum=ledger.obs_sq_sum.at[i].add(jnp.sum(s * s)),
+            pred_sum=ledger.pred_sum.at[i].add(-pull.pred_sum),
+            pred_sq_sum=ledger.pred_sq_sum.at[i].add(-jnp.sum(f * f)),
+        )
+        observed = state.observed.at[i].set(sampling.mark(state.observed[i], examples, valid))
+        log = state.log
+        if estimator.uses_predictions:
+            slot = jnp.maximum(t - 1, 0)
+            keep = lambda new, old: jnp.where(live, new, old)   # noqa: E731
+            log = PullLog(log.models.at[slot].set(keep(i, log.models[slot])),
+                          log.examples.at[slot].set(keep(examples, log.examples[slot])),
+                          log.scores.at[slot].set(keep(s, log.scores[slot])),
+                          log.sizes.at[slot].set(keep(size, log.sizes[slot])))
+        spent_before = state.spent
+        state = state._replace(ledger=ledger, estimator=est, observed=observed, log=log,
+                               spent=state.spent + size, cs=cs)
+        best = jnp.where(live, random_argmax(tie_uniform(episode.key, t, BEST), current_estimates(estimator, state, n),
+                                             episode.model_order), state.best)
+        state = _record_certificate(estimator, state._replace(best=best), config, params)
+        return _take_snapshots(estimator, state, config, params, spent_before), info
 
+    def step(episode, state, t, params, log_slots=None):
+        """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): :func:`select`, the
+        refit when due, :func:`draw`, :func:`observe` the true scores. A step that spends nothing
+        changes nothing."""
+        i, size = select(episode, state, t, params)
+        state = refit(episode, state, size, params, refit_due(t), log_slots)
+        examples, valid = draw(episode, state, i, size)
+        state, info = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], params)
+        empty = jnp.zeros((0,), jnp.float32)
+        record_bounds = config.record_estimates
+        low, high = interval_bounds(estimator, state, config, params, "cs") if record_bounds else (empty, empty)
+        record = StepRecord(
+            best=state.best, spent=state.spent, chosen=jnp.where(size > 0, i, -1), lam=info.lam,
+            estimates=current_estimates(estimator, state, n) if record_bounds else empty, low=low, high=high)
+        return state, record
 
-def draw(episode: Episode, state: BanditState, i: chex.Array, size: chex.Array,
-         config: BanditConfig) -> tuple[chex.Array, chex.Array]:
-    """Step 3: the batch, ``(examples, valid)`` of length B: a uniform ``size``-subset of model i's unobserved examples."""
-    n_obs_i = state.ledger.n_obs[i]
-    key = sampling.draw_key(episode.examples_key, i, n_obs_i)
-    examples = sampling.draw(key, state.observed[i], n_obs_i, config.n_examples, config.batch_size)
-    return examples, jnp.arange(config.batch_size) < size
+    def bounds(state, params):
+        low, high = interval_bounds(estimator, state, config, params)
+        return current_estimates(estimator, state, n), low, high
 
-
-def observe(episode: Episode, state: BanditState, t: chex.Array, i: chex.Array, size: chex.Array,
-            examples: chex.Array, valid: chex.Array, scores: chex.Array, config: BanditConfig,
-            estimator: Estimator) -> BanditState:
-    """Steps 4-5: record the batch's ``scores`` (length B, ignored where not ``valid``).
-
-    The estimator updates ``mu_hat_i`` from the bookkeeping *before* the batch
-    (everything it uses is predictable), the ledger takes the batch in, and
-    the best guess ``argmax mu_hat`` (random ties) is recomputed.
-    """
-    n = config.n_examples
-    ledger = state.ledger
-    live = size > 0
-    s = jnp.where(valid, scores, 0.0)
-    if estimator.uses_predictions:
-        f = jnp.where(valid, jax.nn.sigmoid(jnp.matmul(episode.V[examples], state.U[i], precision=factorization.PRECISION)), 0.0)
-    else:
-        f = jnp.zeros_like(s)
-    pull = Pull(i, size, jnp.sum(s), jnp.sum(f), s, f, valid)
-    cs = state.cs
-    if estimator.proxies is not None:   # from the bookkeeping before the batch: predictable
-        y, lower, width = estimator.proxies(state.estimator, ledger, pull, n)
-        cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i], jnp.float32(n), y, lower, width, s,
-                                  valid, confidence.cs_log_inv_alpha(config.delta, config.n_models,
-                                                                     estimator.n_sequences))
-    est = estimator.update(state.estimator, ledger, pull, n)   # a no-op when size == 0
-    ledger = Ledger(
-        n_obs=ledger.n_obs.at[i].add(size),
-        n_pulls=ledger.n_pulls.at[i].add(live.astype(jnp.int32)),
-        obs_sum=ledger.obs_sum.at[i].add(pull.score_sum),
-        obs_sq_sum=ledger.obs_sq_sum.at[i].add(jnp.sum(s * s)),
-        pred_sum=ledger.pred_sum.at[i].add(-pull.pred_sum),
-        pred_sq_sum=ledger.pred_sq_sum.at[i].add(-jnp.sum(f * f)),
-    )
-    observed = state.observed.at[i].set(sampling.mark(state.observed[i], examples, valid))
-    log = state.log
-    if estimator.uses_predictions:
-        slot = jnp.maximum(t - 1, 0)
-        log = PullLog(log.models.at[slot].set(jnp.where(live, i, log.models[slot])),
-                      log.examples.at[slot].set(jnp.where(live, examples, log.examples[slot])),
-                      log.sizes.at[slot].set(jnp.where(live, size, log.sizes[slot])))
-    spent_before = state.spent
-    state = state._replace(ledger=ledger, estimator=est, observed=observed, log=log, spent=state.spent + size, cs=cs)
-    best = jnp.where(live, random_argmax(tie_uniform(episode.key, t, BEST), current_estimates(estimator, state, n), episode.model_order),
-                     state.best)
-    state = _record_certificate(estimator, state._replace(best=best), config)
-    return _take_snapshots(estimator, state, config, spent_before)
-
-
-def step(episode: Episode, state: BanditState, t: chex.Array, config: BanditConfig,
-         estimator: Estimator, do_refit: bool | chex.Array = False,
-         log_slots: int | None = None) -> tuple[BanditState, StepRecord]:
-    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding).
-
-    :func:`select` the model, :func:`refit_if_due` (every ``refit_every``
-    steps, after the choice and before the draw, as in the paper's Algorithm
-    1), :func:`draw` its batch, :func:`observe` the true scores. A step that
-    spends nothing changes nothing.
-    """
-    i, size = select(episode, state, t, config, estimator)
-    live = size > 0
-    state = refit_if_due(episode, state, size, config, estimator, do_refit, log_slots)
-    examples, valid = draw(episode, state, i, size, config)
-    state = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], config, estimator)
-    lam = getattr(state.estimator, "last_lambda", None)
-    empty = jnp.zeros((0,), jnp.float32)
-    bounds = interval_bounds(estimator, state, config, "cs") if config.record_estimates else (empty, empty)
-    record = StepRecord(
-        best=state.best,
-        spent=state.spent,
-        chosen=jnp.where(live, i, -1),
-        lam=jnp.where(live, lam[i], jnp.nan) if lam is not None else jnp.float32(jnp.nan),
-        estimates=current_estimates(estimator, state, config.n_examples) if config.record_estimates
-        else jnp.zeros((0,), jnp.float32),
-        low=bounds[0], high=bounds[1],
-    )
-    return state, record
+    return Kernel(init, select, refit, draw, observe, step, bounds, refit_due)
 
 
 # ----------------------------------------------------------------------------- run
@@ -590,30 +620,30 @@ UNROLL_MIN_LOG_CELLS = 20_000
 
 
 def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
-    """Return ``run(key, scores, V) -> RunResult`` for one repetition (pure, jittable).
+    """Return ``run(key, scores, V, params=BanditParams()) -> RunResult`` for one repetition (pure, jittable).
 
     ``scores`` is the (m, n) float32 matrix of true scores in [0, 1]; ``V`` the
     (n, r) example embeddings from the train split (any (n, r) array for UCB-E,
-    which ignores it). Rows are never reordered: results index the input rows.
+    which ignores it); ``params`` the traced numbers (:class:`pulse_jax.BanditParams`),
+    so ``jax.vmap`` over them sweeps without recompiling. Rows are never
+    reordered: results index the input rows.
     """
     estimator = get_estimator(method)
     require(estimator.proxies is not None or (config.rule == "ucbe" and not config.stop_when_certified),
             f"method {estimator.name!r} has no valid interval, so it cannot use rule='lucb' or stop when certified")
+    kernel = build_kernel(config, estimator)
     n_steps = config.n_steps
     tau = config.refit_every if estimator.uses_predictions else 0
 
-    def run(key, scores, V):
+    def run(key, scores, V, params=None):
+        params = (BanditParams() if params is None else params).as_arrays()
         scores = jnp.asarray(scores, jnp.float32)
         V = jnp.asarray(V, jnp.float32)
-        episode, state = reset(key, scores, V, config, estimator)
+        episode, state = kernel.init(key, scores, V, params)
         init_best = state.best
 
         def steps(state, ts, log_slots=None):
-            """Scan ``step`` over the steps ``ts``, refitting where ``t`` is a multiple of tau."""
-            def body(state, t):
-                do_refit = ((t % tau == 0) & (t > 0)) if tau else False
-                return step(episode, state, t, config, estimator, do_refit, log_slots)
-            return jax.lax.scan(body, state, ts)
+            return jax.lax.scan(lambda s, t: kernel.step(episode, s, t, params, log_slots), state, ts)
 
         def concat(parts):
             return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[1:], *parts)
@@ -644,13 +674,13 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
                 records = concat([full, tail])
 
         estimates = current_estimates(estimator, state, config.n_examples)
-        radius = estimator.radius(state.estimator, state.ledger, config.n_examples, config.delta)
+        radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta)
         radius = jnp.where(state.ledger.n_obs >= config.n_examples, 0.0, radius)
         cs_low, cs_high = state.cs.low, state.cs.high
         if estimator.proxies is None:
             cs_low = cs_high = jnp.full(config.n_models, jnp.nan, jnp.float32)
         # Budgets never reached (an early stop, exhausted models) take the final widths.
-        final = _half_widths(estimator, state, config)
+        final = _half_widths(estimator, state, config, params)
         snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
         return RunResult(records, init_best, estimates, radius, state.ledger.n_obs, state.ledger.n_pulls,
                          cs_low, cs_high, state.certified, snaps)

@@ -1,4 +1,4 @@
-"""Command line: ``pulse-jax demo``, ``pulse-jax simulate`` and ``pulse-jax select``.
+"""Command line: ``pulse-jax demo``, ``simulate``, ``sweep``, ``tune`` and ``select``.
 
 Errors in the input print one line (``pulse-jax: error: ...``) and exit 2.
 """
@@ -65,6 +65,23 @@ def build_parser() -> argparse.ArgumentParser:
                      budget_help="total cells, initialization included (default: 25%% of all cells)")
     sim.add_argument("--out", required=True, help="results directory (JSON + NPZ + PNG)")
 
+    sw = sub.add_parser("sweep", help="a hyperparameter sweep of one method as one compiled program")
+    sw.add_argument("--scores", default=None,
+                    help="candidates' scores (.csv or .npz), fully observed (default: the built-in benchmark)")
+    sw.add_argument("--train", default=None, help="historical models' scores on the same examples (side info)")
+    sw.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x r)")
+    sw.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
+                    help="a swept parameter and its values (repeat for a Cartesian product); NAME is one of "
+                         "exploration, delta, init_refit_lr, init_refit_l2, refit_lr, refit_l2, fixed_lambda "
+                         "(nan = the paper's adaptive lambda)")
+    sw.add_argument("--baseline", default=None, metavar="NAME=V,...",
+                    help="the point savings are measured against (default: the first point)")
+    _add_run_options(sw, reps=200, batch=16, refit_every=25, rank=8,
+                     budget_help="total cells, initialization included (built-in: init + 6,400; "
+                                 "a file: 25%% of all cells)")
+    sw.set_defaults(method="pulse")
+    sw.add_argument("--out", required=True, help="results directory (sweep.json, sweep.csv, sweep.png)")
+
     tune = sub.add_parser("tune", help="choose the factorization's hyperparameters by cross-validation (1-SE)")
     tune.add_argument("--train", required=True, help="historical models' scores (CSV/NPZ, missing cells allowed)")
     tune.add_argument("--out", required=True, help="JSON file for `simulate --hparams`")
@@ -109,9 +126,14 @@ def _config(args, m: int, n: int, default_budget: int):
     require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
     require(args.batch_size <= n, f"--batch-size {args.batch_size} is larger than the number of examples ({n})")
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
-                        init_batches=args.init_batches, exploration=args.exploration,
-                        refit_every=args.refit_every, delta=args.delta, rule=args.rule,
+                        init_batches=args.init_batches, refit_every=args.refit_every, rule=args.rule,
                         stop_when_certified=args.stop == "certified")
+
+
+def _params(args):
+    from pulse_jax.params import BanditParams, check_params
+
+    return check_params(BanditParams(exploration=args.exploration, delta=args.delta), "options")
 
 
 def _run_all(scores, V, config, methods, args, names):
@@ -123,7 +145,8 @@ def _run_all(scores, V, config, methods, args, names):
     for method in methods:
         # Naive-Pooling has no valid interval: it keeps the paper's rule and spends the whole budget.
         cfg = dataclasses.replace(config, rule="ucbe", stop_when_certified=False) if method == "naive" else config
-        results[method] = simulate(scores, cfg, method, V=V if method != "ucbe" else None, reps=args.reps,
+        results[method] = simulate(scores, cfg, method, params=_params(args), V=V if method != "ucbe" else None,
+                                   reps=args.reps,
                                    seed=args.seed, chunk_size=args.chunk_size, progress=not args.quiet,
                                    model_names=names)
     return results
@@ -160,7 +183,7 @@ def cmd_demo(args) -> None:
 
 
 def cmd_simulate(args) -> None:
-    from pulse_jax import data, factorization
+    from pulse_jax import data
 
     methods = _methods(args.method)
     cand = data.load(args.scores)
@@ -173,22 +196,93 @@ def cmd_simulate(args) -> None:
         require(args.train or args.embeddings,
                 "PULSE and Naive-Pooling need side information: pass --train FILE or --embeddings FILE "
                 "(or use --method ucbe)")
-        if args.embeddings:
-            path = Path(args.embeddings)
-            require(path.is_file(), f"{path}: no such file")
-            V = np.load(path)
-            require(V.ndim == 2 and V.shape[0] == n,
-                    f"{path}: embeddings must have shape ({n}, rank) to match {cand.source}, got {V.shape}")
-        else:
-            train = data.align_train(cand, data.load(args.train))
-            rank, settings = args.rank, factorization.DEFAULT_STAGE0
-            if args.hparams:
-                from pulse_jax import tuning
-
-                rank, settings = tuning.load_hparams(args.hparams)
-            V = factorization.fit_example_embeddings(train.scores, rank=rank, settings=settings, seed=args.seed)
+        V = _side_information(args, cand, n)
     results = _run_all(cand.scores, V, config, methods, args, cand.models)
     _finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples")
+
+
+def _side_information(args, cand, n):
+    """V from --embeddings, or fitted on --train (aligned to the candidates' examples)."""
+    from pulse_jax import data, factorization
+
+    if args.embeddings:
+        path = Path(args.embeddings)
+        require(path.is_file(), f"{path}: no such file")
+        V = np.load(path)
+        require(V.ndim == 2 and V.shape[0] == n,
+                f"{path}: embeddings must have shape ({n}, rank) to match {cand.source}, got {V.shape}")
+        return V
+    train = data.align_train(cand, data.load(args.train))
+    rank, settings = args.rank, factorization.DEFAULT_STAGE0
+    if getattr(args, "hparams", None):
+        from pulse_jax import tuning
+
+        rank, settings = tuning.load_hparams(args.hparams)
+    return factorization.fit_example_embeddings(train.scores, rank=rank, settings=settings, seed=args.seed)
+
+
+def cmd_sweep(args) -> None:
+    from pulse_jax import data, factorization, synthetic
+    from pulse_jax.params import check_value, parse_grid_option
+    from pulse_jax.sweep import sweep
+
+    methods = _methods(args.method)
+    require(len(methods) == 1, f"--method: a sweep runs one method, got {', '.join(methods)}")
+    method = methods[0]
+    require(args.grid, "--grid: give at least one, e.g. --grid exploration=0.25,0.5,1,2")
+    grid = {}
+    for text in args.grid:
+        name, values = parse_grid_option(text)
+        require(name not in grid, f"--grid {name}: given twice")
+        grid[name] = values
+    baseline = None
+    if args.baseline:
+        baseline = {}
+        for item in args.baseline.split(","):
+            name, sep, value = item.partition("=")
+            require(sep, f"--baseline: expected NAME=VALUE[,NAME=VALUE], got {args.baseline!r}")
+            baseline[name.strip()] = check_value(name.strip(), value, "--baseline")
+    if args.scores is None:
+        require(not (args.train or args.embeddings), "--train/--embeddings need --scores (the built-in benchmark "
+                                                     "brings its own train split)")
+        bench = synthetic.make_benchmark(seed=args.seed)
+        scores, names, title = bench.scores, bench.models, bench.description
+        m, n = scores.shape
+        default_budget = m * args.batch_size * args.init_batches + 6400
+        V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
+            if method != "ucbe" else None
+    else:
+        cand = data.load(args.scores)
+        cand.require_complete()
+        m, n = cand.shape
+        scores, names, title = cand.scores, cand.models, f"{Path(args.scores).name}: {m} models x {n} examples"
+        default_budget = max(m * args.batch_size * args.init_batches, (m * n) // 4)
+        V = None
+        if method != "ucbe":
+            require(args.train or args.embeddings, f"{method} needs side information: pass --train FILE or "
+                                                   "--embeddings FILE (or use --method ucbe)")
+            V = _side_information(args, cand, n)
+    config = _config(args, m, n, default_budget)
+    if method == "naive":
+        import dataclasses
+
+        config = dataclasses.replace(config, rule="ucbe", stop_when_certified=False)
+    out = Path(args.out)
+    require(not out.exists() or out.is_dir(), f"--out {out}: exists and is not a directory")
+    points = 1
+    for values in grid.values():
+        points *= len(values)
+    print(title)
+    print(f"sweep of {method}: {points} points x {args.reps} repetitions = {points * args.reps:,} runs as one "
+          f"program; budget {config.budget:,} cells, batch {config.batch_size}, refit every {config.refit_every}")
+    result = sweep(scores, config, method, grid, args.reps, args.seed, V=V, base=_params(args), baseline=baseline,
+                   chunk_size=args.chunk_size, progress=not args.quiet, model_names=names)
+    rows = result.table()
+    print(result.format_table(rows))
+    paths = result.write(out)
+    print(f"{points} points x {args.reps} repetitions in {result.seconds:.1f} s (of which compilation "
+          f"{result.compile_seconds:.1f} s, once)")
+    print(f"results: {paths['json']}  {paths['csv']}  figure: {paths.get('figure')}")
 
 
 def _numbers(text: str, name: str, kind=float) -> tuple:
@@ -256,9 +350,8 @@ def cmd_select(args) -> None:
     if args.train and args.method != "ucbe":
         train = data.load(args.train)
     selector = live.Selector(models, examples, args.budget, method=args.method, batch_size=args.batch_size,
-                             init_batches=args.init_batches, exploration=args.exploration,
-                             refit_every=args.refit_every, delta=args.delta, seed=args.seed, train=train,
-                             rank=args.rank, log=args.log, rule=args.rule)
+                             init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
+                             train=train, rank=args.rank, log=args.log, rule=args.rule, params=_params(args))
     if selector.spent:
         print(f"resuming {args.log}: {selector.spent:,} cells already evaluated, "
               f"{len(selector.pending())} batch(es) to evaluate again")
@@ -291,7 +384,9 @@ def main(argv=None) -> int:
 
     enable_compilation_cache()
     try:
-        {"demo": cmd_demo, "simulate": cmd_simulate, "tune": cmd_tune, "select": cmd_select}[args.command](args)
+        commands = {"demo": cmd_demo, "simulate": cmd_simulate, "sweep": cmd_sweep, "tune": cmd_tune,
+                    "select": cmd_select}
+        commands[args.command](args)
     except PulseInputError as err:
         print(f"pulse-jax: error: {err}", file=sys.stderr)
         return 2

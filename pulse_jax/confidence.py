@@ -220,3 +220,17 @@ def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, sc
     low, high = cs_bounds(A, D, P, log_inv_alpha)
     return ConfSeq(A, D, P, cs.x_sum + terms[3], cs.dev_sum + terms[4], jnp.maximum(cs.low, jnp.max(low, axis=1)),
                    jnp.minimum(cs.high, jnp.min(high, axis=1)))
+
+
+def certify(low: chex.Array, high: chex.Array) -> tuple[chex.Array, chex.Array]:
+    """``(certified, model)``: is some model's lower bound above every other model's upper bound?
+
+    The candidate is the model with the highest lower bound. If the bounds hold
+    (probability >= 1 - delta, at every look), a certified model is the best.
+    This is also the pairwise rule on differences: the difference of two
+    simultaneous sequences, ``[low_a - high_b, high_a - low_b]``, excludes 0 for
+    every challenger ``b`` exactly when it holds. NaN bounds never certify.
+    """
+    h = jnp.argmax(jnp.nan_to_num(low, nan=-jnp.inf))
+    rival = jnp.max(jnp.where(jnp.arange(low.shape[0]) == h, -jnp.inf, jnp.nan_to_num(high, nan=jnp.inf)))
+    return low[h] > rival, h.astype(jnp.int32)

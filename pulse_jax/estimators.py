@@ -4,21 +4,24 @@ An estimator is a :class:`Estimator` -- a small set of pure functions over its
 own state pytree -- that the bandit step calls at fixed points:
 
 * ``init(ledger)`` after the initial batch of every model;
-* ``update(state, ledger, pull, n_examples)`` when model ``pull.model``
-  receives a batch (``ledger`` is the bookkeeping *before* the batch, so
-  everything the update takes from it is predictable);
+* ``update(state, ledger, pull, n_examples, params) -> (state, info)`` when
+  model ``pull.model`` receives a batch (``ledger`` is the bookkeeping
+  *before* the batch, so everything the update takes from it is predictable);
+  ``info`` is a :class:`StepInfo` (what the engine records, e.g. PULSE's
+  lambda), so the engine never reads an estimator's own fields;
 * ``refresh(state, ledger, n_examples)`` right after a factorization refit;
 * ``estimate(state, ledger)`` the current ``mu_hat`` of every model;
 * ``radius(state, ledger, n_examples, delta)`` the half-width of the paper's
   fixed-count ``1 - delta`` interval (NaN where the method has none);
-* ``proxies(state, ledger, pull, n_examples)`` the per-draw observations of the
+* ``proxies(state, ledger, pull, n_examples, params)`` the per-draw observations of the
   pull for the anytime-valid confidence sequence (:class:`confidence.ConfSeq`),
   ``(Y, lower, width)`` with ``E[Y_s | past]`` the mean of the model's
   still-unseen scores and ``Y_s`` in ``[lower_s, lower_s + width_s]``; ``None``
   for a method without a valid interval (Naive-Pooling).
 
 All three share the :class:`Ledger` of observed-cell and prediction sums kept
-by the bandit engine, so the statistics exist once.
+by the bandit engine, so the statistics exist once. ``params`` is the run's
+:class:`pulse_jax.BanditParams` (traced numbers: a sweep never recompiles).
 """
 from __future__ import annotations
 
@@ -58,6 +61,15 @@ class Pull(NamedTuple):
     valid: chex.Array = None    # (B,) bool, the first ``size``
 
 
+class StepInfo(NamedTuple):
+    """What an estimator reports about one pull."""
+
+    lam: chex.Array   # the lambda the pull used (NaN for methods without one)
+
+
+_NO_INFO = StepInfo(jnp.float32(jnp.nan))
+
+
 class Estimator(NamedTuple):
     """A mean estimator as pure functions (see module docstring).
 
@@ -71,11 +83,11 @@ class Estimator(NamedTuple):
     name: str
     uses_predictions: bool
     init: Callable[[Ledger], Any]
-    update: Callable[[Any, Ledger, Pull, int], Any]
+    update: Callable[[Any, Ledger, Pull, int, Any], tuple[Any, StepInfo]]
     refresh: Callable[[Any, Ledger, int], Any]
     estimate: Callable[[Any, Ledger], chex.Array]
     radius: Callable[[Any, Ledger, int, float], chex.Array]
-    proxies: Callable[[Any, Ledger, Pull, int], tuple] | None = None
+    proxies: Callable[[Any, Ledger, Pull, int, Any], tuple] | None = None
     n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
 
 
@@ -106,9 +118,9 @@ def ucbe() -> Estimator:
         del ledger
         return ()
 
-    def update(state, ledger, pull, n_examples):
-        del ledger, pull, n_examples
-        return state
+    def update(state, ledger, pull, n_examples, params):
+        del ledger, pull, n_examples, params
+        return state, _NO_INFO
 
     def estimate(state, ledger):
         del state
@@ -120,8 +132,8 @@ def ucbe() -> Estimator:
         variance = ledger.obs_sq_sum / jnp.maximum(ledger.n_obs, 1) - mean * mean
         return confidence.bernstein_serfling_radius(ledger.n_obs, n_examples, variance, delta)
 
-    def proxies(state, ledger, pull, n_examples):
-        del state, ledger, n_examples
+    def proxies(state, ledger, pull, n_examples, params):
+        del state, ledger, n_examples, params
         return _raw_proxies(pull)
 
     return Estimator("ucbe", False, init, update, _no_refresh, estimate, radius, proxies)
@@ -134,7 +146,6 @@ class PulseState(NamedTuple):
     theta_sum: chex.Array   # sum of the model's one-step estimates theta (K_i of them)
     z_sum: chex.Array       # sum of past residual corrections Z (bandit pulls only)
     n_z: chex.Array         # number of Zs in z_sum
-    last_lambda: chex.Array
 
 
 LambdaRule = Callable[[chex.Array, chex.Array, chex.Array, chex.Array], chex.Array]
@@ -193,16 +204,19 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
     def init(ledger):
         m = ledger.n_obs.shape[0]
         zeros = jnp.zeros(m, jnp.float32)
-        return PulseState(_sample_mean(ledger), zeros, jnp.zeros(m, jnp.int32), zeros)
+        return PulseState(_sample_mean(ledger), zeros, jnp.zeros(m, jnp.int32))
 
-    def lam_for(state, ledger, i, n_unobserved):
+    def lam_for(state, ledger, i, n_unobserved, params):
+        """The rule's lambda, or ``params.fixed_lambda`` where that is not NaN (a traced switch)."""
         mean_past_z = jnp.where(state.n_z[i] > 0, state.z_sum[i] / jnp.maximum(state.n_z[i], 1), 0.0)
-        return lambda_rule(ledger.pred_sum[i], ledger.pred_sq_sum[i], mean_past_z, n_unobserved)
+        lam = lambda_rule(ledger.pred_sum[i], ledger.pred_sq_sum[i], mean_past_z, n_unobserved)
+        fixed = jnp.asarray(params.fixed_lambda, jnp.float32)
+        return jnp.where(jnp.isnan(fixed), lam, fixed)
 
-    def update(state, ledger, pull, n_examples):
+    def update(state, ledger, pull, n_examples, params):
         i = pull.model
         n_unobserved = (n_examples - ledger.n_obs[i]).astype(jnp.float32)
-        lam = lam_for(state, ledger, i, n_unobserved)
+        lam = lam_for(state, ledger, i, n_unobserved, params)
         theta, z = pulse_theta(ledger.obs_sum[i], ledger.pred_sum[i], n_unobserved, pull.score_sum,
                                pull.pred_sum, pull.size.astype(jnp.float32), lam, n_examples)
         live = pull.size > 0
@@ -210,8 +224,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
             theta_sum=state.theta_sum.at[i].add(jnp.where(live, theta, 0.0)),
             z_sum=state.z_sum.at[i].add(jnp.where(live, z, 0.0)),
             n_z=state.n_z.at[i].add(live.astype(jnp.int32)),
-            last_lambda=state.last_lambda.at[i].set(jnp.where(live, lam, state.last_lambda[i])),
-        )
+        ), StepInfo(jnp.where(live, lam, jnp.nan))
 
     def estimate(state, ledger):
         return state.theta_sum / jnp.maximum(ledger.n_pulls, 1)
@@ -220,7 +233,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         del state
         return confidence.freedman_radius(ledger.n_pulls, n_examples, delta, variance_bound)
 
-    def proxies(state, ledger, pull, n_examples):
+    def proxies(state, ledger, pull, n_examples, params):
         """Per-draw AIPW proxies, lambda and predictions frozen when the batch is asked:
 
             Y_s = S_s - lambda f_s + lambda fbar_s,
@@ -244,7 +257,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         """
         i = pull.model
         n_unobserved = (n_examples - ledger.n_obs[i]).astype(jnp.float32)
-        lam = lam_for(state, ledger, i, n_unobserved)
+        lam = lam_for(state, ledger, i, n_unobserved, params)
         unseen = jnp.maximum(n_unobserved - jnp.arange(pull.preds.shape[0], dtype=jnp.float32), 1.0)
         fbar = (ledger.pred_sum[i] - (jnp.cumsum(pull.preds) - pull.preds)) / unseen
         y = pull.scores - lam * pull.preds + lam * fbar
@@ -270,10 +283,11 @@ def naive_pooling() -> Estimator:
     def init(ledger):
         return _sample_mean(ledger)
 
-    def update(mu, ledger, pull, n_examples):
+    def update(mu, ledger, pull, n_examples, params):
+        del params
         i = pull.model
         value = (ledger.obs_sum[i] + pull.score_sum + ledger.pred_sum[i] - pull.pred_sum) / n_examples
-        return mu.at[i].set(jnp.where(pull.size > 0, value, mu[i]))
+        return mu.at[i].set(jnp.where(pull.size > 0, value, mu[i])), _NO_INFO
 
     def refresh(mu, ledger, n_examples):
         del mu

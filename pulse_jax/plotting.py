@@ -117,3 +117,71 @@ def effective_budget_plot(results, path):
     ax.legend(loc="upper left")
     fig.tight_layout()
     return _save(fig, path)
+
+
+def sweep_figure(sweep, rows, path, target: float = 0.95):
+    """Budget to ``target`` accuracy over a sweep, with bootstrap intervals.
+
+    One varying parameter: budget against its values (error bars). Two or
+    more: a heatmap over the first two, one panel per combination of the
+    rest, each cell annotated with the budget and its interval ("not
+    reached" where the target was never held within the budget).
+    """
+    tag = f"{target * 100:g}"
+    varying = [a for a in sweep.axes if len({str(r[a]) for r in rows}) > 1] or list(sweep.axes[:1])
+    show = lambda v: "rule" if v is None else f"{v:g}"   # noqa: E731 -- fixed_lambda NaN = the rule's lambda
+
+    def budget(row):
+        b = row[f"budget_to_{tag}"]
+        return np.nan if b is None else b
+
+    if len(varying) == 1:
+        a = varying[0]
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120, layout="constrained")
+        xs = np.arange(len(rows))
+        ys = np.array([budget(r) for r in rows])
+        lo = np.array([np.nan if r[f"budget_to_{tag}_low"] is None else r[f"budget_to_{tag}_low"] for r in rows])
+        hi = np.array([np.nan if r[f"budget_to_{tag}_high"] is None else r[f"budget_to_{tag}_high"] for r in rows])
+        ax.errorbar(xs, ys, yerr=[np.nan_to_num(ys - lo), np.nan_to_num(hi - ys)], fmt="o-",
+                    color=COLORS.get(sweep.method, "k"), capsize=4)
+        for x, y, r in zip(xs, ys, rows):
+            if not np.isfinite(y):
+                ax.annotate("not reached", (x, 0.5), xycoords=("data", "axes fraction"), ha="center", fontsize=8)
+        ax.set_xticks(xs, [show(r[a]) for r in rows])
+        ax.set_xlabel(a)
+        ax.set_ylabel(f"cells to {tag}% accuracy (initialization included)")
+    else:
+        a, b = varying[:2]
+        rest = varying[2:]
+        a_vals = sorted({r[a] for r in rows}, key=lambda v: -1 if v is None else v)
+        b_vals = sorted({r[b] for r in rows}, key=lambda v: -1 if v is None else v)
+        groups = {}
+        for r in rows:
+            groups.setdefault(tuple(r[c] for c in rest), []).append(r)
+        fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups) + 1, 4.2), dpi=120, squeeze=False,
+                                 layout="constrained")
+        finite = [budget(r) for r in rows if np.isfinite(budget(r))]
+        vmin, vmax = (min(finite), max(finite)) if finite else (0, 1)
+        image = None
+        for ax, (key, group) in zip(axes[0], groups.items()):
+            grid = np.full((len(b_vals), len(a_vals)), np.nan)
+            for r in group:
+                i, j = b_vals.index(r[b]), a_vals.index(r[a])
+                grid[i, j] = budget(r)
+                lo, hi = r[f"budget_to_{tag}_low"], r[f"budget_to_{tag}_high"]
+                text = ("not\nreached" if not np.isfinite(grid[i, j]) else
+                        f"{grid[i, j]:,.0f}\n[{'-' if lo is None else f'{lo:,.0f}'}, "
+                        f"{'beyond' if hi is None else f'{hi:,.0f}'}]")
+                ax.text(j, i, text, ha="center", va="center", fontsize=6.5)
+            image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis_r", vmin=vmin, vmax=vmax, aspect="auto",
+                              origin="lower")
+            ax.set_xticks(range(len(a_vals)), [show(v) for v in a_vals])
+            ax.set_yticks(range(len(b_vals)), [show(v) for v in b_vals])
+            ax.set_xlabel(a)
+            ax.set_ylabel(b)
+            if rest:
+                ax.set_title(", ".join(f"{c} = {show(v)}" for c, v in zip(rest, key)), fontsize=9)
+        fig.colorbar(image, ax=axes[0].tolist(), label=f"cells to {tag}% accuracy")
+    fig.suptitle(f"{LABELS.get(sweep.method, sweep.method)}: budget to {tag}% accuracy over the sweep\n"
+                 f"({sweep.results[0].reps} repetitions per point, 95% bootstrap intervals)", fontsize=9)
+    return _save(fig, path)

@@ -20,6 +20,7 @@ import numpy as np
 from pulse_jax import bandit, sampling
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import require
+from pulse_jax.params import BanditParams, check_params
 
 #: Memory the default chunk size aims to stay within (bytes).
 DEFAULT_MEMORY_BUDGET = 4 * 1024**3
@@ -54,6 +55,7 @@ class SimulationResult:
     certified_model: np.ndarray | None = None  # (R,) the model certified (-1: never)
     snapshot_cs: np.ndarray | None = None      # (R, K, m) CS half-widths at config.snapshot_budgets
     snapshot_paper: np.ndarray | None = None   # (R, K, m) the paper's radius there
+    params: BanditParams = BanditParams()      # the traced numbers of the run (delta, exploration, ...)
 
     @property
     def reps(self) -> int:
@@ -174,7 +176,7 @@ def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predicti
                    + 4 * config.n_steps * (1 + (m if config.record_estimates else 0)))
     if uses_predictions:
         cells = config.n_steps * B + m * config.init_cells_per_model
-        per_rep += 4 * (2 * m * n + cells * rank + cells + 4 * m * rank)
+        per_rep += 4 * (2 * m * n + cells * rank + 2 * cells + 4 * m * rank)   # log: examples + scores
     return int(max(1, min(reps, memory_budget // max(per_rep, 1))))
 
 
@@ -183,19 +185,24 @@ def repetition_mesh(devices=None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices if devices is not None else jax.devices()), ("reps",))
 
 
+#: Compiled programs by (config, method, mesh, chunk, shapes): parameters and keys are inputs.
+_EXECUTABLES: dict = {}
+
+
 @functools.lru_cache(maxsize=32)
 def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None = None):
-    """``jit(vmap(make_run(config, method)))``, cached so repeated calls reuse the executable.
+    """``jit(vmap(make_run(config, method)))`` over ``(key, params)`` pairs, cached so repeated calls
+    reuse the executable: parameters are traced, so new values never recompile.
 
-    With a ``mesh``, the repetitions are split along its ``"reps"`` axis with
+    With a ``mesh``, the pairs are split along its ``"reps"`` axis with
     ``shard_map``: each device runs its own repetitions with the score matrix
     and ``V`` replicated, and no device ever talks to another.
     """
-    batched = jax.vmap(bandit.make_run(config, method), in_axes=(0, None, None))
+    batched = jax.vmap(bandit.make_run(config, method), in_axes=(0, None, None, 0))
     if mesh is None or mesh.size == 1:
         return jax.jit(batched)
     P = jax.sharding.PartitionSpec
-    return jax.jit(jax.shard_map(batched, mesh=mesh, in_specs=(P("reps"), P(), P()), out_specs=P("reps"),
+    return jax.jit(jax.shard_map(batched, mesh=mesh, in_specs=(P("reps"), P(), P(), P("reps")), out_specs=P("reps"),
                                  check_vma=False))   # the scan carries start replicated, become per-device
 
 
@@ -211,18 +218,22 @@ def enable_compilation_cache(path: str | None = None) -> None:
 
 
 def rep_keys(seed: int, start: int, count: int) -> jax.Array:
-    base = jax.random.PRNGKey(seed)
-    return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.arange(start, start + count))
+    """Keys of repetitions ``start .. start + count - 1``."""
+    return rep_keys_for(seed, np.arange(start, start + count))
 
 
-def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, reps: int = 100, seed: int = 0,
-             chunk_size: int | None = None, progress: bool | Callable[[int, int, float], None] = False,
-             model_names=None, devices=None, stop: str | None = None) -> SimulationResult:
+def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: BanditParams | None = None, V=None,
+             reps: int = 100, seed: int = 0, chunk_size: int | None = None,
+             progress: bool | Callable[[int, int, float], None] = False, model_names=None, devices=None,
+             stop: str | None = None) -> SimulationResult:
     """Run ``reps`` repetitions of ``method`` ("ucbe", "pulse" or "naive").
 
     Args:
       scores: (m, n) fully observed true scores in [0, 1] (the candidates).
       config: static run parameters; ``config.n_models/n_examples`` must match.
+      params: the traced numbers (:class:`pulse_jax.BanditParams`: exploration,
+        delta, refit learning rates and L2 weights, a fixed lambda); default:
+        the paper's. New values reuse the compiled program.
       V: (n, r) example embeddings from the train split (required by PULSE and
         Naive-Pooling; see :func:`pulse_jax.factorization.fit_example_embeddings`).
       reps: number of repetitions; seed: base seed.
@@ -240,6 +251,23 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
         Either way the first certification is recorded
         (:meth:`SimulationResult.certification`).
     """
+    params = check_params(BanditParams() if params is None else params)
+    require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
+    reps = int(reps)
+    config, estimator, scores, V = _prepare(scores, config, method, V, stop)
+    stacked = BanditParams(*(np.full(reps, v, np.float32) for v in params))
+    out, seconds, compile_seconds = execute(scores, config, method, estimator, V, np.arange(reps), stacked, seed,
+                                            chunk_size, progress, devices)
+    return result_from(out, estimator.name, config, params, seed, scores, seconds, compile_seconds, model_names)
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and x >= 1
+
+
+def _prepare(scores, config: BanditConfig, method, V, stop):
+    """Validate the inputs of a simulation or sweep; returns ``(config, estimator, scores, V)``."""
+    require(isinstance(config, BanditConfig), f"config must be a pulse_jax.BanditConfig, got {type(config).__name__}")
     require(stop in (None, "budget", "certified"), f"stop must be 'budget' or 'certified', got {stop!r}")
     if stop is not None:
         config = dataclasses.replace(config, stop_when_certified=stop == "certified")
@@ -250,7 +278,6 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
             f"scores have shape {scores.shape} but config says ({config.n_models}, {config.n_examples})")
     require(not np.isnan(scores).any(), "scores contain missing cells; simulation needs a fully observed matrix")
     require(((scores >= 0) & (scores <= 1)).all(), "scores must lie in [0, 1]")
-    require(isinstance(reps, int) and reps >= 1, f"reps must be a positive integer, got {reps!r}")
     if estimator.uses_predictions:
         require(V is not None, f"method {estimator.name!r} needs side information: pass V (example embeddings "
                                "fitted on a train split)")
@@ -260,15 +287,28 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
         require(np.isfinite(V).all(), "V contains NaN or inf")
     else:
         V = np.zeros((config.n_examples, 1), np.float32)
+    return config, estimator, scores, V
+
+
+def execute(scores, config: BanditConfig, method, estimator, V, rep_index, params: BanditParams, seed: int,
+            chunk_size=None, progress=False, devices=None):
+    """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program.
+
+    Repetition ``r`` uses the key ``fold_in(PRNGKey(seed), r)`` whatever its
+    parameters (common random numbers across sweep points) and whatever the
+    chunking. Returns ``(RunResult of NumPy arrays with a leading item axis,
+    seconds, compile_seconds)``.
+    """
+    total = len(rep_index)
     rank = V.shape[1]
     require(devices is None or len(devices) >= 1, "devices: pass at least one device (or None for all)")
+    require(chunk_size is None or _is_count(chunk_size), f"chunk_size must be a positive integer, got {chunk_size!r}")
     mesh = repetition_mesh(devices)
-    chunk = chunk_size or default_chunk_size(config, rank, reps, estimator.uses_predictions,
-                                             device_memory_budget(mesh.devices.flat[0])) * mesh.size
-    require(isinstance(chunk, int) and chunk >= 1, f"chunk_size must be a positive integer, got {chunk_size!r}")
+    chunk = int(chunk_size) if chunk_size else default_chunk_size(
+        config, rank, total, estimator.uses_predictions, device_memory_budget(mesh.devices.flat[0])) * mesh.size
     # Equal chunks (the last one is padded to reuse the compiled program), a multiple of the device count.
-    n_chunks = -(-reps // min(chunk, reps))
-    chunk = -(-reps // n_chunks)
+    n_chunks = -(-total // min(chunk, total))
+    chunk = -(-total // n_chunks)
     chunk = -(-chunk // mesh.size) * mesh.size
 
     run = compiled_runner(config, method if isinstance(method, str) else estimator, mesh if mesh.size > 1 else None)
@@ -276,38 +316,68 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
     by_rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("reps"))
     scores_dev, V_dev = _put(scores, replicated), _put(V, replicated)
     report = _progress_printer(estimator.name) if progress is True else (progress or None)
+    rep_index = np.asarray(rep_index)
+    params = BanditParams(*(np.asarray(v, np.float32) for v in params))
 
-    def keys_for(start):
-        return _put(np.asarray(rep_keys(seed, start, chunk)), by_rep)
+    def inputs(start):
+        """Keys and parameters of items ``start .. start + chunk`` (the last item repeated as padding)."""
+        take = np.minimum(np.arange(start, start + chunk), total - 1)
+        keys = np.asarray(rep_keys_for(seed, rep_index[take]))
+        return _put(keys, by_rep), BanditParams(*(_put(v[take], by_rep) for v in params))
 
-    # Compile ahead of time so its cost is reported apart from the run.
+    # Compile ahead of time so its cost is reported apart from the run; the executable is kept, so
+    # a later call with the same shapes (any parameter values, any seed) compiles nothing.
     start_time = time.perf_counter()
-    compiled = run.lower(keys_for(0), scores_dev, V_dev).compile()
+    first_keys, first_params = inputs(0)
+    cache_key = (config, method if isinstance(method, str) else estimator, mesh if mesh.size > 1 else None, chunk,
+                 scores.shape, V.shape)
+    compiled = _EXECUTABLES.get(cache_key)
+    if compiled is None:
+        compiled = run.lower(first_keys, scores_dev, V_dev, first_params).compile()
+        if len(_EXECUTABLES) >= 16:
+            _EXECUTABLES.pop(next(iter(_EXECUTABLES)))
+        _EXECUTABLES[cache_key] = compiled
     compile_seconds = time.perf_counter() - start_time
     # On accelerators, chunk k + 1 is dispatched before chunk k is fetched, so the device never waits
     # on the host (executions on one device run in order). On CPU two dispatched chunks would run at
     # once and compete for the same cores and caches, so each chunk is fetched before the next starts.
     overlap = jax.default_backend() != "cpu"
     parts, in_flight = [], None
-    for start in list(range(0, reps, chunk)) + [None]:
+    for start in list(range(0, total, chunk)) + [None]:
         launched = None
         if start is not None and overlap:
-            launched = (start, compiled(keys_for(start), scores_dev, V_dev))
+            launched = (start, compiled(*_with_data(inputs(start), scores_dev, V_dev)))
         if in_flight is not None:
             done_start, result = in_flight
-            count = min(chunk, reps - done_start)
+            count = min(chunk, total - done_start)
             parts.append(jax.tree_util.tree_map(lambda a: a[:count], _fetch(result)))
             if report:
-                report(done_start + count, reps, time.perf_counter() - start_time)
+                report(done_start + count, total, time.perf_counter() - start_time)
         if start is not None and not overlap:
-            launched = (start, compiled(keys_for(start), scores_dev, V_dev))
+            launched = (start, compiled(*_with_data(inputs(start), scores_dev, V_dev)))
         in_flight = launched
     out = jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
-    seconds = time.perf_counter() - start_time
+    return out, time.perf_counter() - start_time, compile_seconds
 
+
+def _with_data(keys_params, scores, V):
+    keys, params = keys_params
+    return keys, scores, V, params
+
+
+def rep_keys_for(seed: int, reps) -> jax.Array:
+    """The keys of repetitions ``reps`` (any integers): ``fold_in(PRNGKey(seed), r)``."""
+    base = jax.random.PRNGKey(seed)
+    return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.asarray(reps))
+
+
+def result_from(out, method_name: str, config: BanditConfig, params: BanditParams, seed: int, scores, seconds: float,
+                compile_seconds: float, model_names=None) -> SimulationResult:
+    """A :class:`SimulationResult` from the stacked run outputs (NumPy, leading axis = repetition)."""
+    reps = out.init_best.shape[0]
     init_spent = np.full((reps, 1), config.init_cells, dtype=np.int64)
     return SimulationResult(
-        method=estimator.name, config=config, seed=seed, true_means=scores.mean(axis=1).astype(np.float64),
+        method=method_name, config=config, seed=seed, true_means=np.asarray(scores).mean(axis=1).astype(np.float64),
         best=np.concatenate([out.init_best[:, None], out.steps.best], axis=1).astype(np.int64),
         spent=np.concatenate([init_spent, out.steps.spent], axis=1).astype(np.int64),
         chosen=np.asarray(out.steps.chosen), lam=np.asarray(out.steps.lam),
@@ -319,6 +389,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, V=None, rep
         certified_spent=np.asarray(out.certified.spent, np.int64),
         certified_model=np.asarray(out.certified.model, np.int64),
         snapshot_cs=np.asarray(out.snapshots.cs, np.float64), snapshot_paper=np.asarray(out.snapshots.paper, np.float64),
+        params=params,
     )
 
 

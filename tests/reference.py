@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax import bandit, sampling
+from pulse_jax import params as pj_params
 
 
 def _sigmoid(z):
@@ -47,12 +48,14 @@ def _random_argmax(u, values, order):
     return int(order[np.argmax(np.cumsum(tied) > k)])
 
 
-def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init_lr=0.01, refit_lr=0.1):
+def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, params=None):
     """Return a dict of per-step records and final estimates, like ``RunResult``."""
     S = np.asarray(scores, np.float64)
     V = np.asarray(V, np.float64)
     m, n = S.shape
-    B, T, a, tau = config.batch_size, config.budget, config.exploration, config.refit_every
+    params = pj_params.BanditParams() if params is None else params
+    init_lr, refit_lr = float(params.init_refit_lr), float(params.refit_lr)
+    B, T, a, tau = config.batch_size, config.budget, float(params.exploration), config.refit_every
     model_order, examples_key, tie_key = bandit.draw_keys(key, m)
     model_order = np.asarray(model_order)
     uniforms = np.asarray(jax.vmap(lambda t: jnp.stack([bandit.tie_uniform(tie_key, t, w) for w in range(4)]))(
@@ -61,7 +64,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
 
     # confidence sequences: C per model (UCB-E: raw scores; PULSE: raw and AIPW proxies)
     C = {"ucbe": 1, "pulse": 2, "naive": 0}[method]
-    log_ia = np.log(2 * m * max(C, 1) / config.delta)
+    log_ia = np.log(2 * m * max(C, 1) / float(params.delta))
     cs = {k: np.zeros((m, max(C, 1))) for k in ("A", "D", "P", "xs", "dv")}
     cs_low, cs_high = np.zeros(m), np.ones(m)
 
@@ -126,7 +129,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
     F = np.zeros(m)
     Phi = np.zeros(m)
     if uses_pred:
-        U = _adam_refit(U, V, S, observed_mask(), config.init_refit.epochs, init_lr, config.init_refit.lam)
+        U = _adam_refit(U, V, S, observed_mask(), config.init_refit_epochs, init_lr, float(params.init_refit_l2))
         F, Phi = prediction_sums()
 
     # estimator state
@@ -184,7 +187,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, init
         lam = np.nan
         if size > 0:
             if uses_pred and tau > 0 and t % tau == 0:
-                U = _adam_refit(U, V, S, observed_mask(), config.refit.epochs, refit_lr, config.refit.lam)
+                U = _adam_refit(U, V, S, observed_mask(), config.refit_epochs, refit_lr, float(params.refit_l2))
                 F, Phi = prediction_sums()
                 if method == "naive":
                     naive_mu = (obs_sum + F) / n

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_problem
-from pulse_jax import BanditConfig, confidence, estimators
+from pulse_jax import BanditConfig, BanditParams, confidence, estimators
 from pulse_jax.estimators import Ledger, Pull
 from pulse_jax.simulate import simulate
 
@@ -23,7 +23,7 @@ def _pulse_proxies(scores, preds, observed, order, lam_state):
     pull = Pull(jnp.int32(0), jnp.int32(len(order)), jnp.float32(0), jnp.float32(0),
                 jnp.asarray(scores[list(order)], jnp.float32), jnp.asarray(preds[list(order)], jnp.float32),
                 jnp.ones(len(order), bool))
-    y, lower, width = estimators.pulse().proxies(lam_state, ledger, pull, n)
+    y, lower, width = estimators.pulse().proxies(lam_state, ledger, pull, n, BanditParams())
     return np.asarray(y[1], np.float64), np.asarray(lower[1], np.float64), np.asarray(width[1], np.float64)
 
 
@@ -108,9 +108,8 @@ def test_batched_update_equals_a_plain_sequential_numpy_loop(batch):
 
 def _coverage_run(method, V, scores, reps, delta, budget, refit_every=5, batch_size=4):
     m, n = scores.shape
-    config = BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch_size, refit_every=refit_every,
-                          delta=delta)
-    return simulate(scores, config, method, V=V, reps=reps, seed=11)
+    config = BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch_size, refit_every=refit_every)
+    return simulate(scores, config, method, V=V, reps=reps, seed=11, params=BanditParams(delta=delta))
 
 
 # Monte Carlo tolerance: with R = 1,000 repetitions, a true miss rate of exactly delta = 0.2 gives
@@ -188,9 +187,9 @@ def test_certified_stopping_is_wrong_at_most_delta():
     scores = (rng.random((3, n)) < p[:, None]).astype(np.float32)
     _, _, v = tiny_problem(seed=4, m=3, n=n, rank=3)
     for method, rule in [("ucbe", "lucb"), ("pulse", "lucb"), ("pulse", "ucbe")]:
-        config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, delta=DELTA,
-                              rule=rule)
-        res = simulate(scores, config, method, V=v, reps=REPS, seed=3, stop="certified")
+        config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule=rule)
+        res = simulate(scores, config, method, V=v, reps=REPS, seed=3, stop="certified",
+                       params=BanditParams(delta=DELTA))
         cert = res.certification()
         print(method, rule, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])
         assert cert["certified_fraction"] > 0.5

@@ -8,6 +8,7 @@ from reference import reference_run
 from pulse_jax import bandit, factorization
 from pulse_jax.simulate import simulate
 from pulse_jax.bandit import BanditConfig
+from pulse_jax.params import BanditParams
 
 METHODS = ["ucbe", "pulse", "naive"]
 INIT_LR, REFIT_LR = 0.01, 0.1
@@ -16,9 +17,12 @@ INIT_LR, REFIT_LR = 0.01, 0.1
 def _config(m, n, budget, **kw):
     kw.setdefault("batch_size", 4)
     kw.setdefault("refit_every", 5)
-    return BanditConfig(n_models=m, n_examples=n, budget=budget, record_estimates=True,
-                        init_refit=factorization.adam_settings(20, INIT_LR, 0.01),
-                        refit=factorization.adam_settings(5, REFIT_LR, 0.01), **kw)
+    return BanditConfig(n_models=m, n_examples=n, budget=budget, record_estimates=True, init_refit_epochs=20,
+                        refit_epochs=5, **kw)
+
+
+def _params(**kw):
+    return BanditParams(init_refit_lr=INIT_LR, refit_lr=REFIT_LR, **kw)
 
 
 CASES = {
@@ -50,12 +54,13 @@ def test_engine_matches_numpy_reference_step_for_step(method, case, rule, monkey
     rule_name, stop, delta = RULES[rule]
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=m, n=n)
     config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau, rule=rule_name,
-                     stop_when_certified=stop, delta=delta)
+                     stop_when_certified=stop)
+    params = _params(delta=delta)
     run = jax.jit(bandit.make_run(config, method))
     for seed in (0, 1):
         key = jax.random.PRNGKey(seed)
-        out = run(key, scores, V)
-        ref = reference_run(scores, V, config, method, key, INIT_LR, REFIT_LR)
+        out = run(key, scores, V, params)
+        ref = reference_run(scores, V, config, method, key, params)
         np.testing.assert_array_equal(np.asarray(out.steps.chosen), ref["chosen"])
         np.testing.assert_array_equal(np.asarray(out.steps.best), ref["best"])
         np.testing.assert_array_equal(np.asarray(out.steps.spent), ref["spent"])

@@ -9,6 +9,7 @@ import pytest
 
 from pulse_jax import confidence, estimators
 from pulse_jax.estimators import Ledger, Pull
+from pulse_jax.params import BanditParams
 
 
 def _enumerate_thetas(scores, observed, preds, batch_size, lam):
@@ -58,9 +59,9 @@ def test_lemma1_through_the_estimator_update_with_the_paper_lambda():
     for batch in itertools.combinations(unobs, batch_size):
         pull = Pull(jnp.int32(0), jnp.int32(batch_size), jnp.float32(scores[list(batch)].sum()),
                     jnp.float32(preds[list(batch)].sum()))
-        new = est.update(state, ledger, pull, n)
+        new, info = est.update(state, ledger, pull, n, BanditParams())
         increments.append(float(new.theta_sum[0] - state.theta_sum[0]))
-        lams.add(round(float(new.last_lambda[0]), 6))
+        lams.add(round(float(info.lam), 6))
     assert len(lams) == 1 and 0 < lams.pop() < 1   # predictable: same lambda whatever the batch
     assert abs(np.mean(increments) - scores.mean()) < 1e-5
 
@@ -103,9 +104,12 @@ def test_update_with_an_empty_pull_changes_nothing(name):
     ledger = Ledger(jnp.array([3, 5, 2, 7]), jnp.array([1, 2, 1, 3]), jnp.array([1.0, 3.0, 1.0, 4.0]),
                     jnp.array([1.0, 3.0, 1.0, 4.0]), jnp.array([2.0, 1.0, 3.0, 0.5]),
                     jnp.array([1.0, 0.5, 2.0, 0.2]))
-    state = est.update(est.init(ledger), ledger, Pull(jnp.int32(1), jnp.int32(2), jnp.float32(1.0),
-                                                      jnp.float32(0.7)), 10)
-    after = est.update(state, ledger, Pull(jnp.int32(2), jnp.int32(0), jnp.float32(5.0), jnp.float32(3.0)), 10)
+    params = BanditParams()
+    state, _ = est.update(est.init(ledger), ledger, Pull(jnp.int32(1), jnp.int32(2), jnp.float32(1.0),
+                                                         jnp.float32(0.7)), 10, params)
+    after, info = est.update(state, ledger, Pull(jnp.int32(2), jnp.int32(0), jnp.float32(5.0), jnp.float32(3.0)), 10,
+                             params)
+    assert np.isnan(float(info.lam))   # an empty pull used no lambda
     before_leaves, after_leaves = jax.tree_util.tree_leaves(state), jax.tree_util.tree_leaves(after)
     assert len(before_leaves) == len(after_leaves)
     for a, b in zip(before_leaves, after_leaves):

@@ -293,3 +293,32 @@ def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
     resumed = json.loads((tmp_path / "run_report" / "report.json").read_text())
     clean = json.loads((tmp_path / "clean_report" / "report.json").read_text())
     assert resumed["evaluated"] == clean["evaluated"] and resumed["ranking"] == clean["ranking"]
+
+
+def test_selector_with_swept_parameters_equals_simulate_and_writes_nothing_into_the_episode(bench):
+    """The selector runs the simulation's kernel: non-default traced parameters give the same choices,
+    and told scores live in the kernel's state, never in the (constant) episode."""
+    from pulse_jax.params import BanditParams
+
+    b, V = bench
+    params = BanditParams(exploration=0.3, delta=0.1, refit_lr=0.05, fixed_lambda=0.7)
+    sel = _selector(bench, "pulse", params=params)
+    chosen = []
+    episode = None
+    while (request := sel.ask()) is not None:
+        sel.tell(request, b.scores[request.model_index, list(request.example_index)])
+        if request.step:
+            chosen.append(request.model_index)
+        elif sel.initialized:
+            episode = sel._episode
+            initial = np.asarray(episode.scores).copy()
+    assert sel._episode is episode                                   # never replaced
+    np.testing.assert_array_equal(np.asarray(sel._episode.scores), initial)
+    assert np.count_nonzero(initial) <= 8 * B                      # the initial batches only
+    config = BanditConfig(n_models=8, n_examples=300, budget=sel.config.budget, batch_size=B, refit_every=7)
+    sim = simulate(b.scores, config, "pulse", V=V, reps=1, seed=3, params=params)
+    np.testing.assert_array_equal(chosen, sim.chosen[0, :len(chosen)])
+    report = sel.result()
+    np.testing.assert_allclose(report.estimates, sim.estimates[0], atol=1e-6)
+    np.testing.assert_allclose(report.low, sim.cs_low[0], atol=1e-6)
+    assert report.delta == pytest.approx(0.1)

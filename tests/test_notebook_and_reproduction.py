@@ -1,4 +1,4 @@
-"""The quickstart notebook runs top to bottom, and the paper reproduction runs end to end (tiny)."""
+"""The notebooks run top to bottom, and the paper reproduction runs end to end (tiny)."""
 import json
 import os
 import subprocess
@@ -10,17 +10,31 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_quickstart_notebook_runs_top_to_bottom(monkeypatch):
+def _run_notebook(name, monkeypatch) -> dict:
+    """Execute every code cell in order (small configuration), skipping shell / magic lines."""
     monkeypatch.setenv("PULSE_NOTEBOOK_SMALL", "1")
-    notebook = json.loads((ROOT / "notebooks" / "quickstart.ipynb").read_text())
+    notebook = json.loads((ROOT / "notebooks" / name).read_text())
     namespace = {"__name__": "__notebook__"}
     for cell in notebook["cells"]:
         if cell["cell_type"] != "code":
             continue
         source = "".join(line for line in cell["source"] if not line.lstrip().startswith(("%", "!")))
-        exec(compile(source, "quickstart.ipynb", "exec"), namespace)   # noqa: S102 -- our own notebook
+        exec(compile(source, name, "exec"), namespace)   # noqa: S102 -- our own notebook
+    return namespace
+
+
+def test_quickstart_notebook_runs_top_to_bottom(monkeypatch):
+    namespace = _run_notebook("quickstart.ipynb", monkeypatch)
     assert set(namespace["results"]) == {"ucbe", "pulse", "naive"}
     assert 0 <= namespace["res"].correct()[:, -1].mean() <= 1
+
+
+def test_sweep_notebook_runs_top_to_bottom(monkeypatch):
+    namespace = _run_notebook("sweep.ipynb", monkeypatch)
+    result, own = namespace["result"], namespace["own"]
+    assert len(result.points) == 8 and len(own.points) == 3
+    assert result.baseline == 4 and result.compile_seconds <= result.seconds
+    assert namespace["paths"]["figure"].stat().st_size > 5000
 
 
 def test_reproduce_paper_tiny_end_to_end_and_resume(tmp_path, shared_data):

@@ -11,6 +11,7 @@ from conftest import tiny_problem
 
 from pulse_jax import factorization, metrics, synthetic
 from pulse_jax.bandit import BanditConfig
+from pulse_jax.params import BanditParams
 from pulse_jax.simulate import simulate
 
 REPS = 3000
@@ -20,9 +21,11 @@ REPS = 3000
 def biased_setup():
     """Predictions made badly wrong on purpose: embeddings with the sign flipped."""
     scores, _, V = tiny_problem(seed=5, m=5, n=200, rank=3)
-    config = BanditConfig(n_models=5, n_examples=200, budget=5 * 6 + 150, batch_size=6, refit_every=3,
-                          delta=0.2)
+    config = BanditConfig(n_models=5, n_examples=200, budget=5 * 6 + 150, batch_size=6, refit_every=3)
     return scores, -3.0 * V, config
+
+
+LOOSE = BanditParams(delta=0.2)
 
 
 def _z(values):
@@ -33,7 +36,7 @@ def test_pulse_martingale_sum_has_mean_zero_under_adaptive_sampling(biased_setup
     """sum_k (theta_k - mu) = K (mu_hat - mu) is a martingale stopped at a bounded time:
     mean zero exactly, for any predictions (Lemma 1 + optional stopping)."""
     scores, V_bad, config = biased_setup
-    res = simulate(scores, config, "pulse", V=V_bad, reps=REPS, seed=0)
+    res = simulate(scores, config, "pulse", V=V_bad, reps=REPS, seed=0, params=LOOSE)
     assert (res.n_obs < config.n_examples).all()       # no exhausted model: the identity holds
     assert np.nanmean(np.abs(res.lam)) < 0.9            # the rule did react to bad predictions
     centred = res.n_pulls * (res.estimates - res.true_means)
@@ -45,10 +48,9 @@ def test_pulse_final_estimates_unbiased_and_naive_bias_detected(biased_setup):
     estimate itself is unbiased for PULSE; Naive-Pooling with the same wrong
     predictions is biased by many standard errors (this is the test's power)."""
     scores, V_bad, config = biased_setup
-    import dataclasses
-    config = dataclasses.replace(config, exploration=1e6)
-    pulse = simulate(scores, config, "pulse", V=V_bad, reps=REPS, seed=1)
-    naive = simulate(scores, config, "naive", V=V_bad, reps=REPS, seed=1)
+    fixed_counts = LOOSE._replace(exploration=1e6)
+    pulse = simulate(scores, config, "pulse", V=V_bad, reps=REPS, seed=1, params=fixed_counts)
+    naive = simulate(scores, config, "naive", V=V_bad, reps=REPS, seed=1, params=fixed_counts)
     assert np.all(np.abs(_z(pulse.estimates - pulse.true_means)) < 4.5)
     assert np.max(np.abs(_z(naive.estimates - naive.true_means))) > 10
 
@@ -56,7 +58,7 @@ def test_pulse_final_estimates_unbiased_and_naive_bias_detected(biased_setup):
 @pytest.mark.parametrize("method", ["ucbe", "pulse"])
 def test_intervals_cover_at_least_at_the_nominal_rate(biased_setup, method):
     scores, V_bad, config = biased_setup    # delta = 0.2: nominal coverage 80%
-    res = simulate(scores, config, method, V=V_bad, reps=1000, seed=2)
+    res = simulate(scores, config, method, V=V_bad, reps=1000, seed=2, params=LOOSE)
     coverage = res.coverage()
     # 3 binomial SEs below the nominal rate: a real under-coverage of 5 points fails.
     assert np.all(coverage >= 0.8 - 3 * np.sqrt(0.8 * 0.2 / 1000)), coverage

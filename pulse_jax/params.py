@@ -1,0 +1,106 @@
+"""The traced numbers of a bandit run, apart from its static shape (:class:`BanditParams`).
+
+:class:`pulse_jax.BanditConfig` fixes what changes the compiled program
+(shapes, batch size, epoch counts, which rule); :class:`BanditParams` holds
+the numbers a user sweeps. They enter the program as arrays, so new values
+never recompile, and a stack of them ``vmap``-s (:func:`pulse_jax.sweep`).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import jax.numpy as jnp
+import numpy as np
+
+from pulse_jax.errors import PulseInputError
+
+
+class BanditParams(NamedTuple):
+    """Numbers of one run that may change without recompiling (a pytree of scalars).
+
+    Attributes:
+      exploration: a in the UCB-E index ``mu_hat_i + sqrt(a / N_i)`` (paper: 1).
+      delta: every interval holds with probability at least ``1 - delta``.
+      init_refit_lr, init_refit_l2: Adam learning rate and L2 weight of the
+        initial refit of U after the first batches (paper: 0.01, 0.01).
+      refit_lr, refit_l2: the same for the periodic refits (paper: 0.1, 0.01).
+      fixed_lambda: PULSE's lambda held at this value in [0, 1] (an ablation);
+        NaN (default) uses the estimator's own rule (the paper's plug-in).
+    """
+
+    exploration: Any = 1.0
+    delta: Any = 0.05
+    init_refit_lr: Any = 0.01
+    init_refit_l2: Any = 0.01
+    refit_lr: Any = 0.1
+    refit_l2: Any = 0.01
+    fixed_lambda: Any = math.nan
+
+    def as_arrays(self) -> "BanditParams":
+        """Every field as a float32 array (what the compiled program takes)."""
+        return BanditParams(*(jnp.asarray(v, jnp.float32) for v in self))
+
+    def to_dict(self) -> dict:
+        return {k: _plain(v) for k, v in self._asdict().items()}
+
+
+#: Allowed values per parameter: (low, high, low inclusive, high inclusive, NaN allowed).
+RANGES = {
+    "exploration": (0.0, math.inf, True, False, False),
+    "delta": (0.0, 1.0, False, False, False),
+    "init_refit_lr": (0.0, math.inf, False, False, False),
+    "init_refit_l2": (0.0, math.inf, True, False, False),
+    "refit_lr": (0.0, math.inf, False, False, False),
+    "refit_l2": (0.0, math.inf, True, False, False),
+    "fixed_lambda": (0.0, 1.0, True, True, True),
+}
+
+
+def _plain(v):
+    v = float(np.asarray(v))
+    return None if math.isnan(v) else v
+
+
+def _describe(name) -> str:
+    lo, hi, lo_in, hi_in, nan_ok = RANGES[name]
+    text = f"{'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}"
+    return text + (" or NaN (the estimator's own rule)" if nan_ok else "")
+
+
+def check_value(name: str, value, where: str = "") -> float:
+    """``value`` as a float if it is allowed for parameter ``name``; else a one-line error naming it."""
+    prefix = f"{where}: " if where else ""
+    if name not in RANGES:
+        raise PulseInputError(f"{prefix}unknown parameter {name!r}; sweepable parameters are "
+                              + ", ".join(RANGES))
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise PulseInputError(f"{prefix}{name}={value!r} is not a number") from None
+    lo, hi, lo_in, hi_in, nan_ok = RANGES[name]
+    if math.isnan(x):
+        if nan_ok:
+            return x
+    elif (x > lo or (lo_in and x == lo)) and (x < hi or (hi_in and x == hi)):
+        return x
+    raise PulseInputError(f"{prefix}{name}={value!r} is out of range; it must lie in {_describe(name)}")
+
+
+def check_params(params: BanditParams, where: str = "params") -> BanditParams:
+    """Validate every field (scalars) on the host; returns a BanditParams of floats."""
+    if not isinstance(params, BanditParams):
+        raise PulseInputError(f"{where} must be a pulse_jax.BanditParams, got {type(params).__name__}")
+    return BanditParams(*(check_value(k, v, where) for k, v in params._asdict().items()))
+
+
+def parse_grid_option(text: str) -> tuple[str, list[float]]:
+    """``"name=v1,v2,..."`` (the CLI's ``--grid``) as ``(name, values)``, validated."""
+    name, sep, values = text.partition("=")
+    name = name.strip()
+    if not sep or not name:
+        raise PulseInputError(f"--grid {text!r}: expected NAME=V1,V2,... (e.g. exploration=0.5,1,2)")
+    items = [v.strip() for v in values.split(",") if v.strip()]
+    if not items:
+        raise PulseInputError(f"--grid {name}: no values given")
+    return name, [check_value(name, v, f"--grid {name}") for v in items]

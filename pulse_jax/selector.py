@@ -1,0 +1,368 @@
+"""Ask/tell best-model selection on real evaluations, on the simulation's own kernel.
+
+``Selector`` drives the pure pieces of :func:`pulse_jax.bandit.build_kernel`
+(``init``, ``select``, ``refit``, ``draw``, ``observe``) one batch at a time,
+so a selector fed the scores of a full matrix makes exactly the choices of
+``simulate(..., seed)``'s first repetition. The told scores go into the
+kernel's state (its pull log); nothing else is written.
+
+Pending batches (``ask`` several times before ``tell``): a model has at most
+one batch in flight, and ``ask`` skips models with one; a refit step waits
+until nothing is in flight. Hence, for every batch, the observed set, the
+predictions, lambda and the inclusion probability are fixed when it is asked
+-- before its scores exist -- which is all Lemma 1 and the confidence
+sequences need: each stays valid whatever the order in which results come
+back.
+
+Durability (:mod:`pulse_jax.journal`): every told batch is appended to a
+JSONL log and fsynced before it changes the selector. A selector created with
+an existing log replays it, checks every replayed request against the log,
+and continues; batches in flight when the process died are asked again (the
+only loss). The example embeddings are saved next to the log, so a resumed
+run uses exactly the same side information.
+
+Stopping bound: the kernel's anytime-valid confidence sequences
+(:class:`pulse_jax.confidence.ConfSeq`), simultaneous over the models and
+valid at every look, so checking them after every batch is valid.
+Naive-Pooling has none.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pulse_jax import bandit, confidence, factorization, journal
+from pulse_jax.bandit import BanditConfig
+from pulse_jax.errors import PulseInputError, require
+from pulse_jax.params import BanditParams, check_params
+from pulse_jax.report import Report, _num
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One batch to evaluate: ``model`` on ``example_ids``."""
+
+    ticket: int                 # running number of the ask
+    step: int                   # bandit step t (0 for initialization batches)
+    model: str
+    model_index: int
+    example_ids: tuple
+    example_index: tuple[int, ...]
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(config: BanditConfig, method: str):
+    """Jitted kernel pieces for one configuration, shared by every selector that uses it
+    (parameters are traced: selectors that differ only in them share the programs)."""
+    kernel = bandit.build_kernel(config, bandit.get_estimator(method))
+
+    def ask(episode, state, t, params, blocked, reserved, due):
+        i, size = kernel.select(episode, state, t, params, blocked, reserved)
+        state = kernel.refit(episode, state, size, params, due)
+        examples, _ = kernel.draw(episode, state, i, size)
+        return state, i, size, examples
+
+    def tell(episode, state, t, i, size, examples, scores, params):
+        valid = jnp.arange(config.batch_size) < size
+        return kernel.observe(episode, state, t, i, size, examples, valid, scores, params)[0]
+
+    def summary(state, params):
+        estimates, low, high = kernel.bounds(state, params)
+        return estimates, state.ledger, low, high
+
+    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary)
+
+
+class Selector:
+    """Ask/tell best-model identification with PULSE, UCB-E or Naive-Pooling.
+
+    Args:
+      models: candidate names (unique).
+      examples: the number of examples, or their ids (unique).
+      budget: total cells, initialization included.
+      method: "pulse" (default), "ucbe" or "naive".
+      train: side information, a (n_train, n) matrix with NaN for missing
+        cells (or a ``ScoreMatrix`` whose examples are aligned by id); or
+      V: example embeddings (n, r) fitted earlier. PULSE and Naive need one.
+      log: path of the JSONL log; an existing log is resumed.
+      batch_size, init_batches, refit_every, rule: as in
+        :class:`pulse_jax.BanditConfig` (``rule="lucb"`` samples to certify
+        the best model sooner).
+      exploration, delta: as in :class:`pulse_jax.BanditParams`; or pass
+        ``params`` (a whole ``BanditParams``) instead.
+      seed: the run's seed; rank: for fitting ``train``.
+    """
+
+    def __init__(self, models: Sequence[str], examples, budget: int, *, method: str = "pulse",
+                 batch_size: int = 64, init_batches: int = 1, exploration: float = 1.0, refit_every: int = 1000,
+                 delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
+                 log=None, rule: str = "ucbe", params: BanditParams | None = None):
+        self.models = tuple(str(m) for m in models)
+        require(len(set(self.models)) == len(self.models), "models: duplicate model names")
+        ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
+        require(len(set(map(str, ids))) == len(ids), "examples: duplicate example ids")
+        self.example_ids = tuple(ids)
+        m, n = len(self.models), len(ids)
+        self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
+                                   init_batches=init_batches, refit_every=refit_every, rule=rule)
+        self.params = check_params(params if params is not None
+                                   else BanditParams(exploration=exploration, delta=delta))
+        self.estimator = bandit.get_estimator(method)
+        self.method, self.seed = self.estimator.name, int(seed)
+        self.log_path = Path(log) if log is not None else None
+        self.V = self._side_information(train, V, rank)
+        self._header = self._make_header()
+
+        self._key = jax.random.fold_in(jax.random.PRNGKey(self.seed), 0)   # = simulate()'s repetition 0
+        _, examples_key, _ = bandit.draw_keys(self._key, m)
+        self._initial_examples = np.asarray(bandit.initial_draws(examples_key, self.config)[0])
+        self._initial_scores = np.zeros((m, n), np.float32)   # the initial batches, until init runs
+        self._init_told = np.zeros(m, bool)
+        self._told: dict[int, dict[int, float]] = {i: {} for i in range(m)}   # model -> example -> score
+        self._episode = self._state = None
+        self._asks = 0              # requests issued
+        self._t = 1                 # next bandit step
+        self._pending: dict[int, Request] = {}
+        self._evaluated: dict[str, list] = {name: [] for name in self.models}
+        self._finished = False
+        self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn = _compiled(self.config,
+                                                                                            self.method)
+        self._params = self.params.as_arrays()
+        if self.log_path is not None:
+            self._open_log()
+
+    @property
+    def delta(self) -> float:
+        return float(self.params.delta)
+
+    # ------------------------------------------------------------------ setup
+
+    def _side_information(self, train, V, rank):
+        if not self.estimator.uses_predictions:
+            return np.zeros((self.config.n_examples, 1), np.float32)
+        sidecar = self._sidecar()
+        if sidecar is not None and sidecar.is_file() and self.log_path.is_file():
+            return np.load(sidecar)   # resume with exactly the embeddings of the first run
+        require(train is not None or V is not None,
+                f"method {self.estimator.name!r} needs side information: pass train= (historical scores on "
+                "the same examples) or V= (example embeddings)")
+        if V is None:
+            from pulse_jax.data import ScoreMatrix
+
+            if isinstance(train, ScoreMatrix):
+                position = {str(e): k for k, e in enumerate(train.examples)}
+                missing = [e for e in self.example_ids if str(e) not in position]
+                require(not missing, f"{train.source}: no column for examples {missing[:3]} "
+                                     f"({len(missing)} missing)")
+                train = train.scores[:, [position[str(e)] for e in self.example_ids]]
+            train = np.asarray(train, np.float32)
+            require(train.ndim == 2 and train.shape[1] == self.config.n_examples,
+                    f"train must have one column per example ({self.config.n_examples}), got shape {train.shape}")
+            V = factorization.fit_example_embeddings(train, rank=rank, seed=self.seed)
+        V = np.asarray(V, np.float32)
+        require(V.ndim == 2 and V.shape[0] == self.config.n_examples and np.isfinite(V).all(),
+                f"V must be a finite (n_examples={self.config.n_examples}, rank) array, got shape {V.shape}")
+        if sidecar is not None:
+            sidecar.parent.mkdir(parents=True, exist_ok=True)
+            np.save(sidecar, V)
+        return V
+
+    def _sidecar(self):
+        return None if self.log_path is None else self.log_path.with_name(self.log_path.name + ".embeddings.npy")
+
+    def _make_header(self) -> dict:
+        c, p = self.config, self.params
+        return {"type": "header", "version": journal.LOG_VERSION, "method": self.method, "seed": self.seed,
+                "models": list(self.models), "examples": list(self.example_ids), "budget": c.budget,
+                "batch_size": c.batch_size, "init_batches": c.init_batches, "exploration": p.exploration,
+                "refit_every": c.refit_every, "delta": p.delta, "rule": c.rule,
+                "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None}
+
+    # ------------------------------------------------------------------ log
+
+    def _open_log(self):
+        path = self.log_path
+        if path.is_file() and path.stat().st_size > 0:
+            self._replay(path)
+        else:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            journal.append(path, self._header)
+
+    def _replay(self, path: Path):
+        header, records = journal.read(path)
+        journal.check_header(path, header, self._header)
+        for number, record in records:
+            while self._asks < record["asks_issued"]:
+                if self.ask() is None:
+                    raise PulseInputError(f"{path}: line {number}: this selector cannot reproduce the logged "
+                                          "requests (was the log edited?)")
+            request = self._pending.get(record["ticket"])
+            if (request is None or request.model != record["model"]
+                    or list(request.example_ids) != record["examples"]):
+                raise PulseInputError(f"{path}: line {number}: logged batch (model {record['model']!r}, ticket "
+                                      f"{record['ticket']}) differs from what this selector asks; the log belongs "
+                                      "to another run")
+            self._apply(request, np.asarray(record["scores"], np.float32))
+
+    # ------------------------------------------------------------------ ask / tell
+
+    @property
+    def initialized(self) -> bool:
+        return self._state is not None
+
+    def pending(self) -> list[Request]:
+        """Requests asked but not told, in ask order."""
+        return [self._pending[k] for k in sorted(self._pending)]
+
+    def _blocked(self) -> np.ndarray:
+        blocked = np.zeros(len(self.models), bool)
+        for request in self._pending.values():
+            blocked[request.model_index] = True
+        return blocked
+
+    def _issue(self, step: int, i: int, index: np.ndarray) -> Request:
+        request = Request(self._asks, step, self.models[i], i, tuple(self.example_ids[j] for j in index),
+                          tuple(int(j) for j in index))
+        self._pending[self._asks] = request
+        self._asks += 1
+        return request
+
+    def ask(self) -> Request | None:
+        """The next batch to evaluate, or None when nothing can be asked now.
+
+        None means: the budget is spent or every model is known exactly (the
+        run is over), or the next request must wait for batches in flight (a
+        refit step, or every remaining model already has a batch in flight).
+        """
+        if self._finished:
+            return None
+        config = self.config
+        if not self.initialized:
+            asked = {r.model_index for r in self._pending.values()}
+            for i in range(len(self.models)):
+                if not self._init_told[i] and i not in asked:
+                    return self._issue(0, i, self._initial_examples[i])
+            return None
+        due = bool(self._kernel.refit_due(self._t))
+        if due and self._pending:
+            return None
+        reserved = sum(len(r.example_index) for r in self._pending.values())
+        state, i, size, examples = self._ask_fn(self._episode, self._state, jnp.int32(self._t), self._params,
+                                                jnp.asarray(self._blocked()), jnp.int32(reserved), jnp.bool_(due))
+        i, size = int(i), int(size)
+        unobserved = config.n_examples - int(self._state.ledger.n_obs[i]) if size else 0
+        if size == 0 or size < min(config.batch_size, unobserved):
+            # No full batch fits: stop here rather than shorten it (the stopping bound needs full batches).
+            if not self._pending:
+                self._finished = True
+            return None
+        self._state = state
+        request = self._issue(self._t, i, np.asarray(examples)[:size])
+        self._t += 1
+        return request
+
+    def tell(self, request: Request, scores) -> None:
+        """Record the scores of ``request`` (one per example, in [0, 1]); logged before it counts."""
+        require(isinstance(request, Request) and request.ticket in self._pending,
+                f"tell: unknown or already told request {getattr(request, 'ticket', request)!r}")
+        scores = self._validate(request, scores)
+        if self.log_path is not None:
+            journal.append(self.log_path, {"type": "tell", "ticket": request.ticket, "step": request.step,
+                                           "asks_issued": self._asks, "model": request.model,
+                                           "examples": list(request.example_ids), "scores": scores.tolist()})
+        self._apply(request, scores)
+
+    def _validate(self, request: Request, scores) -> np.ndarray:
+        where = f"model {request.model!r}, request {request.ticket}"
+        try:
+            values = np.asarray(scores, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise PulseInputError(f"{where}: scores are not numbers: {scores!r}"[:300]) from None
+        require(values.size == len(request.example_ids),
+                f"{where}: got {values.size} scores for {len(request.example_ids)} examples")
+        bad = np.nonzero(~np.isfinite(values) | (values < 0) | (values > 1))[0]
+        if len(bad):
+            k = bad[0]
+            raise PulseInputError(f"{where}: score for example {request.example_ids[k]!r} is {values[k]}, "
+                                  "not a number in [0, 1]")
+        return values.astype(np.float32)
+
+    def _apply(self, request: Request, scores: np.ndarray):
+        del self._pending[request.ticket]
+        i, index = request.model_index, np.asarray(request.example_index)
+        self._evaluated[request.model].extend(request.example_ids)
+        self._told[i].update(zip(index.tolist(), scores.tolist()))
+        if request.step == 0:
+            self._initial_scores[i, index] = scores
+            self._init_told[i] = True
+            if self._init_told.all():
+                self._episode, self._state = self._init_fn(self._key, jnp.asarray(self._initial_scores),
+                                                           jnp.asarray(self.V), self._params)
+            return
+        padded = np.zeros(self.config.batch_size, np.int32)
+        padded[:len(index)] = index
+        values = np.zeros(self.config.batch_size, np.float32)
+        values[:len(index)] = scores
+        self._state = self._tell_fn(self._episode, self._state, jnp.int32(request.step), jnp.int32(i),
+                                    jnp.int32(len(index)), jnp.asarray(padded), jnp.asarray(values), self._params)
+
+    # ------------------------------------------------------------------ results
+
+    @property
+    def spent(self) -> int:
+        return sum(len(v) for v in self._evaluated.values())
+
+    def result(self) -> Report:
+        """Ranking, estimates with intervals, separation and the audit trail, at any time."""
+        c, m = self.config, len(self.models)
+        if self.initialized:
+            est, ledger, low, high = self._summary_fn(self._state, self._params)
+            est, n_obs, n_pulls = np.asarray(est, np.float64), np.asarray(ledger.n_obs), np.asarray(ledger.n_pulls)
+            low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+        else:   # during initialization: sample means of what has been seen, no bound yet
+            n_obs = np.array([len(self._evaluated[name]) for name in self.models])
+            n_pulls = (n_obs > 0).astype(int)
+            sums = self._initial_scores.sum(axis=1)
+            est = np.where(n_obs > 0, sums / np.maximum(n_obs, 1), np.nan)
+            low, high = np.zeros(m), np.ones(m)
+        if self.method == "naive":
+            low, high = np.full(m, np.nan), np.full(m, np.nan)
+        seen = np.where(n_obs > 0, est, -np.inf)
+        leader = int(np.argmax(seen))
+        if self.method == "naive":
+            separated, tied = None, ()
+        else:
+            ok, certified = confidence.certify(jnp.asarray(low), jnp.asarray(high))
+            separated = bool(ok) and self.initialized
+            if separated:
+                leader = int(certified)
+            tied = tuple(self.models[j] for j in range(m) if j != leader and not high[j] < low[leader])
+        return Report(self.method, self.seed, self.models, est, low, high, n_obs,
+                      n_pulls, self.spent, c.budget, self.delta, self.models[leader], separated, tied,
+                      {k: list(v) for k, v in self._evaluated.items()})
+
+    def paired_difference(self, a: str, b: str) -> dict:
+        """``mu_a - mu_b`` with an anytime-valid interval, and the mean of ``S_a - S_b`` on the shared examples.
+
+        The interval is the difference of the two confidence sequences,
+        ``[low_a - high_b, high_a - low_b]``: it holds at every look, for every
+        pair at once, with probability >= 1 - delta (the sequences are
+        simultaneous). ``common_mean`` (over the examples both models have
+        seen) is descriptive only: it carries no guarantee of its own.
+        """
+        require(a in self.models and b in self.models, f"unknown model {a if a not in self.models else b!r}")
+        ia, ib = self.models.index(a), self.models.index(b)
+        report = self.result()
+        common = sorted(set(self._told[ia]) & set(self._told[ib]))
+        common_mean = None
+        if common:
+            common_mean = float(np.mean([float(self._told[ia][j]) - float(self._told[ib][j]) for j in common]))
+        return {"models": (a, b), "estimate": _num(report.estimates[ia] - report.estimates[ib]),
+                "low": _num(report.low[ia] - report.high[ib]), "high": _num(report.high[ia] - report.low[ib]),
+                "n_common": len(common), "common_mean": common_mean}

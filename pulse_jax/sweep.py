@@ -1,0 +1,221 @@
+"""Hyperparameter sweeps as one compiled program: every (parameter point, repetition) pair at once.
+
+:class:`pulse_jax.BanditParams` are traced, so the points of a sweep are just
+another ``vmap`` axis: ``sweep`` stacks (point, repetition) pairs and runs
+them through the same cached executable as :func:`pulse_jax.simulate`,
+chunked by memory and sharded over devices. Repetition ``r`` uses the same key
+at every point (common random numbers), so differences between points are
+paired, and each point equals ``simulate(..., params=point, seed=seed)``.
+"""
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import json
+import math
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from pulse_jax import metrics
+from pulse_jax.bandit import BanditConfig
+from pulse_jax.errors import PulseInputError, require
+from pulse_jax.params import RANGES, BanditParams, check_params, check_value
+from pulse_jax.simulate import SimulationResult, _is_count, _prepare, execute, result_from
+
+
+@dataclasses.dataclass
+class SweepResult:
+    """One :class:`SimulationResult` per sweep point, and the tidy table of them."""
+
+    method: str
+    config: BanditConfig
+    axes: tuple[str, ...]              # the parameters that were swept
+    points: list[BanditParams]
+    results: list[SimulationResult]
+    baseline: int                      # index of the point that savings are measured against
+    seconds: float                     # wall time, compilation included
+    compile_seconds: float
+
+    def values(self, k: int) -> dict:
+        """The swept parameters' values at point ``k``."""
+        return {a: _plain(getattr(self.points[k], a)) for a in self.axes}
+
+    def table(self, targets=(0.9, 0.95), n_boot: int = 1000) -> list[dict]:
+        """One row per point: Accuracy@budget (SE), budget to each target with a bootstrap interval,
+        savings vs the baseline point, and certification when the method has confidence sequences."""
+        found = [{t: metrics.budget_to_target(r, t, n_boot=n_boot) for t in targets} for r in self.results]
+        rows = []
+        for k, r in enumerate(self.results):
+            acc, se = r.accuracy_at_budget([r.config.budget])
+            row = {"point": k, **self.values(k), "baseline": k == self.baseline, "reps": r.reps,
+                   "accuracy": float(acc[0]), "accuracy_se": float(se[0])}
+            for t in targets:
+                b, base = found[k][t], found[self.baseline][t]["budget"]
+                tag = f"{t * 100:g}"
+                row[f"budget_to_{tag}"] = _plain(b["budget"])
+                row[f"budget_to_{tag}_low"] = _plain(b["low"])
+                row[f"budget_to_{tag}_high"] = _plain(b["high"])
+                row[f"savings_{tag}_pct"] = _plain(metrics.savings(b["budget"], base))
+            if r.cs_low is not None and np.isfinite(r.cs_low).all():
+                cert = r.certification()
+                row["certified_fraction"] = cert["certified_fraction"]
+                row["median_cells_to_certify"] = _plain(cert["median_cells"])
+            rows.append(row)
+        return rows
+
+    def write(self, out_dir, targets=(0.9, 0.95), n_boot: int = 1000, figure: bool = True) -> dict:
+        """``sweep.json``, ``sweep.csv`` and (two or more points) ``sweep.png`` in ``out_dir``."""
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        rows = self.table(targets, n_boot)
+        summary = {"method": self.method, "axes": list(self.axes), "baseline": self.baseline,
+                   "config": {k: v for k, v in dataclasses.asdict(self.config).items()
+                              if not isinstance(v, (tuple, list, dict))},
+                   "reps": self.results[0].reps, "seed": self.results[0].seed,
+                   "points": [p.to_dict() for p in self.points], "seconds": round(self.seconds, 3),
+                   "compile_seconds": round(self.compile_seconds, 3), "table": rows}
+        paths = {"json": out / "sweep.json", "csv": out / "sweep.csv"}
+        paths["json"].write_text(json.dumps(summary, indent=2), encoding="utf-8")
+        with open(paths["csv"], "w", newline="", encoding="utf-8") as handle:
+            fields = list(dict.fromkeys(k for row in rows for k in row))
+            writer = csv.DictWriter(handle, fieldnames=fields)
+            writer.writeheader()
+            writer.writerows(rows)
+        if figure:
+            from pulse_jax import plotting
+
+            paths["figure"] = plotting.sweep_figure(self, rows, out / "sweep.png", target=max(targets))
+        return paths
+
+    def format_table(self, rows=None, target: float = 0.95) -> str:
+        """The table as fixed-width text (the CLI prints it)."""
+        rows = rows if rows is not None else self.table((0.9, target))
+        tag = f"{target * 100:g}"
+        head = " | ".join(f"{a:>13}" for a in self.axes)
+        lines = [f"{head} | {'accuracy@budget':>16} | {'to ' + tag + '% (95% CI)':>28} | {'savings':>8}"]
+        lines.append("-" * len(lines[0]))
+        for row in rows:
+            values = " | ".join(f"{_show(row[a]):>13}" for a in self.axes)
+            b = row[f"budget_to_{tag}"]
+            reach = "not reached" if b is None else (
+                f"{b:,.0f} [{_cells(row[f'budget_to_{tag}_low'])}, {_cells(row[f'budget_to_{tag}_high'])}]")
+            save = "baseline" if row["baseline"] else ("n/a" if row[f"savings_{tag}_pct"] is None
+                                                       else f"{row[f'savings_{tag}_pct']:+.0f}%")
+            lines.append(f"{values} | {row['accuracy']:>8.3f} +- {row['accuracy_se']:.3f} | {reach:>28} | {save:>8}")
+        return "\n".join(lines)
+
+
+def _plain(x):
+    x = float(x)
+    return None if math.isnan(x) or math.isinf(x) else x
+
+
+def _show(x):
+    return "rule" if x is None else f"{x:g}"
+
+
+def _cells(x):
+    return "beyond" if x is None else f"{x:,.0f}"
+
+
+def grid_points(grid, base: BanditParams | None = None) -> tuple[tuple[str, ...], list[BanditParams]]:
+    """``(axes, points)`` from a grid: a mapping ``{name: values}`` (their Cartesian product, in the
+    order given), a sequence of mappings (an explicit list) or a sequence of ``BanditParams``.
+    Unswept fields take ``base`` (default: the paper's values). One-line errors name the parameter."""
+    base = check_params(BanditParams() if base is None else base, "base")
+    require(grid is not None, "grid: pass {parameter: [values, ...]} or a list of points")
+    if isinstance(grid, Mapping):
+        require(len(grid) > 0, "grid: no parameter given")
+        axes = []
+        lists = []
+        for name, values in grid.items():
+            if name not in RANGES:
+                raise PulseInputError(f"grid: unknown parameter {name!r}; sweepable parameters are "
+                                      + ", ".join(RANGES))
+            values = [values] if np.isscalar(values) else list(values)
+            require(len(values) > 0, f"grid: parameter {name!r} has no values")
+            lists.append([check_value(name, v, f"grid {name}") for v in values])
+            axes.append(name)
+        points = [base._replace(**dict(zip(axes, combo))) for combo in itertools.product(*lists)]
+        return tuple(axes), points
+    require(isinstance(grid, Sequence) and len(grid) > 0, "grid: an empty list of points")
+    points, axes = [], []
+    for k, item in enumerate(grid):
+        if isinstance(item, BanditParams):
+            points.append(check_params(item, f"grid point {k}"))
+            continue
+        require(isinstance(item, Mapping), f"grid point {k}: expected a dict or BanditParams, got {type(item).__name__}")
+        values = {name: check_value(name, v, f"grid point {k}") for name, v in item.items()}
+        axes += [a for a in values if a not in axes]
+        points.append(base._replace(**values))
+    if not axes:   # BanditParams points: the fields that differ
+        axes = [a for a in BanditParams._fields if len({str(getattr(p, a)) for p in points}) > 1]
+    return tuple(axes), points
+
+
+def _baseline_index(baseline, axes, points) -> int:
+    if baseline is None:
+        return 0
+    if isinstance(baseline, (int, np.integer)) and not isinstance(baseline, bool):
+        require(0 <= baseline < len(points), f"baseline: point {baseline} does not exist ({len(points)} points)")
+        return int(baseline)
+    require(isinstance(baseline, Mapping), f"baseline: a point index or a dict of values, got {baseline!r}")
+    want = {k: check_value(k, v, "baseline") for k, v in baseline.items()}
+    for k, p in enumerate(points):
+        if all(_same(getattr(p, name), v) for name, v in want.items()):
+            return k
+    raise PulseInputError(f"baseline: no sweep point has {', '.join(f'{k}={v:g}' for k, v in want.items())}")
+
+
+def _same(a, b) -> bool:
+    a, b = float(a), float(b)
+    return (math.isnan(a) and math.isnan(b)) or a == b
+
+
+def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: int = 100, seed: int = 0, *,
+          V=None, base: BanditParams | None = None, baseline=None, chunk_size: int | None = None,
+          progress: bool | Callable[[int, int, float], None] = False, devices=None, stop: str | None = None,
+          model_names=None) -> SweepResult:
+    """Run every point of ``grid`` x ``reps`` repetitions as one compiled program.
+
+    Args:
+      scores, config, method, V, seed, chunk_size, devices, stop: as in :func:`pulse_jax.simulate`.
+      grid: ``{"exploration": [0.25, 1, 4], "refit_lr": [0.03, 0.1]}`` (Cartesian
+        product), or a list of dicts / ``BanditParams`` (explicit points).
+        Sweepable: every field of :class:`pulse_jax.BanditParams`
+        (``fixed_lambda=nan`` is the paper's adaptive lambda).
+      base: values of the parameters not in the grid (default: the paper's).
+      baseline: the point savings are measured against: an index or a dict of
+        values (default: the first point).
+      progress: True for a progress bar over all (point, repetition) pairs.
+
+    Point ``k`` equals ``simulate(scores, config, method, params=points[k],
+    V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every
+    point, so comparisons between points are paired.
+    """
+    axes, points = grid_points(grid, base)
+    require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
+    reps = int(reps)
+    baseline = _baseline_index(baseline, axes, points)
+    config, estimator, scores, V = _prepare(scores, config, method, V, stop)
+    P = len(points)
+    rep_index = np.tile(np.arange(reps), P)
+    stacked = BanditParams(*(np.repeat(np.asarray([getattr(p, f) for p in points], np.float32), reps)
+                             for f in BanditParams._fields))
+    out, seconds, compile_seconds = execute(scores, config, method, estimator, V, rep_index, stacked, seed,
+                                            chunk_size, progress, devices)
+    results = []
+    for k, point in enumerate(points):
+        part = _take(out, slice(k * reps, (k + 1) * reps))
+        results.append(result_from(part, estimator.name, config, point, seed, scores, seconds, compile_seconds,
+                                   model_names))
+    return SweepResult(estimator.name, config, axes, points, results, baseline, seconds, compile_seconds)
+
+
+def _take(tree, index):
+    import jax
+
+    return jax.tree_util.tree_map(lambda a: a[index], tree)

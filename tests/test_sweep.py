@@ -1,0 +1,173 @@
+"""Sweeps in one program: traced parameters never recompile, each point equals simulate, clear errors."""
+import importlib
+import json
+
+import jax
+import numpy as np
+import pytest
+
+import pulse_jax as pj
+from conftest import tiny_problem
+from pulse_jax import bandit, cli
+from pulse_jax.errors import PulseInputError
+from pulse_jax.sweep import grid_points
+
+simulate_module = importlib.import_module("pulse_jax.simulate")   # the module, not pj.simulate
+
+COMPILES = []   # XLA backend compilations, as JAX's own monitoring reports them
+jax.monitoring.register_event_duration_secs_listener(
+    lambda event, *args, **kwargs: COMPILES.append(event) if event.endswith("backend_compile_duration") else None)
+
+
+@pytest.fixture(scope="module")
+def problem():
+    scores, _, V = tiny_problem(seed=8, m=6, n=48, rank=3)
+    config = pj.BanditConfig(n_models=6, n_examples=48, budget=6 * 4 + 90, batch_size=4, refit_every=4)
+    return scores, V, config
+
+
+@pytest.fixture
+def counted_traces(monkeypatch):
+    """Count how often the run function is traced (each trace precedes one compilation)."""
+    traces = []
+    original = bandit.make_run
+
+    def counting(config, method="pulse"):
+        run = original(config, method)
+
+        def traced(*args):
+            traces.append(config)
+            return run(*args)
+        return traced
+
+    monkeypatch.setattr(bandit, "make_run", counting)
+    simulate_module.compiled_runner.cache_clear()
+    simulate_module._EXECUTABLES.clear()
+    yield traces
+    simulate_module.compiled_runner.cache_clear()
+    simulate_module._EXECUTABLES.clear()
+
+
+def test_a_twelve_point_sweep_compiles_the_run_once(problem, counted_traces):
+    scores, V, config = problem
+    grid = {"exploration": [0.25, 0.5, 1.0, 2.0], "refit_lr": [0.03, 0.1, 0.3]}
+    result = pj.sweep(scores, config, "pulse", grid, reps=3, seed=0, V=V)
+    assert len(result.points) == 12 and len(counted_traces) == 1
+    before = len(COMPILES)
+    again = pj.sweep(scores, config, "pulse", {"exploration": [3.0, 4.0, 5.0, 6.0], "refit_lr": [0.01, 0.2, 0.5]},
+                     reps=3, seed=1, V=V)
+    assert len(COMPILES) == before and len(counted_traces) == 1   # new values, new seed: nothing compiled
+    assert again.compile_seconds < result.compile_seconds
+    # the values did reach the program: different exploration, different choices
+    assert any(not np.array_equal(a.chosen, b.chosen) for a, b in zip(result.results, again.results))
+
+
+def test_simulate_with_new_parameter_values_compiles_nothing(problem, counted_traces):
+    scores, V, config = problem
+    first = pj.simulate(scores, config, "pulse", V=V, reps=4, seed=0)
+    before = len(COMPILES)
+    second = pj.simulate(scores, config, "pulse", V=V, reps=4, seed=0,
+                         params=pj.BanditParams(exploration=0.05, delta=0.2, refit_lr=0.3, refit_l2=0.1,
+                                                fixed_lambda=0.5))
+    assert len(COMPILES) == before and len(counted_traces) == 1
+    assert not np.array_equal(first.chosen, second.chosen)
+    assert second.params.delta == pytest.approx(0.2)
+
+
+@pytest.mark.parametrize("method", ["ucbe", "pulse", "naive"])
+def test_each_sweep_point_equals_simulate_with_its_parameters(problem, method):
+    scores, V, config = problem
+    grid = [{"exploration": 0.3, "fixed_lambda": 0.4}, {"exploration": 2.0, "delta": 0.3, "init_refit_lr": 0.05},
+            {"refit_lr": 0.02, "refit_l2": 0.2, "init_refit_l2": 0.001}]
+    result = pj.sweep(scores, config, method, grid, reps=5, seed=7, V=V, chunk_size=4)
+    for point, res in zip(result.points, result.results):
+        alone = pj.simulate(scores, config, method, V=V, reps=5, seed=7, params=point)
+        for field in ("best", "chosen", "n_obs", "n_pulls", "certified_spent"):
+            np.testing.assert_array_equal(getattr(res, field), getattr(alone, field), err_msg=field)
+        np.testing.assert_array_equal(res.estimates, alone.estimates)
+        np.testing.assert_array_equal(res.cs_low, alone.cs_low)
+        np.testing.assert_array_equal(res.lam, alone.lam)
+
+
+def test_fixed_lambda_parameter_equals_a_constant_lambda_estimator(problem):
+    """The traced switch: fixed_lambda = 0.6 behaves exactly like the static constant-lambda rule."""
+    scores, V, config = problem
+    traced = pj.simulate(scores, config, "pulse", V=V, reps=6, seed=2, params=pj.BanditParams(fixed_lambda=0.6))
+    static = pj.simulate(scores, config, pj.pulse(pj.constant_lambda(0.6)), V=V, reps=6, seed=2)
+    np.testing.assert_array_equal(traced.chosen, static.chosen)
+    np.testing.assert_array_equal(traced.estimates, static.estimates)
+    assert np.all(traced.lam[traced.chosen >= 0] == np.float32(0.6))
+
+
+def test_sweep_repetitions_share_keys_across_points(problem):
+    """Common random numbers: with exploration so large the pulls are round-robin, the initial
+    draws and every batch are the same at every point, whatever delta is."""
+    scores, V, config = problem
+    result = pj.sweep(scores, config, "ucbe", {"delta": [0.05, 0.2, 0.5]}, reps=4, seed=3,
+                      base=pj.BanditParams(exploration=1e6))
+    first = result.results[0]
+    for res in result.results[1:]:
+        np.testing.assert_array_equal(res.chosen, first.chosen)
+        np.testing.assert_array_equal(res.estimates, first.estimates)
+        assert np.all(res.cs_high - res.cs_low <= first.cs_high - first.cs_low + 1e-6)   # looser delta, narrower
+
+
+@pytest.mark.parametrize("grid, needle", [
+    ({"explor": [1.0]}, "unknown parameter 'explor'"),
+    ({"exploration": []}, "parameter 'exploration' has no values"),
+    ({"delta": [0.05, 1.5]}, "delta=1.5 is out of range"),
+    ({"refit_lr": [0.0]}, "refit_lr=0.0 is out of range"),
+    ({"fixed_lambda": [1.2]}, "fixed_lambda=1.2 is out of range"),
+    ({"exploration": ["fast"]}, "exploration='fast' is not a number"),
+    ({}, "no parameter given"),
+    ([], "empty list"),
+    ([{"refit_l2": -1}], "grid point 0: refit_l2=-1 is out of range"),
+])
+def test_bad_grid_input_is_one_line_naming_the_parameter(grid, needle):
+    with pytest.raises(PulseInputError, match=needle) as err:
+        grid_points(grid)
+    assert "\n" not in str(err.value)
+
+
+def test_grid_is_the_cartesian_product_in_the_order_given():
+    axes, points = grid_points({"exploration": [1, 2], "fixed_lambda": [float("nan"), 0.5]})
+    assert axes == ("exploration", "fixed_lambda")
+    assert [(p.exploration, p.fixed_lambda) for p in points][1] == (1.0, 0.5)
+    assert np.isnan(points[0].fixed_lambda) and points[3].exploration == 2.0 and points[0].delta == 0.05
+
+
+def test_cli_sweep_writes_table_json_csv_and_figure(problem, tmp_path, capsys):
+    scores, _, _ = problem
+    rng = np.random.default_rng(0)
+    header = "model," + ",".join(f"e{j}" for j in range(scores.shape[1]))
+    (tmp_path / "cand.csv").write_text(header + "\n" + "\n".join(
+        f"m{i}," + ",".join(str(int(v)) for v in row) for i, row in enumerate(scores)) + "\n")
+    train = (rng.random((20, scores.shape[1])) < scores.mean(0)).astype(int)
+    (tmp_path / "train.csv").write_text(header + "\n" + "\n".join(
+        f"t{i}," + ",".join(str(v) for v in row) for i, row in enumerate(train)) + "\n")
+    out = tmp_path / "sweep"
+    code = cli.main(["sweep", "--scores", str(tmp_path / "cand.csv"), "--train", str(tmp_path / "train.csv"),
+                     "--rank", "3", "--batch-size", "4", "--refit-every", "4", "--budget", "120",
+                     "--grid", "exploration=0.5,2", "--grid", "fixed_lambda=nan,0.5", "--baseline",
+                     "exploration=2,fixed_lambda=nan", "--reps", "6", "--quiet", "--out", str(out)])
+    assert code == 0
+    printed = capsys.readouterr().out
+    assert "compilation" in printed and "baseline" in printed
+    summary = json.loads((out / "sweep.json").read_text())
+    assert summary["axes"] == ["exploration", "fixed_lambda"] and len(summary["table"]) == 4
+    assert summary["table"][2]["baseline"] is True and summary["baseline"] == 2
+    assert len((out / "sweep.csv").read_text().splitlines()) == 5
+    assert (out / "sweep.png").stat().st_size > 5000
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--grid", "explor=1"], "unknown parameter 'explor'"),
+    (["--grid", "exploration="], "--grid exploration: no values given"),
+    (["--grid", "delta=2"], "delta='2' is out of range"),
+    (["--grid", "exploration=1", "--method", "ucbe,pulse"], "a sweep runs one method"),
+    ([], "--grid: give at least one"),
+])
+def test_cli_sweep_errors_are_one_line(argv, needle, tmp_path, capsys):
+    assert cli.main(["sweep", "--out", str(tmp_path / "o")] + argv) == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
