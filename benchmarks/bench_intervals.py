@@ -11,6 +11,7 @@ the simultaneous version of each (the paper bound at ``delta / (m k (k+1))``).
 
     python benchmarks/bench_intervals.py --datasets builtin --reps 50          # minutes on 2 CPU cores
     python benchmarks/bench_intervals.py --data ../shared/data --reps 200       # every dataset (an accelerator)
+    python benchmarks/bench_intervals.py --datasets mmlu_pro --combos lucb:cs --reps 20   # paper scale, 2 CPU cores
 
 Writes ``--out`` (JSON) and the same path with ``.md`` (a table).
 """
@@ -62,7 +63,7 @@ def problems(args):
     return out
 
 
-def measure(name, scores, V, batch, budget, refit_every, reps, seed=0, fractions=FRACTIONS):
+def measure(name, scores, V, batch, budget, refit_every, reps, seed=0, fractions=FRACTIONS, combos=None):
     import pulse_jax as pj
     from pulse_jax.simulate import simulate
 
@@ -73,6 +74,8 @@ def measure(name, scores, V, batch, budget, refit_every, reps, seed=0, fractions
     for method in ("ucbe", "pulse"):
         for rule in ("ucbe", "lucb"):
             for interval in ("paper", "cs"):
+                if combos and f"{rule}:{interval}" not in combos:
+                    continue
                 config = pj.BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch,
                                          refit_every=refit_every, rule=rule, interval=interval,
                                          snapshot_budgets=snaps)
@@ -160,11 +163,14 @@ def main(argv=None) -> int:
     p.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS),
                    help="budget fractions at which to record the widths")
     p.add_argument("--figure", help="PNG of width against cells (the first dataset)")
+    p.add_argument("--combos", default=None,
+                   help="only these rule:interval pairs, comma-separated (e.g. lucb:cs); default: all four")
     args = p.parse_args(argv)
     fractions = tuple(float(f) for f in args.fractions.split(","))
     rows = []
     for problem in problems(args):
-        rows += measure(*problem, reps=args.reps, fractions=fractions)
+        rows += measure(*problem, reps=args.reps, fractions=fractions,
+                        combos=set(args.combos.split(",")) if args.combos else None)
         write(args.out, rows)
     if args.figure:
         plot([r for r in rows if r["dataset"] == rows[0]["dataset"]], args.figure)

@@ -63,7 +63,10 @@ def main(argv=None) -> int:
     rows = {}
     clear()
     start = time.perf_counter()
-    swept = pj.sweep(bench.scores, config, "pulse", grid, reps=args.reps, seed=0, V=V)
+    baseline = {"exploration": 1.0, "refit_lr": 0.1, "fixed_lambda": float("nan")}   # the paper's setting
+    swept = pj.sweep(bench.scores, config, "pulse", grid, reps=args.reps, seed=0, V=V,
+                     baseline=baseline if all(v in grid[k] or (k == "fixed_lambda" and any(np.isnan(grid[k])))
+                                              for k, v in baseline.items()) else None)
     rows["sweep"] = {"seconds": time.perf_counter() - start, "compile_seconds": swept.compile_seconds,
                      "compilations": 1}
     print(f"sweep: {len(points)} points x {args.reps} reps in {rows['sweep']['seconds']:.1f} s "
@@ -72,7 +75,7 @@ def main(argv=None) -> int:
     for mode in ("separate_warm", "separate_cold"):
         clear()
         total = compile_total = 0.0
-        same = True
+        same_reps = max_diff = 0
         for k, values in enumerate(points):
             if mode == "separate_cold":
                 clear()
@@ -81,14 +84,19 @@ def main(argv=None) -> int:
                               params=pj.BanditParams(**values))
             total += time.perf_counter() - start
             compile_total += res.compile_seconds
-            # same draws and choices; estimates to float32 rounding (the vmap batch differs, 1e-6 as in
-            # the chunking test)
-            same &= bool(np.array_equal(res.chosen, swept.results[k].chosen)
-                         and np.allclose(res.estimates, swept.results[k].estimates, rtol=0, atol=1e-6))
+            # Same keys, so the same draws; a different vmap batch can round float32 sums differently,
+            # which flips a choice only between near-tied indices. Count repetitions whose whole
+            # sequence of choices is identical, and the largest estimate difference among those.
+            identical = (res.chosen == swept.results[k].chosen).all(axis=1)
+            same_reps += int(identical.sum())
+            if identical.any():
+                max_diff = max(max_diff, float(np.abs(res.estimates - swept.results[k].estimates)[identical].max()))
             print(f"  {mode} point {k + 1}/{len(points)}: {res.seconds:.1f} s (compilation {res.compile_seconds:.1f} s)",
                   file=sys.stderr)
         rows[mode] = {"seconds": total, "compile_seconds": compile_total,
-                      "compilations": len(points) if mode == "separate_cold" else 1, "equal_to_sweep": same}
+                      "compilations": len(points) if mode == "separate_cold" else 1,
+                      "identical_choice_reps": f"{same_reps}/{len(points) * args.reps}",
+                      "max_estimate_difference_when_identical": max_diff}
 
     speedup = rows["separate_cold"]["seconds"] / rows["sweep"]["seconds"]
     out = {"points": len(points), "reps_per_point": args.reps, "grid": grid, "problem": bench.description,
@@ -104,7 +112,9 @@ def main(argv=None) -> int:
     for name, row in rows.items():
         lines.append(f"| {name} | {row['compilations']} | {row['compile_seconds']:.1f} | {row['seconds']:.1f} | "
                      f"{row['seconds'] / rows['sweep']['seconds']:.1f}x |")
-    lines += ["", swept.format_table(out["table"])]
+    lines += ["", "Repetitions with the same choices at every step as the sweep: "
+              + ", ".join(f"{k} {rows[k]['identical_choice_reps']}" for k in ("separate_warm", "separate_cold")),
+              "", swept.format_table(out["table"], target=0.9)]
     text = "\n".join(lines)
     path = Path(args.out)
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -28,6 +28,7 @@ batches, and the same k-th batch of a model whenever both pull it k times.
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any, NamedTuple
 
 import chex
@@ -106,6 +107,11 @@ class BanditConfig:
                     f"BanditConfig.{name} must be an integer, got {value!r}")
             object.__setattr__(self, name, int(value))
         require(self.n_models >= 2, f"need at least 2 candidate models, got n_models={self.n_models}")
+        cells = self.n_models * self.n_examples
+        if self.budget > cells:   # more than every cell: the rest could only be empty steps
+            warnings.warn(f"budget={self.budget} is more than the matrix's {cells} cells; clipped to {cells}",
+                          stacklevel=3)
+            object.__setattr__(self, "budget", cells)
         require(self.n_examples >= 1, f"need at least 1 example, got n_examples={self.n_examples}")
         require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
         require(self.init_batches >= 1, f"init_batches must be >= 1, got {self.init_batches}")

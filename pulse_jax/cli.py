@@ -123,6 +123,9 @@ def _config(args, m: int, n: int, default_budget: int):
     from pulse_jax.bandit import BanditConfig
 
     budget = args.budget if args.budget is not None else default_budget
+    if budget > m * n:
+        print(f"note: --budget {budget:,} is more than the matrix's {m * n:,} cells; using {m * n:,}")
+        budget = m * n
     require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
     require(args.batch_size <= n, f"--batch-size {args.batch_size} is larger than the number of examples ({n})")
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
@@ -152,9 +155,19 @@ def _run_all(scores, V, config, methods, args, names):
     return results
 
 
+def _say_ties(result):
+    """One line when several models tie for the best true mean (a guess of any counts as correct)."""
+    if result.n_best > 1:
+        names = [result.model_names[i] if result.model_names else f"row {i}" for i in result.best_models]
+        shown = ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+        print(f"note: {result.n_best} models tie for the best true mean ({shown}); a guess of any of them "
+              "counts as correct")
+
+
 def _finish(results, out, title):
     from pulse_jax import report
 
+    _say_ties(next(iter(results.values())))
     print(report.comparison_table(results))
     paths = report.write_results(results, out, title=title)
     for method, r in results.items():
@@ -162,9 +175,16 @@ def _finish(results, out, title):
     print(f"results: {paths['summary']}  plot: {paths['plot']}")
 
 
+def _check_out_dir(path, option="--out") -> None:
+    """Before any computation: the results directory must be a directory (or not exist yet)."""
+    out = Path(path)
+    require(not out.exists() or out.is_dir(), f"{option} {out}: exists and is not a directory")
+
+
 def cmd_demo(args) -> None:
     from pulse_jax import factorization, synthetic
 
+    _check_out_dir(args.out)
     methods = _methods(args.method)
     bench = synthetic.make_benchmark(seed=args.seed)
     m, n = bench.scores.shape
@@ -185,6 +205,7 @@ def cmd_demo(args) -> None:
 def cmd_simulate(args) -> None:
     from pulse_jax import data
 
+    _check_out_dir(args.out)
     methods = _methods(args.method)
     cand = data.load(args.scores)
     cand.require_complete()
@@ -208,7 +229,13 @@ def _side_information(args, cand, n):
     if args.embeddings:
         path = Path(args.embeddings)
         require(path.is_file(), f"{path}: no such file")
-        V = np.load(path)
+        try:
+            V = np.load(path, allow_pickle=False)
+        except (OSError, ValueError, EOFError) as err:
+            raise PulseInputError(f"--embeddings {path}: not a .npy array file "
+                                  f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+        require(isinstance(V, np.ndarray) and V.dtype.kind in "biuf",
+                f"--embeddings {path}: expected a numeric .npy array")
         require(V.ndim == 2 and V.shape[0] == n,
                 f"{path}: embeddings must have shape ({n}, rank) to match {cand.source}, got {V.shape}")
         return V
@@ -226,6 +253,7 @@ def cmd_sweep(args) -> None:
     from pulse_jax.params import check_value, parse_grid_option
     from pulse_jax.sweep import sweep
 
+    _check_out_dir(args.out)
     methods = _methods(args.method)
     require(len(methods) == 1, f"--method: a sweep runs one method, got {', '.join(methods)}")
     method = methods[0]
@@ -268,7 +296,6 @@ def cmd_sweep(args) -> None:
 
         config = dataclasses.replace(config, rule="ucbe", stop_when_certified=False)
     out = Path(args.out)
-    require(not out.exists() or out.is_dir(), f"--out {out}: exists and is not a directory")
     points = 1
     for values in grid.values():
         points *= len(values)
@@ -278,6 +305,7 @@ def cmd_sweep(args) -> None:
     result = sweep(scores, config, method, grid, args.reps, args.seed, V=V, base=_params(args), baseline=baseline,
                    chunk_size=args.chunk_size, progress=not args.quiet, model_names=names)
     rows = result.table()
+    _say_ties(result.results[0])
     print(result.format_table(rows))
     paths = result.write(out)
     print(f"{points} points x {args.reps} repetitions in {result.seconds:.1f} s (of which compilation "
@@ -297,6 +325,7 @@ def _numbers(text: str, name: str, kind=float) -> tuple:
 def cmd_tune(args) -> None:
     from pulse_jax import data, tuning
 
+    require(not Path(args.out).is_dir(), f"--out {args.out}: is a directory; give a file name for the JSON")
     train = data.load(args.train)
     grid = {"rank": _numbers(args.ranks, "ranks", int), "lam": _numbers(args.lams, "lams"),
             "lr": _numbers(args.lrs, "lrs"), "epochs": _numbers(args.epochs, "epochs", int)}
@@ -349,23 +378,28 @@ def cmd_select(args) -> None:
     train = None
     if args.train and args.method != "ucbe":
         train = data.load(args.train)
+    require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
+    out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
+    require(not out.exists() or out.is_dir(), f"--report {out}: exists and is not a directory")
     selector = live.Selector(models, examples, args.budget, method=args.method, batch_size=args.batch_size,
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
                              train=train, rank=args.rank, log=args.log, rule=args.rule, params=_params(args))
-    if selector.spent:
-        print(f"resuming {args.log}: {selector.spent:,} cells already evaluated, "
-              f"{len(selector.pending())} batch(es) to evaluate again")
     try:
-        report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
-                          stop_early=not args.no_early_stop, progress=not args.quiet)
-    except live.EvaluationError as err:
-        raise PulseInputError(f"{err}. The {selector.spent:,} cells evaluated so far are safe in {args.log}; "
-                              "run the same command again to continue") from None
-    except KeyboardInterrupt:
-        print(f"\ninterrupted: {selector.spent:,} cells are safe in {args.log}; run the same command again "
-              "to continue", file=sys.stderr)
-        raise
-    out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
+        if selector.spent:
+            print(f"resuming {args.log}: {selector.spent:,} cells already evaluated, "
+                  f"{len(selector.pending())} batch(es) to evaluate again")
+        try:
+            report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
+                              stop_early=not args.no_early_stop, progress=not args.quiet)
+        except live.EvaluationError as err:
+            raise PulseInputError(f"{err}. The {selector.spent:,} cells evaluated so far are safe in {args.log}; "
+                                  "run the same command again to continue") from None
+        except KeyboardInterrupt:
+            print(f"\ninterrupted: {selector.spent:,} cells are safe in {args.log}; run the same command again "
+                  "to continue", file=sys.stderr)
+            raise
+    finally:
+        selector.close()
     out.mkdir(parents=True, exist_ok=True)
     from pulse_jax.report import clean_json
     import json
@@ -389,6 +423,10 @@ def main(argv=None) -> int:
         commands[args.command](args)
     except PulseInputError as err:
         print(f"pulse-jax: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:   # a file we were told to read or write: say which, in one line
+        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+        print(f"pulse-jax: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("pulse-jax: interrupted", file=sys.stderr)

@@ -52,9 +52,13 @@ def _parse_cell(text: str, source: str, line: int, column: str) -> float:
     if text == "" or text.lower() in ("nan", "na"):
         return math.nan
     try:
+        if "_" in text:   # float() takes "0_1" as 1; a score never has digit separators
+            raise ValueError(text)
         value = float(text)
     except ValueError:
         raise PulseInputError(f"{source}: line {line}, column {column!r}: {text!r} is not a number") from None
+    if not math.isfinite(value) and not math.isnan(value):
+        raise PulseInputError(f"{source}: line {line}, column {column!r}: score {text!r} is not finite")
     if not 0.0 <= value <= 1.0:
         raise PulseInputError(f"{source}: line {line}, column {column!r}: score {value} is outside [0, 1]")
     return value
@@ -74,7 +78,18 @@ def load_csv(path) -> ScoreMatrix:
     """Read a CSV score matrix (see module docstring)."""
     path = Path(path)
     source = str(path)
-    require(path.is_file(), f"{source}: no such file")
+    require(path.is_file(), f"{source}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
+    try:
+        return _read_csv(path, source)
+    except UnicodeDecodeError as err:
+        line = path.read_bytes()[:err.start].count(b"\n") + 1
+        raise PulseInputError(f"{source}: line {line} is not UTF-8 text (byte {err.start}); save the file as "
+                              "UTF-8") from None
+    except OSError as err:
+        raise PulseInputError(f"{source}: cannot read: {err.strerror}") from None
+
+
+def _read_csv(path: Path, source: str) -> ScoreMatrix:
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.reader(handle)
         try:
@@ -87,6 +102,8 @@ def load_csv(path) -> ScoreMatrix:
         ex_idx = [k for k in range(1, len(names)) if k not in meta_idx]
         require(ex_idx, f"{source}: no example columns in the header")
         examples = [names[k] for k in ex_idx]
+        blank = [k + 1 for k in ex_idx if not names[k]]
+        require(not blank, f"{source}: header column {blank[0] if blank else 0} has no example id")
         seen: dict[str, int] = {}
         for k, e in zip(ex_idx, examples):
             require(e not in seen, f"{source}: example column {e!r} appears twice (columns {seen.get(e, 0) + 1} "
@@ -118,18 +135,31 @@ def load_npz(path) -> ScoreMatrix:
     """Read an NPZ score matrix (see module docstring)."""
     path = Path(path)
     source = str(path)
-    require(path.is_file(), f"{source}: no such file")
-    with np.load(path, allow_pickle=False) as data:
-        require("scores" in data.files, f"{source}: no array named 'scores' (found {', '.join(data.files)})")
-        scores = np.asarray(data["scores"], dtype=np.float64)
-        require(scores.ndim == 2, f"{source}: 'scores' must be 2-D, got shape {scores.shape}")
-        m, n = scores.shape
-        models = tuple(str(x) for x in data["models"]) if "models" in data.files else tuple(
-            f"model-{i}" for i in range(m))
-        examples = tuple(str(x) for x in data["examples"]) if "examples" in data.files else tuple(
-            str(j) for j in range(n))
+    require(path.is_file(), f"{source}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            require("scores" in data.files, f"{source}: no array named 'scores' (found {', '.join(data.files)})")
+            raw = data["scores"]
+            require(raw.dtype.kind in "biuf", f"{source}: 'scores' must hold real numbers, got dtype {raw.dtype}")
+            scores = np.asarray(raw, dtype=np.float64)
+            require(scores.ndim == 2, f"{source}: 'scores' must be 2-D, got shape {scores.shape}")
+            m, n = scores.shape
+            models = tuple(str(x) for x in data["models"]) if "models" in data.files else tuple(
+                f"model-{i}" for i in range(m))
+            examples = tuple(str(x) for x in data["examples"]) if "examples" in data.files else tuple(
+                str(j) for j in range(n))
+    except PulseInputError:
+        raise
+    except (OSError, ValueError, EOFError) as err:   # not a zip, a pickled (object) array, unreadable
+        why = getattr(err, "strerror", None) or str(err).splitlines()[0]
+        raise PulseInputError(f"{source}: not a readable .npz score matrix: {why}") from None
     require(len(models) == m, f"{source}: 'models' has {len(models)} names for {m} rows")
     require(len(examples) == n, f"{source}: 'examples' has {len(examples)} names for {n} columns")
+    for kind, names in (("model", models), ("example", examples)):
+        if len(set(names)) < len(names):
+            dup = next(x for k, x in enumerate(names) if x in names[:k])
+            raise PulseInputError(f"{source}: {kind} name {dup!r} appears twice")
+    require(not np.isinf(scores).any(), f"{source}: 'scores' contains infinite values")
     bad = np.argwhere(~np.isnan(scores) & ((scores < 0) | (scores > 1)))
     if len(bad):
         r, c = bad[0]

@@ -25,6 +25,7 @@ import numpy as np
 import optax
 
 from pulse_jax.errors import require
+from pulse_jax.params import seed_key
 
 
 class FitSettings(NamedTuple):
@@ -181,6 +182,6 @@ def fit_example_embeddings(train, rank: int = DEFAULT_RANK, settings: FitSetting
             f"rank={rank} is not allowed: it must be between 1 and min(train models, examples) = {min(m, n)}")
     mask = ~np.isnan(train)
     require(mask.any(), "train matrix has no observed cell")
-    _, V = jax.jit(fit, static_argnums=(3, 4))(jax.random.PRNGKey(seed), jnp.asarray(np.nan_to_num(train)),
+    _, V = jax.jit(fit, static_argnums=(3, 4))(seed_key(seed), jnp.asarray(np.nan_to_num(train)),
                                                jnp.asarray(mask), int(rank), settings)
     return V

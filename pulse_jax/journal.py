@@ -1,16 +1,34 @@
-"""The durable log of a live selection: a JSONL journal of told batches, and its replay.
+"""The durable log of a live selection: a locked, checksummed JSONL journal and its verified replay.
 
-Line 1 is a header (the run's configuration); every later line is one told
-batch (ticket, step, model, examples, scores). Each record is appended and
-fsynced *before* it changes the selector, so whatever a crash loses was never
-used. The selector replays a journal by asking again and checking that each
-logged batch is exactly what it asks (:meth:`pulse_jax.selector.Selector`).
+Format (version 2). Line 1 is a header (the run's configuration); every later
+line is one told batch: ``ticket``, ``step``, ``asks_issued``, ``model``,
+``examples`` and ``scores``. Every line carries ``crc``: the CRC-32 (8 hex
+digits) of the previous line's ``crc`` followed by the line's own canonical
+JSON (sorted keys, no spaces, without ``crc``). The chain makes an edited
+score, a deleted line, a duplicated or reordered line detectable at the
+first line that no longer fits. Version-1 logs (no checksums) replay without
+that check.
+
+Durability: each record is written with one ``write`` and fsynced *before* it
+changes the selector, so whatever a crash loses was never used. A crash in
+mid-write leaves a last line without its newline; :meth:`Journal.open` cuts
+such a torn tail back to the last complete record (and says so once) before
+anything is appended.
+
+Locking: :class:`Journal` holds an exclusive ``flock`` on ``<log>.lock`` (which
+names the holder's process id and host) for as long as it is open, so a
+second process on the same log refuses at once and writes nothing. Within one
+process, a newer journal on the same path takes the lock over (an old selector
+left behind by an exception cannot write any more).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import socket
+import sys
+import zlib
 from pathlib import Path
 from typing import Iterator
 
@@ -18,10 +36,17 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 
-LOG_VERSION = 1
+try:   # POSIX; elsewhere the log is not locked (said in the README)
+    import fcntl
+except ImportError:   # pragma: no cover -- Windows
+    fcntl = None
+
+LOG_VERSION = 2
 
 #: Header fields added after version 1 and the value an older log implies.
 HEADER_DEFAULTS = {"rule": "ucbe"}
+#: Header fields that may differ between versions of the format itself.
+VERSION_FIELDS = ("version",)
 
 
 def fingerprint(array) -> str:
@@ -29,17 +54,20 @@ def fingerprint(array) -> str:
     return hashlib.sha256(np.ascontiguousarray(np.asarray(array, np.float32)).tobytes()).hexdigest()[:16]
 
 
-def append(path: Path, record: dict) -> None:
-    """Append one record as a line and fsync it."""
-    with open(path, "a", encoding="utf-8") as handle:
-        handle.write(json.dumps(record) + "\n")
-        handle.flush()
-        os.fsync(handle.fileno())
+def _canonical(record: dict) -> str:
+    return json.dumps({k: v for k, v in record.items() if k != "crc"}, sort_keys=True, separators=(",", ":"))
+
+
+def checksum(record: dict, previous: str) -> str:
+    """The chained CRC-32 of ``record`` after the line whose checksum is ``previous``."""
+    return f"{zlib.crc32((previous + _canonical(record)).encode('utf-8')) & 0xFFFFFFFF:08x}"
 
 
 def check_header(path: Path, logged: dict, expected: dict) -> None:
     """A one-line error naming the first field where the log's header differs from this run's."""
     for key, value in expected.items():
+        if key in VERSION_FIELDS:
+            continue
         have = logged.get(key, HEADER_DEFAULTS.get(key))
         if have != value:
             shown = (lambda v: f"{len(v)} entries" if isinstance(v, list) else repr(v))
@@ -47,29 +75,141 @@ def check_header(path: Path, logged: dict, expected: dict) -> None:
                                   f"{shown(have)} in the log, {shown(value)} here")
 
 
-def read(path: Path) -> tuple[dict, Iterator[tuple[int, dict]]]:
-    """``(header, records)``: the header dict and an iterator of ``(line number, record)``.
+_HELD: dict = {}   # resolved log path -> the Journal of this process that holds its lock
 
-    A torn last line (the write it belonged to never completed) is skipped;
-    an unreadable line elsewhere is an error naming it.
-    """
-    lines = path.read_text(encoding="utf-8").splitlines()
-    try:
-        header = json.loads(lines[0])
-    except (json.JSONDecodeError, IndexError):
-        raise PulseInputError(f"{path}: line 1 is not a pulse-jax log header") from None
-    require(isinstance(header, dict) and header.get("type") == "header", f"{path}: line 1 is not a pulse-jax log header")
 
-    def records():
-        for number, line in enumerate(lines[1:], start=2):
-            if not line.strip():
-                continue
+class Journal:
+    """An open, exclusively locked log (see the module docstring)."""
+
+    def __init__(self, path):
+        self.path = Path(path)
+        require(not self.path.is_dir(), f"--log {self.path}: is a directory; give a file name")
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._previous = ""          # crc of the last line written or read
+        self._version = LOG_VERSION
+        self._lock = None
+        self._acquire()
+
+    # ------------------------------------------------------------------ lock
+
+    def _acquire(self):
+        key = str(self.path.resolve())
+        older = _HELD.get(key)
+        if older is not None:        # same process: take the lock over from an abandoned selector
+            self._lock, older._lock = older._lock, None
+            _HELD[key] = self
+            return
+        lock_path = self.path.with_name(self.path.name + ".lock")
+        try:
+            handle = open(lock_path, "a+", encoding="utf-8")
+        except OSError as err:
+            raise PulseInputError(f"{lock_path}: cannot open the lock file: {err.strerror}") from None
+        if fcntl is not None:
             try:
-                record = json.loads(line)
-            except json.JSONDecodeError:
-                if number == len(lines):
-                    return
-                raise PulseInputError(f"{path}: line {number} is not valid JSON") from None
-            yield number, record
+                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise PulseInputError(f"{self.path} is in use by process {holder}; wait for it to finish "
+                                      "(or stop it) before running on the same log") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(f"{os.getpid()} on {socket.gethostname()}\n")
+        handle.flush()
+        self._lock = handle
+        _HELD[key] = self
 
-    return header, records()
+    def close(self) -> None:
+        """Release the lock (the log itself is always consistent on disk)."""
+        if self._lock is not None:
+            if fcntl is not None:
+                fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
+            self._lock.close()
+            self._lock = None
+            _HELD.pop(str(self.path.resolve()), None)
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:   # noqa: BLE001 -- interpreter shutdown
+            pass
+
+    # ------------------------------------------------------------------ write
+
+    def append(self, record: dict) -> None:
+        """Append one record with its chained checksum, as one write, and fsync it."""
+        if self._lock is None:
+            raise PulseInputError(f"{self.path}: this selector no longer holds the log (another selector "
+                                  "in this process opened it); use the newer one")
+        record = dict(record)
+        if self._version >= 2:
+            record["crc"] = checksum(record, self._previous)
+        line = json.dumps(record) + "\n"
+        with open(self.path, "a", encoding="utf-8") as handle:
+            handle.write(line)
+            handle.flush()
+            os.fsync(handle.fileno())
+        self._previous = record.get("crc", "")
+
+    # ------------------------------------------------------------------ read
+
+    def open(self) -> tuple[dict | None, Iterator[tuple[int, dict]]]:
+        """``(header, records)`` of an existing log (``(None, empty)`` for a new or empty one).
+
+        Cuts a torn tail first. ``records`` yields ``(line number, record)``,
+        each checked against the checksum chain (version 2); any unreadable
+        line is a one-line error naming it.
+        """
+        if not self.path.is_file() or self.path.stat().st_size == 0:
+            return None, iter(())
+        try:
+            data = self.path.read_bytes()
+        except OSError as err:
+            raise PulseInputError(f"{self.path}: cannot read the log: {err.strerror}") from None
+        if not data.endswith(b"\n"):
+            keep = data.rfind(b"\n") + 1
+            with open(self.path, "r+b") as handle:
+                handle.truncate(keep)
+                handle.flush()
+                os.fsync(handle.fileno())
+            print(f"pulse-jax: {self.path}: cut a torn last record ({len(data) - keep} bytes) left by an "
+                  "interrupted write; its batch will be evaluated again", file=sys.stderr)
+            data = data[:keep]
+            if not data:
+                return None, iter(())
+        lines = data.split(b"\n")[:-1]
+        header = self._parse(lines[0], 1)
+        require(isinstance(header, dict) and header.get("type") == "header",
+                f"{self.path}: line 1 is not a pulse-jax log header")
+        self._version = int(header.get("version", 1)) if isinstance(header.get("version", 1), int) else 0
+        require(self._version in (1, 2), f"{self.path}: log format version {header.get('version')!r} is not "
+                                         f"supported (this pulse-jax writes version {LOG_VERSION})")
+        self._verify(header, 1)
+
+        def records():
+            for number, raw in enumerate(lines[1:], start=2):
+                if not raw.strip():
+                    raise PulseInputError(f"{self.path}: line {number} is empty (was the log edited?)")
+                record = self._parse(raw, number)
+                require(isinstance(record, dict) and record.get("type") == "tell",
+                        f"{self.path}: line {number} is not a told batch (was the log edited?)")
+                self._verify(record, number)
+                yield number, record
+
+        return header, records()
+
+    def _parse(self, raw: bytes, number: int):
+        try:
+            return json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            raise PulseInputError(f"{self.path}: line {number} is not valid JSON (was the log edited?)") from None
+
+    def _verify(self, record: dict, number: int) -> None:
+        if self._version < 2:
+            return
+        expected = checksum(record, self._previous)
+        if record.get("crc") != expected:
+            raise PulseInputError(f"{self.path}: line {number} fails its checksum: the line was changed, or a "
+                                  "line before it was deleted, duplicated or moved")
+        self._previous = expected

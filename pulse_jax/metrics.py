@@ -38,7 +38,7 @@ def budget_to_target(result: SimulationResult, target: float = 0.95, budgets=Non
                      seed: int = 0, level: float = 0.95) -> dict:
     """Budget at which Accuracy@t reaches ``target``, with a bootstrap interval over repetitions."""
     budgets = budget_grid(result, 200) if budgets is None else np.asarray(budgets)
-    hits = (result.best_at_budget(budgets) == result.best_model).astype(np.float64)
+    hits = result.is_best(result.best_at_budget(budgets)).astype(np.float64)
     point = first_budget_reaching(hits.mean(0), budgets, target)
     rng = np.random.default_rng(seed)
     boot = np.array([first_budget_reaching(hits[rng.integers(0, result.reps, result.reps)].mean(0), budgets, target)
@@ -69,8 +69,8 @@ def paired_auc_difference(a: SimulationResult, b: SimulationResult, budgets=None
     """
     require_same_design(a, b)
     budgets = budget_grid(a, 50) if budgets is None else np.asarray(budgets)
-    auc_a = (a.best_at_budget(budgets) == a.best_model).mean(axis=1)
-    auc_b = (b.best_at_budget(budgets) == b.best_model).mean(axis=1)
+    auc_a = a.is_best(a.best_at_budget(budgets)).mean(axis=1)
+    auc_b = b.is_best(b.best_at_budget(budgets)).mean(axis=1)
     d = auc_a - auc_b
     se = d.std(ddof=1) / np.sqrt(len(d))
     return {"mean": float(d.mean()), "se": float(se), "z": float(d.mean() / se) if se > 0 else float("inf")}

@@ -104,3 +104,21 @@ def parse_grid_option(text: str) -> tuple[str, list[float]]:
     if not items:
         raise PulseInputError(f"--grid {name}: no values given")
     return name, [check_value(name, v, f"--grid {name}") for v in items]
+
+
+def seed_key(seed, where: str = "seed"):
+    """The base PRNG key of a seed anywhere in ``[0, 2**64)``, refused clearly outside it.
+
+    Seeds below ``2**32`` give ``PRNGKey(seed)`` (so existing results stay as they
+    were); larger ones fold their high 32 bits into the key of the low 32 bits,
+    so ``2**32`` no longer silently repeats seed 0.
+    """
+    import jax
+
+    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
+        raise PulseInputError(f"{where} must be an integer, got {seed!r}")
+    seed = int(seed)
+    if not 0 <= seed < 2**64:
+        raise PulseInputError(f"{where} must lie in [0, 2**64), got {seed}")
+    key = jax.random.PRNGKey(seed & 0xFFFFFFFF)
+    return key if seed < 2**32 else jax.random.fold_in(key, seed >> 32)

@@ -121,7 +121,8 @@ def summary(results: dict[str, SimulationResult]) -> dict:
     budgets = metrics.budget_grid(any_result, 50)
     out = {"config": {k: v for k, v in dataclasses.asdict(cfg).items() if not isinstance(v, (tuple, list, dict))},
            "init_cells": cfg.init_cells, "n_steps": cfg.n_steps,
-           "best_model": any_result.best_model,
+           "best_model": any_result.best_model, "n_best": any_result.n_best,
+           "best_models": any_result.best_models.tolist(),
            "best_model_name": any_result.model_names[any_result.best_model] if any_result.model_names else None,
            "methods": {}}
     out["params"] = any_result.params.to_dict()

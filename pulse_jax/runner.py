@@ -41,7 +41,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
         for attempt in range(retries + 1):
             try:
                 return evaluate(request.model, list(request.example_ids))
-            except Exception as err:   # noqa: BLE001 -- the user's code may raise anything
+            except (Exception, SystemExit) as err:   # noqa: BLE001 -- the user's code may raise anything
                 if attempt == retries:
                     raise EvaluationError(f"evaluate failed for model {request.model!r} on {len(request.example_ids)} "
                                           f"examples (request {request.ticket}) after {retries + 1} attempt(s): "

@@ -40,7 +40,7 @@ import numpy as np
 from pulse_jax import bandit, confidence, factorization, journal
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import BanditParams, check_params
+from pulse_jax.params import BanditParams, check_params, seed_key
 from pulse_jax.report import Report, _num
 
 
@@ -114,12 +114,15 @@ class Selector:
         self.params = check_params(params if params is not None
                                    else BanditParams(exploration=exploration, delta=delta))
         self.estimator = bandit.get_estimator(method)
+        seed_key(seed)
         self.method, self.seed = self.estimator.name, int(seed)
         self.log_path = Path(log) if log is not None else None
+        # Lock the log before reading anything of it (sidecar included): a second process stops here.
+        self._journal = journal.Journal(self.log_path) if self.log_path is not None else None
         self.V = self._side_information(train, V, rank)
         self._header = self._make_header()
 
-        self._key = jax.random.fold_in(jax.random.PRNGKey(self.seed), 0)   # = simulate()'s repetition 0
+        self._key = jax.random.fold_in(seed_key(self.seed), 0)   # = simulate()'s repetition 0
         _, examples_key, _ = bandit.draw_keys(self._key, m)
         self._initial_examples = np.asarray(bandit.initial_draws(examples_key, self.config)[0])
         self._initial_scores = np.zeros((m, n), np.float32)   # the initial batches, until init runs
@@ -147,8 +150,21 @@ class Selector:
         if not self.estimator.uses_predictions:
             return np.zeros((self.config.n_examples, 1), np.float32)
         sidecar = self._sidecar()
-        if sidecar is not None and sidecar.is_file() and self.log_path.is_file():
-            return np.load(sidecar)   # resume with exactly the embeddings of the first run
+        if sidecar is not None and sidecar.is_file() and self.log_path.is_file() and self.log_path.stat().st_size:
+            # resume with exactly the embeddings of the first run; refuse settings that contradict them
+            try:
+                first = np.load(sidecar, allow_pickle=False)
+            except (OSError, ValueError) as err:
+                raise PulseInputError(f"{sidecar}: cannot read the embeddings saved with the log: {err}") from None
+            require(first.ndim == 2 and first.shape[0] == self.config.n_examples and np.isfinite(first).all(),
+                    f"{sidecar}: not the (n_examples={self.config.n_examples}, rank) embeddings of this run")
+            if V is not None:
+                require(np.shape(V) == first.shape and np.allclose(np.asarray(V, np.float32), first),
+                        f"V differs from the embeddings {self.log_path} was started with ({sidecar})")
+            elif rank != first.shape[1]:
+                raise PulseInputError(f"rank {rank} differs from rank {first.shape[1]}, which {self.log_path} was "
+                                      f"started with ({sidecar}); use --rank {first.shape[1]} to resume")
+            return first.astype(np.float32)
         require(train is not None or V is not None,
                 f"method {self.estimator.name!r} needs side information: pass train= (historical scores on "
                 "the same examples) or V= (example embeddings)")
@@ -187,28 +203,52 @@ class Selector:
     # ------------------------------------------------------------------ log
 
     def _open_log(self):
-        path = self.log_path
-        if path.is_file() and path.stat().st_size > 0:
-            self._replay(path)
-        else:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            journal.append(path, self._header)
+        """Lock the log, cut a torn tail, and replay what it holds (or start it with the header)."""
+        header, records = self._journal.open()
+        if header is None:
+            self._journal.append(self._header)
+            return
+        journal.check_header(self.log_path, header, self._header)
+        self._replay(records)
 
-    def _replay(self, path: Path):
-        header, records = journal.read(path)
-        journal.check_header(path, header, self._header)
+    def _replay(self, records):
+        path, told_on = self.log_path, {}
         for number, record in records:
+            where = f"{path}: line {number}"
+            for field, kind in (("ticket", int), ("step", int), ("asks_issued", int), ("model", str),
+                                ("examples", list), ("scores", list)):
+                value = record.get(field)
+                require(isinstance(value, kind) and not isinstance(value, bool),
+                        f"{where}: field {field!r} is missing or not a{'n' if kind is int else ''} "
+                        f"{kind.__name__} (was the log edited?)")
+            require(record["ticket"] not in told_on, f"{where}: ticket {record['ticket']} was already told on "
+                                                     f"line {told_on.get(record['ticket'])} (a duplicated line)")
+            require(record["model"] in self.models, f"{where}: unknown model {record['model']!r}")
+            require(0 <= record["ticket"] < record["asks_issued"],
+                    f"{where}: ticket {record['ticket']} was never asked (asks_issued {record['asks_issued']})")
             while self._asks < record["asks_issued"]:
                 if self.ask() is None:
-                    raise PulseInputError(f"{path}: line {number}: this selector cannot reproduce the logged "
-                                          "requests (was the log edited?)")
+                    raise PulseInputError(f"{where}: this selector cannot reproduce the logged requests (was the "
+                                          "log edited?)")
             request = self._pending.get(record["ticket"])
             if (request is None or request.model != record["model"]
                     or list(request.example_ids) != record["examples"]):
-                raise PulseInputError(f"{path}: line {number}: logged batch (model {record['model']!r}, ticket "
+                raise PulseInputError(f"{where}: logged batch (model {record['model']!r}, ticket "
                                       f"{record['ticket']}) differs from what this selector asks; the log belongs "
                                       "to another run")
-            self._apply(request, np.asarray(record["scores"], np.float32))
+            self._apply(request, self._validate(request, record["scores"], where))
+            told_on[record["ticket"]] = number
+
+    def close(self) -> None:
+        """Release the log's lock (a finished or abandoned run); the log stays resumable."""
+        if getattr(self, "_journal", None) is not None:
+            self._journal.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     # ------------------------------------------------------------------ ask / tell
 
@@ -273,13 +313,15 @@ class Selector:
                 f"tell: unknown or already told request {getattr(request, 'ticket', request)!r}")
         scores = self._validate(request, scores)
         if self.log_path is not None:
-            journal.append(self.log_path, {"type": "tell", "ticket": request.ticket, "step": request.step,
+            self._journal.append({"type": "tell", "ticket": request.ticket, "step": request.step,
                                            "asks_issued": self._asks, "model": request.model,
                                            "examples": list(request.example_ids), "scores": scores.tolist()})
         self._apply(request, scores)
 
-    def _validate(self, request: Request, scores) -> np.ndarray:
-        where = f"model {request.model!r}, request {request.ticket}"
+    def _validate(self, request: Request, scores, where: str | None = None) -> np.ndarray:
+        where = where or f"model {request.model!r}, request {request.ticket}"
+        if isinstance(scores, (list, tuple)) and any(isinstance(v, (bool, str)) or v is None for v in scores):
+            raise PulseInputError(f"{where}: scores are not numbers in [0, 1]: {list(scores)!r}"[:300])
         try:
             values = np.asarray(scores, dtype=np.float64).reshape(-1)
         except (TypeError, ValueError):

@@ -20,7 +20,7 @@ import numpy as np
 from pulse_jax import bandit, sampling
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import require
-from pulse_jax.params import BanditParams, check_params
+from pulse_jax.params import BanditParams, check_params, seed_key
 
 #: Memory the default chunk size aims to stay within (bytes).
 DEFAULT_MEMORY_BUDGET = 4 * 1024**3
@@ -61,13 +61,34 @@ class SimulationResult:
     def reps(self) -> int:
         return self.best.shape[0]
 
+    #: Models whose true means differ from the best by at most this tie for the best. The means are
+    #: float64 averages of float32 scores, so equal rows (or equal sums) give exactly equal means;
+    #: 1e-9 only absorbs summation order, and is far below any gap of 1 / n_examples.
+    TIE_TOLERANCE = 1e-9
+
     @property
     def best_model(self) -> int:
+        """The first best model (row index); see :attr:`best_models` for ties."""
         return int(np.argmax(self.true_means))
 
+    @property
+    def best_models(self) -> np.ndarray:
+        """Every model tying for the best true mean (within :attr:`TIE_TOLERANCE`)."""
+        return np.flatnonzero(self.true_means >= self.true_means.max() - self.TIE_TOLERANCE)
+
+    @property
+    def n_best(self) -> int:
+        """How many models tie for the best (a guess of any of them is correct)."""
+        return len(self.best_models)
+
+    def is_best(self, models) -> np.ndarray:
+        """Booleans: is each model index a best model? (-1, no guess, is not.)"""
+        models = np.asarray(models)
+        return (models >= 0) & np.isin(models, self.best_models)
+
     def correct(self) -> np.ndarray:
-        """(R, n_steps + 1) booleans: is the current guess the true best model?"""
-        return self.best == self.best_model
+        """(R, n_steps + 1) booleans: is the current guess a best model (ties count as correct)?"""
+        return self.is_best(self.best)
 
     def best_at_budget(self, budgets) -> np.ndarray:
         """(R, len(budgets)) best guess with at most ``b`` cells spent (init included).
@@ -83,7 +104,7 @@ class SimulationResult:
 
     def accuracy_at_budget(self, budgets) -> tuple[np.ndarray, np.ndarray]:
         """Accuracy@budget and its standard error across repetitions."""
-        hits = (self.best_at_budget(budgets) == self.best_model).astype(np.float64)
+        hits = self.is_best(self.best_at_budget(budgets)).astype(np.float64)
         mean = hits.mean(axis=0)
         se = hits.std(axis=0, ddof=1) / np.sqrt(self.reps) if self.reps > 1 else np.zeros_like(mean)
         return mean, se
@@ -135,8 +156,7 @@ class SimulationResult:
         spent = np.asarray(self.certified_spent if self.certified_spent is not None else np.full(self.reps, -1))
         model = np.asarray(self.certified_model if self.certified_model is not None else np.full(self.reps, -1))
         done = spent >= 0
-        top = self.true_means.max()
-        wrong = done & (self.true_means[np.maximum(model, 0)] < top)
+        wrong = done & ~self.is_best(model)
         return {"certified_fraction": float(done.mean()), "cells": spent[done],
                 "median_cells": float(np.median(spent[done])) if done.any() else float("nan"),
                 "error_rate": float(wrong.mean()), "errors": int(wrong.sum())}
@@ -252,6 +272,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         (:meth:`SimulationResult.certification`).
     """
     params = check_params(BanditParams() if params is None else params)
+    seed_key(seed)   # refuses a bad seed before anything runs
     require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     config, estimator, scores, V = _prepare(scores, config, method, V, stop)
@@ -367,7 +388,7 @@ def _with_data(keys_params, scores, V):
 
 def rep_keys_for(seed: int, reps) -> jax.Array:
     """The keys of repetitions ``reps`` (any integers): ``fold_in(PRNGKey(seed), r)``."""
-    base = jax.random.PRNGKey(seed)
+    base = seed_key(seed)
     return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.asarray(reps))
 
 

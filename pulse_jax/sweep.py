@@ -22,7 +22,7 @@ import numpy as np
 from pulse_jax import metrics
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import RANGES, BanditParams, check_params, check_value
+from pulse_jax.params import RANGES, BanditParams, check_params, check_value, seed_key
 from pulse_jax.simulate import SimulationResult, _is_count, _prepare, execute, result_from
 
 
@@ -197,6 +197,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     point, so comparisons between points are paired.
     """
     axes, points = grid_points(grid, base)
+    seed_key(seed)
     require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     baseline = _baseline_index(baseline, axes, points)

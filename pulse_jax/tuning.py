@@ -24,6 +24,7 @@ import optax
 from pulse_jax import factorization
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.factorization import FitSettings
+from pulse_jax.params import seed_key
 
 DEFAULT_GRID = {"rank": (4, 8, 16, 32), "lam": (0.001, 0.01, 0.1), "lr": (0.05,), "epochs": (150, 300)}
 
@@ -50,11 +51,15 @@ def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 
     require(folds >= 2, f"folds must be >= 2, got {folds}")
     for rank in grid["rank"]:
         require(1 <= rank <= min(train.shape), f"grid rank {rank} is not allowed for a {train.shape} train matrix")
+    for name, ok, rule in (("lam", lambda v: v >= 0, ">= 0"), ("lr", lambda v: v > 0, "> 0"),
+                           ("epochs", lambda v: v >= 1 and float(v) == int(v), "a whole number >= 1")):
+        for value in grid[name]:
+            require(np.isfinite(value) and ok(value), f"grid {name} {value!r} is out of range; it must be {rule}")
     fold_of = np.random.default_rng(seed).integers(0, folds, size=train.shape)
     test_masks = np.stack([observed & (fold_of == k) for k in range(folds)])
     fit_masks = observed[None] & ~test_masks
     scores = jnp.asarray(np.nan_to_num(train))
-    key = jax.random.PRNGKey(seed)
+    key = seed_key(seed)
     rows = []
     settings = list(itertools.product(grid["rank"], grid["lam"], grid["lr"], grid["epochs"]))
     for k, (rank, lam, lr, epochs) in enumerate(settings):

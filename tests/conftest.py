@@ -30,3 +30,24 @@ def tiny_problem(seed=0, m=6, n=40, rank=3):
         p = 1 / (1 + np.exp(-(u @ v.T + rng.normal(0, 0.5, (count, 1)))))
         return (rng.random((count, n)) < p).astype(np.float32)
     return draw(m), draw(30), v.astype(np.float32)
+
+
+def write_slow_scorer(directory, n_models: int = 6, delay: float = 0.02) -> list[str]:
+    """A scorer module (``slowscore:score``: the stand-in, ``delay`` seconds per batch, each call appended to
+    ``calls.txt``) and ``models.txt`` in ``directory``; returns the ``pulse-jax select`` command
+    (UCB-E, 800 cells of batches of 16, no early stop) to run there with ``PYTHONPATH=directory``."""
+    import sys
+
+    from pulse_jax import stand_in
+
+    (directory / "slowscore.py").write_text(
+        "import time\nfrom pulse_jax import stand_in\n"
+        "def score(model, ids):\n"
+        f"    time.sleep({delay})\n"
+        "    with open('calls.txt', 'a') as f:\n"
+        "        f.write(''.join(f'{model},{i}\\n' for i in ids)); f.flush()\n"
+        "    return stand_in.score(model, ids)\n")
+    (directory / "models.txt").write_text("\n".join(stand_in.models()[:n_models]) + "\n")
+    return [sys.executable, "-m", "pulse_jax.cli", "select", "--models", "models.txt", "--examples", "1000",
+            "--budget", "800", "--batch-size", "16", "--method", "ucbe", "--evaluate", "slowscore:score",
+            "--no-early-stop", "--quiet"]

@@ -258,19 +258,9 @@ def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
     import subprocess
     import sys
 
-    from pulse_jax import stand_in
+    from conftest import write_slow_scorer
 
-    (tmp_path / "slowscore.py").write_text(
-        "import time\nfrom pulse_jax import stand_in\n"
-        "def score(model, ids):\n"
-        "    time.sleep(0.05)\n"
-        "    with open('calls.txt', 'a') as f:\n"
-        "        f.write(''.join(f'{model},{i}\\n' for i in ids)); f.flush()\n"
-        "    return stand_in.score(model, ids)\n")
-    (tmp_path / "models.txt").write_text("\n".join(stand_in.models()[:6]) + "\n")
-    args = [sys.executable, "-m", "pulse_jax.cli", "select", "--models", "models.txt", "--examples", "1000",
-            "--budget", "800", "--batch-size", "16", "--method", "ucbe", "--evaluate", "slowscore:score",
-            "--no-early-stop", "--quiet"]
+    args = write_slow_scorer(tmp_path, delay=0.05)
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     proc = subprocess.Popen(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
