@@ -40,7 +40,7 @@ import optax
 from pulse_jax import confidence, factorization, sampling
 from pulse_jax.confidence import ConfSeq, certify
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull, StepInfo
+from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull, StepInfo, populations
 from pulse_jax.factorization import FitSettings
 from pulse_jax.params import BanditParams
 
@@ -83,6 +83,11 @@ class BanditConfig:
         exceeds every other model's upper bound (the fixed-confidence mode).
       snapshot_budgets: budgets (cells, initialization included) at which to
         record every model's interval half-widths (for benchmarks).
+      populations: for a candidate matrix with missing cells, each model's
+        number of scored examples ``N_i`` (set by :func:`pulse_jax.simulate`
+        from the matrix; ``None``: every model has all ``n_examples``). Only the
+        scan length depends on it; the run reads the populations from the
+        scores (NaN = missing).
     """
 
     n_models: int
@@ -98,6 +103,7 @@ class BanditConfig:
     interval: str = "cs"
     stop_when_certified: bool = False
     snapshot_budgets: tuple = ()
+    populations: tuple | None = None
 
     def __post_init__(self):
         for name in ("n_models", "n_examples", "budget", "batch_size", "init_batches", "refit_every",
@@ -130,6 +136,14 @@ class BanditConfig:
         require(self.rule in RULES, f"rule must be one of {', '.join(RULES)}, got {self.rule!r}")
         require(self.interval in INTERVALS, f"interval must be one of {', '.join(INTERVALS)}, got {self.interval!r}")
         object.__setattr__(self, "snapshot_budgets", tuple(int(b) for b in self.snapshot_budgets))
+        if self.populations is not None:
+            sizes = tuple(int(p) for p in self.populations)
+            require(len(sizes) == self.n_models, f"populations: {len(sizes)} entries for {self.n_models} models")
+            short = [i for i, p in enumerate(sizes) if not self.init_cells_per_model <= p <= self.n_examples]
+            require(not short, f"model row {short[0] if short else 0} has "
+                               f"{sizes[short[0]] if short else 0} scored examples; the initialization needs "
+                               f"batch_size x init_batches = {self.init_cells_per_model} (and at most n_examples)")
+            object.__setattr__(self, "populations", None if all(p == self.n_examples for p in sizes) else sizes)
 
     @property
     def init_cells_per_model(self) -> int:
@@ -153,7 +167,9 @@ class BanditConfig:
         """
         b, n, n0 = self.bandit_budget, self.n_examples, self.init_cells_per_model
         steps = -(-b // self.batch_size)
-        if n > n0 and (n - n0) % self.batch_size:
+        if self.populations is not None:   # every model whose last batch is partial can add a step
+            steps += sum(1 for p in self.populations if p > n0 and (p - n0) % self.batch_size)
+        elif n > n0 and (n - n0) % self.batch_size:
             steps += min(self.n_models, b // (n - n0) + 1)
         return steps
 
@@ -161,7 +177,8 @@ class BanditConfig:
 class Episode(NamedTuple):
     """Per-repetition constants drawn at reset (never written afterwards)."""
 
-    scores: chex.Array         # (m, n) true scores S (simulation); live selection: the initial batches only
+    scores: chex.Array         # (m, n) true scores S, 0 where missing; live selection: the initial batches only
+    missing: chex.Array        # (m, n) bool: cells a model has no score for (not part of its benchmark)
     V: chex.Array              # (n, r) frozen example embeddings
     model_order: chex.Array    # (m,) int32: this repetition's shuffled order of the models
     init_examples: chex.Array  # (m, T0 B) int32: the initial batches
@@ -247,19 +264,29 @@ def draw_keys(key: chex.PRNGKey, n_models: int):
     return jax.random.permutation(k_models, n_models).astype(jnp.int32), k_examples, k_ties
 
 
-def initial_draws(examples_key: chex.PRNGKey, config: "BanditConfig") -> tuple[chex.Array, chex.Array]:
-    """Stage 1's examples, ``(m, T0 B)``, and the packed mask of them: T0 ordinary draws per model."""
-    m, n, B = config.n_models, config.n_examples, config.batch_size
+def initial_draws(examples_key: chex.PRNGKey, config: "BanditConfig", missing: chex.Array | None = None,
+                  population: chex.Array | None = None) -> tuple[chex.Array, chex.Array]:
+    """Stage 1's examples, ``(m, T0 B)``, and the packed mask of them: T0 ordinary draws per model.
 
-    def one_model(i, row):
+    ``missing`` (``(m, n)`` booleans) marks cells a model has no score for: they
+    start marked, so they are never drawn; ``population`` is each model's count
+    of scored examples. Without them every model has all ``n`` examples.
+    """
+    m, n, B = config.n_models, config.n_examples, config.batch_size
+    mask = sampling.empty_mask(m, n)
+    if missing is not None:
+        mask = mask | sampling.pack(missing)
+    population = jnp.full(m, n, jnp.int32) if population is None else population
+
+    def one_model(i, row, size):
         picked = []
         for b in range(config.init_batches):
-            ex = sampling.draw(sampling.draw_key(examples_key, i, b * B), row, b * B, n, B)
+            ex = sampling.draw(sampling.draw_key(examples_key, i, b * B), row, b * B, size, B)
             row = sampling.mark(row, ex, jnp.ones(B, bool))
             picked.append(ex)
         return jnp.concatenate(picked), row
 
-    return jax.vmap(one_model)(jnp.arange(m, dtype=jnp.int32), sampling.empty_mask(m, n))
+    return jax.vmap(one_model)(jnp.arange(m, dtype=jnp.int32), mask, population)
 
 
 PULL, BEST, LEADER, CHALLENGER = 0, 1, 2, 3   # the tie-breaking streams of a step
@@ -297,10 +324,10 @@ def _where_tree(pred, new, old):
 
 
 def current_estimates(estimator: Estimator, state: BanditState, n_examples: int) -> chex.Array:
-    """``mu_hat`` of every model; exhausted models are known exactly."""
+    """``mu_hat`` of every model; exhausted models (all ``N_i`` examples seen) are known exactly."""
     ledger = state.ledger
-    exact = ledger.obs_sum / n_examples
-    return jnp.where(ledger.n_obs >= n_examples, exact, estimator.estimate(state.estimator, ledger))
+    size = populations(ledger, n_examples)
+    return jnp.where(ledger.n_obs >= size, ledger.obs_sum / size, estimator.estimate(state.estimator, ledger))
 
 
 def interval_bounds(estimator: Estimator, state: BanditState, config: BanditConfig, params: BanditParams,
@@ -317,8 +344,9 @@ def interval_bounds(estimator: Estimator, state: BanditState, config: BanditConf
         mu = current_estimates(estimator, state, n)
         r = estimator.radius(state.estimator, ledger, n, confidence.anytime_delta(params.delta, ledger.n_pulls, m))
         low, high = jnp.clip(mu - r, 0.0, 1.0), jnp.clip(mu + r, 0.0, 1.0)
-    exact = ledger.n_obs >= n
-    mean = ledger.obs_sum / n
+    size = populations(ledger, n)
+    exact = ledger.n_obs >= size
+    mean = ledger.obs_sum / size
     return jnp.where(exact, mean, low), jnp.where(exact, mean, high)
 
 
@@ -336,7 +364,8 @@ def _half_widths(estimator, state: BanditState, config: BanditConfig, params: Ba
     """Every model's confidence-sequence half-width and the paper's fixed-count radius at delta."""
     low, high = interval_bounds(estimator, state, config, params, "cs")
     radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta)
-    return (high - low) / 2, jnp.where(state.ledger.n_obs >= config.n_examples, 0.0, radius)
+    exhausted = state.ledger.n_obs >= populations(state.ledger, config.n_examples)
+    return (high - low) / 2, jnp.where(exhausted, 0.0, radius)
 
 
 def _take_snapshots(estimator, state: BanditState, config: BanditConfig, params: BanditParams,
@@ -382,7 +411,7 @@ def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slot
     m, n = episode.scores.shape
     blocks = observed_blocks(episode, state, log_slots)
     U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings)
-    P = factorization.predict(U, episode.V)
+    P = jnp.where(episode.missing, 0.0, factorization.predict(U, episode.V))   # a model's benchmark only
     pred_sum, pred_sq_sum = jnp.sum(P, axis=1), jnp.sum(P * P, axis=1)
     for block in blocks:
         f = factorization.block_predictions(U, episode.V, block)
@@ -442,13 +471,16 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
 
     def init(key, scores, V, params):
         model_order, examples_key, tie_key = draw_keys(key, m)
-        first_examples, observed = initial_draws(examples_key, config)
-        episode = Episode(scores, V, model_order, first_examples, examples_key, tie_key)
+        missing = jnp.isnan(scores)                       # NaN: the model has no score for the example
+        scores = jnp.where(missing, 0.0, scores)
+        population = jnp.sum(~missing, axis=1).astype(jnp.int32)
+        first_examples, observed = initial_draws(examples_key, config, missing, population)
+        episode = Episode(scores, missing, V, model_order, first_examples, examples_key, tie_key)
         n0 = config.init_cells_per_model
         first = jnp.take_along_axis(scores, first_examples, axis=1)
         zeros = jnp.zeros(m, jnp.float32)
         ledger = Ledger(jnp.full(m, n0, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1), (first * first).sum(1),
-                        zeros, zeros)
+                        zeros, zeros, population)
         slots = max(config.n_steps, 1) if estimator.uses_predictions else 0   # one empty slot when no steps
         log = PullLog(jnp.zeros(slots, jnp.int32), jnp.zeros((slots, B), jnp.int32), jnp.zeros((slots, B), jnp.float32),
                       jnp.zeros(slots, jnp.int32))
@@ -457,7 +489,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         cs = confidence.cs_init(m, C)
         if estimator.proxies is not None:
             rows = jnp.broadcast_to(first[:, None], (m, C) + first.shape[1:])
-            cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, jnp.float32(n), rows,
+            cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, population.astype(jnp.float32), rows,
                                           jnp.zeros_like(rows), jnp.ones_like(rows), first,
                                           jnp.ones(first.shape, bool), log_inv_alpha(params))
         K = len(config.snapshot_budgets)
@@ -483,7 +515,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         always at ``t = 0``).
         """
         ledger = state.ledger
-        active = ledger.n_obs < n
+        active = ledger.n_obs < ledger.population
         if blocked is not None:
             active = active & ~blocked
         mu = current_estimates(estimator, state, n)
@@ -492,7 +524,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
                           episode.model_order)
         if config.rule == "lucb":
             i = lucb_choice(episode, state, t, params, mu, active, i)
-        size = jnp.minimum(jnp.minimum(B, n - ledger.n_obs[i]), config.budget - state.spent - reserved)
+        size = jnp.minimum(jnp.minimum(B, ledger.population[i] - ledger.n_obs[i]), config.budget - state.spent - reserved)
         go = jnp.any(active) & (t >= 1)
         if config.stop_when_certified:
             go = go & (state.certified.spent < 0)
@@ -532,7 +564,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         unobserved examples."""
         n_obs_i = state.ledger.n_obs[i]
         key = sampling.draw_key(episode.examples_key, i, n_obs_i)
-        examples = sampling.draw(key, state.observed[i], n_obs_i, n, B)
+        examples = sampling.draw(key, state.observed[i], n_obs_i, state.ledger.population[i], B)
         return examples, jnp.arange(B) < size
 
     def observe(episode, state, t, i, size, examples, valid, scores, params):
@@ -555,10 +587,12 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         cs = state.cs
         if estimator.proxies is not None:
             y, lower, width = estimator.proxies(state.estimator, ledger, pull, n, params)
-            cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i], jnp.float32(n), y, lower, width, s,
+            cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i],
+                                      ledger.population[i].astype(jnp.float32), y, lower, width, s,
                                       valid, log_inv_alpha(params))
         est, info = estimator.update(state.estimator, ledger, pull, n, params)   # a no-op when size == 0
         ledger = Ledger(
+            population=ledger.population,
             n_obs=ledger.n_obs.at[i].add(size),
             n_pulls=ledger.n_pulls.at[i].add(live.astype(jnp.int32)),
             obs_sum=ledger.obs_sum.at[i].add(pull.score_sum),
@@ -681,7 +715,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
 
         estimates = current_estimates(estimator, state, config.n_examples)
         radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta)
-        radius = jnp.where(state.ledger.n_obs >= config.n_examples, 0.0, radius)
+        radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
         cs_low, cs_high = state.cs.low, state.cs.high
         if estimator.proxies is None:
             cs_low = cs_high = jnp.full(config.n_models, jnp.nan, jnp.float32)

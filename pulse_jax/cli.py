@@ -57,7 +57,10 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--out", default="pulse_demo", help="results directory")
 
     sim = sub.add_parser("simulate", help="repetitions of one or more methods on your score matrix")
-    sim.add_argument("--scores", required=True, help="candidates' scores (.csv or .npz), fully observed")
+    sim.add_argument("--scores", required=True, help="candidates' scores (.csv or .npz); missing cells allowed")
+    sim.add_argument("--missing", default="keep", choices=("keep", "drop-examples", "drop-models"),
+                     help="missing candidate cells: keep (each model's benchmark is what it has scores for), "
+                          "or drop the examples / the models that have gaps")
     sim.add_argument("--train", default=None, help="historical models' scores on the same examples (side info)")
     sim.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x r)")
     sim.add_argument("--hparams", default=None, help="stage-0 settings from `pulse-jax tune` (overrides --rank)")
@@ -67,7 +70,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     sw = sub.add_parser("sweep", help="a hyperparameter sweep of one method as one compiled program")
     sw.add_argument("--scores", default=None,
-                    help="candidates' scores (.csv or .npz), fully observed (default: the built-in benchmark)")
+                    help="candidates' scores (.csv or .npz; missing cells allowed) (default: the built-in benchmark)")
+    sw.add_argument("--missing", default="keep", choices=("keep", "drop-examples", "drop-models"),
+                    help="missing candidate cells: keep, or drop the examples / the models that have gaps")
     sw.add_argument("--train", default=None, help="historical models' scores on the same examples (side info)")
     sw.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x r)")
     sw.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
@@ -155,6 +160,16 @@ def _run_all(scores, V, config, methods, args, names):
     return results
 
 
+def _say_missing(cand):
+    """One line when the candidates' benchmarks are ragged (missing cells kept)."""
+    missing = np.isnan(cand.scores)
+    if missing.any():
+        sizes = (~missing).sum(axis=1)
+        print(f"note: {int(missing.sum()):,} of {missing.size:,} candidate cells are missing; each model is judged "
+              f"on the examples it has a score for ({sizes.min():,}-{sizes.max():,} per model). "
+              "--missing drop-examples or drop-models gives a common example set")
+
+
 def _say_ties(result):
     """One line when several models tie for the best true mean (a guess of any counts as correct)."""
     if result.n_best > 1:
@@ -207,8 +222,8 @@ def cmd_simulate(args) -> None:
 
     _check_out_dir(args.out)
     methods = _methods(args.method)
-    cand = data.load(args.scores)
-    cand.require_complete()
+    cand = data.handle_missing(data.load(args.scores), args.missing)
+    _say_missing(cand)
     require(len(cand.models) >= 2, f"{cand.source}: need at least 2 candidate models, found {len(cand.models)}")
     m, n = cand.shape
     config = _config(args, m, n, default_budget=max(m * args.batch_size * args.init_batches, (m * n) // 4))
@@ -280,8 +295,8 @@ def cmd_sweep(args) -> None:
         V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
             if method != "ucbe" else None
     else:
-        cand = data.load(args.scores)
-        cand.require_complete()
+        cand = data.handle_missing(data.load(args.scores), args.missing)
+        _say_missing(cand)
         m, n = cand.shape
         scores, names, title = cand.scores, cand.models, f"{Path(args.scores).name}: {m} models x {n} examples"
         default_budget = max(m * args.batch_size * args.init_batches, (m * n) // 4)

@@ -37,7 +37,7 @@ def freedman_radius(n_pulls, n_examples, delta, variance_bound=None):
     is always valid, if conservative.
     """
     n_pulls = jnp.maximum(jnp.asarray(n_pulls, jnp.float32), 1.0)
-    n = jnp.float32(n_examples)
+    n = jnp.asarray(n_examples, jnp.float32)
     v = n * n if variance_bound is None else jnp.float32(variance_bound)
     log_term = jnp.log(2.0 / jnp.asarray(delta, jnp.float32))
     linear = 2.0 * log_term / (3.0 * n_pulls)
@@ -58,7 +58,7 @@ def bernstein_serfling_radius(n_obs, n_examples, sample_variance, delta, score_r
     A fully observed model (``k = N``) has radius 0.
     """
     k = jnp.maximum(jnp.asarray(n_obs, jnp.float32), 1.0)
-    big_n = jnp.float32(n_examples)
+    big_n = jnp.asarray(n_examples, jnp.float32)
     rho = jnp.where(k <= big_n / 2.0, 1.0 - (k - 1.0) / big_n, (1.0 - k / big_n) * (1.0 + 1.0 / k))
     log_term = jnp.log(5.0 / (jnp.asarray(delta, jnp.float32) / 2.0))
     kappa = 7.0 / 3.0 + 3.0 / math.sqrt(2.0)
@@ -213,8 +213,10 @@ def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, sco
 
 def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, scores, valid,
                   log_inv_alpha) -> ConfSeq:
-    """Every model's batch at once (``(m, C, B)`` observations, ``(m, B)`` scores): the initialization."""
-    terms = jax.vmap(_sequences_terms, in_axes=(0, 0, 0, 0, None, 0, 0, 0, 0, 0, None))(
+    """Every model's batch at once (``(m, C, B)`` observations, ``(m, B)`` scores): the initialization.
+    ``population`` is a scalar or every model's ``N_i``."""
+    population = jnp.broadcast_to(jnp.asarray(population, jnp.float32), cs.low.shape)
+    terms = jax.vmap(_sequences_terms, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None))(
         cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha)
     A, D, P = cs.weighted + terms[0], cs.weight + terms[1], cs.penalty + terms[2]
     low, high = cs_bounds(A, D, P, log_inv_alpha)

@@ -189,6 +189,31 @@ def save_csv(matrix: ScoreMatrix, path) -> None:
             writer.writerow([model, *(matrix.metadata[c][i] for c in meta_cols), *cells])
 
 
+MISSING_POLICIES = ("keep", "drop-examples", "drop-models")
+
+
+def handle_missing(matrix: ScoreMatrix, policy: str = "keep") -> ScoreMatrix:
+    """Missing candidate cells (NaN): ``"keep"`` (default; each model's benchmark is the examples it
+    has a score for), ``"drop-examples"`` (keep the examples every model has) or ``"drop-models"``
+    (keep the models that have every example). One-line errors when too little is left."""
+    require(policy in MISSING_POLICIES, f"--missing must be one of {', '.join(MISSING_POLICIES)}, got {policy!r}")
+    missing = np.isnan(matrix.scores)
+    if policy == "keep" or not missing.any():
+        empty = np.flatnonzero(missing.all(axis=1))
+        require(len(empty) == 0, f"{matrix.source}: model {matrix.models[empty[0]] if len(empty) else ''!r} has no "
+                                 "scores at all")
+        return matrix
+    if policy == "drop-examples":
+        keep = ~missing.any(axis=0)
+        require(keep.any(), f"{matrix.source}: no example is scored by every model; use --missing keep")
+        return dataclasses.replace(matrix, scores=matrix.scores[:, keep],
+                                   examples=tuple(e for e, k in zip(matrix.examples, keep) if k))
+    keep = ~missing.any(axis=1)
+    require(keep.sum() >= 2, f"{matrix.source}: only {keep.sum()} model(s) have every example; use --missing keep")
+    return dataclasses.replace(matrix, scores=matrix.scores[keep], models=tuple(m for m, k in zip(matrix.models, keep) if k),
+                               metadata={c: tuple(v for v, k in zip(vals, keep) if k) for c, vals in matrix.metadata.items()})
+
+
 def align_train(candidates: ScoreMatrix, train: ScoreMatrix) -> ScoreMatrix:
     """Check that ``train`` has exactly the candidates' examples; reorder its columns to match."""
     cand, tr = set(candidates.examples), set(train.examples)

@@ -38,7 +38,10 @@ class Ledger(NamedTuple):
 
     ``pred_sum`` / ``pred_sq_sum`` are ``F_i = sum_{j in U_i} f_ij`` and
     ``Phi_i = sum_{j in U_i} f_ij^2`` over the model's *unobserved* examples,
-    under the predictions current at this step (zero for UCB-E).
+    under the predictions current at this step (zero for UCB-E). ``population``
+    is ``N_i``, the number of examples model i has a score for (its benchmark:
+    a candidate matrix may have missing cells); ``None`` means every model has
+    all ``n_examples``.
     """
 
     n_obs: chex.Array       # N_i, observed cells
@@ -47,6 +50,13 @@ class Ledger(NamedTuple):
     obs_sq_sum: chex.Array
     pred_sum: chex.Array
     pred_sq_sum: chex.Array
+    population: chex.Array = None
+
+
+def populations(ledger: Ledger, n_examples) -> chex.Array:
+    """``N_i`` of every model, as float32 ``(m,)``: the ledger's, else ``n_examples`` for all."""
+    size = ledger.population if ledger.population is not None else n_examples
+    return jnp.broadcast_to(jnp.asarray(size, jnp.float32), ledger.n_obs.shape)
 
 
 class Pull(NamedTuple):
@@ -130,7 +140,7 @@ def ucbe() -> Estimator:
         del state
         mean = _sample_mean(ledger)
         variance = ledger.obs_sq_sum / jnp.maximum(ledger.n_obs, 1) - mean * mean
-        return confidence.bernstein_serfling_radius(ledger.n_obs, n_examples, variance, delta)
+        return confidence.bernstein_serfling_radius(ledger.n_obs, populations(ledger, n_examples), variance, delta)
 
     def proxies(state, ledger, pull, n_examples, params):
         del state, ledger, n_examples, params
@@ -215,10 +225,11 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
 
     def update(state, ledger, pull, n_examples, params):
         i = pull.model
-        n_unobserved = (n_examples - ledger.n_obs[i]).astype(jnp.float32)
+        size_i = populations(ledger, n_examples)[i]
+        n_unobserved = size_i - ledger.n_obs[i].astype(jnp.float32)
         lam = lam_for(state, ledger, i, n_unobserved, params)
         theta, z = pulse_theta(ledger.obs_sum[i], ledger.pred_sum[i], n_unobserved, pull.score_sum,
-                               pull.pred_sum, pull.size.astype(jnp.float32), lam, n_examples)
+                               pull.pred_sum, pull.size.astype(jnp.float32), lam, size_i)
         live = pull.size > 0
         return PulseState(
             theta_sum=state.theta_sum.at[i].add(jnp.where(live, theta, 0.0)),
@@ -231,7 +242,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
 
     def radius(state, ledger, n_examples, delta):
         del state
-        return confidence.freedman_radius(ledger.n_pulls, n_examples, delta, variance_bound)
+        return confidence.freedman_radius(ledger.n_pulls, populations(ledger, n_examples), delta, variance_bound)
 
     def proxies(state, ledger, pull, n_examples, params):
         """Per-draw AIPW proxies, lambda and predictions frozen when the batch is asked:
@@ -256,7 +267,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         the predictions save (the first few hundred draws), the proxies after.
         """
         i = pull.model
-        n_unobserved = (n_examples - ledger.n_obs[i]).astype(jnp.float32)
+        n_unobserved = populations(ledger, n_examples)[i] - ledger.n_obs[i].astype(jnp.float32)
         lam = lam_for(state, ledger, i, n_unobserved, params)
         unseen = jnp.maximum(n_unobserved - jnp.arange(pull.preds.shape[0], dtype=jnp.float32), 1.0)
         fbar = (ledger.pred_sum[i] - (jnp.cumsum(pull.preds) - pull.preds)) / unseen
@@ -286,12 +297,13 @@ def naive_pooling() -> Estimator:
     def update(mu, ledger, pull, n_examples, params):
         del params
         i = pull.model
-        value = (ledger.obs_sum[i] + pull.score_sum + ledger.pred_sum[i] - pull.pred_sum) / n_examples
+        value = (ledger.obs_sum[i] + pull.score_sum + ledger.pred_sum[i] - pull.pred_sum) / populations(
+            ledger, n_examples)[i]
         return mu.at[i].set(jnp.where(pull.size > 0, value, mu[i])), _NO_INFO
 
     def refresh(mu, ledger, n_examples):
         del mu
-        return (ledger.obs_sum + ledger.pred_sum) / n_examples
+        return (ledger.obs_sum + ledger.pred_sum) / populations(ledger, n_examples)
 
     def estimate(mu, ledger):
         del ledger

@@ -50,6 +50,14 @@ def empty_mask(n_models: int, n_examples: int) -> chex.Array:
     return jnp.broadcast_to(padding, (n_models, padding.shape[0]))
 
 
+def pack(flags: chex.Array) -> chex.Array:
+    """``(..., n)`` booleans -> ``(..., W)`` packed words (bit ``j % 32`` of word ``j // 32``)."""
+    n = flags.shape[-1]
+    padded = jnp.pad(flags, [(0, 0)] * (flags.ndim - 1) + [(0, n_words(n) * WORD - n)])
+    bits = padded.reshape(flags.shape[:-1] + (-1, WORD)).astype(jnp.uint32)
+    return jnp.sum(jnp.left_shift(bits, jnp.arange(WORD, dtype=jnp.uint32)), axis=-1, dtype=jnp.uint32)
+
+
 def unpack(words: chex.Array, n_examples: int) -> chex.Array:
     """``(..., W)`` packed words -> ``(..., n)`` booleans (True = observed)."""
     bits = jnp.right_shift(words[..., :, None], jnp.arange(WORD, dtype=jnp.uint32)) & jnp.uint32(1)
@@ -116,9 +124,12 @@ def kth_unobserved(row: chex.Array, ranks: chex.Array) -> chex.Array:
     return word * WORD + _select_bit(free[word], ranks - before[word])
 
 
-def draw(key: chex.PRNGKey, row: chex.Array, n_obs_i: chex.Array, n_examples: int, slots: int) -> chex.Array:
+def draw(key: chex.PRNGKey, row: chex.Array, n_obs_i: chex.Array, n_examples, slots: int) -> chex.Array:
     """``slots`` example indices; for every ``B' <= slots`` the first ``B'`` are a uniform ``B'``-subset
-    of the unobserved examples of this ``(W,)`` row (entries past the unobserved count are meaningless)."""
+    of the unobserved examples of this ``(W,)`` row (entries past the unobserved count are meaningless).
+
+    ``n_examples`` is the model's population: the examples it has a score for. Examples it has
+    none for are set bits of ``row`` from the start, so they are never drawn."""
     remaining = n_examples - n_obs_i
     ranks = fisher_yates_prefix(fisher_yates_choices(key, remaining, slots))
     return kth_unobserved(row, jnp.minimum(ranks, jnp.maximum(remaining - 1, 0)))

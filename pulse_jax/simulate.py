@@ -19,7 +19,7 @@ import numpy as np
 
 from pulse_jax import bandit, sampling
 from pulse_jax.bandit import BanditConfig
-from pulse_jax.errors import require
+from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import BanditParams, check_params, seed_key
 
 #: Memory the default chunk size aims to stay within (bytes).
@@ -109,9 +109,15 @@ class SimulationResult:
         se = hits.std(axis=0, ddof=1) / np.sqrt(self.reps) if self.reps > 1 else np.zeros_like(mean)
         return mean, se
 
+    @property
+    def populations(self) -> np.ndarray:
+        """(m,) each model's number of scored examples (its benchmark; ragged when cells are missing)."""
+        sizes = self.config.populations
+        return np.full(self.config.n_models, self.config.n_examples) if sizes is None else np.asarray(sizes)
+
     def exhausted(self) -> np.ndarray:
         """(R, m) booleans: was every example of the model observed (its mean known exactly)?"""
-        return self.n_obs >= self.config.n_examples
+        return self.n_obs >= self.populations
 
     def coverage(self) -> np.ndarray:
         """(m,) fraction of repetitions whose final paper interval (estimate +- radius) covers each mean.
@@ -297,8 +303,13 @@ def _prepare(scores, config: BanditConfig, method, V, stop):
     require(scores.ndim == 2, f"scores must be a 2-D (models x examples) matrix, got shape {scores.shape}")
     require(scores.shape == (config.n_models, config.n_examples),
             f"scores have shape {scores.shape} but config says ({config.n_models}, {config.n_examples})")
-    require(not np.isnan(scores).any(), "scores contain missing cells; simulation needs a fully observed matrix")
-    require(((scores >= 0) & (scores <= 1)).all(), "scores must lie in [0, 1]")
+    scored = ~np.isnan(scores)
+    bad = np.argwhere(scored & ~((scores >= 0) & (scores <= 1)))
+    if len(bad):
+        r, c = bad[0]
+        raise PulseInputError(f"scores must lie in [0, 1]: row {r}, column {c} is {scores[r, c]}")
+    if not scored.all():   # missing cells: each model's benchmark is the examples it has a score for
+        config = dataclasses.replace(config, populations=tuple(int(k) for k in scored.sum(axis=1)))
     if estimator.uses_predictions:
         require(V is not None, f"method {estimator.name!r} needs side information: pass V (example embeddings "
                                "fitted on a train split)")
@@ -398,7 +409,7 @@ def result_from(out, method_name: str, config: BanditConfig, params: BanditParam
     reps = out.init_best.shape[0]
     init_spent = np.full((reps, 1), config.init_cells, dtype=np.int64)
     return SimulationResult(
-        method=method_name, config=config, seed=seed, true_means=np.asarray(scores).mean(axis=1).astype(np.float64),
+        method=method_name, config=config, seed=seed, true_means=np.nanmean(np.asarray(scores, np.float64), axis=1),
         best=np.concatenate([out.init_best[:, None], out.steps.best], axis=1).astype(np.int64),
         spent=np.concatenate([init_spent, out.steps.spent], axis=1).astype(np.int64),
         chosen=np.asarray(out.steps.chosen), lam=np.asarray(out.steps.lam),

@@ -51,6 +51,9 @@ def _random_argmax(u, values, order):
 def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, params=None):
     """Return a dict of per-step records and final estimates, like ``RunResult``."""
     S = np.asarray(scores, np.float64)
+    avail = ~np.isnan(S)                  # missing cells (NaN) are not part of a model's benchmark
+    S = np.where(avail, S, 0.0)
+    N = avail.sum(1)                      # each model's population
     V = np.asarray(V, np.float64)
     m, n = S.shape
     params = pj_params.BanditParams() if params is None else params
@@ -79,8 +82,8 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
                 xhat_prev = (0.5 + cs["xs"][i, c]) / s_
                 sig2 = (0.25 + cs["dv"][i, c]) / s_
                 beta = min(np.sqrt(2 * log_ia / (sig2 * s_ * np.log1p(s_))), 0.5)
-                cs["A"][i, c] += beta / width[k] * (y[k] + seen / (n - s_ + 1))
-                cs["D"][i, c] += beta / width[k] * n / (n - s_ + 1)
+                cs["A"][i, c] += beta / width[k] * (y[k] + seen / (N[i] - s_ + 1))
+                cs["D"][i, c] += beta / width[k] * N[i] / (N[i] - s_ + 1)
                 cs["P"][i, c] += (x - xhat_prev) ** 2 * (-np.log1p(-beta) - beta)
                 cs["xs"][i, c] += x
                 cs["dv"][i, c] += (x - (0.5 + cs["xs"][i, c]) / (s_ + 1)) ** 2
@@ -96,7 +99,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
 
     def draw_batch(i, size):
         """Literal partial Fisher-Yates over model i's unobserved examples, in index order."""
-        pool = list(np.flatnonzero(~mask[i]))
+        pool = list(np.flatnonzero(~mask[i] & avail[i]))
         key_i = sampling.draw_key(examples_key, i, n_obs[i])
         choices = np.asarray(sampling.fisher_yates_choices(key_i, len(pool), B))
         for k in range(size):
@@ -123,7 +126,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
 
     def prediction_sums():
         mask = observed_mask()
-        P = _sigmoid(U @ V.T) * ~mask
+        P = _sigmoid(U @ V.T) * (~mask & avail)
         return P.sum(1), (P * P).sum(1)
 
     F = np.zeros(m)
@@ -146,13 +149,13 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
             mu = theta_sum / n_pulls
         else:
             mu = naive_mu.copy()
-        return np.where(n_obs >= n, obs_sum / n, mu)
+        return np.where(n_obs >= N, obs_sum / N, mu)
 
     def bounds():
         if not C:
             return np.full(m, np.nan), np.full(m, np.nan)
-        exact = n_obs >= n
-        return np.where(exact, obs_sum / n, cs_low), np.where(exact, obs_sum / n, cs_high)
+        exact = n_obs >= N
+        return np.where(exact, obs_sum / N, cs_low), np.where(exact, obs_sum / N, cs_high)
 
     certified = {"spent": -1, "model": -1}
 
@@ -170,7 +173,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
     check_certificate()
     rec = {"best": [], "spent": [], "chosen": [], "lam": [], "estimates": [], "low": [], "high": []}
     for t in range(1, config.n_steps + 1):
-        active = n_obs < n
+        active = n_obs < N
         index = np.where(active, estimates() + np.sqrt(a / n_obs), -np.inf)
         i = _random_argmax(uniforms[t, 0], index, model_order)
         if config.rule == "lucb":
@@ -181,7 +184,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
             pick = leader if active[leader] and (not active[challenger] or width[leader] >= width[challenger]) \
                 else challenger
             i = pick if active[pick] else i
-        size = max(0, min(B, n - n_obs[i], T - spent)) if active.any() else 0
+        size = max(0, min(B, N[i] - n_obs[i], T - spent)) if active.any() else 0
         if config.stop_when_certified and certified["spent"] >= 0:
             size = 0
         lam = np.nan
@@ -190,12 +193,12 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
                 U = _adam_refit(U, V, S, observed_mask(), config.refit_epochs, refit_lr, float(params.refit_l2))
                 F, Phi = prediction_sums()
                 if method == "naive":
-                    naive_mu = (obs_sum + F) / n
+                    naive_mu = (obs_sum + F) / N
             batch = draw_batch(i, size)
             mask[i, batch] = True
             s = S[i, batch]
             f = _sigmoid(V[batch] @ U[i]) if uses_pred else np.zeros(size)
-            n_unobs = n - n_obs[i]
+            n_unobs = N[i] - n_obs[i]
             if method == "ucbe":
                 cs_take(i, [(s, np.zeros(size), np.ones(size))], s, n_obs[i], obs_sum[i])
             if method == "pulse":
@@ -206,11 +209,11 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
                             (s - lam * f + lam * fbar, lam * (fbar - 1), np.full(size, 1 + lam))],
                         s, n_obs[i], obs_sum[i])
                 z = (n_unobs / size) * (s.sum() - lam * f.sum())
-                theta_sum[i] += (obs_sum[i] + lam * F[i] + z) / n
+                theta_sum[i] += (obs_sum[i] + lam * F[i] + z) / N[i]
                 z_sum[i] += z
                 n_z[i] += 1
             if method == "naive":
-                naive_mu[i] = (obs_sum[i] + s.sum() + F[i] - f.sum()) / n
+                naive_mu[i] = (obs_sum[i] + s.sum() + F[i] - f.sum()) / N[i]
             n_obs[i] += size
             n_pulls[i] += 1
             obs_sum[i] += s.sum()
