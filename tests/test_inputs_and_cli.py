@@ -39,8 +39,8 @@ def test_simulate_input_errors():
     good = np.array([[1, 0, 1, 0], [0, 0, 1, 1]], np.float32)
     with pytest.raises(PulseInputError, match="needs side information"):
         simulate(good, config, "pulse")
-    with pytest.raises(PulseInputError, match="missing cells"):
-        simulate(np.where(good > 0, np.nan, 0.0), config, "ucbe")
+    with pytest.raises(PulseInputError, match="model row 0 has 1 scored examples"):   # too few for the first batch
+        simulate(np.where([[1, 1, 1, 0], [0, 0, 0, 0]], np.nan, good), config, "ucbe")
     with pytest.raises(PulseInputError, match=r"\[0, 1\]"):
         simulate(good * 2, config, "ucbe")
     with pytest.raises(PulseInputError, match="unknown method"):
