@@ -19,10 +19,10 @@ def _write(path, text):
 
 @pytest.mark.parametrize("kwargs, needle", [
     (dict(n_models=1, n_examples=10, budget=100), "at least 2 candidate models"),
-    (dict(n_models=3, n_examples=10, budget=100, batch_size=16), "larger than the number of examples"),
+    (dict(n_models=3, n_examples=10, budget=30, batch_size=16), "larger than the number of examples"),
     (dict(n_models=3, n_examples=100, budget=50, batch_size=20), "smaller than the initialization"),
     (dict(n_models=3, n_examples=100, budget=16.5), "budget must be an integer"),
-    (dict(n_models=3, n_examples=100, budget=500, refit_every=-1), "refit_every"),
+    (dict(n_models=3, n_examples=100, budget=300, refit_every=-1), "refit_every"),
 ])
 def test_config_errors_name_the_parameter(kwargs, needle):
     with pytest.raises(PulseInputError, match=needle):
