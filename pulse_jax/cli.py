@@ -79,6 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
                     help="a swept parameter and its values (repeat for a Cartesian product); NAME is one of "
                          "exploration, delta, init_refit_lr, init_refit_l2, refit_lr, refit_l2, fixed_lambda "
                          "(nan = the paper's adaptive lambda)")
+    sw.add_argument("--target", type=float, default=0.95,
+                    help="accuracy target of the printed table and the figure (0.9 and 0.95 are always in the JSON)")
     sw.add_argument("--baseline", default=None, metavar="NAME=V,...",
                     help="the point savings are measured against (default: the first point)")
     _add_run_options(sw, reps=200, batch=16, refit_every=25, rank=8,
@@ -319,10 +321,12 @@ def cmd_sweep(args) -> None:
           f"program; budget {config.budget:,} cells, batch {config.batch_size}, refit every {config.refit_every}")
     result = sweep(scores, config, method, grid, args.reps, args.seed, V=V, base=_params(args), baseline=baseline,
                    chunk_size=args.chunk_size, progress=not args.quiet, model_names=names)
-    rows = result.table()
+    require(0 < args.target < 1, f"--target must lie in (0, 1), got {args.target}")
+    targets = tuple(sorted({0.9, 0.95, args.target}))
+    rows = result.table(targets)
     _say_ties(result.results[0])
-    print(result.format_table(rows))
-    paths = result.write(out)
+    print(result.format_table(rows, target=args.target))
+    paths = result.write(out, targets, figure_target=args.target)
     print(f"{points} points x {args.reps} repetitions in {result.seconds:.1f} s (of which compilation "
           f"{result.compile_seconds:.1f} s, once)")
     print(f"results: {paths['json']}  {paths['csv']}  figure: {paths.get('figure')}")

@@ -172,7 +172,8 @@ def sweep_figure(sweep, rows, path, target: float = 0.95):
                 text = ("not\nreached" if not np.isfinite(grid[i, j]) else
                         f"{grid[i, j]:,.0f}\n[{'-' if lo is None else f'{lo:,.0f}'}, "
                         f"{'beyond' if hi is None else f'{hi:,.0f}'}]")
-                ax.text(j, i, text, ha="center", va="center", fontsize=6.5)
+                dark = np.isfinite(grid[i, j]) and vmax > vmin and (grid[i, j] - vmin) / (vmax - vmin) > 0.6
+                ax.text(j, i, text, ha="center", va="center", fontsize=6.5, color="white" if dark else "black")
             image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis_r", vmin=vmin, vmax=vmax, aspect="auto",
                               origin="lower")
             ax.set_xticks(range(len(a_vals)), [show(v) for v in a_vals])

@@ -66,8 +66,10 @@ class SweepResult:
             rows.append(row)
         return rows
 
-    def write(self, out_dir, targets=(0.9, 0.95), n_boot: int = 1000, figure: bool = True) -> dict:
-        """``sweep.json``, ``sweep.csv`` and (two or more points) ``sweep.png`` in ``out_dir``."""
+    def write(self, out_dir, targets=(0.9, 0.95), n_boot: int = 1000, figure: bool = True,
+              figure_target: float | None = None) -> dict:
+        """``sweep.json``, ``sweep.csv`` and ``sweep.png`` (budget to ``figure_target``, default the
+        highest target, over the grid) in ``out_dir``."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         rows = self.table(targets, n_boot)
@@ -87,7 +89,8 @@ class SweepResult:
         if figure:
             from pulse_jax import plotting
 
-            paths["figure"] = plotting.sweep_figure(self, rows, out / "sweep.png", target=max(targets))
+            paths["figure"] = plotting.sweep_figure(self, rows, out / "sweep.png",
+                                                    target=figure_target or max(targets))
         return paths
 
     def format_table(self, rows=None, target: float = 0.95) -> str:
