@@ -37,6 +37,14 @@ def main(argv=None) -> int:
     problems = []
     bench = pj.make_benchmark(seed=0)
     problems.append(("builtin", bench.scores, np.asarray(pj.fit_example_embeddings(bench.train, rank=16))))
+    for name, file in (("cruxeval", "zeroeval_cruxeval_o.csv"), ("chembench", "chembench.csv")):
+        path = Path(args.data) / file
+        if not path.is_file():
+            print(f"skipping {name}: {path} is absent", file=sys.stderr)
+            continue
+        train, cand, _ = data.split_models(data.load(path), seed=0)      # as bench_intervals.py
+        V = np.asarray(factorization.fit_example_embeddings(train.scores, rank=min(16, *train.shape)))
+        problems.append((name, cand.scores, V))
     path = Path(args.data) / "openllm_v2_mmlu_pro_factors.npz"
     if path.is_file():
         train, cand, _ = data.paper_scale_problem(path, seed=0, n_candidates=1000)
@@ -46,7 +54,7 @@ def main(argv=None) -> int:
         print(f"skipping mmlu_pro: {path} is absent", file=sys.stderr)
     rows = []
     for name, scores, V in problems:
-        top = np.argsort(-scores.mean(1))[:args.top]
+        top = np.argsort(-np.nanmean(scores, axis=1))[:args.top]
         S = scores[top]
         m, n = S.shape
         B = 64
