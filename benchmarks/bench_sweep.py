@@ -57,8 +57,7 @@ def main(argv=None) -> int:
 
     def clear():
         simulate_module.compiled_runner.cache_clear()
-        simulate_module._EXECUTABLES.clear()
-        jax.clear_caches()
+            jax.clear_caches()
 
     rows = {}
     clear()

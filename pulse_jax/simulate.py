@@ -211,10 +211,6 @@ def repetition_mesh(devices=None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices if devices is not None else jax.devices()), ("reps",))
 
 
-#: Compiled programs by (config, method, mesh, chunk, shapes): parameters and keys are inputs.
-_EXECUTABLES: dict = {}
-
-
 @functools.lru_cache(maxsize=32)
 def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None = None):
     """``jit(vmap(make_run(config, method)))`` over ``(key, params)`` pairs, cached so repeated calls
@@ -357,18 +353,12 @@ def execute(scores, config: BanditConfig, method, estimator, V, rep_index, param
         keys = np.asarray(rep_keys_for(seed, rep_index[take]))
         return _put(keys, by_rep), BanditParams(*(_put(v[take], by_rep) for v in params))
 
-    # Compile ahead of time so its cost is reported apart from the run; the executable is kept, so
-    # a later call with the same shapes (any parameter values, any seed) compiles nothing.
+    # Compile ahead of time so its cost is reported apart from the run. ``run`` is the cached jit of
+    # this configuration and JAX keeps its executables, so a later call with the same shapes (any
+    # parameter values, any seed) traces and compiles nothing.
     start_time = time.perf_counter()
     first_keys, first_params = inputs(0)
-    cache_key = (config, method if isinstance(method, str) else estimator, mesh if mesh.size > 1 else None, chunk,
-                 scores.shape, V.shape)
-    compiled = _EXECUTABLES.get(cache_key)
-    if compiled is None:
-        compiled = run.lower(first_keys, scores_dev, V_dev, first_params).compile()
-        if len(_EXECUTABLES) >= 16:
-            _EXECUTABLES.pop(next(iter(_EXECUTABLES)))
-        _EXECUTABLES[cache_key] = compiled
+    compiled = run.lower(first_keys, scores_dev, V_dev, first_params).compile()
     compile_seconds = time.perf_counter() - start_time
     # On accelerators, chunk k + 1 is dispatched before chunk k is fetched, so the device never waits
     # on the host (executions on one device run in order). On CPU two dispatched chunks would run at

@@ -42,10 +42,8 @@ def counted_traces(monkeypatch):
 
     monkeypatch.setattr(bandit, "make_run", counting)
     simulate_module.compiled_runner.cache_clear()
-    simulate_module._EXECUTABLES.clear()
     yield traces
     simulate_module.compiled_runner.cache_clear()
-    simulate_module._EXECUTABLES.clear()
 
 
 def test_a_twelve_point_sweep_compiles_the_run_once(problem, counted_traces):
