@@ -57,7 +57,7 @@ def main(argv=None) -> int:
 
     def clear():
         simulate_module.compiled_runner.cache_clear()
-            jax.clear_caches()
+        jax.clear_caches()
 
     rows = {}
     clear()

@@ -40,7 +40,7 @@ import optax
 from pulse_jax import confidence, factorization, sampling
 from pulse_jax.confidence import ConfSeq, certify
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull, StepInfo, populations
+from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull, populations
 from pulse_jax.factorization import FitSettings
 from pulse_jax.params import BanditParams
 

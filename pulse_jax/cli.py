@@ -326,7 +326,7 @@ def cmd_sweep(args) -> None:
     rows = result.table(targets)
     _say_ties(result.results[0])
     print(result.format_table(rows, target=args.target))
-    paths = result.write(out, targets, figure_target=args.target)
+    paths = result.write(out, targets, figure_target=args.target, rows=rows)
     print(f"{points} points x {args.reps} repetitions in {result.seconds:.1f} s (of which compilation "
           f"{result.compile_seconds:.1f} s, once)")
     print(f"results: {paths['json']}  {paths['csv']}  figure: {paths.get('figure')}")

@@ -127,12 +127,12 @@ class Selector:
         self._initial_examples = np.asarray(bandit.initial_draws(examples_key, self.config)[0])
         self._initial_scores = np.zeros((m, n), np.float32)   # the initial batches, until init runs
         self._init_told = np.zeros(m, bool)
-        self._told: dict[int, dict[int, float]] = {i: {} for i in range(m)}   # model -> example -> score
+        # model row -> {example column: score}, in evaluation order: the audit trail and paired differences
+        self._told: dict[int, dict[int, float]] = {i: {} for i in range(m)}
         self._episode = self._state = None
         self._asks = 0              # requests issued
         self._t = 1                 # next bandit step
         self._pending: dict[int, Request] = {}
-        self._evaluated: dict[str, list] = {name: [] for name in self.models}
         self._finished = False
         self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn = _compiled(self.config,
                                                                                             self.method)
@@ -338,7 +338,6 @@ class Selector:
     def _apply(self, request: Request, scores: np.ndarray):
         del self._pending[request.ticket]
         i, index = request.model_index, np.asarray(request.example_index)
-        self._evaluated[request.model].extend(request.example_ids)
         self._told[i].update(zip(index.tolist(), scores.tolist()))
         if request.step == 0:
             self._initial_scores[i, index] = scores
@@ -358,7 +357,11 @@ class Selector:
 
     @property
     def spent(self) -> int:
-        return sum(len(v) for v in self._evaluated.values())
+        return sum(len(v) for v in self._told.values())
+
+    def _evaluated(self) -> dict:
+        """Model name -> the example ids it was evaluated on, in evaluation order."""
+        return {name: [self.example_ids[j] for j in self._told[i]] for i, name in enumerate(self.models)}
 
     def result(self) -> Report:
         """Ranking, estimates with intervals, separation and the audit trail, at any time."""
@@ -368,7 +371,7 @@ class Selector:
             est, n_obs, n_pulls = np.asarray(est, np.float64), np.asarray(ledger.n_obs), np.asarray(ledger.n_pulls)
             low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
         else:   # during initialization: sample means of what has been seen, no bound yet
-            n_obs = np.array([len(self._evaluated[name]) for name in self.models])
+            n_obs = np.array([len(self._told[i]) for i in range(m)])
             n_pulls = (n_obs > 0).astype(int)
             sums = self._initial_scores.sum(axis=1)
             est = np.where(n_obs > 0, sums / np.maximum(n_obs, 1), np.nan)
@@ -387,7 +390,7 @@ class Selector:
             tied = tuple(self.models[j] for j in range(m) if j != leader and not high[j] < low[leader])
         return Report(self.method, self.seed, self.models, est, low, high, n_obs,
                       n_pulls, self.spent, c.budget, self.delta, self.models[leader], separated, tied,
-                      {k: list(v) for k, v in self._evaluated.items()})
+                      self._evaluated())
 
     def paired_difference(self, a: str, b: str) -> dict:
         """``mu_a - mu_b`` with an anytime-valid interval, and the mean of ``S_a - S_b`` on the shared examples.

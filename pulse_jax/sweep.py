@@ -17,6 +17,7 @@ import math
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+import jax
 import numpy as np
 
 from pulse_jax import metrics
@@ -67,12 +68,12 @@ class SweepResult:
         return rows
 
     def write(self, out_dir, targets=(0.9, 0.95), n_boot: int = 1000, figure: bool = True,
-              figure_target: float | None = None) -> dict:
+              figure_target: float | None = None, rows: list[dict] | None = None) -> dict:
         """``sweep.json``, ``sweep.csv`` and ``sweep.png`` (budget to ``figure_target``, default the
-        highest target, over the grid) in ``out_dir``."""
+        highest target, over the grid) in ``out_dir``; ``rows`` reuses a :meth:`table` already computed."""
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        rows = self.table(targets, n_boot)
+        rows = self.table(targets, n_boot) if rows is None else rows
         summary = {"method": self.method, "axes": list(self.axes), "baseline": self.baseline,
                    "config": {k: v for k, v in dataclasses.asdict(self.config).items()
                               if not isinstance(v, (tuple, list, dict))},
@@ -220,6 +221,4 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
 
 
 def _take(tree, index):
-    import jax
-
     return jax.tree_util.tree_map(lambda a: a[index], tree)

@@ -1,6 +1,5 @@
 """Anytime-valid confidence sequences: exact enumeration, a plain NumPy loop, and coverage at every look."""
 import itertools
-import sys
 
 import jax
 import jax.numpy as jnp

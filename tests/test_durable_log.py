@@ -3,7 +3,6 @@ import json
 import os
 import random
 import subprocess
-import sys
 import time
 
 import numpy as np

@@ -256,7 +256,6 @@ def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
     import os
     import signal
     import subprocess
-    import sys
 
     from conftest import write_slow_scorer
 

@@ -1,11 +1,8 @@
 """The notebooks run top to bottom, and the paper reproduction runs end to end (tiny)."""
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
