@@ -385,13 +385,14 @@ def observed_blocks(episode: Episode, state: BanditState,
     """Every observed cell as blocks: the initial batches (one block per model), then the pull log.
 
     ``log_slots`` (static) keeps only the first slots of the log, when the
-    caller knows no later step has happened yet: a refit at step ``t`` needs
-    ``t - 1`` of them, so early refits cost less than late ones.
+    caller knows no later step has happened yet (0: the initial batches only).
     """
     m, n0 = episode.init_examples.shape
-    log = state.log if log_slots is None else jax.tree_util.tree_map(lambda a: a[:log_slots], state.log)
     rows = jnp.arange(m, dtype=jnp.int32)
     init = factorization.CellBlocks(rows, episode.init_examples, state.init_scores, jnp.ones((m, n0), bool))
+    if log_slots == 0:
+        return (init,)
+    log = state.log if log_slots is None else jax.tree_util.tree_map(lambda a: a[:log_slots], state.log)
     pulls = factorization.CellBlocks(log.models, log.examples, log.scores,
                                      jnp.arange(log.examples.shape[1]) < log.sizes[:, None])
     return init, pulls
@@ -402,23 +403,31 @@ def adam_refit(epochs: int, learning_rate, l2) -> FitSettings:
     return FitSettings(epochs, l2, optax.adam(learning_rate))
 
 
-def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slots: int | None = None) -> BanditState:
+def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slots: int | None = None,
+           filled: factorization.FilledPrefix | None = None) -> BanditState:
     """Refit U on every observed cell (V frozen, warm start); recompute F and Phi.
 
     ``F_i``/``Phi_i`` (sums of predictions and their squares over model i's
     unobserved cells) are the dense row sums minus the observed cells' part.
+    ``log_slots`` slices the log statically; ``filled`` visits only its used
+    slots (see :class:`pulse_jax.factorization.FilledPrefix`).
     """
-    m, n = episode.scores.shape
     blocks = observed_blocks(episode, state, log_slots)
-    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings)
-    P = jnp.where(episode.missing, 0.0, factorization.predict(U, episode.V))   # a model's benchmark only
-    pred_sum, pred_sq_sum = jnp.sum(P, axis=1), jnp.sum(P * P, axis=1)
-    for block in blocks:
-        f = factorization.block_predictions(U, episode.V, block)
-        pred_sum = pred_sum - jax.ops.segment_sum(jnp.sum(f, axis=1), block.rows, m)
-        pred_sq_sum = pred_sq_sum - jax.ops.segment_sum(jnp.sum(f * f, axis=1), block.rows, m)
-    ledger = state.ledger._replace(pred_sum=pred_sum, pred_sq_sum=pred_sq_sum)
+    filled = filled if len(blocks) > 1 else None
+    rows_of_V = factorization.gather_rows(episode.V, blocks, filled)
+    n = episode.scores.shape[1]
+    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled, rows_of_V)
+    all_sum, all_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing)   # a model's benchmark only
+    seen_sum, seen_sq_sum = factorization.block_prediction_sums(U, episode.V, blocks, filled, rows_of_V)
+    ledger = state.ledger._replace(pred_sum=all_sum - seen_sum, pred_sq_sum=all_sq_sum - seen_sq_sum)
     return state._replace(U=U, ledger=ledger)
+
+
+def log_chunk_slots(config: BanditConfig) -> int:
+    """Pull-log slots a refit visits at a time: the refit period (refits fall on its multiples, so
+    the chunks a refit visits are exactly the filled ones), times enough to hold >= 256 cells."""
+    tau = max(config.refit_every, 1)
+    return tau * -(-256 // (tau * config.batch_size))
 
 
 # ----------------------------------------------------------------------------- the kernel
@@ -432,8 +441,8 @@ class Kernel(NamedTuple):
     * ``init(key, scores, V, params) -> (episode, state)``: stage 1, the
       initial batches (``scores`` needs only their cells) and the first fit;
     * ``select(episode, state, t, params, blocked=None, reserved=0) -> (i, size)``;
-    * ``refit(episode, state, size, params, due, log_slots=None) -> state``: the
-      refit of step ``t`` when ``due = refit_due(t)`` and the step spends;
+    * ``refit(episode, state, size, params, due, t=None, log_slots=None) -> state``:
+      the refit of step ``t`` when ``due = refit_due(t)`` and the step spends;
     * ``draw(episode, state, i, size) -> (examples, valid)``;
     * ``observe(episode, state, t, i, size, examples, valid, scores, params) -> (state, info)``;
     * ``step(episode, state, t, params, log_slots=None) -> (state, record)``: the
@@ -458,6 +467,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     m, n, B = config.n_models, config.n_examples, config.batch_size
     tau = config.refit_every if estimator.uses_predictions else 0
     C = estimator.n_sequences
+    chunk = log_chunk_slots(config)
 
     def refit_due(t):
         """Every ``tau`` steps, at the start of the step (after the choice, before the draw), as in
@@ -481,7 +491,8 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         zeros = jnp.zeros(m, jnp.float32)
         ledger = Ledger(jnp.full(m, n0, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1), (first * first).sum(1),
                         zeros, zeros, population)
-        slots = max(config.n_steps, 1) if estimator.uses_predictions else 0   # one empty slot when no steps
+        # One slot per step, rounded up to whole refit chunks (one empty slot when there are no steps).
+        slots = -(-max(config.n_steps, 1) // chunk) * chunk if estimator.uses_predictions else 0
         log = PullLog(jnp.zeros(slots, jnp.int32), jnp.zeros((slots, B), jnp.int32), jnp.zeros((slots, B), jnp.float32),
                       jnp.zeros(slots, jnp.int32))
         # The initial batches enter the confidence sequences as raw scores: no prediction exists yet
@@ -499,7 +510,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
                             Snapshots(nan, nan))
         if estimator.uses_predictions:
             settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2)
-            state = _refit(episode, state, settings)
+            state = _refit(episode, state, settings, log_slots=0)     # nothing is in the log yet
         state = state._replace(estimator=estimator.init(state.ledger))
         best = random_argmax(tie_uniform(tie_key, 0, BEST), current_estimates(estimator, state, n), model_order)
         state = _record_certificate(estimator, state._replace(best=best), config, params)
@@ -543,17 +554,20 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
                          leader, challenger)
         return jnp.where(active[pick], pick, fallback)
 
-    def refit(episode, state, size, params, due, log_slots=None):
+    def refit(episode, state, size, params, due, t=None, log_slots=None):
         """Step 2: when ``due`` and the step spends (``size > 0``), refit U on all observed cells and
         refresh the prediction sums and the estimator. ``due`` is a Python bool or an *unbatched*
         traced bool (it depends on the step only), so under ``vmap`` it stays a real ``lax.cond``
-        and plain steps never pay for a refit."""
+        and plain steps never pay for a refit. Given the step ``t`` (unbatched too), the refit
+        visits only the ``t - 1`` log slots steps ``1 .. t - 1`` may have filled."""
         if not estimator.uses_predictions or due is False:
             return state
 
         def refit_if_live(state):
             settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2)
-            new = _refit(episode, state, settings, log_slots)
+            dynamic = t is not None and log_slots is None
+            filled = factorization.FilledPrefix(jnp.maximum(t - 1, 0), chunk) if dynamic else None
+            new = _refit(episode, state, settings, log_slots, filled)
             new = new._replace(estimator=estimator.refresh(new.estimator, new.ledger, n))
             return _where_tree(size > 0, new, state)
 
@@ -622,7 +636,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         refit when due, :func:`draw`, :func:`observe` the true scores. A step that spends nothing
         changes nothing."""
         i, size = select(episode, state, t, params)
-        state = refit(episode, state, size, params, refit_due(t), log_slots)
+        state = refit(episode, state, size, params, refit_due(t), t, log_slots)
         examples, valid = draw(episode, state, i, size)
         state, info = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], params)
         empty = jnp.zeros((0,), jnp.float32)

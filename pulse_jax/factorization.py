@@ -16,7 +16,7 @@ paper's published settings (Adam; see :data:`PAPER_REFIT`).
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import chex
 import jax
@@ -75,8 +75,12 @@ def loss(U: chex.Array, V: chex.Array, scores: chex.Array, mask: chex.Array, lam
 
 def _optimise(params, loss_fn, settings: FitSettings):
     """``settings.epochs`` full-batch steps of ``settings.optimizer`` on ``loss_fn``."""
+    return _descend(params, jax.grad(loss_fn), settings)
+
+
+def _descend(params, grad_fn, settings: FitSettings):
+    """``settings.epochs`` full-batch steps of ``settings.optimizer`` along ``grad_fn``."""
     opt = settings.optimizer
-    grad_fn = jax.grad(loss_fn)
 
     def body(_, carry):
         p, opt_state = carry
@@ -127,33 +131,114 @@ class CellBlocks(NamedTuple):
     valid: chex.Array    # (K, L) bool
 
 
+class FilledPrefix(NamedTuple):
+    """Only the first ``used`` blocks of the *last* block group can hold valid cells; visit them
+    ``chunk`` blocks at a time (``chunk`` static and dividing the group's length; ``used`` an int,
+    possibly traced but the same across a ``vmap``), so the cost follows the cells observed, not
+    the group's capacity. The bandit's pull log is such a group: it is allocated for the whole
+    budget and filled one slot per step."""
+
+    used: Any
+    chunk: int
+
+
+def gather_rows(V, blocks, filled: FilledPrefix | None = None):
+    """The ``V`` rows of every cell, ``(K, L, r)`` per block group (gathered once per refit: ``V``
+    is frozen). Under ``filled`` the last group's unused blocks stay zero and are never read."""
+    out = [V[b.cols] for b in blocks[:-1]]
+    last = blocks[-1].cols
+    if filled is None:
+        return tuple(out + [V[last]])
+
+    def one_chunk(c, buf):
+        cols = jax.lax.dynamic_slice_in_dim(last, c * filled.chunk, filled.chunk, 0)
+        return jax.lax.dynamic_update_slice_in_dim(buf, V[cols], c * filled.chunk, 0)
+
+    buf = jnp.zeros(last.shape + V.shape[1:], V.dtype)
+    return tuple(out + [jax.lax.fori_loop(0, _n_chunks(filled), one_chunk, buf)])
+
+
+def _n_chunks(filled: FilledPrefix):
+    return (filled.used + filled.chunk - 1) // filled.chunk
+
+
+def _fold(fn, acc, blocks, gathered, filled: FilledPrefix | None):
+    """``acc`` plus ``fn(block, gathered_rows)`` summed over every block group, the last one over
+    its used chunks only (see :class:`FilledPrefix`)."""
+    add = lambda a, b: jax.tree_util.tree_map(jnp.add, a, b)   # noqa: E731
+    for b, g in zip(blocks[:-1], gathered[:-1]):
+        acc = add(acc, fn(b, g))
+    if filled is None:
+        return add(acc, fn(blocks[-1], gathered[-1]))
+
+    def one_chunk(c, acc):
+        piece = jax.tree_util.tree_map(lambda a: jax.lax.dynamic_slice_in_dim(a, c * filled.chunk, filled.chunk, 0),
+                                       (blocks[-1], gathered[-1]))
+        return add(acc, fn(*piece))
+
+    return jax.lax.fori_loop(0, _n_chunks(filled), one_chunk, acc)
+
+
+def _block_logits(u, block: CellBlocks, rows_of_V):
+    return jnp.einsum("klr,kr->kl", rows_of_V, u[block.rows], precision=PRECISION)
+
+
 def refit_rows_on_blocks(U: chex.Array, V: chex.Array, blocks: tuple[CellBlocks, ...], n_examples: int,
-                         settings: FitSettings) -> chex.Array:
+                         settings: FitSettings, filled: FilledPrefix | None = None, rows_of_V=None) -> chex.Array:
     """:func:`refit_rows` (the same objective and optimizer) computed on the observed cells only.
 
     Costs ``O(|Omega| r)`` per epoch instead of ``O(m n r)``: the ``V`` rows of
-    every observed cell are gathered once (V is frozen) and each epoch is two
-    batched contractions plus a ``segment_sum`` of per-block gradients.
+    every observed cell are gathered once (V is frozen), and the gradient of
+    the BCE term is written out,
+
+        dL/du_i = (1/|Omega|) sum_{(i,j) in Omega} (sigmoid(u_i . v_j) - S_ij) v_j + lam/(m + n) u_i,
+
+    as two batched contractions and a ``segment_sum`` per block (a third
+    less work than differentiating the loss, which also evaluates it).
+    ``rows_of_V``: :func:`gather_rows` of these blocks, when the caller has it.
     """
     m = U.shape[0]
     V = jax.lax.stop_gradient(V)
-    gathered = tuple(V[b.cols] for b in blocks)                          # (K, L, r) each
-    count = jnp.maximum(sum(jnp.sum(b.valid) for b in blocks), 1)
+    gathered = gather_rows(V, blocks, filled) if rows_of_V is None else rows_of_V
+    count = jnp.maximum(sum(jnp.sum(b.valid) for b in blocks), 1).astype(U.dtype)
 
-    def objective(u):
-        data = 0.0
-        for b, vg in zip(blocks, gathered):
-            logits = jnp.einsum("klr,kr->kl", vg, u[b.rows], precision=PRECISION)
-            data = data + masked_bce(logits, b.scores, b.valid)
-        return data / count + settings.lam / (2.0 * (m + n_examples)) * jnp.sum(u * u)
+    def data_gradient(u, block, rows_of_V):
+        residual = jnp.where(block.valid, jax.nn.sigmoid(_block_logits(u, block, rows_of_V)) - block.scores, 0.0)
+        per_block = jnp.einsum("klr,kl->kr", rows_of_V, residual, precision=PRECISION)
+        return jax.ops.segment_sum(per_block, block.rows, m)
 
-    return _optimise(U, objective, settings)
+    def gradient(u):
+        data = _fold(lambda b, g: data_gradient(u, b, g), jnp.zeros_like(u), blocks, gathered, filled)
+        return data / count + settings.lam / (m + n_examples) * u
+
+    return _descend(U, gradient, settings)
 
 
-def block_predictions(U: chex.Array, V: chex.Array, block: CellBlocks) -> chex.Array:
-    """``sigmoid(u_i . v_j)`` on a block's cells, 0 where not valid."""
-    logits = jnp.einsum("klr,kr->kl", V[block.cols], U[block.rows], precision=PRECISION)
-    return jnp.where(block.valid, jax.nn.sigmoid(logits), 0.0)
+def block_prediction_sums(U: chex.Array, V: chex.Array, blocks: tuple[CellBlocks, ...],
+                          filled: FilledPrefix | None = None, rows_of_V=None) -> tuple[chex.Array, chex.Array]:
+    """Per model row, the sums of ``f = sigmoid(u_i . v_j)`` and of ``f^2`` over the valid cells of ``blocks``."""
+    m = U.shape[0]
+    gathered = gather_rows(V, blocks, filled) if rows_of_V is None else rows_of_V
+
+    def sums(block, rows_of_V):
+        f = jnp.where(block.valid, jax.nn.sigmoid(_block_logits(U, block, rows_of_V)), 0.0)
+        first, second = _sum_and_sum_of_squares(f)
+        return jax.ops.segment_sum(first, block.rows, m), jax.ops.segment_sum(second, block.rows, m)
+
+    zeros = jnp.zeros(m, U.dtype)
+    return _fold(sums, (zeros, zeros), blocks, gathered, filled)
+
+
+def _sum_and_sum_of_squares(x):
+    """Row sums of ``x`` and of ``x * x``, as contractions: XLA on CPU runs the two-output
+    reduction ``jnp.sum(x, 1), jnp.sum(x * x, 1)`` unvectorized, 4x slower."""
+    ones = jnp.ones(x.shape[-1], x.dtype)
+    return jnp.matmul(x, ones, precision=PRECISION), jnp.einsum("...n,...n->...", x, x, precision=PRECISION)
+
+
+def prediction_row_sums(U: chex.Array, V: chex.Array, missing: chex.Array) -> tuple[chex.Array, chex.Array]:
+    """Per row, the sums of ``sigmoid(u_i . v_j)`` and of its square over the cells not ``missing``."""
+    return _sum_and_sum_of_squares(jnp.where(missing, 0.0, predict(U, V)))
 
 
 def predict(U: chex.Array, V: chex.Array) -> chex.Array:

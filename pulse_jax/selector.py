@@ -64,7 +64,7 @@ def _compiled(config: BanditConfig, method: str):
 
     def ask(episode, state, t, params, blocked, reserved, due):
         i, size = kernel.select(episode, state, t, params, blocked, reserved)
-        state = kernel.refit(episode, state, size, params, due)
+        state = kernel.refit(episode, state, size, params, due, t)
         examples, _ = kernel.draw(episode, state, i, size)
         return state, i, size, examples
 

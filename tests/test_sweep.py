@@ -82,9 +82,11 @@ def test_each_sweep_point_equals_simulate_with_its_parameters(problem, method):
         alone = pj.simulate(scores, config, method, V=V, reps=5, seed=7, params=point)
         for field in ("best", "chosen", "n_obs", "n_pulls", "certified_spent"):
             np.testing.assert_array_equal(getattr(res, field), getattr(alone, field), err_msg=field)
-        np.testing.assert_array_equal(res.estimates, alone.estimates)
-        np.testing.assert_array_equal(res.cs_low, alone.cs_low)
-        np.testing.assert_array_equal(res.lam, alone.lam)
+        # The sweep batches 4 items, simulate 5: the matrix kernels may block the contractions
+        # differently, so sums can round differently in float32's last bit (eps 1.2e-7); a real
+        # difference (another parameter, another draw) would be orders of magnitude larger.
+        for field in ("estimates", "cs_low", "lam"):
+            np.testing.assert_allclose(getattr(res, field), getattr(alone, field), rtol=1e-6, atol=1e-6, err_msg=field)
 
 
 def test_fixed_lambda_parameter_equals_a_constant_lambda_estimator(problem):
