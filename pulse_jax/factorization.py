@@ -132,7 +132,8 @@ class CellBlocks(NamedTuple):
 
 
 class FilledPrefix(NamedTuple):
-    """Only the first ``used`` blocks of the *last* block group can hold valid cells; visit them
+    """Only the first ``used`` blocks of the *last* block group hold valid cells (the caller
+    guarantees it: the rest have ``valid`` false, as unused slots of the pull log do); visit them
     ``chunk`` blocks at a time (``chunk`` static and dividing the group's length; ``used`` an int,
     possibly traced but the same across a ``vmap``), so the cost follows the cells observed, not
     the group's capacity. The bandit's pull log is such a group: it is allocated for the whole

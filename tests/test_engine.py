@@ -178,6 +178,36 @@ def test_methods_share_initial_draws():
     np.testing.assert_array_equal(first["ucbe"].chosen[:, 0], first["pulse"].chosen[:, 0])
 
 
+def test_refit_visits_only_the_filled_prefix_of_the_log():
+    """A refit told that only ``used`` slots of the log are filled (the bandit's pull log at step
+    ``used + 1``: later slots are empty, ``valid`` false) visits them chunk by chunk and equals the
+    refit on the first ``used`` slots alone; the prediction sums likewise. The empty slots hold
+    out-of-range scores, which would show if they leaked in. Covers a prefix ending inside a chunk,
+    on a chunk boundary, and an empty one."""
+    rng = np.random.default_rng(11)
+    m, n, r, L, K, chunk = 6, 40, 3, 4, 12, 4
+    jnp = jax.numpy
+    V = jnp.asarray(rng.normal(0, 1, (n, r)), jnp.float32)
+    U0 = jnp.asarray(rng.normal(0, 0.1, (m, r)), jnp.float32)
+    first = factorization.CellBlocks(jnp.arange(m, dtype=jnp.int32), jnp.asarray(rng.integers(0, n, (m, L)), jnp.int32),
+                                     jnp.asarray(rng.random((m, L)), jnp.float32), jnp.ones((m, L), bool))
+    log = factorization.CellBlocks(jnp.asarray(rng.integers(0, m, K), jnp.int32),
+                                   jnp.asarray(rng.integers(0, n, (K, L)), jnp.int32),
+                                   jnp.asarray(rng.random((K, L)), jnp.float32), jnp.asarray(rng.random((K, L)) < 0.9))
+    settings = factorization.adam_settings(15, 0.1, 0.01)
+    for used in (7, 8, 0):
+        garbage = log._replace(scores=log.scores.at[used:].set(5.0), valid=log.valid.at[used:].set(False))
+        prefix = jax.tree_util.tree_map(lambda a: a[:used], log)
+        filled = factorization.FilledPrefix(jnp.int32(used), chunk)
+        fitted = jax.jit(lambda u, b: factorization.refit_rows_on_blocks(u, V, b, n, settings, filled))(U0, (first, garbage))
+        alone = factorization.refit_rows_on_blocks(U0, V, (first, prefix) if used else (first,), n, settings)
+        # float32, 15 Adam steps: the chunked sum adds the same terms in another order
+        np.testing.assert_allclose(np.asarray(fitted), np.asarray(alone), atol=2e-5)
+        sums = factorization.block_prediction_sums(fitted, V, (first, garbage), filled)
+        expected = factorization.block_prediction_sums(fitted, V, (first, prefix) if used else (first,))
+        np.testing.assert_allclose(np.asarray(sums), np.asarray(expected), atol=1e-5)
+
+
 def test_refit_on_blocks_equals_the_dense_masked_refit():
     """The engine's observed-cells refit is the dense masked refit (same objective, same Adam),
     computed differently: blocks with unused slots, a model appearing in several blocks."""
