@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -36,6 +37,7 @@ from pulse_jax.simulate import SimulationResult, enable_compilation_cache, simul
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FACTOR_FILES = {"mmlu_pro": "openllm_v2_mmlu_pro_factors.npz",
                 "bbh_composite": "openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz"}
+TINY_EXAMPLES = 300   # --tiny: every setting is 20 candidates x 300 examples, 1,500 bandit cells
 REAL_FILES = {"cruxeval": "zeroeval_cruxeval_o.csv", "chembench": "chembench.csv"}
 LABEL = {"mmlu_pro": "Bench 1 (MMLU-Pro)", "bbh_composite": "Bench 2 (BBH composite)",
          "cruxeval": "CRUXEval-O (real)", "chembench": "ChemBench (real)"}
@@ -92,7 +94,7 @@ def load_problem(args, dataset, delta, tiny_rows=None):
         if args.tiny:   # a small slice of the real factors keeps CI fast
             U, V = data.load_factors(path)
             sliced = Path(args.out) / f"_{dataset}_tiny_factors.npz"
-            np.savez(sliced, U=U[:120], V=V[:300])
+            np.savez(sliced, U=U[:120], V=V[:TINY_EXAMPLES])
             path = sliced
         train, cand, info = data.paper_scale_problem(path, seed=args.seed, n_candidates=args.candidates,
                                                      delta_top2=delta)
@@ -102,6 +104,11 @@ def load_problem(args, dataset, delta, tiny_rows=None):
         return None
     train, cand, info = data.split_models(data.load(path), seed=args.seed)
     cand.require_complete()
+    if args.tiny:   # the factor settings' shape (their compiled programs are reused): first candidates/examples
+        n = TINY_EXAMPLES
+        cand = data.subset_rows(cand, range(min(args.candidates, cand.shape[0])))
+        cand = dataclasses.replace(cand, scores=cand.scores[:, :n], examples=cand.examples[:n])
+        train = dataclasses.replace(train, scores=train.scores[:, :n], examples=train.examples[:n])
     return train, cand, info
 
 
@@ -152,7 +159,7 @@ def main(argv=None) -> int:
             skipped.append(f"{name}: no candidate's gap to the best is near {delta} (closest: {gap:.4f}); "
                            "this setting repeats another")
             print(f"[note] {skipped[-1]}", file=sys.stderr)
-        if dataset in FACTOR_FILES:
+        if dataset in FACTOR_FILES or args.tiny:
             bandit_budget = args.bandit_budget
         else:
             bandit_budget = int(args.real_budget_fraction * m * n)

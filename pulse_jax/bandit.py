@@ -719,13 +719,10 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
                 state, tail = steps(state, tail_steps, max(n_phases * tau, 1))
                 records = concat(parts + [tail])
             else:
-                # An outer scan over full phases around an inner scan of tau steps; every
-                # refit works on the whole log (unused slots count for nothing).
-                state, full = jax.lax.scan(lambda s, p: steps(s, p * tau + jnp.arange(tau)), state,
-                                           jnp.arange(n_phases))
-                full = jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), full)
-                state, tail = steps(state, tail_steps)
-                records = concat([full, tail])
+                # One scan over t = 0 .. n_steps (t = 0 is the no-op padding step): the step body is
+                # compiled once, and each refit is a real `lax.cond` on the unbatched t.
+                state, records = steps(state, jnp.arange(n_steps + 1))
+                records = jax.tree_util.tree_map(lambda a: a[1:], records)
 
         estimates = current_estimates(estimator, state, config.n_examples)
         radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta)

@@ -35,7 +35,8 @@ def test_four_devices_match_one_device():
     Every repetition is computed independently from its own key, so the
     choices must be identical and the float32 estimates equal to rounding.
     """
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4", JAX_PLATFORMS="cpu")
+    flags = os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=4"   # keeps the suite's flags
+    env = dict(os.environ, XLA_FLAGS=flags.strip(), JAX_PLATFORMS="cpu")
     tests = str(Path(__file__).parent)
     proc = subprocess.run([sys.executable, "-c", SCRIPT.format(tests=tests)], env=env, capture_output=True,
                           text=True, timeout=600)

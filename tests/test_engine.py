@@ -1,4 +1,6 @@
 """The JAX engine against the NumPy reference loop, edge cases and determinism."""
+import functools
+
 import jax
 import numpy as np
 import pytest
@@ -154,25 +156,34 @@ def test_budget_exactly_at_initialization():
         assert (res.spent == 20).all()
 
 
+SEEDED = tiny_problem(m=6, n=50)
+SEEDED_CONFIG = BanditConfig(n_models=6, n_examples=50, budget=6 * 4 + 80, batch_size=4, refit_every=4)
+
+
+@functools.lru_cache(maxsize=None)
+def _seeded_run(method, seed=11, chunk_size=7):
+    """7 repetitions of the 6 x 50 problem (shared by the determinism tests: one compilation per chunk size)."""
+    scores, _, V = SEEDED
+    return simulate(scores, SEEDED_CONFIG, method, V=V, reps=7, seed=seed, chunk_size=chunk_size)
+
+
 def test_same_seed_same_result_and_chunking_does_not_matter():
-    scores, _, V = tiny_problem(m=6, n=50)
-    config = BanditConfig(n_models=6, n_examples=50, budget=6 * 4 + 80, batch_size=4, refit_every=4)
     for method in METHODS:
         # one chunk, three padded chunks of 3, and a repeat (chunk size 1 adds a compile, not a case)
-        runs = [simulate(scores, config, method, V=V, reps=7, seed=11, chunk_size=c) for c in (7, 3, 7)]
-        for other in runs[1:]:
+        first = _seeded_run(method)
+        scores, _, V = SEEDED
+        for other in (_seeded_run(method, chunk_size=3),
+                      simulate(scores, SEEDED_CONFIG, method, V=V, reps=7, seed=11, chunk_size=7)):
             for field in ("best", "spent", "chosen", "n_obs", "n_pulls", "certified_spent"):
-                np.testing.assert_array_equal(getattr(runs[0], field), getattr(other, field))
-            np.testing.assert_allclose(runs[0].estimates, other.estimates, rtol=0, atol=1e-6)
-        different = simulate(scores, config, method, V=V, reps=7, seed=12)
-        assert not np.array_equal(different.chosen, runs[0].chosen)
+                np.testing.assert_array_equal(getattr(first, field), getattr(other, field))
+            np.testing.assert_allclose(first.estimates, other.estimates, rtol=0, atol=1e-6)
+        different = _seeded_run(method, seed=12)
+        assert not np.array_equal(different.chosen, first.chosen)
 
 
 def test_methods_share_initial_draws():
     """Common random numbers: with one seed, every method sees the same initial batches."""
-    scores, _, V = tiny_problem(m=6, n=50)
-    config = BanditConfig(n_models=6, n_examples=50, budget=6 * 4 + 40, batch_size=4)
-    first = {m: simulate(scores, config, m, V=V, reps=5, seed=3) for m in METHODS}
+    first = {m: _seeded_run(m) for m in METHODS}
     # After initialization UCB-E and PULSE both estimate with the same sample means.
     np.testing.assert_array_equal(first["ucbe"].best[:, 0], first["pulse"].best[:, 0])
     np.testing.assert_array_equal(first["ucbe"].chosen[:, 0], first["pulse"].chosen[:, 0])

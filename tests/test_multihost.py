@@ -48,7 +48,8 @@ def test_two_processes_equal_one(tmp_path):
     script.write_text(WORKER)
     port = _free_port()
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(Path(__file__).parents[1])}
-    env.pop("XLA_FLAGS", None)
+    # One CPU device per process (no forced device count); the suite's other flags stay, as in this process.
+    env["XLA_FLAGS"] = " ".join(f for f in env.get("XLA_FLAGS", "").split() if "device_count" not in f)
     tests_dir = str(Path(__file__).parent)
     procs = [subprocess.Popen([sys.executable, str(script), str(port), str(i), str(tmp_path / f"p{i}.npz"), tests_dir],
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
