@@ -69,7 +69,6 @@ def banditeval_child(spec: dict) -> dict:
     ensemble of 64 dense (m, n) matrices: at 1,000 x 12,032 it grew past
     19 GB here and was stopped, so time it on smaller matrices.
     """
-    import numpy as np
     import torch
     from banditeval import bandits
 
@@ -118,7 +117,7 @@ def child(spec: dict) -> dict:
     from pulse_jax import bandit
     from pulse_jax.simulate import simulate
 
-    m, n, r = spec["models"], spec["examples"], spec["rank"]
+    m, n = spec["models"], spec["examples"]
     scores, V = problem(spec)
     config = bandit.BanditConfig(n_models=m, n_examples=n, budget=m * spec["batch"] + spec["bandit_budget"],
                                  batch_size=spec["batch"], refit_every=spec["refit_every"])
