@@ -7,7 +7,7 @@ then reports, per method, the fraction of steps whose pulled model and best
 guess agree and the largest difference of the final estimates and radii.
 
     JAX_PLATFORMS=cpu python benchmarks/backend_agreement.py --out cpu.npz
-    python benchmarks/backend_agreement.py --out gpu.npz                 # on the accelerator
+    python benchmarks/backend_agreement.py --out gpu.npz --follow cpu.npz   # on the accelerator
     python benchmarks/backend_agreement.py --compare cpu.npz gpu.npz --json agreement.json
 
 The engine's arithmetic is float32 everywhere; the backends differ in the
@@ -17,10 +17,17 @@ and a pull goes the other way. After such a flip the two runs are different
 (equally valid) sample paths. The comparison therefore reports the first step
 at which each repetition diverges, and compares estimates only over
 repetitions that never diverged.
+
+``--follow A.npz`` also runs every method along A's choices (``simulate(...,
+follow=...)``: same seeds, same pulls), so the two backends compute the same
+sample path; ``--compare`` then reports the largest difference of every
+step's estimates, lambdas and confidence bounds over *all* repetitions.
+That is the float tolerance within which the backends agree.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
@@ -41,13 +48,32 @@ def run(args) -> int:
                              refit_every=25)
     out = {"backend": np.array(jax.default_backend()), "device": np.array(str(jax.devices()[0])),
            "jax": np.array(jax.__version__), "V": V}
+    config = dataclasses.replace(config, record_estimates=True)   # every step's estimates and bounds
+    leader = np.load(args.follow) if args.follow else None
     for method in args.methods.split(","):
         res = simulate(bench.scores, config, method, V=V, reps=args.reps, seed=args.seed)
         for field in ("chosen", "best", "estimates", "radius", "n_obs"):
             out[f"{method}_{field}"] = getattr(res, field)
+        for field in ("step_estimates", "step_low", "step_high", "lam"):
+            out[f"{method}_{field}"] = getattr(res, field)
         print(f"{method}: {args.reps} repetitions in {res.seconds:.1f} s on {jax.default_backend()}", file=sys.stderr)
+        if leader is not None:
+            led = simulate(bench.scores, config, method, V=V, reps=args.reps, seed=args.seed,
+                           follow=leader[f"{method}_chosen"])
+            for field in ("chosen", "step_estimates", "step_low", "step_high", "lam"):
+                out[f"{method}_followed_{field}"] = getattr(led, field)
     np.savez(args.out, **out)
     return 0
+
+
+def _max_diff(a, b):
+    """Largest |a - b| over entries where either is a number (NaN on both sides: no value)."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    both_nan = np.isnan(a) & np.isnan(b)
+    if (np.isnan(a) != np.isnan(b)).any():
+        return float("inf")
+    d = np.abs(a - b)[~both_nan]
+    return float(d.max()) if d.size else 0.0
 
 
 def compare(a_path, b_path, json_out=None) -> int:
@@ -73,6 +99,11 @@ def compare(a_path, b_path, json_out=None) -> int:
             "max_abs_estimate_diff_identical_reps": float(np.nanmax(est)) if est.size else None,
             "max_abs_radius_diff_identical_reps": float(np.nanmax(rad)) if rad.size else None,
         }
+        if f"{method}_followed_chosen" in b.files:   # B followed A's choices: one sample path, every repetition
+            row = rows["methods"][method]
+            row["followed_path_choices_equal"] = bool(np.array_equal(b[f"{method}_followed_chosen"], ca))
+            for field in ("step_estimates", "step_low", "step_high", "lam"):
+                row[f"followed_max_abs_{field}_diff"] = _max_diff(a[f"{method}_{field}"], b[f"{method}_followed_{field}"])
     print(json.dumps(rows, indent=2))
     if json_out:
         with open(json_out, "w") as fh:
@@ -88,6 +119,7 @@ def main(argv=None) -> int:
     p.add_argument("--bandit-budget", type=int, default=6400)
     p.add_argument("--methods", default="ucbe,pulse,naive")
     p.add_argument("--V", help="example embeddings (.npy) to use instead of fitting them here")
+    p.add_argument("--follow", metavar="A.npz", help="also run along the choices saved in A.npz (same seeds)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"))
     p.add_argument("--json")
     args = p.parse_args(argv)

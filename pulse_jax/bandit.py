@@ -445,8 +445,9 @@ class Kernel(NamedTuple):
       the refit of step ``t`` when ``due = refit_due(t)`` and the step spends;
     * ``draw(episode, state, i, size) -> (examples, valid)``;
     * ``observe(episode, state, t, i, size, examples, valid, scores, params) -> (state, info)``;
-    * ``step(episode, state, t, params, log_slots=None) -> (state, record)``: the
-      four above with the true scores of ``episode.scores``;
+    * ``step(episode, state, t, params, log_slots=None, follow=None) -> (state, record)``:
+      the four above with the true scores of ``episode.scores`` (``follow``: pull
+      this model instead of the rule's choice, -1 for none; see :func:`make_run`);
     * ``bounds(state, params) -> (estimates, low, high)``;
     * ``refit_due(t)``: the one rule for when a refit happens (a Python bool for
       a Python ``t``, a traced bool for a traced one).
@@ -631,11 +632,17 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         state = _record_certificate(estimator, state._replace(best=best), config, params)
         return _take_snapshots(estimator, state, config, params, spent_before), info
 
-    def step(episode, state, t, params, log_slots=None):
+    def step(episode, state, t, params, log_slots=None, follow=None):
         """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): :func:`select`, the
         refit when due, :func:`draw`, :func:`observe` the true scores. A step that spends nothing
-        changes nothing."""
+        changes nothing. ``follow`` (a model index, -1 for no pull) replaces the rule's choice; the
+        batch size follows the usual rule for that model."""
         i, size = select(episode, state, t, params)
+        if follow is not None:
+            i = jnp.clip(follow, 0, m - 1)
+            room = jnp.minimum(jnp.minimum(B, state.ledger.population[i] - state.ledger.n_obs[i]),
+                               config.budget - state.spent)
+            size = jnp.where((follow >= 0) & (t >= 1), jnp.maximum(room, 0), 0)
         state = refit(episode, state, size, params, refit_due(t), t, log_slots)
         examples, valid = draw(episode, state, i, size)
         state, info = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], params)
@@ -673,7 +680,7 @@ MAX_UNROLLED_PHASES = 8
 UNROLL_MIN_LOG_CELLS = 20_000
 
 
-def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
+def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False):
     """Return ``run(key, scores, V, params=BanditParams()) -> RunResult`` for one repetition (pure, jittable).
 
     ``scores`` is the (m, n) float32 matrix of true scores in [0, 1]; ``V`` the
@@ -681,6 +688,13 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
     which ignores it); ``params`` the traced numbers (:class:`pulse_jax.BanditParams`),
     so ``jax.vmap`` over them sweeps without recompiling. Rows are never
     reordered: results index the input rows.
+
+    With ``follow=True`` the run is ``run(key, scores, V, params, choices)``: step
+    ``t`` pulls model ``choices[t - 1]`` (-1: none) instead of the rule's choice,
+    and everything else (draws, estimates, refits, intervals) is computed as
+    usual. Given a run's own ``chosen`` it repeats that run; given another
+    backend's, it computes the same sample path there, so the two backends'
+    arithmetic can be compared step for step.
     """
     estimator = get_estimator(method)
     require(estimator.proxies is not None or (config.rule == "ucbe" and not config.stop_when_certified),
@@ -689,15 +703,19 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse"):
     n_steps = config.n_steps
     tau = config.refit_every if estimator.uses_predictions else 0
 
-    def run(key, scores, V, params=None):
+    def run(key, scores, V, params=None, choices=None):
         params = (BanditParams() if params is None else params).as_arrays()
         scores = jnp.asarray(scores, jnp.float32)
         V = jnp.asarray(V, jnp.float32)
         episode, state = kernel.init(key, scores, V, params)
         init_best = state.best
+        # choices[t] is step t's model (index 0: the padding step t = 0, never a pull).
+        choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
 
         def steps(state, ts, log_slots=None):
-            return jax.lax.scan(lambda s, t: kernel.step(episode, s, t, params, log_slots), state, ts)
+            if choices is None:
+                return jax.lax.scan(lambda s, t: kernel.step(episode, s, t, params, log_slots), state, ts)
+            return jax.lax.scan(lambda s, t: kernel.step(episode, s, t, params, log_slots, choices[t]), state, ts)
 
         def concat(parts):
             return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[1:], *parts)

@@ -59,6 +59,10 @@ class SimulationResult:
     snapshot_cs: np.ndarray | None = None      # (R, K, m) CS half-widths at config.snapshot_budgets
     snapshot_paper: np.ndarray | None = None   # (R, K, m) the paper's radius there
     params: BanditParams = BanditParams()      # the traced numbers of the run (delta, exploration, ...)
+    # With config.record_estimates: every step's estimates and confidence-sequence bounds, (R, n_steps, m).
+    step_estimates: np.ndarray | None = None
+    step_low: np.ndarray | None = None
+    step_high: np.ndarray | None = None
 
     @property
     def reps(self) -> int:
@@ -215,19 +219,22 @@ def repetition_mesh(devices=None) -> jax.sharding.Mesh:
 
 
 @functools.lru_cache(maxsize=32)
-def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None = None):
-    """``jit(vmap(make_run(config, method)))`` over ``(key, params)`` pairs, cached so repeated calls
-    reuse the executable: parameters are traced, so new values never recompile.
+def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None = None, follow: bool = False):
+    """``jit(vmap(make_run(config, method)))`` over ``(key, params)`` pairs (and each item's ``choices``
+    with ``follow``), cached so repeated calls reuse the executable: parameters are traced, so new
+    values never recompile.
 
     With a ``mesh``, the pairs are split along its ``"reps"`` axis with
     ``shard_map``: each device runs its own repetitions with the score matrix
     and ``V`` replicated, and no device ever talks to another.
     """
-    batched = jax.vmap(bandit.make_run(config, method), in_axes=(0, None, None, 0))
+    per_item = (0,) * (2 if follow else 1)
+    batched = jax.vmap(bandit.make_run(config, method, follow), in_axes=(0, None, None) + per_item)
     if mesh is None or mesh.size == 1:
         return jax.jit(batched)
     P = jax.sharding.PartitionSpec
-    return jax.jit(jax.shard_map(batched, mesh=mesh, in_specs=(P("reps"), P(), P(), P("reps")), out_specs=P("reps"),
+    specs = (P("reps"), P(), P()) + (P("reps"),) * len(per_item)
+    return jax.jit(jax.shard_map(batched, mesh=mesh, in_specs=specs, out_specs=P("reps"),
                                  check_vma=False))   # the scan carries start replicated, become per-device
 
 
@@ -250,7 +257,7 @@ def rep_keys(seed: int, start: int, count: int) -> jax.Array:
 def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: BanditParams | None = None, V=None,
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] = False, model_names=None, devices=None,
-             stop: str | None = None) -> SimulationResult:
+             stop: str | None = None, follow=None) -> SimulationResult:
     """Run ``reps`` repetitions of ``method`` ("ucbe", "pulse" or "naive").
 
     Args:
@@ -275,16 +282,38 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         ``"budget"`` spends the whole budget; default: as ``config`` says.
         Either way the first certification is recorded
         (:meth:`SimulationResult.certification`).
+      follow: ``(reps, n_steps)`` model indices (-1: no pull), e.g. another
+        run's ``chosen``: repetition ``r`` pulls ``follow[r, t - 1]`` at step
+        ``t`` instead of choosing, and computes everything else as usual. With
+        the same seed this repeats that run's sample path, on any backend, so
+        two backends' estimates can be compared on one path
+        (``benchmarks/backend_agreement.py``).
     """
     params = check_params(BanditParams() if params is None else params)
     seed_key(seed)   # refuses a bad seed before anything runs
     require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     config, estimator, scores, V = _prepare(scores, config, method, V, stop)
+    if follow is not None:
+        follow = _check_follow(follow, reps, config)
     stacked = BanditParams(*(np.full(reps, v, np.float32) for v in params))
     out, seconds, compile_seconds = execute(scores, config, method, estimator, V, np.arange(reps), stacked, seed,
-                                            chunk_size, progress, devices)
+                                            chunk_size, progress, devices, follow)
     return result_from(out, estimator.name, config, params, seed, scores, seconds, compile_seconds, model_names)
+
+
+def _check_follow(follow, reps: int, config: BanditConfig) -> np.ndarray:
+    """``follow`` as an ``(reps, n_steps)`` int32 array of model indices or -1, or a one-line error."""
+    arr = np.asarray(follow)
+    want = (reps, config.n_steps)
+    require(arr.shape == want, f"follow must have shape (reps, n_steps) = {want}, got {arr.shape}")
+    require(arr.dtype.kind in "iu" or (arr.size and np.array_equal(arr, np.round(arr))),
+            f"follow must hold model indices (integers), got dtype {arr.dtype}")
+    bad = np.argwhere((arr < -1) | (arr >= config.n_models))
+    if len(bad):
+        raise PulseInputError(f"follow[{bad[0][0]}, {bad[0][1]}] = {arr[tuple(bad[0])]} is not a model index "
+                              f"in [0, {config.n_models}) nor -1")
+    return arr.astype(np.int32)
 
 
 def _is_count(x) -> bool:
@@ -322,8 +351,9 @@ def _prepare(scores, config: BanditConfig, method, V, stop):
 
 
 def execute(scores, config: BanditConfig, method, estimator, V, rep_index, params: BanditParams, seed: int,
-            chunk_size=None, progress=False, devices=None):
-    """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program.
+            chunk_size=None, progress=False, devices=None, follow=None):
+    """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program
+    (each following the choices ``follow[k]`` when given: see :func:`simulate`).
 
     Repetition ``r`` uses the key ``fold_in(PRNGKey(seed), r)`` whatever its
     parameters (common random numbers across sweep points) and whatever the
@@ -345,7 +375,8 @@ def execute(scores, config: BanditConfig, method, estimator, V, rep_index, param
     chunk = -(-total // n_chunks)
     chunk = -(-chunk // mesh.size) * mesh.size
 
-    run = compiled_runner(config, method if isinstance(method, str) else estimator, mesh if mesh.size > 1 else None)
+    run = compiled_runner(config, method if isinstance(method, str) else estimator, mesh if mesh.size > 1 else None,
+                          follow is not None)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     by_rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("reps"))
     scores_dev, V_dev = _put(scores, replicated), _put(V, replicated)
@@ -357,14 +388,14 @@ def execute(scores, config: BanditConfig, method, estimator, V, rep_index, param
         """Keys and parameters of items ``start .. start + chunk`` (the last item repeated as padding)."""
         take = np.minimum(np.arange(start, start + chunk), total - 1)
         keys = np.asarray(rep_keys_for(seed, rep_index[take]))
-        return _put(keys, by_rep), BanditParams(*(_put(v[take], by_rep) for v in params))
+        items = (_put(keys, by_rep), BanditParams(*(_put(v[take], by_rep) for v in params)))
+        return items if follow is None else items + (_put(follow[take], by_rep),)
 
     # Compile ahead of time so its cost is reported apart from the run. ``run`` is the cached jit of
     # this configuration and JAX keeps its executables, so a later call with the same shapes (any
     # parameter values, any seed) traces and compiles nothing.
     start_time = time.perf_counter()
-    first_keys, first_params = inputs(0)
-    compiled = run.lower(first_keys, scores_dev, V_dev, first_params).compile()
+    compiled = run.lower(*_with_data(inputs(0), scores_dev, V_dev)).compile()
     compile_seconds = time.perf_counter() - start_time
     # On accelerators, chunk k + 1 is dispatched before chunk k is fetched, so the device never waits
     # on the host (executions on one device run in order). On CPU two dispatched chunks would run at
@@ -388,9 +419,9 @@ def execute(scores, config: BanditConfig, method, estimator, V, rep_index, param
     return out, time.perf_counter() - start_time, compile_seconds
 
 
-def _with_data(keys_params, scores, V):
-    keys, params = keys_params
-    return keys, scores, V, params
+def _with_data(items, scores, V):
+    """The run's arguments: the items' keys, the shared data, then the items' parameters (and choices)."""
+    return (items[0], scores, V) + tuple(items[1:])
 
 
 def rep_keys_for(seed: int, reps) -> jax.Array:
@@ -418,6 +449,8 @@ def result_from(out, method_name: str, config: BanditConfig, params: BanditParam
         certified_model=np.asarray(out.certified.model, np.int64),
         snapshot_cs=np.asarray(out.snapshots.cs, np.float64), snapshot_paper=np.asarray(out.snapshots.paper, np.float64),
         params=params,
+        **({"step_estimates": np.asarray(out.steps.estimates), "step_low": np.asarray(out.steps.low),
+            "step_high": np.asarray(out.steps.high)} if config.record_estimates else {}),
     )
 
 

@@ -10,6 +10,7 @@ from reference import reference_run
 from pulse_jax import bandit, factorization
 from pulse_jax.simulate import simulate
 from pulse_jax.bandit import BanditConfig
+from pulse_jax.errors import PulseInputError
 from pulse_jax.params import BanditParams
 
 METHODS = ["ucbe", "pulse", "naive"]
@@ -187,6 +188,50 @@ def test_methods_share_initial_draws():
     # After initialization UCB-E and PULSE both estimate with the same sample means.
     np.testing.assert_array_equal(first["ucbe"].best[:, 0], first["pulse"].best[:, 0])
     np.testing.assert_array_equal(first["ucbe"].chosen[:, 0], first["pulse"].chosen[:, 0])
+
+
+def test_following_a_runs_choices_repeats_it_and_follows_any_path():
+    """``simulate(..., follow=chosen)`` pulls the given models and computes everything else as usual:
+    following a run's own choices (same seed) repeats that run exactly; following another method's
+    choices walks that path (so two backends can be compared on one sample path)."""
+    scores, _, V = SEEDED
+    for method in METHODS:
+        free = _seeded_run(method)
+        again = simulate(scores, SEEDED_CONFIG, method, V=V, reps=7, seed=11, chunk_size=7, follow=free.chosen)
+        for field in ("best", "spent", "chosen", "n_obs", "n_pulls", "certified_spent"):
+            np.testing.assert_array_equal(getattr(again, field), getattr(free, field))
+        # Same arithmetic, but a different program (the choice is an input): equal to float32 rounding.
+        np.testing.assert_allclose(again.estimates, free.estimates, rtol=0, atol=1e-6)
+    path = _seeded_run("ucbe").chosen
+    led = simulate(scores, SEEDED_CONFIG, "pulse", V=V, reps=7, seed=11, chunk_size=7, follow=path)
+    np.testing.assert_array_equal(led.chosen, path)
+    assert not np.array_equal(_seeded_run("pulse").chosen, path)   # PULSE would have gone elsewhere
+    with pytest.raises(PulseInputError, match=r"follow must have shape \(reps, n_steps\) = \(7, 22\), got \(7, 5\)"):
+        simulate(scores, SEEDED_CONFIG, "ucbe", reps=7, follow=path[:, :5])
+    bad = path.copy()
+    bad[2, 3] = 6
+    with pytest.raises(PulseInputError, match=r"follow\[2, 3\] = 6 is not a model index in \[0, 6\)"):
+        simulate(scores, SEEDED_CONFIG, "ucbe", reps=7, follow=bad)
+
+
+def test_following_works_on_the_unrolled_refit_path(monkeypatch):
+    monkeypatch.setattr(bandit, "UNROLL_MIN_LOG_CELLS", 0)
+    m, n, extra, batch, tau = CASES["plain"]
+    scores, _, V = tiny_problem(seed=0, m=m, n=n)
+    config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
+    assert (config.n_steps + 1) // tau <= bandit.MAX_UNROLLED_PHASES
+    key = jax.random.PRNGKey(3)
+    free = jax.jit(bandit.make_run(config, "pulse"))(key, scores, V, _params())
+    follow = jax.jit(bandit.make_run(config, "pulse", follow=True))
+    again = follow(key, scores, V, _params(), free.steps.chosen)
+    np.testing.assert_array_equal(np.asarray(again.steps.chosen), np.asarray(free.steps.chosen))
+    np.testing.assert_allclose(np.asarray(again.steps.lam), np.asarray(free.steps.lam), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(again.steps.estimates), np.asarray(free.steps.estimates), atol=1e-6)
+    # A path with skipped steps (-1) and a model pulled over and over: the record shows exactly it.
+    path = np.where(np.arange(config.n_steps) % 4 == 3, -1, np.arange(config.n_steps) % m).astype(np.int32)
+    led = follow(key, scores, V, _params(), path)
+    np.testing.assert_array_equal(np.asarray(led.steps.chosen), path)
+    assert int(led.steps.spent[-1]) == config.init_cells + batch * int((path >= 0).sum())
 
 
 def test_refit_visits_only_the_filled_prefix_of_the_log():

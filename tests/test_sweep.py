@@ -32,8 +32,8 @@ def counted_traces(monkeypatch):
     traces = []
     original = bandit.make_run
 
-    def counting(config, method="pulse"):
-        run = original(config, method)
+    def counting(config, method="pulse", *rest):
+        run = original(config, method, *rest)
 
         def traced(*args):
             traces.append(config)
