@@ -1,4 +1,4 @@
-"""Repetitions sharded over several devices give exactly the single-device results."""
+"""Repetitions sharded over several devices give exactly the single-device results; other compiled code agrees on one path."""
 import json
 import os
 import subprocess
@@ -49,3 +49,57 @@ def test_four_devices_match_one_device():
         np.testing.assert_array_equal(np.asarray(sharded[method]["best"]), res.best)
         np.testing.assert_array_equal(np.asarray(sharded[method]["n_obs"]), res.n_obs)
         np.testing.assert_allclose(np.asarray(sharded[method]["estimates"]), res.estimates, atol=1e-6)
+
+
+FOLLOW_SCRIPT = """
+import json, sys
+import numpy as np
+sys.path.insert(0, {tests!r})
+from conftest import tiny_problem
+from pulse_jax.bandit import BanditConfig
+from pulse_jax.simulate import simulate
+scores, _, V = tiny_problem(seed=5, m=6, n=40)
+config = BanditConfig(n_models=6, n_examples=40, budget=6 * 4 + 120, batch_size=4, refit_every=5,
+                      record_estimates=True)
+chosen = json.loads(sys.stdin.read())
+out = {{}}
+for method in ("ucbe", "pulse"):
+    res = simulate(scores, config, method, V=V, reps=8, seed=9, follow=np.asarray(chosen[method]))
+    out[method] = {{k: np.asarray(getattr(res, k)).tolist() for k in ("chosen", "step_estimates", "step_low",
+                                                                     "step_high", "lam")}}
+print(json.dumps(out))
+"""
+
+
+def test_other_compiled_code_agrees_on_one_sample_path():
+    """The same runs compiled at another XLA optimization level (another summation order, as on another
+    backend), made to follow this process's choices, agree within the stated float tolerances.
+
+    UCB-E's estimates are ratios of integer counts, so they must be equal; its confidence bounds are
+    float32 sums of O(n) terms (measured 6e-8; 1e-6 allowed). PULSE's refits amplify last-bit
+    differences: on this problem 5.1e-6 in estimates, 1.2e-7 in bounds and 2.2e-5 in lambda were
+    measured (levels 0 and 3, and 0 and XLA's default), so 1e-4 / 1e-5 / 1e-3 leave 20-80x headroom,
+    while a wrong path (different cells) moves an estimate by about 1 / 40 = 2.5e-2 per cell. Longer
+    runs amplify more: 200 demo-sized repetitions of 407 steps measured up to 3.6e-3 in estimates
+    (docs/benchmarks/agreement_cpu_o2_vs_o0.json).
+    """
+    scores, _, V = tiny_problem(seed=5, m=6, n=40)
+    config = BanditConfig(n_models=6, n_examples=40, budget=6 * 4 + 120, batch_size=4, refit_every=5,
+                          record_estimates=True)
+    here = {m: simulate(scores, config, m, V=V, reps=8, seed=9) for m in ("ucbe", "pulse")}
+    flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "optimization_level" not in f]
+    other_level = "3" if "--xla_backend_optimization_level=0" in os.environ.get("XLA_FLAGS", "") else "0"
+    env = dict(os.environ, JAX_PLATFORMS="cpu",
+               XLA_FLAGS=" ".join(flags + [f"--xla_backend_optimization_level={other_level}"]))
+    proc = subprocess.run([sys.executable, "-c", FOLLOW_SCRIPT.format(tests=str(Path(__file__).parent))],
+                          input=json.dumps({m: r.chosen.tolist() for m, r in here.items()}), env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    there = {m: {k: np.asarray(v, np.float64) for k, v in r.items()}
+             for m, r in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
+    for method, (est, bound, lam) in {"ucbe": (0.0, 1e-6, 0.0), "pulse": (1e-4, 1e-5, 1e-3)}.items():
+        np.testing.assert_array_equal(there[method]["chosen"], here[method].chosen)
+        np.testing.assert_allclose(there[method]["step_estimates"], here[method].step_estimates, rtol=0, atol=est)
+        np.testing.assert_allclose(there[method]["step_low"], here[method].step_low, rtol=0, atol=bound)
+        np.testing.assert_allclose(there[method]["step_high"], here[method].step_high, rtol=0, atol=bound)
+        np.testing.assert_allclose(there[method]["lam"], here[method].lam, rtol=0, atol=lam, equal_nan=True)
