@@ -536,11 +536,16 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
                           episode.model_order)
         if config.rule == "lucb":
             i = lucb_choice(episode, state, t, params, mu, active, i)
-        size = jnp.minimum(jnp.minimum(B, ledger.population[i] - ledger.n_obs[i]), config.budget - state.spent - reserved)
         go = jnp.any(active) & (t >= 1)
         if config.stop_when_certified:
             go = go & (state.certified.spent < 0)
-        return i, jnp.where(go, jnp.maximum(size, 0), 0)
+        return i, jnp.where(go, room(state, i, reserved), 0)
+
+    def room(state, i, reserved=0):
+        """``B' = min(B, |U_i|, budget left - reserved)`` for model ``i`` (never below 0)."""
+        ledger = state.ledger
+        size = jnp.minimum(jnp.minimum(B, ledger.population[i] - ledger.n_obs[i]), config.budget - state.spent - reserved)
+        return jnp.maximum(size, 0)
 
     def lucb_choice(episode, state, t, params, mu, active, fallback):
         """LUCB: of the leader (``argmax mu_hat``) and the challenger (the other model with the
@@ -637,12 +642,11 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         refit when due, :func:`draw`, :func:`observe` the true scores. A step that spends nothing
         changes nothing. ``follow`` (a model index, -1 for no pull) replaces the rule's choice; the
         batch size follows the usual rule for that model."""
-        i, size = select(episode, state, t, params)
-        if follow is not None:
+        if follow is None:
+            i, size = select(episode, state, t, params)
+        else:
             i = jnp.clip(follow, 0, m - 1)
-            room = jnp.minimum(jnp.minimum(B, state.ledger.population[i] - state.ledger.n_obs[i]),
-                               config.budget - state.spent)
-            size = jnp.where((follow >= 0) & (t >= 1), jnp.maximum(room, 0), 0)
+            size = jnp.where((follow >= 0) & (t >= 1), room(state, i), 0)
         state = refit(episode, state, size, params, refit_due(t), t, log_slots)
         examples, valid = draw(episode, state, i, size)
         state, info = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], params)
@@ -713,9 +717,9 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
         choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
 
         def steps(state, ts, log_slots=None):
-            if choices is None:
-                return jax.lax.scan(lambda s, t: kernel.step(episode, s, t, params, log_slots), state, ts)
-            return jax.lax.scan(lambda s, t: kernel.step(episode, s, t, params, log_slots, choices[t]), state, ts)
+            def one(s, t):
+                return kernel.step(episode, s, t, params, log_slots, None if choices is None else choices[t])
+            return jax.lax.scan(one, state, ts)
 
         def concat(parts):
             return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[1:], *parts)

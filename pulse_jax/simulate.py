@@ -307,8 +307,9 @@ def _check_follow(follow, reps: int, config: BanditConfig) -> np.ndarray:
     arr = np.asarray(follow)
     want = (reps, config.n_steps)
     require(arr.shape == want, f"follow must have shape (reps, n_steps) = {want}, got {arr.shape}")
-    require(arr.dtype.kind in "iu" or (arr.size and np.array_equal(arr, np.round(arr))),
-            f"follow must hold model indices (integers), got dtype {arr.dtype}")
+    integral = arr.dtype.kind in "iu" or (arr.dtype.kind == "f" and np.isfinite(arr).all()
+                                           and np.array_equal(arr, np.round(arr)))
+    require(integral, f"follow must hold model indices (integers), got dtype {arr.dtype}")
     bad = np.argwhere((arr < -1) | (arr >= config.n_models))
     if len(bad):
         raise PulseInputError(f"follow[{bad[0][0]}, {bad[0][1]}] = {arr[tuple(bad[0])]} is not a model index "
@@ -385,7 +386,7 @@ def execute(scores, config: BanditConfig, method, estimator, V, rep_index, param
     params = BanditParams(*(np.asarray(v, np.float32) for v in params))
 
     def inputs(start):
-        """Keys and parameters of items ``start .. start + chunk`` (the last item repeated as padding)."""
+        """Keys, parameters (and choices) of items ``start .. start + chunk`` (the last item repeated as padding)."""
         take = np.minimum(np.arange(start, start + chunk), total - 1)
         keys = np.asarray(rep_keys_for(seed, rep_index[take]))
         items = (_put(keys, by_rep), BanditParams(*(_put(v[take], by_rep) for v in params)))

@@ -8,7 +8,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("PULSE_JAX_CACHE", "/tmp/pulse-jax-test-xla-cache")
 # Compilation is most of a cold run of this suite, and the test problems are small: XLA's backend
-# (LLVM) optimization level 0 compiles in about half the time. The programs are the same; only
+# (LLVM) optimization level 0 compiles in 40-60% of the time. The programs are the same; only
 # float rounding may differ, as between backends. PULSE_JAX_TEST_OPTIMIZE=1 keeps XLA's default.
 if os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1" and "xla_backend_optimization_level" not in os.environ.get(
         "XLA_FLAGS", ""):
