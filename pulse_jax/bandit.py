@@ -414,11 +414,11 @@ def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slot
     """
     blocks = observed_blocks(episode, state, log_slots)
     filled = filled if len(blocks) > 1 else None
-    rows_of_V = factorization.gather_rows(episode.V, blocks, filled)
+    visits = factorization.plan_visits(episode.V, blocks, filled)
     n = episode.scores.shape[1]
-    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled, rows_of_V)
+    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled, visits)
     all_sum, all_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing)   # a model's benchmark only
-    seen_sum, seen_sq_sum = factorization.block_prediction_sums(U, episode.V, blocks, filled, rows_of_V)
+    seen_sum, seen_sq_sum = factorization.block_prediction_sums(U, episode.V, blocks, filled, visits)
     ledger = state.ledger._replace(pred_sum=all_sum - seen_sum, pred_sq_sum=all_sq_sum - seen_sq_sum)
     return state._replace(U=U, ledger=ledger)
 

@@ -264,6 +264,41 @@ def test_refit_visits_only_the_filled_prefix_of_the_log():
         np.testing.assert_allclose(np.asarray(sums), np.asarray(expected), atol=1e-5)
 
 
+def test_refit_in_cache_sized_chunks_equals_the_refit_on_whole_groups(monkeypatch):
+    """On a CPU the refit gathers ``V`` rows a cache-sized chunk at a time (``chunk_bytes``); that is
+    only a different order of the same sums. Chunks of 2 and 5 blocks (5 leaves a tail of 2 in a
+    group of 12), with and without a filled prefix of 9 (whose chunks divide its unit of 4), give the
+    whole-group refit and prediction sums to float32 rounding."""
+    rng = np.random.default_rng(12)
+    m, n, r, L, K = 6, 40, 3, 4, 12
+    jnp = jax.numpy
+    V = jnp.asarray(rng.normal(0, 1, (n, r)), jnp.float32)
+    U0 = jnp.asarray(rng.normal(0, 0.1, (m, r)), jnp.float32)
+    first = factorization.CellBlocks(jnp.arange(m, dtype=jnp.int32), jnp.asarray(rng.integers(0, n, (m, L)), jnp.int32),
+                                     jnp.asarray(rng.random((m, L)), jnp.float32), jnp.ones((m, L), bool))
+    log = factorization.CellBlocks(jnp.asarray(rng.integers(0, m, K), jnp.int32),
+                                   jnp.asarray(rng.integers(0, n, (K, L)), jnp.int32),
+                                   jnp.asarray(rng.random((K, L)), jnp.float32), jnp.asarray(rng.random((K, L)) < 0.9))
+    settings = factorization.adam_settings(15, 0.1, 0.01)
+    per_block = L * r * 4
+    log = log._replace(valid=log.valid.at[9:].set(False))     # a filled prefix of 9 blocks: the rest is empty
+
+    def refit(budget, filled):
+        monkeypatch.setattr(factorization, "chunk_bytes", lambda platform=None: budget)
+        visits = factorization.plan_visits(V, (first, log), filled)
+        U = jax.jit(lambda u: factorization.refit_rows_on_blocks(u, V, (first, log), n, settings, filled))(U0)
+        return visits, U, factorization.block_prediction_sums(U, V, (first, log), filled)
+
+    for filled in (None, factorization.FilledPrefix(jnp.int32(9), 4)):
+        _, whole_U, whole_sums = refit(None, filled)
+        for blocks_per_chunk in (2, 5):
+            visits, U, sums = refit(blocks_per_chunk * per_block, filled)
+            assert all(v.rows is None for v in visits)          # the chunked path really ran
+            assert visits[1].chunk == (min(blocks_per_chunk, 4) if filled else blocks_per_chunk)
+            np.testing.assert_allclose(np.asarray(U), np.asarray(whole_U), atol=2e-6)   # float32 reordering only
+            np.testing.assert_allclose(np.asarray(sums), np.asarray(whole_sums), atol=2e-6)
+
+
 def test_refit_on_blocks_equals_the_dense_masked_refit():
     """The engine's observed-cells refit is the dense masked refit (same objective, same Adam),
     computed differently: blocks with unused slots, a model appearing in several blocks."""
