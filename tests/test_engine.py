@@ -268,7 +268,8 @@ def test_refit_in_cache_sized_chunks_equals_the_refit_on_whole_groups(monkeypatc
     """On a CPU the refit gathers ``V`` rows a cache-sized chunk at a time (``chunk_bytes``); that is
     only a different order of the same sums. Chunks of 2 and 5 blocks (5 leaves a tail of 2 in a
     group of 12), with and without a filled prefix of 9 (whose chunks divide its unit of 4), give the
-    whole-group refit and prediction sums to float32 rounding."""
+    whole-group refit and prediction sums to float32 rounding; the dense prediction sums made a
+    few rows at a time equal those made at once."""
     rng = np.random.default_rng(12)
     m, n, r, L, K = 6, 40, 3, 4, 12
     jnp = jax.numpy
@@ -297,6 +298,16 @@ def test_refit_in_cache_sized_chunks_equals_the_refit_on_whole_groups(monkeypatc
             assert visits[1].chunk == (min(blocks_per_chunk, 4) if filled else blocks_per_chunk)
             np.testing.assert_allclose(np.asarray(U), np.asarray(whole_U), atol=2e-6)   # float32 reordering only
             np.testing.assert_allclose(np.asarray(sums), np.asarray(whole_sums), atol=2e-6)
+
+    # The dense prediction sums, 4 rows at a time (and a tail of 2) against all 6 rows at once.
+    missing = jnp.asarray(rng.random((m, n)) < 0.2)
+    monkeypatch.setattr(factorization, "chunk_bytes", lambda platform=None: None)
+    whole = factorization.prediction_row_sums(U0, V, missing)
+    monkeypatch.setattr(factorization, "chunk_bytes", lambda platform=None: 1)
+    monkeypatch.setattr(factorization, "CPU_DENSE_BYTES", 4 * n * 4)
+    blocked = jax.jit(factorization.prediction_row_sums)(U0, V, missing)
+    np.testing.assert_allclose(np.asarray(blocked), np.asarray(whole), rtol=1e-6)
+    assert np.asarray(whole).shape == (2, m) and np.all(np.asarray(whole[0]) > 0)
 
 
 def test_refit_on_blocks_equals_the_dense_masked_refit():
