@@ -313,7 +313,8 @@ def random_argmax(u: chex.Array, values: chex.Array, model_order: chex.Array) ->
     tied = v == jnp.max(v)
     count = jnp.sum(tied)
     k = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
-    return model_order[jnp.argmax(jnp.cumsum(tied) > k)]
+    # cumsum(tied) never decreases: the first position where it exceeds k is the count of those where it does not
+    return model_order[jnp.sum(jnp.cumsum(tied) <= k)]
 
 
 # ----------------------------------------------------------------------------- pieces

@@ -224,6 +224,14 @@ def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, sc
                    jnp.minimum(cs.high, jnp.min(high, axis=1)))
 
 
+def first_argmax(x: chex.Array) -> chex.Array:
+    """``jnp.argmax(x)`` of a 1-D array (the first maximum; the first NaN if any), as two plain
+    reductions: XLA on CPU runs argmax's (value, index) reduction unvectorized, 2.2 us per
+    1,000 entries against well under 1 us for these."""
+    hit = (x == jnp.max(x)) | jnp.isnan(x)
+    return jnp.min(jnp.where(hit, jnp.arange(x.shape[0], dtype=jnp.int32), x.shape[0]))
+
+
 def certify(low: chex.Array, high: chex.Array) -> tuple[chex.Array, chex.Array]:
     """``(certified, model)``: is some model's lower bound above every other model's upper bound?
 
@@ -233,6 +241,6 @@ def certify(low: chex.Array, high: chex.Array) -> tuple[chex.Array, chex.Array]:
     simultaneous sequences, ``[low_a - high_b, high_a - low_b]``, excludes 0 for
     every challenger ``b`` exactly when it holds. NaN bounds never certify.
     """
-    h = jnp.argmax(jnp.nan_to_num(low, nan=-jnp.inf))
+    h = first_argmax(jnp.nan_to_num(low, nan=-jnp.inf))
     rival = jnp.max(jnp.where(jnp.arange(low.shape[0]) == h, -jnp.inf, jnp.nan_to_num(high, nan=jnp.inf)))
     return low[h] > rival, h.astype(jnp.int32)
