@@ -258,14 +258,10 @@ def test_following_works_on_the_unrolled_refit_path(monkeypatch):
     assert int(led.steps.spent[-1]) == config.init_cells + batch * int((path >= 0).sum())
 
 
-def test_refit_visits_only_the_filled_prefix_of_the_log():
-    """A refit told that only ``used`` slots of the log are filled (the bandit's pull log at step
-    ``used + 1``: later slots are empty, ``valid`` false) visits them chunk by chunk and equals the
-    refit on the first ``used`` slots alone; the prediction sums likewise. The empty slots hold
-    out-of-range scores, which would show if they leaked in. Covers a prefix ending inside a chunk,
-    on a chunk boundary, and an empty one."""
-    rng = np.random.default_rng(11)
-    m, n, r, L, K, chunk = 6, 40, 3, 4, 12, 4
+def _blocks_problem(seed, m, n, r, L, K):
+    """``(rng, V, U0, first, log)``: random embeddings and start, one initial block per model, and
+    a log of ``K`` blocks (about 10% of its cells invalid)."""
+    rng = np.random.default_rng(seed)
     jnp = jax.numpy
     V = jnp.asarray(rng.normal(0, 1, (n, r)), jnp.float32)
     U0 = jnp.asarray(rng.normal(0, 0.1, (m, r)), jnp.float32)
@@ -274,6 +270,18 @@ def test_refit_visits_only_the_filled_prefix_of_the_log():
     log = factorization.CellBlocks(jnp.asarray(rng.integers(0, m, K), jnp.int32),
                                    jnp.asarray(rng.integers(0, n, (K, L)), jnp.int32),
                                    jnp.asarray(rng.random((K, L)), jnp.float32), jnp.asarray(rng.random((K, L)) < 0.9))
+    return rng, V, U0, first, log
+
+
+def test_refit_visits_only_the_filled_prefix_of_the_log():
+    """A refit told that only ``used`` slots of the log are filled (the bandit's pull log at step
+    ``used + 1``: later slots are empty, ``valid`` false) visits them chunk by chunk and equals the
+    refit on the first ``used`` slots alone; the prediction sums likewise. The empty slots hold
+    out-of-range scores, which would show if they leaked in. Covers a prefix ending inside a chunk,
+    on a chunk boundary, and an empty one."""
+    m, n, r, L, K, chunk = 6, 40, 3, 4, 12, 4
+    jnp = jax.numpy
+    _, V, U0, first, log = _blocks_problem(11, m, n, r, L, K)
     settings = factorization.adam_settings(15, 0.1, 0.01)
     for used in (7, 8, 0):
         garbage = log._replace(scores=log.scores.at[used:].set(5.0), valid=log.valid.at[used:].set(False))
@@ -294,16 +302,9 @@ def test_refit_in_cache_sized_chunks_equals_the_refit_on_whole_groups(monkeypatc
     group of 12), with and without a filled prefix of 9 (whose chunks divide its unit of 4), give the
     whole-group refit and prediction sums to float32 rounding; the dense prediction sums made a
     few rows at a time equal those made at once."""
-    rng = np.random.default_rng(12)
     m, n, r, L, K = 6, 40, 3, 4, 12
     jnp = jax.numpy
-    V = jnp.asarray(rng.normal(0, 1, (n, r)), jnp.float32)
-    U0 = jnp.asarray(rng.normal(0, 0.1, (m, r)), jnp.float32)
-    first = factorization.CellBlocks(jnp.arange(m, dtype=jnp.int32), jnp.asarray(rng.integers(0, n, (m, L)), jnp.int32),
-                                     jnp.asarray(rng.random((m, L)), jnp.float32), jnp.ones((m, L), bool))
-    log = factorization.CellBlocks(jnp.asarray(rng.integers(0, m, K), jnp.int32),
-                                   jnp.asarray(rng.integers(0, n, (K, L)), jnp.int32),
-                                   jnp.asarray(rng.random((K, L)), jnp.float32), jnp.asarray(rng.random((K, L)) < 0.9))
+    rng, V, U0, first, log = _blocks_problem(12, m, n, r, L, K)
     settings = factorization.adam_settings(15, 0.1, 0.01)
     per_block = L * r * 4
     log = log._replace(valid=log.valid.at[9:].set(False))     # a filled prefix of 9 blocks: the rest is empty
