@@ -192,15 +192,16 @@ def device_memory_budget(device=None) -> int:
 
 
 def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predictions: bool = True,
-                       memory_budget: int | None = None, platform: str | None = None) -> int:
+                       memory_budget: int | None = None) -> int:
     """Repetitions per compiled batch so that the working set fits ``memory_budget``.
 
     Per repetition: the packed observed mask (``m ceil(n/32)`` words), the
     initial draws' ``B x B`` comparisons per model, the per-step records and,
     for methods that refit, the pull log, two dense ``(m, n)`` float32
     prediction arrays, the ``(m, r)`` factors with their optimizer moments, and
-    the gathered ``V`` rows: of every observed cell on an accelerator, of one
-    chunk on a CPU (see :func:`pulse_jax.factorization.chunk_bytes` for ``platform``).
+    the gathered ``V`` rows: of every observed cell, or of one chunk where the
+    refit gathers chunk by chunk (:func:`pulse_jax.factorization.chunk_bytes`,
+    decided like the kernel's, by JAX's default backend).
     (At 1,000 x 12,032, rank 100, 400,000 bandit cells: 96 MB per PULSE
     repetition on a CPU, 282 MB on an accelerator.)
     """
@@ -210,7 +211,7 @@ def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predicti
                    + 4 * config.n_steps * (1 + (m if config.record_estimates else 0)))
     if uses_predictions:
         cells = config.n_steps * B + m * config.init_cells_per_model
-        chunk = factorization.chunk_bytes(platform)
+        chunk = factorization.chunk_bytes()
         gathered = 4 * cells * rank if chunk is None else chunk
         per_rep += gathered + 4 * (2 * m * n + 2 * cells + 4 * m * rank)   # log: examples + scores
     return int(max(1, min(reps, memory_budget // max(per_rep, 1))))
@@ -371,7 +372,7 @@ def execute(scores, config: BanditConfig, method, estimator, V, rep_index, param
     mesh = repetition_mesh(devices)
     device = mesh.devices.flat[0]
     chunk = int(chunk_size) if chunk_size else default_chunk_size(
-        config, rank, total, estimator.uses_predictions, device_memory_budget(device), device.platform) * mesh.size
+        config, rank, total, estimator.uses_predictions, device_memory_budget(device)) * mesh.size
     if not chunk_size and device.platform == "cpu":
         chunk = min(chunk, CPU_MAX_CHUNK * mesh.size)
     # Equal chunks (the last one is padded to reuse the compiled program), a multiple of the device count.
