@@ -40,12 +40,14 @@ import optax
 from pulse_jax import confidence, factorization, sampling
 from pulse_jax.confidence import ConfSeq, certify
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.estimators import METHODS, Estimator, Ledger, Pull, populations
+from pulse_jax.estimators import Estimator, Ledger, Pull, populations
+from pulse_jax.rules import RuleInputs
+from pulse_jax.stopping import StopInputs
 from pulse_jax.factorization import FitSettings
 from pulse_jax.params import BanditParams
+from pulse_jax.ties import BEST, CHALLENGER, LEADER, PULL, kth_true, random_argmax, tie_uniform, tie_uniforms  # noqa: F401
 
 
-RULES = ("ucbe", "lucb")
 INTERVALS = ("cs", "paper")
 
 
@@ -68,19 +70,20 @@ class BanditConfig:
         periodic refit of U (paper: 50 and 10).
       record_estimates: also record every model's estimate and bounds after
         every step (for tests and diagnostics; ``n_steps x m`` memory per repetition).
-      rule: the sampling rule. ``"ucbe"``: the paper's index ``mu_hat_i +
-        sqrt(a / N_i)``. ``"lucb"``: built for certification (Kalyanakrishnan
-        et al. 2012): the leader (``argmax mu_hat``) and its strongest
-        challenger (the other model with the highest upper bound); the one
-        with the wider interval is pulled.
+      rule: the sampling rule, a :class:`pulse_jax.rules.SamplingRule` or its
+        name (:mod:`pulse_jax.registry`): ``"ucbe"`` the paper's index
+        ``mu_hat_i + sqrt(a / N_i)`` (default), ``"lucb"``, ``"top_two"``,
+        ``"successive_halving"``, or ``"package.module:attribute"``.
       interval: the bounds behind certification and the LUCB rule. ``"cs"``
         (default): the anytime-valid confidence sequences of
         :class:`pulse_jax.confidence.ConfSeq`, simultaneous over the models.
         ``"paper"``: the paper's fixed-count radius (Freedman for PULSE,
         Bernstein-Serfling for UCB-E) at ``delta / (m k (k + 1))`` for a
         model's k-th pull (a union bound over models and pulls).
-      stop_when_certified: stop spending once the leader's lower bound
-        exceeds every other model's upper bound (the fixed-confidence mode).
+      stop: the stopping rule, a :class:`pulse_jax.stopping.StoppingRule` or
+        its name: ``"budget"`` spends the whole budget (default),
+        ``"certified"`` stops once the leader's lower bound exceeds every
+        other model's upper bound (the fixed-confidence mode).
       snapshot_budgets: budgets (cells, initialization included) at which to
         record every model's interval half-widths (for benchmarks).
       populations: for a candidate matrix with missing cells, each model's
@@ -99,9 +102,9 @@ class BanditConfig:
     init_refit_epochs: int = 50
     refit_epochs: int = 10
     record_estimates: bool = False
-    rule: str = "ucbe"
+    rule: Any = "ucbe"
     interval: str = "cs"
-    stop_when_certified: bool = False
+    stop: Any = "budget"
     snapshot_budgets: tuple = ()
     populations: tuple | None = None
 
@@ -133,7 +136,10 @@ class BanditConfig:
                 f"refit_epochs={self.refit_epochs}")
         require(self.budget < 2**31 and self.n_models * self.n_examples < 2**31,
                 "problem too large for 32-bit cell counters")
-        require(self.rule in RULES, f"rule must be one of {', '.join(RULES)}, got {self.rule!r}")
+        from pulse_jax import registry   # the one place names become plug-ins
+
+        object.__setattr__(self, "rule", registry.sampling_rule(self.rule, "BanditConfig.rule"))
+        object.__setattr__(self, "stop", registry.stopping_rule(self.stop, "BanditConfig.stop"))
         require(self.interval in INTERVALS, f"interval must be one of {', '.join(INTERVALS)}, got {self.interval!r}")
         object.__setattr__(self, "snapshot_budgets", tuple(int(b) for b in self.snapshot_budgets))
         if self.populations is not None:
@@ -209,6 +215,7 @@ class BanditState(NamedTuple):
     cs: ConfSeq           # anytime-valid confidence sequences, one per model
     certified: "Certificate"
     snapshots: "Snapshots"
+    rule: Any = ()        # the sampling rule's own state
 
 
 class Certificate(NamedTuple):
@@ -229,7 +236,7 @@ class StepRecord(NamedTuple):
     best: chex.Array        # argmax of mu_hat after the step (row index)
     spent: chex.Array       # cells spent after the step, initialization included
     chosen: chex.Array      # model pulled (-1 when the step spent nothing)
-    lam: chex.Array         # lambda used by PULSE for this pull (NaN otherwise)
+    info: Any               # the estimator's own per-step pytree (PULSE: PulseInfo, its lambda; () for none)
     estimates: chex.Array   # (m,) when config.record_estimates, else ()
     low: chex.Array         # (m,) confidence-sequence bounds when config.record_estimates, else ()
     high: chex.Array
@@ -287,50 +294,6 @@ def initial_draws(examples_key: chex.PRNGKey, config: "BanditConfig", missing: c
         return jnp.concatenate(picked), row
 
     return jax.vmap(one_model)(jnp.arange(m, dtype=jnp.int32), mask, population)
-
-
-PULL, BEST, LEADER, CHALLENGER = 0, 1, 2, 3   # the tie-breaking streams of a step
-
-
-def tie_uniform(tie_key: chex.PRNGKey, t, which: int) -> chex.Array:
-    """The uniform that breaks ties at step ``t`` in the pull (``PULL``) or the recorded best (``BEST``)."""
-    return jax.random.uniform(jax.random.fold_in(jax.random.fold_in(tie_key, t), which))
-
-
-def tie_uniforms(tie_key: chex.PRNGKey, t) -> tuple[chex.Array, chex.Array]:
-    """Both uniforms of step ``t`` (for reference implementations replaying the draws)."""
-    return tie_uniform(tie_key, t, PULL), tie_uniform(tie_key, t, BEST)
-
-
-def random_argmax(u: chex.Array, values: chex.Array, model_order: chex.Array) -> chex.Array:
-    """Argmax with ties broken uniformly at random.
-
-    The tied models are listed in the repetition's shuffled ``model_order``
-    and the ``floor(u * count)``-th is returned, so every tied model is equally
-    likely and the file order of the rows never matters. One uniform per call.
-    """
-    v = values[model_order]
-    tied = v == jnp.max(v)
-    count = jnp.sum(tied)
-    k = jnp.minimum(jnp.floor(u * count).astype(jnp.int32), count - 1)
-    return model_order[kth_true(tied, k)]
-
-
-def kth_true(mask: chex.Array, k: chex.Array, width: int = 32) -> chex.Array:
-    """Position of the ``k``-th (0-based) true entry of a 1-D ``mask`` (0 when ``k < 0``).
-
-    In blocks of ``width``: the block holding it from the blocks' counts, then the position
-    inside that block. A cumulative sum over all ``m`` entries is what XLA on CPU does slowly
-    (3 us per 1,000); this is one counting pass and two sums of ``m / width`` and ``width``
-    entries. A cumulative count never decreases, so "the first place it exceeds k" is "how
-    many places it does not"."""
-    n = mask.shape[0]
-    n_blocks = -(-n // width)
-    blocks = jnp.pad(mask, (0, n_blocks * width - n)).reshape(n_blocks, width).astype(jnp.int32)
-    through = jnp.cumsum(jnp.sum(blocks, axis=1))                  # true entries up to each block's end
-    b = jnp.minimum(jnp.sum(through <= k), n_blocks - 1)
-    before = jnp.where(b > 0, through[jnp.maximum(b - 1, 0)], 0)
-    return b * width + jnp.sum(jnp.cumsum(blocks[b]) <= k - before)
 
 
 # ----------------------------------------------------------------------------- pieces
@@ -483,6 +446,7 @@ class Kernel(NamedTuple):
 def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     """The bandit step of ``estimator`` under ``config``, as pure functions (see :class:`Kernel`)."""
     m, n, B = config.n_models, config.n_examples, config.batch_size
+    rule, stop = config.rule, config.stop
     tau = config.refit_every if estimator.uses_predictions else 0
     C = estimator.n_sequences
     chunk = log_chunk_slots(config)
@@ -525,57 +489,53 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         nan = jnp.full((K, m), jnp.nan, jnp.float32)
         state = BanditState(ledger, None, jnp.zeros((m, V.shape[1]), jnp.float32), observed, first, log,
                             jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
-                            Snapshots(nan, nan))
+                            Snapshots(nan, nan), rule.init(config))
         if estimator.uses_predictions:
             settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2)
             state = _refit(episode, state, settings, log_slots=0)     # nothing is in the log yet
         state = state._replace(estimator=estimator.init(state.ledger))
-        best = random_argmax(tie_uniform(tie_key, 0, BEST), current_estimates(estimator, state, n), model_order)
-        state = _record_certificate(estimator, state._replace(best=best), config, params)
+        state = _record_certificate(estimator, state._replace(best=recommend(episode, state, 0)), config, params)
         return episode, _take_snapshots(estimator, state, config, params, jnp.int32(-1))
 
-    def select(episode, state, t, params, blocked=None, reserved=0):
-        """Step 1: the model to pull and the batch size ``B'``, as ``(i, size)``.
+    def recommend(episode, state, t):
+        """The run's best guess: ``argmax mu_hat`` over the models the rule deems eligible (random ties)."""
+        mu = current_estimates(estimator, state, n)
+        if rule.eligible is not None:
+            mu = jnp.where(rule.eligible(state.rule), mu, -jnp.inf)
+        return random_argmax(tie_uniform(episode.key, t, BEST), mu, episode.model_order)
 
-        ``index_i = mu_hat_i + sqrt(a / N_i)`` over models that are not
-        exhausted (nor ``blocked``: a live selector blocks models with a batch
-        in flight); the argmax is drawn uniformly among ties. ``B' = min(B,
-        |U_i|, budget left - reserved)``; ``size = 0`` means nothing to do (and
-        always at ``t = 0``).
+    def select(episode, state, t, params, blocked=None, reserved=0):
+        """Step 1: ``(state, i, size)``, the model the sampling rule chooses and the batch size ``B'``.
+
+        The rule sees the models that are not exhausted (nor ``blocked``: a
+        live selector blocks models with a batch in flight) and, if it asks,
+        the simultaneous bounds. ``B' = min(B, |U_i|, budget left -
+        reserved)``; ``size = 0`` means nothing to do: always at ``t = 0``,
+        when the rule chooses no model, and once the stopping rule says done.
+        The rule's state is kept from step 1 on (at ``t = 0`` nothing happens).
         """
         ledger = state.ledger
-        active = ledger.n_obs < ledger.population
-        if blocked is not None:
-            active = active & ~blocked
+        exhausted = ledger.n_obs >= ledger.population
+        active = ~exhausted if blocked is None else ~exhausted & ~blocked
         mu = current_estimates(estimator, state, n)
-        bonus = jnp.sqrt(params.exploration / jnp.maximum(ledger.n_obs, 1).astype(jnp.float32))
-        i = random_argmax(tie_uniform(episode.key, t, PULL), jnp.where(active, mu + bonus, -jnp.inf),
-                          episode.model_order)
-        if config.rule == "lucb":
-            i = lucb_choice(episode, state, t, params, mu, active, i)
-        go = jnp.any(active) & (t >= 1)
-        if config.stop_when_certified:
-            go = go & (state.certified.spent < 0)
-        return i, jnp.where(go, room(state, i, reserved), 0)
+        low, high = interval_bounds(estimator, state, config, params) if rule.needs_interval or stop.needs_interval \
+            else (jnp.full(m, jnp.nan, jnp.float32),) * 2
+        inputs = RuleInputs(t, mu, low, high, ledger.n_obs, ledger.n_pulls, active, exhausted, episode.model_order,
+                            episode.key)
+        i, rule_state = rule.choose(state.rule, inputs, params)
+        valid = (i >= 0) & (i < m)
+        i = jnp.clip(i, 0, m - 1).astype(jnp.int32)
+        done = stop.done(StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0,
+                                    state.certified.model), params)
+        go = valid & active[i] & (t >= 1) & ~done
+        state = state._replace(rule=_where_tree(t >= 1, rule_state, state.rule))
+        return state, i, jnp.where(go, room(state, i, reserved), 0)
 
     def room(state, i, reserved=0):
         """``B' = min(B, |U_i|, budget left - reserved)`` for model ``i`` (never below 0)."""
         ledger = state.ledger
         size = jnp.minimum(jnp.minimum(B, ledger.population[i] - ledger.n_obs[i]), config.budget - state.spent - reserved)
         return jnp.maximum(size, 0)
-
-    def lucb_choice(episode, state, t, params, mu, active, fallback):
-        """LUCB: of the leader (``argmax mu_hat``) and the challenger (the other model with the
-        highest upper bound), pull the one with the wider interval that can still be pulled; if
-        neither can, ``fallback`` (the UCB-E choice)."""
-        low, high = interval_bounds(estimator, state, config, params)
-        leader = random_argmax(tie_uniform(episode.key, t, LEADER), mu, episode.model_order)
-        others = jnp.where(jnp.arange(m) == leader, -jnp.inf, high)
-        challenger = random_argmax(tie_uniform(episode.key, t, CHALLENGER), others, episode.model_order)
-        width = high - low
-        pick = jnp.where(active[leader] & (~active[challenger] | (width[leader] >= width[challenger])),
-                         leader, challenger)
-        return jnp.where(active[pick], pick, fallback)
 
     def refit(episode, state, size, params, due, t=None, log_slots=None):
         """Step 2: when ``due`` and the step spends (``size > 0``), refit U on all observed cells and
@@ -648,9 +608,8 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
                           log.sizes.at[slot].set(keep(size, log.sizes[slot])))
         spent_before = state.spent
         state = state._replace(ledger=ledger, estimator=est, observed=observed, log=log,
-                               spent=state.spent + size, cs=cs)
-        best = jnp.where(live, random_argmax(tie_uniform(episode.key, t, BEST), current_estimates(estimator, state, n),
-                                             episode.model_order), state.best)
+                               spent=state.spent + size, cs=cs, rule=rule.update(state.rule, i, size))
+        best = jnp.where(live, recommend(episode, state, t), state.best)
         state = _record_certificate(estimator, state._replace(best=best), config, params)
         return _take_snapshots(estimator, state, config, params, spent_before), info
 
@@ -660,7 +619,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         changes nothing. ``follow`` (a model index, -1 for no pull) replaces the rule's choice; the
         batch size follows the usual rule for that model."""
         if follow is None:
-            i, size = select(episode, state, t, params)
+            state, i, size = select(episode, state, t, params)
         else:
             i = jnp.clip(follow, 0, m - 1)
             size = jnp.where((follow >= 0) & (t >= 1), room(state, i), 0)
@@ -671,7 +630,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         record_bounds = config.record_estimates
         low, high = interval_bounds(estimator, state, config, params, "cs") if record_bounds else (empty, empty)
         record = StepRecord(
-            best=state.best, spent=state.spent, chosen=jnp.where(size > 0, i, -1), lam=info.lam,
+            best=state.best, spent=state.spent, chosen=jnp.where(size > 0, i, -1), info=info,
             estimates=current_estimates(estimator, state, n) if record_bounds else empty, low=low, high=high)
         return state, record
 
@@ -686,11 +645,20 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
 
 
 def get_estimator(method: str | Estimator) -> Estimator:
-    if isinstance(method, Estimator):
-        return method
-    if method not in METHODS:
-        raise PulseInputError(f"unknown method {method!r}; choose one of {', '.join(METHODS)}")
-    return METHODS[method]()
+    """The estimator named or given by ``method`` (see :mod:`pulse_jax.registry`)."""
+    from pulse_jax import registry
+
+    return registry.estimator(method, "method")
+
+
+def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
+    """Refuse, in one line, a rule or stopping rule that needs an interval the method does not have."""
+    if estimator.has_interval:
+        return
+    for kind, plugin in (("rule", config.rule), ("stop", config.stop)):
+        require(not plugin.needs_interval,
+                f"method {estimator.name!r} has no valid interval, so it cannot use {kind}={plugin.name!r} "
+                "(it needs the confidence bounds)")
 
 
 #: Up to this many refit phases, and with a pull log of at least this many cells, ``make_run``
@@ -718,8 +686,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     arithmetic can be compared step for step.
     """
     estimator = get_estimator(method)
-    require(estimator.proxies is not None or (config.rule == "ucbe" and not config.stop_when_certified),
-            f"method {estimator.name!r} has no valid interval, so it cannot use rule='lucb' or stop when certified")
+    check_compatible(config, estimator)
     kernel = build_kernel(config, estimator)
     n_steps = config.n_steps
     tau = config.refit_every if estimator.uses_predictions else 0

@@ -13,21 +13,39 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 
-METHOD_NAMES = ("ucbe", "pulse", "naive")
+PLUGIN_HELP = "a registered name or package.module:attribute (a plug-in of your own)"
 
 
-def _methods(text: str) -> list[str]:
-    methods = [m.strip().lower().replace("-", "") for m in text.split(",") if m.strip()]
-    methods = ["ucbe" if m in ("ucbe", "ucb") else m for m in methods]
-    for m in methods:
-        require(m in METHOD_NAMES, f"--method: unknown method {m!r}; choose from ucbe, pulse, naive")
-    require(methods, "--method: no method given")
+def _methods(text: str) -> dict:
+    """``--method``: comma-separated estimators (names or ``module:attribute``) as ``{name: Estimator}``."""
+    from pulse_jax import registry
+
+    items = [m.strip() for m in text.split(",") if m.strip()]
+    require(items, "--method: no method given")
+    methods = {}
+    for item in items:
+        key = item if ":" in item else item.lower().replace("-", "")
+        estimator = registry.estimator(key, "--method")
+        require(estimator.name not in methods, f"--method: {estimator.name!r} given twice")
+        methods[estimator.name] = estimator
     return methods
+
+
+def _plugin(kind: str, value: str, option: str):
+    """``--rule`` / ``--stop``: a registered name or ``module:attribute``, resolved before any computation."""
+    from pulse_jax import registry
+
+    return registry.resolve(kind, value if ":" in value else value.lower().replace("-", "_"), option)
+
+
+def _uses_predictions(methods: dict) -> bool:
+    return any(e.uses_predictions for e in methods.values())
 
 
 def _add_run_options(p: argparse.ArgumentParser, *, reps: int, batch: int, refit_every: int, rank: int,
                      budget_help: str):
-    p.add_argument("--method", default="ucbe,pulse,naive", help="comma-separated: ucbe, pulse, naive")
+    p.add_argument("--method", default="ucbe,pulse,naive",
+                   help=f"comma-separated estimators: ucbe, pulse, naive, or {PLUGIN_HELP}")
     p.add_argument("--reps", type=int, default=reps, help="repetitions per method")
     p.add_argument("--budget", type=int, default=None, help=budget_help)
     p.add_argument("--batch-size", type=int, default=batch, help="examples per pull (B)")
@@ -36,10 +54,12 @@ def _add_run_options(p: argparse.ArgumentParser, *, reps: int, batch: int, refit
     p.add_argument("--refit-every", type=int, default=refit_every, help="bandit steps between refits (tau)")
     p.add_argument("--rank", type=int, default=rank, help="factorization rank for the train split")
     p.add_argument("--delta", type=float, default=0.05, help="intervals have coverage 1 - delta")
-    p.add_argument("--rule", default="ucbe", choices=("ucbe", "lucb"),
-                   help="sampling rule: the paper's UCB-E index, or LUCB (built to certify; not for naive)")
-    p.add_argument("--stop", default="budget", choices=("budget", "certified"),
-                   help="spend the whole budget, or stop once a model is certified best (not for naive)")
+    p.add_argument("--rule", default="ucbe",
+                   help="sampling rule: ucbe (the paper's index), lucb, top_two, successive_halving, or "
+                        f"{PLUGIN_HELP}; methods without an interval keep ucbe when the rule needs one")
+    p.add_argument("--stop", default="budget",
+                   help="stopping rule: budget (spend it all), certified (stop once a model is certified best), "
+                        f"or {PLUGIN_HELP}; methods without an interval spend the budget")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chunk-size", type=int, default=None, help="repetitions per compiled batch")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -108,15 +128,15 @@ def build_parser() -> argparse.ArgumentParser:
                      help="module:function with signature evaluate(model, example_ids) -> scores in [0, 1]")
     sel.add_argument("--log", required=True, help="JSONL log; run the same command again to resume")
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
-    sel.add_argument("--method", default="pulse", choices=METHOD_NAMES)
+    sel.add_argument("--method", default="pulse", help=f"the estimator: pulse, ucbe, naive, or {PLUGIN_HELP}")
     sel.add_argument("--batch-size", type=int, default=64)
     sel.add_argument("--init-batches", type=int, default=1)
     sel.add_argument("--exploration", type=float, default=1.0)
     sel.add_argument("--refit-every", type=int, default=1000)
     sel.add_argument("--rank", type=int, default=16)
     sel.add_argument("--delta", type=float, default=0.05)
-    sel.add_argument("--rule", default="ucbe", choices=("ucbe", "lucb"),
-                     help="sampling rule: the paper's UCB-E index, or LUCB (built to certify)")
+    sel.add_argument("--rule", default="ucbe",
+                     help=f"sampling rule: ucbe (the paper's index), lucb or top_two (built to certify), or {PLUGIN_HELP}")
     sel.add_argument("--seed", type=int, default=0)
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
     sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
@@ -136,8 +156,20 @@ def _config(args, m: int, n: int, default_budget: int):
     require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
     require(args.batch_size <= n, f"--batch-size {args.batch_size} is larger than the number of examples ({n})")
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
-                        init_batches=args.init_batches, refit_every=args.refit_every, rule=args.rule,
-                        stop_when_certified=args.stop == "certified")
+                        init_batches=args.init_batches, refit_every=args.refit_every,
+                        rule=_plugin("sampling rule", args.rule, "--rule"),
+                        stop=_plugin("stopping rule", args.stop, "--stop"))
+
+
+def _for_method(config, estimator):
+    """A method without an interval keeps the index rule and spends the budget when the chosen rule or
+    stopping rule needs an interval (so it can be compared beside the others)."""
+    import dataclasses
+
+    if estimator.has_interval:
+        return config
+    return dataclasses.replace(config, rule="ucbe" if config.rule.needs_interval else config.rule,
+                               stop="budget" if config.stop.needs_interval else config.stop)
 
 
 def _params(args):
@@ -149,14 +181,10 @@ def _params(args):
 def _run_all(scores, V, config, methods, args, names):
     from pulse_jax.simulate import simulate
 
-    import dataclasses
-
     results = {}
-    for method in methods:
-        # Naive-Pooling has no valid interval: it keeps the paper's rule and spends the whole budget.
-        cfg = dataclasses.replace(config, rule="ucbe", stop_when_certified=False) if method == "naive" else config
-        results[method] = simulate(scores, cfg, method, params=_params(args), V=V if method != "ucbe" else None,
-                                   reps=args.reps,
+    for name, estimator in methods.items():
+        results[name] = simulate(scores, _for_method(config, estimator), estimator, params=_params(args),
+                                 V=V if estimator.uses_predictions else None, reps=args.reps,
                                    seed=args.seed, chunk_size=args.chunk_size, progress=not args.quiet,
                                    model_names=names)
     return results
@@ -211,7 +239,7 @@ def cmd_demo(args) -> None:
           f"refit every {config.refit_every} steps, {args.reps} repetitions per method")
     start = time.perf_counter()
     V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
-        if set(methods) - {"ucbe"} else None
+        if _uses_predictions(methods) else None
     if args.chunk_size is None:  # a few chunks so the progress bar moves
         args.chunk_size = max(1, -(-args.reps // 5))
     results = _run_all(bench.scores, V, config, methods, args, bench.models)
@@ -230,9 +258,10 @@ def cmd_simulate(args) -> None:
     m, n = cand.shape
     config = _config(args, m, n, default_budget=max(m * args.batch_size * args.init_batches, (m * n) // 4))
     V = None
-    if set(methods) - {"ucbe"}:
+    if _uses_predictions(methods):
+        users = ", ".join(k for k, e in methods.items() if e.uses_predictions)
         require(args.train or args.embeddings,
-                "PULSE and Naive-Pooling need side information: pass --train FILE or --embeddings FILE "
+                f"--method {users} needs side information: pass --train FILE or --embeddings FILE "
                 "(or use --method ucbe)")
         V = _side_information(args, cand, n)
     results = _run_all(cand.scores, V, config, methods, args, cand.models)
@@ -273,7 +302,7 @@ def cmd_sweep(args) -> None:
     _check_out_dir(args.out)
     methods = _methods(args.method)
     require(len(methods) == 1, f"--method: a sweep runs one method, got {', '.join(methods)}")
-    method = methods[0]
+    (method, estimator), = methods.items()
     require(args.grid, "--grid: give at least one, e.g. --grid exploration=0.25,0.5,1,2")
     grid = {}
     for text in args.grid:
@@ -295,7 +324,7 @@ def cmd_sweep(args) -> None:
         m, n = scores.shape
         default_budget = m * args.batch_size * args.init_batches + 6400
         V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
-            if method != "ucbe" else None
+            if estimator.uses_predictions else None
     else:
         cand = data.handle_missing(data.load(args.scores), args.missing)
         _say_missing(cand)
@@ -303,15 +332,11 @@ def cmd_sweep(args) -> None:
         scores, names, title = cand.scores, cand.models, f"{Path(args.scores).name}: {m} models x {n} examples"
         default_budget = max(m * args.batch_size * args.init_batches, (m * n) // 4)
         V = None
-        if method != "ucbe":
+        if estimator.uses_predictions:
             require(args.train or args.embeddings, f"{method} needs side information: pass --train FILE or "
                                                    "--embeddings FILE (or use --method ucbe)")
             V = _side_information(args, cand, n)
-    config = _config(args, m, n, default_budget)
-    if method == "naive":
-        import dataclasses
-
-        config = dataclasses.replace(config, rule="ucbe", stop_when_certified=False)
+    config = _for_method(_config(args, m, n, default_budget), estimator)
     out = Path(args.out)
     points = 1
     for values in grid.values():
@@ -319,7 +344,7 @@ def cmd_sweep(args) -> None:
     print(title)
     print(f"sweep of {method}: {points} points x {args.reps} repetitions = {points * args.reps:,} runs as one "
           f"program; budget {config.budget:,} cells, batch {config.batch_size}, refit every {config.refit_every}")
-    result = sweep(scores, config, method, grid, args.reps, args.seed, V=V, base=_params(args), baseline=baseline,
+    result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=_params(args), baseline=baseline,
                    chunk_size=args.chunk_size, progress=not args.quiet, model_names=names)
     require(0 < args.target < 1, f"--target must lie in (0, 1), got {args.target}")
     targets = tuple(sorted({0.9, 0.95, args.target}))
@@ -365,17 +390,11 @@ def cmd_tune(args) -> None:
 
 
 def _load_evaluate(spec: str):
-    import importlib
+    from pulse_jax import registry
 
     module_name, _, attr = spec.partition(":")
     require(module_name and attr, f"--evaluate must look like package.module:function, got {spec!r}")
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")   # let the user's own modules in the working directory be found
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as err:
-        raise PulseInputError(f"--evaluate: cannot import module {module_name!r}: {err}") from None
-    function = getattr(module, attr, None)
+    function = registry.load_attribute(spec, "--evaluate")
     require(callable(function), f"--evaluate: {module_name!r} has no function {attr!r}")
     return function
 
@@ -394,15 +413,17 @@ def cmd_select(args) -> None:
     models = _read_lines(args.models, "--models")
     examples = int(args.examples) if args.examples.isdigit() else _read_lines(args.examples, "--examples")
     evaluate = _load_evaluate(args.evaluate)
+    (_, estimator), = _methods(args.method).items()
+    rule = _plugin("sampling rule", args.rule, "--rule")
     train = None
-    if args.train and args.method != "ucbe":
+    if args.train and estimator.uses_predictions:
         train = data.load(args.train)
     require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
     out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
     require(not out.exists() or out.is_dir(), f"--report {out}: exists and is not a directory")
-    selector = live.Selector(models, examples, args.budget, method=args.method, batch_size=args.batch_size,
+    selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
-                             train=train, rank=args.rank, log=args.log, rule=args.rule, params=_params(args))
+                             train=train, rank=args.rank, log=args.log, rule=rule, params=_params(args))
     try:
         if selector.spent:
             print(f"resuming {args.log}: {selector.spent:,} cells already evaluated, "

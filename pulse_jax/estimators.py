@@ -7,8 +7,9 @@ own state pytree -- that the bandit step calls at fixed points:
 * ``update(state, ledger, pull, n_examples, params) -> (state, info)`` when
   model ``pull.model`` receives a batch (``ledger`` is the bookkeeping
   *before* the batch, so everything the update takes from it is predictable);
-  ``info`` is a :class:`StepInfo` (what the engine records, e.g. PULSE's
-  lambda), so the engine never reads an estimator's own fields;
+  ``info`` is the estimator's own pytree of per-step numbers (PULSE:
+  :class:`PulseInfo`, its lambda; ``()`` for none), which the engine records
+  for every step without reading its fields;
 * ``refresh(state, ledger, n_examples)`` right after a factorization refit;
 * ``estimate(state, ledger)`` the current ``mu_hat`` of every model;
 * ``radius(state, ledger, n_examples, delta)`` the half-width of the paper's
@@ -19,12 +20,20 @@ own state pytree -- that the bandit step calls at fixed points:
   still-unseen scores and ``Y_s`` in ``[lower_s, lower_s + width_s]``; ``None``
   for a method without a valid interval (Naive-Pooling).
 
+Declared capabilities, which the engine, the CLI and the reports follow
+(nothing looks at an estimator's name): ``uses_predictions`` (needs example
+embeddings ``V``; the engine refits the factorization for it) and
+``has_interval`` (``proxies`` is given: confidence sequences, certification,
+LUCB-style rules and certified stopping are available). ``settings`` lists
+the static settings as ``(name, value)`` pairs, which logs record.
+
 All three share the :class:`Ledger` of observed-cell and prediction sums kept
 by the bandit engine, so the statistics exist once. ``params`` is the run's
 :class:`pulse_jax.BanditParams` (traced numbers: a sweep never recompiles).
 """
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable, NamedTuple
 
 import chex
@@ -71,13 +80,14 @@ class Pull(NamedTuple):
     valid: chex.Array = None    # (B,) bool, the first ``size``
 
 
-class StepInfo(NamedTuple):
-    """What an estimator reports about one pull."""
+class PulseInfo(NamedTuple):
+    """What PULSE reports about one pull."""
 
-    lam: chex.Array   # the lambda the pull used (NaN for methods without one)
+    lam: chex.Array   # the lambda the pull used (NaN for a step without a pull)
 
 
-_NO_INFO = StepInfo(jnp.float32(jnp.nan))
+StepInfo = PulseInfo   # the name under which PULSE's per-step record is documented elsewhere
+_NO_INFO = ()
 
 
 class Estimator(NamedTuple):
@@ -93,12 +103,18 @@ class Estimator(NamedTuple):
     name: str
     uses_predictions: bool
     init: Callable[[Ledger], Any]
-    update: Callable[[Any, Ledger, Pull, int, Any], tuple[Any, StepInfo]]
+    update: Callable[[Any, Ledger, Pull, int, Any], tuple[Any, Any]]
     refresh: Callable[[Any, Ledger, int], Any]
     estimate: Callable[[Any, Ledger], chex.Array]
     radius: Callable[[Any, Ledger, int, float], chex.Array]
     proxies: Callable[[Any, Ledger, Pull, int, Any], tuple] | None = None
     n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
+    settings: tuple = ()    # static settings, (name, value) pairs
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether the method has an anytime-valid interval (its ``proxies``)."""
+        return self.proxies is not None
 
 
 def _sample_mean(ledger: Ledger) -> chex.Array:
@@ -118,6 +134,7 @@ def _no_refresh(state, ledger, n_examples):
 # ----------------------------------------------------------------------------- UCB-E
 
 
+@functools.cache
 def ucbe() -> Estimator:
     """UCB-E (Audibert et al. 2010): mean of the observed cells.
 
@@ -175,6 +192,7 @@ def paper_lambda(pred_sum, pred_sq_sum, mean_past_z, n_unobserved):
     return jnp.clip(1.0 - ratio, 0.0, 1.0)
 
 
+@functools.cache
 def constant_lambda(value: float) -> LambdaRule:
     """A fixed lambda (0 = ignore predictions, 1 = full prediction weight)."""
 
@@ -182,6 +200,7 @@ def constant_lambda(value: float) -> LambdaRule:
         del pred_sq_sum, mean_past_z, n_unobserved
         return jnp.full_like(pred_sum, value)
 
+    rule.__qualname__ = f"constant_lambda({value!r})"   # what logs record as PULSE's lambda_rule setting
     return rule
 
 
@@ -201,6 +220,7 @@ def pulse_theta(obs_sum, pred_sum_unobserved, n_unobserved, batch_score_sum, bat
     return theta, z
 
 
+@functools.cache
 def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None = None) -> Estimator:
     """PULSE: the running mean of doubly robust one-step estimates ``theta``.
 
@@ -235,7 +255,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
             theta_sum=state.theta_sum.at[i].add(jnp.where(live, theta, 0.0)),
             z_sum=state.z_sum.at[i].add(jnp.where(live, z, 0.0)),
             n_z=state.n_z.at[i].add(live.astype(jnp.int32)),
-        ), StepInfo(jnp.where(live, lam, jnp.nan))
+        ), PulseInfo(jnp.where(live, lam, jnp.nan))
 
     def estimate(state, ledger):
         return state.theta_sum / jnp.maximum(ledger.n_pulls, 1)
@@ -276,12 +296,15 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         return (jnp.stack([raw[0][0], y]), jnp.stack([raw[1][0], lam * (fbar - 1.0)]),
                 jnp.stack([raw[2][0], jnp.full_like(y, 1.0 + lam)]))
 
-    return Estimator("pulse", True, init, update, _no_refresh, estimate, radius, proxies, 2)
+    settings = (("lambda_rule", getattr(lambda_rule, "__qualname__", repr(lambda_rule))),
+                ("variance_bound", None if variance_bound is None else float(variance_bound)))
+    return Estimator("pulse", True, init, update, _no_refresh, estimate, radius, proxies, 2, settings)
 
 
 # ----------------------------------------------------------------------------- Naive
 
 
+@functools.cache
 def naive_pooling() -> Estimator:
     """Naive-Pooling: predictions treated as truth,
 
@@ -315,5 +338,3 @@ def naive_pooling() -> Estimator:
 
     return Estimator("naive", True, init, update, refresh, estimate, radius)
 
-
-METHODS: dict[str, Callable[[], Estimator]] = {"ucbe": ucbe, "pulse": pulse, "naive": naive_pooling}

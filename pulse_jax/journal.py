@@ -1,6 +1,6 @@
 """The durable log of a live selection: a locked, checksummed JSONL journal and its verified replay.
 
-Format (version 2). Line 1 is a header (the run's configuration); every later
+Format (version 3). Line 1 is a header (the run's configuration); every later
 line is one told batch: ``ticket``, ``step``, ``asks_issued``, ``model``,
 ``examples`` and ``scores``. Every line carries ``crc``: the CRC-32 (8 hex
 digits) of the previous line's ``crc`` followed by the line's own canonical
@@ -41,10 +41,13 @@ try:   # POSIX; elsewhere the log is not locked (said in the README)
 except ImportError:   # pragma: no cover -- Windows
     fcntl = None
 
-LOG_VERSION = 2
+LOG_VERSION = 3
 
 #: Header fields added after version 1 and the value an older log implies.
 HEADER_DEFAULTS = {"rule": "ucbe"}
+#: Logs older than this version lack some header fields (every traced parameter, the plug-ins'
+#: settings); those fields are not compared when absent. From this version on every field must match.
+COMPLETE_HEADER_VERSION = 3
 #: Header fields that may differ between versions of the format itself.
 VERSION_FIELDS = ("version",)
 
@@ -65,8 +68,9 @@ def checksum(record: dict, previous: str) -> str:
 
 def check_header(path: Path, logged: dict, expected: dict) -> None:
     """A one-line error naming the first field where the log's header differs from this run's."""
+    old = isinstance(logged.get("version"), int) and logged["version"] < COMPLETE_HEADER_VERSION
     for key, value in expected.items():
-        if key in VERSION_FIELDS:
+        if key in VERSION_FIELDS or (old and key not in logged and key not in HEADER_DEFAULTS):
             continue
         have = logged.get(key, HEADER_DEFAULTS.get(key))
         if have != value:
@@ -183,7 +187,7 @@ class Journal:
         require(isinstance(header, dict) and header.get("type") == "header",
                 f"{self.path}: line 1 is not a pulse-jax log header")
         self._version = int(header.get("version", 1)) if isinstance(header.get("version", 1), int) else 0
-        require(self._version in (1, 2), f"{self.path}: log format version {header.get('version')!r} is not "
+        require(self._version in (1, 2, 3), f"{self.path}: log format version {header.get('version')!r} is not "
                                          f"supported (this pulse-jax writes version {LOG_VERSION})")
         self._verify(header, 1)
 

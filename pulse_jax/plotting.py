@@ -74,25 +74,25 @@ def budget_to_target_bars(panels: dict, path, target: float = 0.95):
     """Budget to reach ``target`` accuracy per method (bootstrap interval), one panel per setting.
 
     ``panels``: ``{setting name: {method: metrics.budget_to_target(...) dict}}``. Bars of
-    methods other than UCB-E carry their savings relative to UCB-E.
+    methods after the first (the baseline) carry their savings relative to it.
     """
     names = list(panels)
     fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names) + 0.6, 3.6), dpi=120, squeeze=False)
     for ax, name in zip(axes[0], names):
         found = panels[name]
-        methods = [k for k in ("ucbe", "pulse", "naive") if k in found]
-        base = found.get("ucbe", {}).get("budget", np.nan)
+        methods = list(found)
+        base = found[methods[0]]["budget"]
         for x, k in enumerate(methods):
             b = found[k]["budget"]
             height = b if np.isfinite(b) else 0.0
             lo, hi = found[k].get("low", np.nan), found[k].get("high", np.nan)
             err = [[max(height - lo, 0)], [max(hi - height, 0)]] if np.isfinite(lo) and np.isfinite(hi) else None
-            ax.bar(x, height, color=COLORS[k], yerr=err, capsize=4, label=LABELS[k])
+            ax.bar(x, height, color=COLORS.get(k), yerr=err, capsize=4, label=LABELS.get(k, k))
             if not np.isfinite(b):
                 ax.text(x, 0, "not\nreached", ha="center", va="bottom", fontsize=8)
-            elif k != "ucbe" and np.isfinite(base):
+            elif k != methods[0] and np.isfinite(base):
                 ax.text(x, height, f"{metrics.savings(b, base):+.0f}%", ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(methods)), [LABELS[k] for k in methods], fontsize=8)
+        ax.set_xticks(range(len(methods)), [LABELS.get(k, k) for k in methods], fontsize=8)
         ax.set_title(name, fontsize=9)
         ax.grid(axis="y", alpha=0.3)
     axes[0][0].set_ylabel(f"budget to {target:.0%} accuracy (cells)")
@@ -101,17 +101,16 @@ def budget_to_target_bars(panels: dict, path, target: float = 0.95):
 
 
 def effective_budget_plot(results, path):
-    """Budget each method needs to match UCB-E's accuracy at each budget (diagonal = UCB-E)."""
-    base = next(r for r in results if r.method == "ucbe")
+    """Budget each method needs to match the first result's accuracy at each budget (the baseline, e.g.
+    UCB-E: the diagonal)."""
+    base, *others = results
     budgets = metrics.budget_grid(base, 60)
     fig, ax = plt.subplots(figsize=(5.2, 4.2), dpi=120)
-    ax.plot(budgets, budgets, color=COLORS["ucbe"], lw=2, label=LABELS["ucbe"])
-    for res in results:
-        if res.method == "ucbe":
-            continue
+    ax.plot(budgets, budgets, color=COLORS.get(base.method), lw=2, label=LABELS.get(base.method, base.method))
+    for res in others:
         eff = metrics.effective_budget(res, base, budgets)
         ax.plot(budgets, eff, color=COLORS.get(res.method), lw=2, label=LABELS.get(res.method, res.method))
-    ax.set_xlabel("UCB-E budget (cells)")
+    ax.set_xlabel(f"{LABELS.get(base.method, base.method)} budget (cells)")
     ax.set_ylabel("budget needed for the same accuracy (cells)")
     ax.grid(alpha=0.3)
     ax.legend(loc="upper left")

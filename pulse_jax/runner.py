@@ -49,7 +49,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
                 time.sleep(retry_wait * 2**attempt)
 
     def separated():
-        return stop_early and selector.initialized and selector.method != "naive" and selector.result().separated
+        return stop_early and selector.initialized and selector.estimator.has_interval and selector.result().separated
 
     pool = ThreadPoolExecutor(concurrency) if concurrency > 1 else None
     in_flight: deque = deque((r, pool.submit(call, r) if pool else None) for r in selector.pending())

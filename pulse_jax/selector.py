@@ -37,7 +37,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import bandit, confidence, factorization, journal
+from pulse_jax import bandit, confidence, factorization, journal, registry
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import BanditParams, check_params, seed_key
@@ -57,13 +57,13 @@ class Request:
 
 
 @functools.lru_cache(maxsize=16)
-def _compiled(config: BanditConfig, method: str):
-    """Jitted kernel pieces for one configuration, shared by every selector that uses it
-    (parameters are traced: selectors that differ only in them share the programs)."""
-    kernel = bandit.build_kernel(config, bandit.get_estimator(method))
+def _compiled(config: BanditConfig, estimator):
+    """Jitted kernel pieces for one configuration and estimator object, shared by every selector that
+    uses them (parameters are traced: selectors that differ only in them share the programs)."""
+    kernel = bandit.build_kernel(config, estimator)
 
     def ask(episode, state, t, params, blocked, reserved, due):
-        i, size = kernel.select(episode, state, t, params, blocked, reserved)
+        state, i, size = kernel.select(episode, state, t, params, blocked, reserved)
         state = kernel.refit(episode, state, size, params, due, t)
         examples, _ = kernel.draw(episode, state, i, size)
         return state, i, size, examples
@@ -86,23 +86,25 @@ class Selector:
       models: candidate names (unique).
       examples: the number of examples, or their ids (unique).
       budget: total cells, initialization included.
-      method: "pulse" (default), "ucbe" or "naive".
+      method: the estimator: an :class:`pulse_jax.Estimator` (e.g.
+        ``pulse(variance_bound=...)`` or your own) or its name, "pulse"
+        (default), "ucbe", "naive", "package.module:attribute".
       train: side information, a (n_train, n) matrix with NaN for missing
         cells (or a ``ScoreMatrix`` whose examples are aligned by id); or
       V: example embeddings (n, r) fitted earlier. PULSE and Naive need one.
       log: path of the JSONL log; an existing log is resumed.
       batch_size, init_batches, refit_every, rule: as in
-        :class:`pulse_jax.BanditConfig` (``rule="lucb"`` samples to certify
-        the best model sooner).
+        :class:`pulse_jax.BanditConfig` (``rule`` a sampling rule or its name;
+        ``"lucb"`` or ``"top_two"`` sample to certify the best model sooner).
       exploration, delta: as in :class:`pulse_jax.BanditParams`; or pass
         ``params`` (a whole ``BanditParams``) instead.
       seed: the run's seed; rank: for fitting ``train``.
     """
 
-    def __init__(self, models: Sequence[str], examples, budget: int, *, method: str = "pulse",
+    def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
                  batch_size: int = 64, init_batches: int = 1, exploration: float = 1.0, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
-                 log=None, rule: str = "ucbe", params: BanditParams | None = None):
+                 log=None, rule="ucbe", params: BanditParams | None = None):
         self.models = tuple(str(m) for m in models)
         require(len(set(self.models)) == len(self.models), "models: duplicate model names")
         ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
@@ -114,6 +116,7 @@ class Selector:
         self.params = check_params(params if params is not None
                                    else BanditParams(exploration=exploration, delta=delta))
         self.estimator = bandit.get_estimator(method)
+        bandit.check_compatible(self.config, self.estimator)
         seed_key(seed)
         self.method, self.seed = self.estimator.name, int(seed)
         self.log_path = Path(log) if log is not None else None
@@ -135,7 +138,7 @@ class Selector:
         self._pending: dict[int, Request] = {}
         self._finished = False
         self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn = _compiled(self.config,
-                                                                                            self.method)
+                                                                                            self.estimator)
         self._params = self.params.as_arrays()
         if self.log_path is not None:
             self._open_log()
@@ -193,11 +196,15 @@ class Selector:
         return None if self.log_path is None else self.log_path.with_name(self.log_path.name + ".embeddings.npy")
 
     def _make_header(self) -> dict:
-        c, p = self.config, self.params
-        return {"type": "header", "version": journal.LOG_VERSION, "method": self.method, "seed": self.seed,
+        """Everything that decides the run's requests: a resume with any difference is refused, naming it."""
+        c = self.config
+        return {"type": "header", "version": journal.LOG_VERSION, "method": self.method,
+                "method_settings": registry.describe(self.estimator)["settings"], "seed": self.seed,
                 "models": list(self.models), "examples": list(self.example_ids), "budget": c.budget,
-                "batch_size": c.batch_size, "init_batches": c.init_batches, "exploration": p.exploration,
-                "refit_every": c.refit_every, "delta": p.delta, "rule": c.rule,
+                "batch_size": c.batch_size, "init_batches": c.init_batches, "refit_every": c.refit_every,
+                "init_refit_epochs": c.init_refit_epochs, "refit_epochs": c.refit_epochs, "interval": c.interval,
+                "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
+                **self.params.to_dict(),
                 "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None}
 
     # ------------------------------------------------------------------ log
@@ -376,11 +383,11 @@ class Selector:
             sums = self._initial_scores.sum(axis=1)
             est = np.where(n_obs > 0, sums / np.maximum(n_obs, 1), np.nan)
             low, high = np.zeros(m), np.ones(m)
-        if self.method == "naive":
+        if not self.estimator.has_interval:
             low, high = np.full(m, np.nan), np.full(m, np.nan)
         seen = np.where(n_obs > 0, est, -np.inf)
         leader = int(np.argmax(seen))
-        if self.method == "naive":
+        if not self.estimator.has_interval:
             separated, tied = None, ()
         else:
             ok, certified = confidence.certify(jnp.asarray(low), jnp.asarray(high))

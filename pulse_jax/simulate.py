@@ -17,7 +17,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import bandit, factorization, sampling
+from pulse_jax import bandit, factorization, registry, sampling
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import BanditParams, check_params, seed_key
@@ -44,7 +44,7 @@ class SimulationResult:
     best: np.ndarray           # (R, n_steps + 1)
     spent: np.ndarray          # (R, n_steps + 1), initialization included
     chosen: np.ndarray         # (R, n_steps), -1 = no pull
-    lam: np.ndarray            # (R, n_steps), PULSE's lambda (NaN otherwise)
+    lam: np.ndarray            # (R, n_steps), the estimator's per-step ``lam`` if it reports one (PULSE), else NaN
     estimates: np.ndarray      # (R, m)
     radius: np.ndarray         # (R, m)
     n_obs: np.ndarray          # (R, m)
@@ -63,6 +63,7 @@ class SimulationResult:
     step_estimates: np.ndarray | None = None
     step_low: np.ndarray | None = None
     step_high: np.ndarray | None = None
+    step_info: dict | None = None              # the estimator's per-step info, field -> (R, n_steps) array
 
     @property
     def reps(self) -> int:
@@ -262,7 +263,8 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] = False, model_names=None, devices=None,
              stop: str | None = None, follow=None) -> SimulationResult:
-    """Run ``reps`` repetitions of ``method`` ("ucbe", "pulse" or "naive").
+    """Run ``reps`` repetitions of ``method``: an :class:`pulse_jax.Estimator` or its name ("ucbe",
+    "pulse", "naive", or "package.module:attribute"; see :mod:`pulse_jax.registry`).
 
     Args:
       scores: (m, n) fully observed true scores in [0, 1] (the candidates).
@@ -281,9 +283,10 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
       devices: the devices to split the repetitions over (default: all of
         ``jax.devices()``, i.e. every GPU / TPU core, or every host's devices
         after ``jax.distributed.initialize()``). Results do not depend on it.
-      stop: ``"certified"`` stops each repetition once a model is certified
-        best (fixed-confidence mode; ``config.stop_when_certified``),
-        ``"budget"`` spends the whole budget; default: as ``config`` says.
+      stop: a stopping rule (:class:`pulse_jax.stopping.StoppingRule`) or its
+        name, replacing ``config.stop``: ``"certified"`` stops each repetition
+        once a model is certified best (fixed-confidence mode), ``"budget"``
+        spends the whole budget; default: as ``config`` says.
         Either way the first certification is recorded
         (:meth:`SimulationResult.certification`).
       follow: ``(reps, n_steps)`` model indices (-1: no pull), e.g. another
@@ -328,10 +331,10 @@ def _is_count(x) -> bool:
 def _prepare(scores, config: BanditConfig, method, V, stop):
     """Validate the inputs of a simulation or sweep; returns ``(config, estimator, scores, V)``."""
     require(isinstance(config, BanditConfig), f"config must be a pulse_jax.BanditConfig, got {type(config).__name__}")
-    require(stop in (None, "budget", "certified"), f"stop must be 'budget' or 'certified', got {stop!r}")
     if stop is not None:
-        config = dataclasses.replace(config, stop_when_certified=stop == "certified")
+        config = dataclasses.replace(config, stop=registry.stopping_rule(stop, "stop"))
     estimator = bandit.get_estimator(method)
+    bandit.check_compatible(config, estimator)
     scores = np.asarray(scores, dtype=np.float32)
     require(scores.ndim == 2, f"scores must be a 2-D (models x examples) matrix, got shape {scores.shape}")
     require(scores.shape == (config.n_models, config.n_examples),
@@ -380,7 +383,7 @@ def execute(scores, config: BanditConfig, method, estimator, V, rep_index, param
     chunk = -(-total // n_chunks)
     chunk = -(-chunk // mesh.size) * mesh.size
 
-    run = compiled_runner(config, method if isinstance(method, str) else estimator, mesh if mesh.size > 1 else None,
+    run = compiled_runner(config, estimator, mesh if mesh.size > 1 else None,
                           follow is not None)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     by_rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("reps"))
@@ -444,7 +447,7 @@ def result_from(out, method_name: str, config: BanditConfig, params: BanditParam
         method=method_name, config=config, seed=seed, true_means=np.nanmean(np.asarray(scores, np.float64), axis=1),
         best=np.concatenate([out.init_best[:, None], out.steps.best], axis=1).astype(np.int64),
         spent=np.concatenate([init_spent, out.steps.spent], axis=1).astype(np.int64),
-        chosen=np.asarray(out.steps.chosen), lam=np.asarray(out.steps.lam),
+        chosen=np.asarray(out.steps.chosen), lam=_info_field(out.steps, "lam"), step_info=_info_dict(out.steps.info),
         estimates=np.asarray(out.estimates, np.float64), radius=np.asarray(out.radius, np.float64),
         n_obs=np.asarray(out.n_obs), n_pulls=np.asarray(out.n_pulls),
         seconds=seconds, compile_seconds=compile_seconds,
@@ -457,6 +460,21 @@ def result_from(out, method_name: str, config: BanditConfig, params: BanditParam
         **({"step_estimates": np.asarray(out.steps.estimates), "step_low": np.asarray(out.steps.low),
             "step_high": np.asarray(out.steps.high)} if config.record_estimates else {}),
     )
+
+
+def _info_dict(info) -> dict:
+    """An estimator's per-step info pytree as ``{field: array}`` (a NamedTuple's fields, a dict, or leaves)."""
+    if hasattr(info, "_asdict"):
+        return {k: np.asarray(v) for k, v in info._asdict().items()}
+    if isinstance(info, dict):
+        return {str(k): np.asarray(v) for k, v in info.items()}
+    return {f"info_{k}": np.asarray(v) for k, v in enumerate(jax.tree_util.tree_leaves(info))}
+
+
+def _info_field(steps, name: str) -> np.ndarray:
+    """One field of the per-step info, NaN for an estimator that does not report it."""
+    value = _info_dict(steps.info).get(name)
+    return np.asarray(value) if value is not None else np.full(np.shape(steps.chosen), np.nan, np.float32)
 
 
 def _put(array, sharding):

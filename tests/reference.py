@@ -176,7 +176,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
         active = n_obs < N
         index = np.where(active, estimates() + np.sqrt(a / n_obs), -np.inf)
         i = _random_argmax(uniforms[t, 0], index, model_order)
-        if config.rule == "lucb":
+        if config.rule.name == "lucb":
             lo, hi = bounds()
             leader = _random_argmax(uniforms[t, 2], estimates(), model_order)
             challenger = _random_argmax(uniforms[t, 3], np.where(np.arange(m) == leader, -np.inf, hi), model_order)
@@ -185,7 +185,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
                 else challenger
             i = pick if active[pick] else i
         size = max(0, min(B, N[i] - n_obs[i], T - spent)) if active.any() else 0
-        if config.stop_when_certified and certified["spent"] >= 0:
+        if config.stop.name == "certified" and certified["spent"] >= 0:
             size = 0
         lam = np.nan
         if size > 0:

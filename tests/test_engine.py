@@ -57,7 +57,7 @@ def test_engine_matches_numpy_reference_step_for_step(method, case, rule, monkey
     rule_name, stop, delta = RULES[rule]
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=m, n=n)
     config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau, rule=rule_name,
-                     stop_when_certified=stop)
+                     stop="certified" if stop else "budget")
     params = _params(delta=delta)
     run = jax.jit(bandit.make_run(config, method))
     for seed in (0, 1):
@@ -73,7 +73,7 @@ def test_engine_matches_numpy_reference_step_for_step(method, case, rule, monkey
         np.testing.assert_array_equal(np.asarray(out.n_obs), ref["n_obs"])
         np.testing.assert_array_equal(np.asarray(out.n_pulls), ref["n_pulls"])
         if method == "pulse":
-            np.testing.assert_allclose(np.asarray(out.steps.lam), ref["lam"], atol=2e-5)
+            np.testing.assert_allclose(np.asarray(out.steps.info.lam), ref["lam"], atol=2e-5)
         # The confidence sequences: float32 sums of O(n) terms against float64.
         np.testing.assert_allclose(np.asarray(out.steps.low), ref["low"], atol=2e-5)
         np.testing.assert_allclose(np.asarray(out.steps.high), ref["high"], atol=2e-5)
@@ -249,7 +249,7 @@ def test_following_works_on_the_unrolled_refit_path(monkeypatch):
     follow = jax.jit(bandit.make_run(config, "pulse", follow=True))
     again = follow(key, scores, V, _params(), free.steps.chosen)
     np.testing.assert_array_equal(np.asarray(again.steps.chosen), np.asarray(free.steps.chosen))
-    np.testing.assert_allclose(np.asarray(again.steps.lam), np.asarray(free.steps.lam), atol=1e-6)
+    np.testing.assert_allclose(np.asarray(again.steps.info.lam), np.asarray(free.steps.info.lam), atol=1e-6)
     np.testing.assert_allclose(np.asarray(again.steps.estimates), np.asarray(free.steps.estimates), atol=1e-6)
     # A path with skipped steps (-1) and a model pulled over and over: the record shows exactly it.
     path = np.where(np.arange(config.n_steps) % 4 == 3, -1, np.arange(config.n_steps) % m).astype(np.int32)

@@ -1,0 +1,101 @@
+"""The one place where names become plug-ins.
+
+Estimators (:class:`pulse_jax.Estimator`), sampling rules
+(:class:`pulse_jax.rules.SamplingRule`) and stopping rules
+(:class:`pulse_jax.stopping.StoppingRule`) are objects. Wherever the API or
+the CLI takes one, it also takes
+
+* a registered name (``"pulse"``, ``"lucb"``, ``"certified"``, ...), or
+* ``"package.module:attribute"``: a plug-in defined outside the package,
+  imported; the attribute is the plug-in itself or a function of no
+  arguments that returns it.
+
+Nothing else in the package looks at a plug-in's name: behaviour follows
+the plug-in's declared capabilities (``uses_predictions``,
+``has_interval``, ``needs_interval``).
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import Callable
+
+from pulse_jax import estimators, rules, stopping
+from pulse_jax.errors import PulseInputError
+
+ESTIMATORS: dict[str, Callable] = {"ucbe": estimators.ucbe, "pulse": estimators.pulse,
+                                   "naive": estimators.naive_pooling}
+SAMPLING_RULES: dict[str, Callable] = {"ucbe": rules.ucb_index_rule, "lucb": rules.lucb, "top_two": rules.top_two,
+                                       "successive_halving": rules.successive_halving}
+STOPPING_RULES: dict[str, Callable] = {"budget": stopping.spend_budget, "certified": stopping.when_certified}
+ALIASES = {"ucb": "ucbe", "naive_pooling": "naive", "toptwo": "top_two", "halving": "successive_halving",
+           "sh": "successive_halving"}
+
+_KINDS = {"estimator": (ESTIMATORS, estimators.Estimator, "method"),
+          "sampling rule": (SAMPLING_RULES, rules.SamplingRule, "rule"),
+          "stopping rule": (STOPPING_RULES, stopping.StoppingRule, "stop")}
+
+
+def load_attribute(spec: str, where: str = "plug-in"):
+    """``"package.module:attribute"`` imported (dots after the colon walk attributes)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise PulseInputError(f"{where}: {spec!r} is neither a registered name nor 'package.module:attribute'")
+    if "" not in sys.path and "." not in sys.path:
+        sys.path.insert(0, "")   # the user's own modules in the working directory
+    try:
+        obj = importlib.import_module(module_name)
+    except ImportError as err:
+        raise PulseInputError(f"{where}: cannot import module {module_name!r} for {spec!r}: {err} "
+                              "(is its folder on PYTHONPATH?)") from None
+    for part in attribute.split("."):
+        if not hasattr(obj, part):
+            raise PulseInputError(f"{where}: module {module_name!r} has no attribute {attribute!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def resolve(kind: str, value, where: str | None = None):
+    """The plug-in of ``kind`` named or given by ``value`` (see the module docstring)."""
+    table, cls, option = _KINDS[kind]
+    where = where or option
+    if isinstance(value, cls):
+        return value
+    if isinstance(value, str):
+        name = ALIASES.get(value, value)
+        if name in table:
+            return table[name]()
+        if ":" in value:
+            obj = load_attribute(value, where)
+            obj = obj() if callable(obj) and not isinstance(obj, cls) else obj
+            if isinstance(obj, cls):
+                return obj
+            raise PulseInputError(f"{where}: {value!r} is a {type(obj).__name__}, not a {kind} "
+                                  f"(pulse_jax.{cls.__module__.split('.', 1)[1]}.{cls.__name__})")
+        raise PulseInputError(f"{where}: unknown {kind} {value!r}; choose one of {', '.join(table)} "
+                              "or give 'package.module:attribute'")
+    raise PulseInputError(f"{where} must be a {kind} ({cls.__name__}) or its name, got {type(value).__name__}")
+
+
+def estimator(value, where: str | None = None) -> estimators.Estimator:
+    return resolve("estimator", value, where)
+
+
+def sampling_rule(value, where: str | None = None) -> rules.SamplingRule:
+    return resolve("sampling rule", value, where)
+
+
+def stopping_rule(value, where: str | None = None) -> stopping.StoppingRule:
+    return resolve("stopping rule", value, where)
+
+
+def describe(plugin) -> dict:
+    """A plug-in's identity for logs and results: its name and its settings."""
+    settings = {k: _plain(v) for k, v in getattr(plugin, "settings", ())}
+    return {"name": plugin.name, "settings": settings}
+
+
+def _plain(v):
+    if isinstance(v, (bool, int, float, str)) or v is None:
+        return v
+    return getattr(v, "__qualname__", None) or repr(v)

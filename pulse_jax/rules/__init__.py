@@ -1,0 +1,14 @@
+"""Sampling rules: which model the next batch goes to (one file each; see :mod:`pulse_jax.rules.base`).
+
+* :func:`ucb_index_rule` -- the paper's UCB-E index (the default);
+* :func:`lucb` -- LUCB's leader or challenger, built for certification;
+* :func:`top_two` -- Top-Two with the empirical-best leader and transportation-cost challenger (EB-TC);
+* :func:`successive_halving` -- fixed-budget successive halving.
+"""
+from pulse_jax.rules.base import RuleInputs, SamplingRule, ucb_index
+from pulse_jax.rules.lucb import lucb
+from pulse_jax.rules.successive_halving import successive_halving
+from pulse_jax.rules.top_two import top_two
+from pulse_jax.rules.ucb_index import ucb_index_rule
+
+__all__ = ["RuleInputs", "SamplingRule", "ucb_index", "ucb_index_rule", "lucb", "top_two", "successive_halving"]

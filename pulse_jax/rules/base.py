@@ -1,0 +1,73 @@
+"""The sampling-rule interface: which model the next batch goes to.
+
+A :class:`SamplingRule` is a small set of pure functions over the rule's own
+state pytree (``()`` for a stateless rule), in the optax style:
+
+* ``init(config) -> state`` once per repetition (``config`` is the static
+  :class:`pulse_jax.BanditConfig`: shapes, budget, batch size);
+* ``choose(state, inputs, params) -> (model, state)`` at every step, from
+  the :class:`RuleInputs` of that step and the traced
+  :class:`pulse_jax.BanditParams`; ``model = -1`` (or a model that cannot be
+  pulled now) means "pull nothing this step";
+* ``update(state, model, size) -> state`` after a batch of ``size`` cells of
+  ``model`` was observed (``size = 0``: nothing was);
+* ``eligible(state) -> (m,) bool`` (optional): the models the run's
+  recommendation (its ``best``) may name, e.g. the survivors of successive
+  halving; ``None``: every model.
+
+``needs_interval`` asks the engine for the simultaneous bounds in
+``inputs.low`` / ``inputs.high`` (otherwise they are NaN and cost nothing),
+and ``settings`` lists the rule's static settings as ``(name, value)`` pairs,
+which logs and results record. Every random choice takes its uniform from
+:func:`pulse_jax.ties.tie_uniform` (``inputs.tie_key``, ``inputs.t``, a
+stream), so runs on one key share their random numbers.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import chex
+import jax.numpy as jnp
+
+
+class RuleInputs(NamedTuple):
+    """What a sampling rule sees at step ``t`` (arrays of shape ``(m,)`` unless noted)."""
+
+    t: chex.Array            # the step, int32 scalar (1-based)
+    estimates: chex.Array    # mu_hat (exhausted models: their exact mean)
+    low: chex.Array          # simultaneous bounds (NaN unless the rule needs_interval and the method has one)
+    high: chex.Array
+    n_obs: chex.Array        # observed cells, int32
+    n_pulls: chex.Array      # batches observed, the initial ones included, int32
+    active: chex.Array       # bool: may be pulled now (not exhausted; live selection: no batch in flight)
+    exhausted: chex.Array    # bool: every example of the model is observed
+    model_order: chex.Array  # the repetition's shuffled model order (for random ties)
+    tie_key: chex.PRNGKey    # the repetition's stream of per-step uniforms
+
+
+def no_state(config) -> tuple:
+    del config
+    return ()
+
+
+def keep_state(state, model, size):
+    del model, size
+    return state
+
+
+class SamplingRule(NamedTuple):
+    """A sampling rule as pure functions (see the module docstring)."""
+
+    name: str
+    choose: Callable[[Any, RuleInputs, Any], tuple[chex.Array, Any]]
+    init: Callable[[Any], Any] = no_state
+    update: Callable[[Any, chex.Array, chex.Array], Any] = keep_state
+    eligible: Callable[[Any], chex.Array] | None = None
+    needs_interval: bool = False
+    settings: tuple = ()
+
+
+def ucb_index(inputs: RuleInputs, exploration) -> chex.Array:
+    """The paper's index ``mu_hat_i + sqrt(a / N_i)``, ``-inf`` where a model cannot be pulled."""
+    bonus = jnp.sqrt(exploration / jnp.maximum(inputs.n_obs, 1).astype(jnp.float32))
+    return jnp.where(inputs.active, inputs.estimates + bonus, -jnp.inf)

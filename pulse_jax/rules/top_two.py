@@ -1,0 +1,62 @@
+"""Top-Two sampling with the empirical-best leader and the transportation-cost challenger (EB-TC).
+
+Jourdan, Degenne and Kaufmann (2022), "Top two algorithms revisited", and
+Jourdan et al. (2023), "An epsilon-best-arm identification algorithm for
+fixed-confidence and beyond" (EB-TC). At step ``t``:
+
+* the **leader** ``L = argmax_i mu_hat_i`` (stream ``LEADER``);
+* the **challenger** ``C = argmin_{j != L} W(L, j)`` (stream ``CHALLENGER``),
+  with the Gaussian transportation cost
+
+      W(L, j) = (mu_hat_L - mu_hat_j)_+ / sqrt(1 / N_L + 1 / N_j),
+
+  the evidence that ``L`` beats ``j`` (the common variance cancels in the argmin);
+* the leader is pulled with probability ``leader_fraction`` (``beta``; a
+  uniform of stream ``COIN``), the challenger otherwise. If the one drawn
+  cannot be pulled, the other is; if neither can, the index rule's choice.
+
+The estimates are the method's own (PULSE's doubly robust ones with PULSE),
+so the rule plugs into every estimator.
+"""
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+
+from pulse_jax.rules.base import SamplingRule
+from pulse_jax.rules.ucb_index import choose_by_index
+from pulse_jax.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
+
+
+def transportation_cost(estimates, n_obs, leader):
+    """``W(L, j)`` for every ``j`` (0 at ``j = L`` and wherever ``mu_hat_j >= mu_hat_L``)."""
+    n = jnp.maximum(n_obs, 1).astype(jnp.float32)
+    gap = jnp.maximum(estimates[leader] - estimates, 0.0)
+    return gap / jnp.sqrt(1.0 / n[leader] + 1.0 / n)
+
+
+@functools.cache
+def top_two(leader_fraction: float = 0.5) -> SamplingRule:
+    """EB-TC with a fixed leader fraction ``beta`` in (0, 1) (0.5: the usual choice)."""
+    beta = float(leader_fraction)
+    if not 0.0 < beta < 1.0:
+        from pulse_jax.errors import PulseInputError
+
+        raise PulseInputError(f"top_two: leader_fraction must lie in (0, 1), got {leader_fraction!r}")
+
+    def choose(state, inputs, params):
+        fallback, _ = choose_by_index(state, inputs, params)
+        t, key, order = inputs.t, inputs.tie_key, inputs.model_order
+        m = inputs.estimates.shape[0]
+        leader = random_argmax(tie_uniform(key, t, LEADER), inputs.estimates, order)
+        cost = transportation_cost(inputs.estimates, inputs.n_obs, leader)
+        cost = jnp.where(jnp.arange(m) == leader, jnp.inf, cost)
+        challenger = random_argmax(tie_uniform(key, t, CHALLENGER), -cost, order)
+        coin = tie_uniform(key, t, COIN) < beta
+        first, second = jnp.where(coin, leader, challenger), jnp.where(coin, challenger, leader)
+        active = inputs.active
+        pick = jnp.where(active[first], first, second)
+        return jnp.where(active[pick], pick, fallback), state
+
+    return SamplingRule("top_two", choose, settings=(("leader_fraction", beta),))

@@ -1,0 +1,43 @@
+"""The stopping-rule interface: when a repetition stops spending.
+
+A :class:`StoppingRule` is ``done(inputs, params) -> bool``: checked before
+every step, a run whose rule says ``True`` pulls nothing more (its remaining
+steps spend no cells). :class:`StopInputs` carries what the run knows then,
+including its first certificate: the engine records, for every method with
+an interval, the first time the leader's lower bound exceeds every other
+model's upper bound (:func:`pulse_jax.confidence.certify` on the
+simultaneous, anytime-valid bounds), whatever the stopping rule.
+
+``needs_interval`` says the rule is only meaningful for methods with an
+interval; ``settings`` lists its static settings as ``(name, value)`` pairs.
+A stopping rule that reads the bounds keeps the guarantee of the confidence
+sequences: they hold at every look at once, so stopping at a data-dependent
+time is valid.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, NamedTuple
+
+import chex
+
+
+class StopInputs(NamedTuple):
+    """What a stopping rule sees before a step (arrays of shape ``(m,)`` unless noted)."""
+
+    t: chex.Array                 # the step about to run (int32)
+    spent: chex.Array             # cells spent so far, initialization included (int32)
+    budget: int                   # the run's total budget (static)
+    estimates: chex.Array
+    low: chex.Array               # simultaneous bounds (NaN for methods without an interval)
+    high: chex.Array
+    certified: chex.Array         # bool scalar: a model has been certified best
+    certified_model: chex.Array   # int32 scalar, -1 before
+
+
+class StoppingRule(NamedTuple):
+    """A stopping rule as a pure function (see the module docstring)."""
+
+    name: str
+    done: Callable[[StopInputs, Any], chex.Array]
+    needs_interval: bool = False
+    settings: tuple = ()

@@ -1,0 +1,19 @@
+"""Fixed budget: spend the whole budget (the paper's setting; the default)."""
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+
+from pulse_jax.stopping.base import StoppingRule
+
+
+def _never(inputs, params):
+    del inputs, params
+    return jnp.bool_(False)
+
+
+@functools.cache
+def spend_budget() -> StoppingRule:
+    """Never stop before the budget is spent."""
+    return StoppingRule("budget", _never)
