@@ -528,6 +528,10 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         done = stop.done(StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0,
                                     state.certified.model), params)
         go = valid & active[i] & (t >= 1) & ~done
+        if rule.eligible is not None:   # the recommendation follows the rule's eligible set when it changes
+            changed = (t >= 1) & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
+            state = state._replace(best=jnp.where(changed, recommend(episode, state._replace(rule=rule_state), t),
+                                                  state.best))
         state = state._replace(rule=_where_tree(t >= 1, rule_state, state.rule))
         return state, i, jnp.where(go, room(state, i, reserved), 0)
 

@@ -61,7 +61,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
     B, T, a, tau = config.batch_size, config.budget, float(params.exploration), config.refit_every
     model_order, examples_key, tie_key = bandit.draw_keys(key, m)
     model_order = np.asarray(model_order)
-    uniforms = np.asarray(jax.vmap(lambda t: jnp.stack([bandit.tie_uniform(tie_key, t, w) for w in range(4)]))(
+    uniforms = np.asarray(jax.vmap(lambda t: jnp.stack([bandit.tie_uniform(tie_key, t, w) for w in range(5)]))(
         jnp.arange(config.n_steps + 1)))
     uses_pred = method in ("pulse", "naive")
 
@@ -168,8 +168,22 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
         if lo[h] > rival:
             certified.update(spent=spent, model=h)
 
+    # successive halving's bookkeeping (Karnin et al. 2013, as documented in pulse_jax/rules/successive_halving.py)
+    halving = {"survivors": np.ones(m, bool), "phase": 0, "pulls": np.zeros(m, int), "used": 0,
+               "total": config.bandit_budget // B, "phases": max(1, int(np.ceil(np.log2(m))))}
+
+    def halving_target():
+        k = max(int(halving["survivors"].sum()), 1)
+        if halving["phase"] >= halving["phases"] - 1:
+            return (halving["total"] - halving["used"]) // k
+        return halving["total"] // (k * halving["phases"])
+
+    def recommend(u):
+        eligible = halving["survivors"] if config.rule.name == "successive_halving" else np.ones(m, bool)
+        return _random_argmax(u, np.where(eligible, estimates(), -np.inf), model_order)
+
     spent = config.init_cells
-    best = _random_argmax(uniforms[0, 1], estimates(), model_order)
+    best = recommend(uniforms[0, 1])
     check_certificate()
     rec = {"best": [], "spent": [], "chosen": [], "lam": [], "estimates": [], "low": [], "high": []}
     for t in range(1, config.n_steps + 1):
@@ -184,7 +198,32 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
             pick = leader if active[leader] and (not active[challenger] or width[leader] >= width[challenger]) \
                 else challenger
             i = pick if active[pick] else i
-        size = max(0, min(B, N[i] - n_obs[i], T - spent)) if active.any() else 0
+        if config.rule.name == "top_two":
+            beta = dict(config.rule.settings)["leader_fraction"]
+            est = estimates()
+            leader = _random_argmax(uniforms[t, 2], est, model_order)
+            nn = np.maximum(n_obs, 1).astype(np.float64)
+            cost = np.maximum(est[leader] - est, 0.0) / np.sqrt(1 / nn[leader] + 1 / nn)
+            cost[leader] = np.inf
+            challenger = _random_argmax(uniforms[t, 3], -cost, model_order)
+            first, second = (leader, challenger) if uniforms[t, 4] < beta else (challenger, leader)
+            pick = first if active[first] else second
+            i = pick if active[pick] else i
+        if config.rule.name == "successive_halving":
+            sv = halving["survivors"]
+            done = ~sv | (n_obs >= N) | (halving["pulls"] >= halving_target())
+            if done.all() and sv.sum() > 1:
+                values = np.where(sv, estimates(), -np.inf)[model_order]
+                keep = model_order[np.argsort(-values, kind="stable")[:(int(sv.sum()) + 1) // 2]]
+                halving["survivors"] = np.isin(np.arange(m), keep)
+                halving["used"] += int(halving["pulls"].sum())
+                halving["pulls"][:] = 0
+                halving["phase"] += 1
+                best = recommend(uniforms[t, 1])
+            want = halving["survivors"] & active & (halving["pulls"] < halving_target())
+            i = _random_argmax(uniforms[t, 0], np.where(want, -halving["pulls"], -10**9), model_order) \
+                if want.any() else -1
+        size = max(0, min(B, N[i] - n_obs[i], T - spent)) if active.any() and i >= 0 else 0
         if config.stop.name == "certified" and certified["spent"] >= 0:
             size = 0
         lam = np.nan
@@ -220,7 +259,8 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
             F[i] -= f.sum()
             Phi[i] -= (f * f).sum()
             spent += size
-            best = _random_argmax(uniforms[t, 1], estimates(), model_order)
+            halving["pulls"][i] += 1
+            best = recommend(uniforms[t, 1])
             check_certificate()
         lo, hi = bounds()
         rec["low"].append(lo)
@@ -228,6 +268,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
         rec["best"].append(best)
         rec["spent"].append(spent)
         rec["chosen"].append(i if size > 0 else -1)
+        rec.setdefault("phase", []).append(halving["phase"])
         rec["lam"].append(lam)
         rec["estimates"].append(estimates())
     out = {k: np.asarray(v) for k, v in rec.items()}

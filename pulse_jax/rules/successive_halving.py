@@ -10,8 +10,9 @@ round robin (the survivor with the fewest batches this phase, random ties:
 stream ``PULL``). When every survivor has its ``t_r`` batches (or is
 exhausted), the ``ceil(|S_r| / 2)`` survivors with the highest estimates
 (ties in the repetition's model order) go on and the others are eliminated.
-The run's recommendation is the best survivor (``eligible``); once one
-model is left the rule pulls nothing more.
+The run's recommendation is the best survivor (``eligible``). After the
+last halving the survivor takes the batches that rounding left, so the rule
+gives exactly ``P`` batches when no model runs out of examples.
 """
 from __future__ import annotations
 
