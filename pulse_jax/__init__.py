@@ -6,36 +6,66 @@ Public API::
     pj.simulate(scores, pj.BanditConfig(...), "pulse", V=V, params=pj.BanditParams(exploration=0.5))
     pj.sweep(scores, config, "pulse", {"exploration": [0.25, 1, 4]}, V=V, reps=200)
     pj.Selector(models, examples, budget, train=history)   # live selection, ask/tell
+
+Plug-ins: :class:`Estimator` (:mod:`pulse_jax.estimators`), :class:`SamplingRule`
+(:mod:`pulse_jax.rules`) and :class:`StoppingRule` (:mod:`pulse_jax.stopping`); names
+resolve in :mod:`pulse_jax.registry`.
+
+Names load on first use, so ``import pulse_jax.live`` brings in live selection
+only (neither the simulation driver nor matplotlib).
 """
+from importlib import import_module as _import_module
 from importlib import metadata as _metadata
 
-from pulse_jax.bandit import BanditConfig, Kernel, RunResult, build_kernel, make_run
-from pulse_jax.confidence import bernstein_serfling_radius, certify, freedman_radius
-from pulse_jax.data import ScoreMatrix, load, load_csv, load_npz
-from pulse_jax.errors import PulseInputError
-from pulse_jax.estimators import Estimator, constant_lambda, naive_pooling, paper_lambda, pulse, ucbe
-from pulse_jax.factorization import PAPER_INIT_REFIT, PAPER_REFIT, adam_settings, fit_example_embeddings
-from pulse_jax.params import BanditParams
-from pulse_jax.report import Report
-from pulse_jax.runner import EvaluationError, run
-from pulse_jax.selector import Request, Selector
-from pulse_jax.simulate import SimulationResult, simulate
-from pulse_jax.sweep import SweepResult, sweep
-from pulse_jax.synthetic import Benchmark, make_benchmark
+_EXPORTS = {
+    "pulse_jax.bandit": ["BanditConfig", "Kernel", "RunResult", "build_kernel", "make_run"],
+    "pulse_jax.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
+    "pulse_jax.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
+    "pulse_jax.errors": ["PulseInputError"],
+    "pulse_jax.estimators": ["Estimator", "constant_lambda", "naive_pooling", "paper_lambda", "pulse", "ucbe"],
+    "pulse_jax.factorization": ["PAPER_INIT_REFIT", "PAPER_REFIT", "adam_settings", "fit_example_embeddings"],
+    "pulse_jax.params": ["BanditParams"],
+    "pulse_jax.rules": ["RuleInputs", "SamplingRule", "lucb", "successive_halving", "top_two", "ucb_index_rule"],
+    "pulse_jax.stopping": ["StopInputs", "StoppingRule", "spend_budget", "when_certified"],
+    "pulse_jax.live_report": ["Report"],
+    "pulse_jax.runner": ["EvaluationError", "run"],
+    "pulse_jax.selector": ["Request", "Selector"],
+    "pulse_jax.simulate": ["SimulationResult", "enable_compilation_cache", "simulate"],
+    "pulse_jax.sweep": ["SweepResult", "sweep"],
+    "pulse_jax.synthetic": ["Benchmark", "make_benchmark"],
+}
+_WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
 
 try:
     __version__ = _metadata.version("pulse-jax")
 except _metadata.PackageNotFoundError:   # running from a source tree that was never installed
     __version__ = "0+unknown"
 
-__all__ = [
-    "BanditConfig", "BanditParams", "Kernel", "RunResult", "build_kernel", "make_run",
-    "freedman_radius", "bernstein_serfling_radius", "certify",
-    "ScoreMatrix", "load", "load_csv", "load_npz",
-    "PulseInputError",
-    "Estimator", "ucbe", "pulse", "naive_pooling", "paper_lambda", "constant_lambda",
-    "PAPER_INIT_REFIT", "PAPER_REFIT", "adam_settings", "fit_example_embeddings",
-    "SimulationResult", "simulate", "SweepResult", "sweep",
-    "Selector", "Request", "Report", "run", "EvaluationError",
-    "Benchmark", "make_benchmark",
-]
+__all__ = sorted(_WHERE)
+
+
+def __getattr__(name):
+    if name in _WHERE:
+        value = getattr(_import_module(_WHERE[name]), name)
+        globals()[name] = value   # later look-ups skip this hook
+        return value
+    raise AttributeError(f"module 'pulse_jax' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_WHERE))
+
+
+class _Package(type(_metadata)):
+    """Keeps the exported functions ``simulate`` and ``sweep`` from being replaced by their submodules:
+    importing a submodule binds it on its package, which here would shadow the function of the same name."""
+
+    def __setattr__(self, name, value):
+        if name in _WHERE and isinstance(value, type(_metadata)):
+            return
+        super().__setattr__(name, value)
+
+
+import sys as _sys  # noqa: E402
+
+_sys.modules[__name__].__class__ = _Package

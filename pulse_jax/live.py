@@ -5,10 +5,10 @@ The pieces live in their own modules; this one gathers them:
 * :class:`Selector` (:mod:`pulse_jax.selector`): ask/tell on the simulation's own kernel;
 * :func:`run` (:mod:`pulse_jax.runner`): drives a selector with ``evaluate(model, example_ids) -> scores``;
 * :mod:`pulse_jax.journal`: the durable JSONL log and its verified replay;
-* :class:`Report` (:mod:`pulse_jax.report`): ranking, confidence sequences, separation.
+* :class:`Report` (:mod:`pulse_jax.live_report`): ranking, confidence sequences, separation.
 """
 from pulse_jax.journal import LOG_VERSION
-from pulse_jax.report import Report
+from pulse_jax.live_report import Report
 from pulse_jax.runner import EvaluationError, run
 from pulse_jax.selector import Request, Selector
 

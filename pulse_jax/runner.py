@@ -14,7 +14,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
 
 from pulse_jax.errors import require
-from pulse_jax.report import Report
+from pulse_jax.live_report import Report
 from pulse_jax.selector import Request, Selector
 
 

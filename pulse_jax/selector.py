@@ -41,7 +41,7 @@ from pulse_jax import bandit, confidence, factorization, journal, registry
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import BanditParams, check_params, seed_key
-from pulse_jax.report import Report, _num
+from pulse_jax.live_report import Report, _num
 
 
 @dataclasses.dataclass(frozen=True)
