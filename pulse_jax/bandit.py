@@ -28,6 +28,7 @@ batches, and the same k-th batch of a model whenever both pull it k times.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import warnings
 from typing import Any, NamedTuple
 
@@ -38,14 +39,16 @@ import numpy as np
 import optax
 
 from pulse_jax import confidence, factorization, sampling
-from pulse_jax.confidence import ConfSeq, certify
-from pulse_jax.errors import PulseInputError, require
-from pulse_jax.estimators import Estimator, Ledger, Pull, populations
+from pulse_jax.bookkeeping import (Certificate, Snapshots, current_estimates, half_widths,  # noqa: F401
+                                   interval_bounds, record_certificate, take_snapshots)
+from pulse_jax.confidence import ConfSeq
+from pulse_jax.errors import require
+from pulse_jax.estimators import Estimator, Ledger, Pull
 from pulse_jax.rules import RuleInputs
 from pulse_jax.stopping import StopInputs
 from pulse_jax.factorization import FitSettings
 from pulse_jax.params import BanditParams
-from pulse_jax.ties import BEST, CHALLENGER, LEADER, PULL, kth_true, random_argmax, tie_uniform, tie_uniforms  # noqa: F401
+from pulse_jax.ties import BEST, random_argmax, tie_uniform
 
 
 INTERVALS = ("cs", "paper")
@@ -218,20 +221,6 @@ class BanditState(NamedTuple):
     rule: Any = ()        # the sampling rule's own state
 
 
-class Certificate(NamedTuple):
-    """The first certification of a run: cells spent then and the model certified (-1: not yet)."""
-
-    spent: chex.Array
-    model: chex.Array
-
-
-class Snapshots(NamedTuple):
-    """Interval half-widths at ``config.snapshot_budgets`` (``(K, m)`` each; NaN until reached)."""
-
-    cs: chex.Array      # confidence sequence (exhausted models: 0)
-    paper: chex.Array   # the paper's fixed-count radius at delta
-
-
 class StepRecord(NamedTuple):
     best: chex.Array        # argmax of mu_hat after the step (row index)
     spent: chex.Array       # cells spent after the step, initialization included
@@ -303,63 +292,6 @@ def _where_tree(pred, new, old):
     return jax.tree_util.tree_map(lambda a, b: jnp.where(pred, a, b), new, old)
 
 
-def current_estimates(estimator: Estimator, state: BanditState, n_examples: int) -> chex.Array:
-    """``mu_hat`` of every model; exhausted models (all ``N_i`` examples seen) are known exactly."""
-    ledger = state.ledger
-    size = populations(ledger, n_examples)
-    return jnp.where(ledger.n_obs >= size, ledger.obs_sum / size, estimator.estimate(state.estimator, ledger))
-
-
-def interval_bounds(estimator: Estimator, state: BanditState, config: BanditConfig, params: BanditParams,
-                    interval: str | None = None) -> tuple[chex.Array, chex.Array]:
-    """Every model's ``(low, high)`` under ``interval`` (default ``config.interval``), simultaneous over
-    the models and valid at every look; exhausted models are known exactly; NaN without an interval."""
-    ledger, n, m = state.ledger, config.n_examples, config.n_models
-    if estimator.proxies is None:
-        nan = jnp.full(m, jnp.nan, jnp.float32)
-        return nan, nan
-    if (interval or config.interval) == "cs":
-        low, high = state.cs.low, state.cs.high
-    else:
-        mu = current_estimates(estimator, state, n)
-        r = estimator.radius(state.estimator, ledger, n, confidence.anytime_delta(params.delta, ledger.n_pulls, m))
-        low, high = jnp.clip(mu - r, 0.0, 1.0), jnp.clip(mu + r, 0.0, 1.0)
-    size = populations(ledger, n)
-    exact = ledger.n_obs >= size
-    mean = ledger.obs_sum / size
-    return jnp.where(exact, mean, low), jnp.where(exact, mean, high)
-
-
-def _record_certificate(estimator, state: BanditState, config: BanditConfig, params: BanditParams) -> BanditState:
-    """Note the first time the run certifies a model (the cells spent then and the model)."""
-    if estimator.proxies is None:
-        return state
-    ok, h = certify(*interval_bounds(estimator, state, config, params))
-    new = ok & (state.certified.spent < 0)
-    return state._replace(certified=Certificate(jnp.where(new, state.spent, state.certified.spent),
-                                                jnp.where(new, h, state.certified.model)))
-
-
-def _half_widths(estimator, state: BanditState, config: BanditConfig, params: BanditParams):
-    """Every model's confidence-sequence half-width and the paper's fixed-count radius at delta."""
-    low, high = interval_bounds(estimator, state, config, params, "cs")
-    radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta)
-    exhausted = state.ledger.n_obs >= populations(state.ledger, config.n_examples)
-    return (high - low) / 2, jnp.where(exhausted, 0.0, radius)
-
-
-def _take_snapshots(estimator, state: BanditState, config: BanditConfig, params: BanditParams,
-                    spent_before) -> BanditState:
-    """Fill the snapshot rows whose budget was reached by this step (a no-op without snapshot budgets)."""
-    if not config.snapshot_budgets:
-        return state
-    budgets = jnp.asarray(config.snapshot_budgets, jnp.int32)
-    hit = ((spent_before < budgets) & (state.spent >= budgets))[:, None]
-    cs, paper = _half_widths(estimator, state, config, params)
-    snaps = state.snapshots
-    return state._replace(snapshots=Snapshots(jnp.where(hit, cs[None], snaps.cs), jnp.where(hit, paper[None], snaps.paper)))
-
-
 def observed_blocks(episode: Episode, state: BanditState,
                     log_slots: int | None = None) -> tuple[factorization.CellBlocks, ...]:
     """Every observed cell as blocks: the initial batches (one block per model), then the pull log.
@@ -411,26 +343,272 @@ def log_chunk_slots(config: BanditConfig) -> int:
 
 
 # ----------------------------------------------------------------------------- the kernel
+#
+# One bandit step is select -> refit (when due) -> draw -> observe. Every function below is pure and
+# takes its arguments in one order: (config, plugins, episode, state, params, t, ...). ``config`` and
+# ``plugins`` are static (hashable); everything else may be traced.
+
+
+class Plugins(NamedTuple):
+    """The run's plug-ins: estimator, sampling rule, stopping rule (static, hashable)."""
+
+    estimator: Estimator
+    rule: Any
+    stop: Any
+
+
+def plugins_of(config: BanditConfig, estimator: Estimator) -> Plugins:
+    return Plugins(estimator, config.rule, config.stop)
+
+
+def refit_period(config: BanditConfig, plugins: Plugins) -> int:
+    """Bandit steps between refits: ``config.refit_every`` for estimators that use predictions, else 0."""
+    return config.refit_every if plugins.estimator.uses_predictions else 0
+
+
+def refit_due(config: BanditConfig, plugins: Plugins, t):
+    """Every ``refit_every`` steps, at the start of the step (after the choice, before the draw), as in
+    the paper's Algorithm 1; never for estimators without predictions. A Python bool for a Python
+    ``t``, a traced bool for a traced one."""
+    tau = refit_period(config, plugins)
+    if not tau:
+        return False
+    return (t % tau == 0) & (t > 0)
+
+
+def _log_inv_alpha(config: BanditConfig, plugins: Plugins, params):
+    return confidence.cs_log_inv_alpha(params.delta, config.n_models, plugins.estimator.n_sequences)
+
+
+def _first_state(config: BanditConfig, plugins: Plugins, first, observed, population, rank, params) -> BanditState:
+    """The state after the initial batches ``first`` (``(m, T0 B)`` scores), before any fit."""
+    m, B, C = config.n_models, config.batch_size, plugins.estimator.n_sequences
+    zeros = jnp.zeros(m, jnp.float32)
+    ledger = Ledger(jnp.full(m, config.init_cells_per_model, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1),
+                    (first * first).sum(1), zeros, zeros, population)
+    # One log slot per step, rounded up to whole refit chunks (one empty slot when there are no steps).
+    chunk = log_chunk_slots(config)
+    slots = -(-max(config.n_steps, 1) // chunk) * chunk if plugins.estimator.uses_predictions else 0
+    log = PullLog(jnp.zeros(slots, jnp.int32), jnp.zeros((slots, B), jnp.int32), jnp.zeros((slots, B), jnp.float32),
+                  jnp.zeros(slots, jnp.int32))
+    # The initial batches enter the confidence sequences as raw scores: no prediction exists yet
+    # (for PULSE this is lambda = 0), and each batch is in its sampler's uniform draw order.
+    cs = confidence.cs_init(m, C)
+    if plugins.estimator.has_interval:
+        rows = jnp.broadcast_to(first[:, None], (m, C) + first.shape[1:])
+        cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, population.astype(jnp.float32), rows,
+                                      jnp.zeros_like(rows), jnp.ones_like(rows), first, jnp.ones(first.shape, bool),
+                                      _log_inv_alpha(config, plugins, params))
+    nan = jnp.full((len(config.snapshot_budgets), m), jnp.nan, jnp.float32)
+    return BanditState(ledger, None, jnp.zeros((m, rank), jnp.float32), observed, first, log,
+                       jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
+                       Snapshots(nan, nan), plugins.rule.init(config))
+
+
+def init(config: BanditConfig, plugins: Plugins, key, scores, V, params) -> tuple[Episode, BanditState]:
+    """Stage 1: the repetition's draws, the initial batches (``scores`` needs only their cells; NaN
+    marks a cell a model has no score for) and the first fit of U."""
+    estimator = plugins.estimator
+    model_order, examples_key, tie_key = draw_keys(key, config.n_models)
+    missing = jnp.isnan(scores)
+    scores = jnp.where(missing, 0.0, scores)
+    population = jnp.sum(~missing, axis=1).astype(jnp.int32)
+    first_examples, observed = initial_draws(examples_key, config, missing, population)
+    episode = Episode(scores, missing, V, model_order, first_examples, examples_key, tie_key)
+    first = jnp.take_along_axis(scores, first_examples, axis=1)
+    state = _first_state(config, plugins, first, observed, population, V.shape[1], params)
+    if estimator.uses_predictions:
+        settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2)
+        state = _refit(episode, state, settings, log_slots=0)     # nothing is in the log yet
+    state = state._replace(estimator=estimator.init(state.ledger))
+    state = state._replace(best=recommend(config, plugins, episode, state, 0))
+    state = record_certificate(config, estimator, state, params)
+    return episode, take_snapshots(config, estimator, state, params, jnp.int32(-1))
+
+
+def recommend(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, t):
+    """The run's best guess: ``argmax mu_hat`` over the models the rule deems eligible (random ties)."""
+    mu = current_estimates(plugins.estimator, state, config.n_examples)
+    if plugins.rule.eligible is not None:
+        mu = jnp.where(plugins.rule.eligible(state.rule), mu, -jnp.inf)
+    return random_argmax(tie_uniform(episode.key, t, BEST), mu, episode.model_order)
+
+
+def room(config: BanditConfig, state: BanditState, i, reserved=0):
+    """``B' = min(B, |U_i|, budget left - reserved)`` for model ``i`` (never below 0)."""
+    ledger = state.ledger
+    size = jnp.minimum(jnp.minimum(config.batch_size, ledger.population[i] - ledger.n_obs[i]),
+                       config.budget - state.spent - reserved)
+    return jnp.maximum(size, 0)
+
+
+def select(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t,
+           blocked=None, reserved=0):
+    """Step 1: ``(state, i, size)``, the model the sampling rule chooses and the batch size ``B'``.
+
+    The rule sees the models that are not exhausted (nor ``blocked``: a live
+    selector blocks models with a batch in flight) and, if it asks, the
+    simultaneous bounds. ``size = 0`` means nothing to do: always at ``t = 0``,
+    when the rule chooses no model, and once the stopping rule says done. The
+    rule's state is kept from step 1 on (at ``t = 0`` nothing happens).
+    """
+    estimator, rule, stop = plugins
+    m, ledger = config.n_models, state.ledger
+    exhausted = ledger.n_obs >= ledger.population
+    active = ~exhausted if blocked is None else ~exhausted & ~blocked
+    mu = current_estimates(estimator, state, config.n_examples)
+    low, high = interval_bounds(estimator, state, config, params) if rule.needs_interval or stop.needs_interval \
+        else (jnp.full(m, jnp.nan, jnp.float32),) * 2
+    inputs = RuleInputs(t, mu, low, high, ledger.n_obs, ledger.n_pulls, active, exhausted, episode.model_order,
+                        episode.key)
+    i, rule_state = rule.choose(state.rule, inputs, params)
+    valid = (i >= 0) & (i < m)
+    i = jnp.clip(i, 0, m - 1).astype(jnp.int32)
+    done = stop.done(StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0,
+                                state.certified.model), params)
+    go = valid & active[i] & (t >= 1) & ~done
+    if rule.eligible is not None:   # the recommendation follows the rule's eligible set when it changes
+        changed = (t >= 1) & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
+        best = recommend(config, plugins, episode, state._replace(rule=rule_state), t)
+        state = state._replace(best=jnp.where(changed, best, state.best))
+    state = state._replace(rule=_where_tree(t >= 1, rule_state, state.rule))
+    return state, i, jnp.where(go, room(config, state, i, reserved), 0)
+
+
+def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, size, due,
+          log_slots=None):
+    """Step 2: when ``due`` and the step spends (``size > 0``), refit U on all observed cells and refresh
+    the prediction sums and the estimator.
+
+    ``due`` is a Python bool or an *unbatched* traced bool (it depends on the
+    step only), so under ``vmap`` it stays a real ``lax.cond`` and plain steps
+    never pay for a refit. Given a traced step ``t`` (unbatched too) and no
+    static ``log_slots``, the refit visits only the ``t - 1`` log slots steps
+    ``1 .. t - 1`` may have filled.
+    """
+    if not plugins.estimator.uses_predictions or due is False:
+        return state
+
+    def refit_if_live(state):
+        settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2)
+        dynamic = t is not None and log_slots is None
+        filled = factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config)) if dynamic else None
+        new = _refit(episode, state, settings, log_slots, filled)
+        new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.ledger, config.n_examples))
+        return _where_tree(size > 0, new, state)
+
+    return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
+
+
+def draw(config: BanditConfig, episode: Episode, state: BanditState, i, size):
+    """Step 3: the batch ``(examples, valid)`` of length B: a uniform ``size``-subset of model i's
+    unobserved examples."""
+    B, n_obs_i = config.batch_size, state.ledger.n_obs[i]
+    key = sampling.draw_key(episode.examples_key, i, n_obs_i)
+    examples = sampling.draw(key, state.observed[i], n_obs_i, state.ledger.population[i], B)
+    return examples, jnp.arange(B) < size
+
+
+def _pull(plugins: Plugins, episode: Episode, state: BanditState, i, size, examples, valid, scores) -> Pull:
+    """The batch as the estimator sees it: scores and the current predictions, zero past ``size``."""
+    s = jnp.where(valid, scores, 0.0)
+    if plugins.estimator.uses_predictions:
+        f = jax.nn.sigmoid(jnp.matmul(episode.V[examples], state.U[i], precision=factorization.PRECISION))
+        f = jnp.where(valid, f, 0.0)
+    else:
+        f = jnp.zeros_like(s)
+    return Pull(i, size, jnp.sum(s), jnp.sum(f), s, f, valid)
+
+
+def _add_to_ledger(ledger: Ledger, pull: Pull) -> Ledger:
+    i, s, f = pull.model, pull.scores, pull.preds
+    return Ledger(population=ledger.population, n_obs=ledger.n_obs.at[i].add(pull.size),
+                  n_pulls=ledger.n_pulls.at[i].add((pull.size > 0).astype(jnp.int32)),
+                  obs_sum=ledger.obs_sum.at[i].add(pull.score_sum), obs_sq_sum=ledger.obs_sq_sum.at[i].add(jnp.sum(s * s)),
+                  pred_sum=ledger.pred_sum.at[i].add(-pull.pred_sum),
+                  pred_sq_sum=ledger.pred_sq_sum.at[i].add(-jnp.sum(f * f)))
+
+
+def _add_to_log(log: PullLog, t, pull: Pull, examples) -> PullLog:
+    """Slot ``t - 1`` holds step ``t``'s pull (left as it was when the step spends nothing)."""
+    slot, live = jnp.maximum(t - 1, 0), pull.size > 0
+    keep = lambda new, old: jnp.where(live, new, old)   # noqa: E731
+    return PullLog(log.models.at[slot].set(keep(pull.model, log.models[slot])),
+                   log.examples.at[slot].set(keep(examples, log.examples[slot])),
+                   log.scores.at[slot].set(keep(pull.scores, log.scores[slot])),
+                   log.sizes.at[slot].set(keep(pull.size, log.sizes[slot])))
+
+
+def observe(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, i, size,
+            examples, valid, scores):
+    """Steps 4-5: record the batch's ``scores`` (length B, ignored where not ``valid``); ``(state, info)``.
+
+    The confidence sequences and the estimator take the batch in from the
+    bookkeeping *before* it (everything they use is predictable), then the
+    ledger, the pull log and the rule take it in, and the recommendation, the
+    certificate and the snapshots are brought up to date.
+    """
+    estimator, n, ledger = plugins.estimator, config.n_examples, state.ledger
+    pull = _pull(plugins, episode, state, i, size, examples, valid, scores)
+    cs = state.cs
+    if estimator.has_interval:
+        y, lower, width = estimator.proxies(state.estimator, ledger, pull, n, params)
+        cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i], ledger.population[i].astype(jnp.float32),
+                                  y, lower, width, pull.scores, valid, _log_inv_alpha(config, plugins, params))
+    est, info = estimator.update(state.estimator, ledger, pull, n, params)   # a no-op when size == 0
+    observed = state.observed.at[i].set(sampling.mark(state.observed[i], examples, valid))
+    log = _add_to_log(state.log, t, pull, examples) if estimator.uses_predictions else state.log
+    spent_before = state.spent
+    state = state._replace(ledger=_add_to_ledger(ledger, pull), estimator=est, observed=observed, log=log,
+                           spent=state.spent + size, cs=cs, rule=plugins.rule.update(state.rule, i, size))
+    state = state._replace(best=jnp.where(size > 0, recommend(config, plugins, episode, state, t), state.best))
+    state = record_certificate(config, estimator, state, params)
+    return take_snapshots(config, estimator, state, params, spent_before), info
+
+
+def step(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, log_slots=None,
+         follow=None):
+    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): :func:`select`, :func:`refit`
+    when due, :func:`draw`, :func:`observe` the true scores; ``(state, record)``. ``follow`` (a model
+    index, -1 for none) replaces the rule's choice; the batch size follows the usual rule."""
+    if follow is None:
+        state, i, size = select(config, plugins, episode, state, params, t)
+    else:
+        i = jnp.clip(follow, 0, config.n_models - 1)
+        size = jnp.where((follow >= 0) & (t >= 1), room(config, state, i), 0)
+    state = refit(config, plugins, episode, state, params, t, size, refit_due(config, plugins, t), log_slots)
+    examples, valid = draw(config, episode, state, i, size)
+    state, info = observe(config, plugins, episode, state, params, t, i, size, examples, valid,
+                          episode.scores[i, examples])
+    return state, _record(config, plugins, state, params, jnp.where(size > 0, i, -1), info)
+
+
+def _record(config: BanditConfig, plugins: Plugins, state: BanditState, params, chosen, info) -> StepRecord:
+    empty = jnp.zeros((0,), jnp.float32)
+    if not config.record_estimates:
+        return StepRecord(state.best, state.spent, chosen, info, empty, empty, empty)
+    low, high = interval_bounds(plugins.estimator, state, config, params, "cs")
+    estimates = current_estimates(plugins.estimator, state, config.n_examples)
+    return StepRecord(state.best, state.spent, chosen, info, estimates, low, high)
+
+
+def bounds(config: BanditConfig, plugins: Plugins, state: BanditState, params):
+    """``(estimates, low, high)`` of every model now (the live report's numbers)."""
+    low, high = interval_bounds(plugins.estimator, state, config, params)
+    return current_estimates(plugins.estimator, state, config.n_examples), low, high
 
 
 class Kernel(NamedTuple):
-    """The pure pieces of the bandit for one (config, estimator); simulation and live selection share them.
+    """The kernel functions above with ``(config, plugins)`` bound: simulation and live selection share them.
 
-    ``params`` is always a :class:`pulse_jax.BanditParams` (traced numbers).
-
-    * ``init(key, scores, V, params) -> (episode, state)``: stage 1, the
-      initial batches (``scores`` needs only their cells) and the first fit;
-    * ``select(episode, state, t, params, blocked=None, reserved=0) -> (i, size)``;
-    * ``refit(episode, state, size, params, due, t=None, log_slots=None) -> state``:
-      the refit of step ``t`` when ``due = refit_due(t)`` and the step spends;
+    * ``init(key, scores, V, params) -> (episode, state)``;
+    * ``select(episode, state, params, t, blocked=None, reserved=0) -> (state, i, size)``;
+    * ``refit(episode, state, params, t, size, due, log_slots=None) -> state``;
     * ``draw(episode, state, i, size) -> (examples, valid)``;
-    * ``observe(episode, state, t, i, size, examples, valid, scores, params) -> (state, info)``;
-    * ``step(episode, state, t, params, log_slots=None, follow=None) -> (state, record)``:
-      the four above with the true scores of ``episode.scores`` (``follow``: pull
-      this model instead of the rule's choice, -1 for none; see :func:`make_run`);
+    * ``observe(episode, state, params, t, i, size, examples, valid, scores) -> (state, info)``;
+    * ``step(episode, state, params, t, log_slots=None, follow=None) -> (state, record)``;
     * ``bounds(state, params) -> (estimates, low, high)``;
-    * ``refit_due(t)``: the one rule for when a refit happens (a Python bool for
-      a Python ``t``, a traced bool for a traced one).
+    * ``refit_due(t)``.
     """
 
     init: Any
@@ -444,205 +622,11 @@ class Kernel(NamedTuple):
 
 
 def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
-    """The bandit step of ``estimator`` under ``config``, as pure functions (see :class:`Kernel`)."""
-    m, n, B = config.n_models, config.n_examples, config.batch_size
-    rule, stop = config.rule, config.stop
-    tau = config.refit_every if estimator.uses_predictions else 0
-    C = estimator.n_sequences
-    chunk = log_chunk_slots(config)
-
-    def refit_due(t):
-        """Every ``tau`` steps, at the start of the step (after the choice, before the draw), as in
-        the paper's Algorithm 1; never for methods without predictions."""
-        if not tau:
-            return False
-        return (t % tau == 0) & (t > 0)
-
-    def log_inv_alpha(params):
-        return confidence.cs_log_inv_alpha(params.delta, m, C)
-
-    def init(key, scores, V, params):
-        model_order, examples_key, tie_key = draw_keys(key, m)
-        missing = jnp.isnan(scores)                       # NaN: the model has no score for the example
-        scores = jnp.where(missing, 0.0, scores)
-        population = jnp.sum(~missing, axis=1).astype(jnp.int32)
-        first_examples, observed = initial_draws(examples_key, config, missing, population)
-        episode = Episode(scores, missing, V, model_order, first_examples, examples_key, tie_key)
-        n0 = config.init_cells_per_model
-        first = jnp.take_along_axis(scores, first_examples, axis=1)
-        zeros = jnp.zeros(m, jnp.float32)
-        ledger = Ledger(jnp.full(m, n0, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1), (first * first).sum(1),
-                        zeros, zeros, population)
-        # One slot per step, rounded up to whole refit chunks (one empty slot when there are no steps).
-        slots = -(-max(config.n_steps, 1) // chunk) * chunk if estimator.uses_predictions else 0
-        log = PullLog(jnp.zeros(slots, jnp.int32), jnp.zeros((slots, B), jnp.int32), jnp.zeros((slots, B), jnp.float32),
-                      jnp.zeros(slots, jnp.int32))
-        # The initial batches enter the confidence sequences as raw scores: no prediction exists yet
-        # (for PULSE this is lambda = 0), and each batch is in its sampler's uniform draw order.
-        cs = confidence.cs_init(m, C)
-        if estimator.proxies is not None:
-            rows = jnp.broadcast_to(first[:, None], (m, C) + first.shape[1:])
-            cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, population.astype(jnp.float32), rows,
-                                          jnp.zeros_like(rows), jnp.ones_like(rows), first,
-                                          jnp.ones(first.shape, bool), log_inv_alpha(params))
-        K = len(config.snapshot_budgets)
-        nan = jnp.full((K, m), jnp.nan, jnp.float32)
-        state = BanditState(ledger, None, jnp.zeros((m, V.shape[1]), jnp.float32), observed, first, log,
-                            jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
-                            Snapshots(nan, nan), rule.init(config))
-        if estimator.uses_predictions:
-            settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2)
-            state = _refit(episode, state, settings, log_slots=0)     # nothing is in the log yet
-        state = state._replace(estimator=estimator.init(state.ledger))
-        state = _record_certificate(estimator, state._replace(best=recommend(episode, state, 0)), config, params)
-        return episode, _take_snapshots(estimator, state, config, params, jnp.int32(-1))
-
-    def recommend(episode, state, t):
-        """The run's best guess: ``argmax mu_hat`` over the models the rule deems eligible (random ties)."""
-        mu = current_estimates(estimator, state, n)
-        if rule.eligible is not None:
-            mu = jnp.where(rule.eligible(state.rule), mu, -jnp.inf)
-        return random_argmax(tie_uniform(episode.key, t, BEST), mu, episode.model_order)
-
-    def select(episode, state, t, params, blocked=None, reserved=0):
-        """Step 1: ``(state, i, size)``, the model the sampling rule chooses and the batch size ``B'``.
-
-        The rule sees the models that are not exhausted (nor ``blocked``: a
-        live selector blocks models with a batch in flight) and, if it asks,
-        the simultaneous bounds. ``B' = min(B, |U_i|, budget left -
-        reserved)``; ``size = 0`` means nothing to do: always at ``t = 0``,
-        when the rule chooses no model, and once the stopping rule says done.
-        The rule's state is kept from step 1 on (at ``t = 0`` nothing happens).
-        """
-        ledger = state.ledger
-        exhausted = ledger.n_obs >= ledger.population
-        active = ~exhausted if blocked is None else ~exhausted & ~blocked
-        mu = current_estimates(estimator, state, n)
-        low, high = interval_bounds(estimator, state, config, params) if rule.needs_interval or stop.needs_interval \
-            else (jnp.full(m, jnp.nan, jnp.float32),) * 2
-        inputs = RuleInputs(t, mu, low, high, ledger.n_obs, ledger.n_pulls, active, exhausted, episode.model_order,
-                            episode.key)
-        i, rule_state = rule.choose(state.rule, inputs, params)
-        valid = (i >= 0) & (i < m)
-        i = jnp.clip(i, 0, m - 1).astype(jnp.int32)
-        done = stop.done(StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0,
-                                    state.certified.model), params)
-        go = valid & active[i] & (t >= 1) & ~done
-        if rule.eligible is not None:   # the recommendation follows the rule's eligible set when it changes
-            changed = (t >= 1) & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
-            state = state._replace(best=jnp.where(changed, recommend(episode, state._replace(rule=rule_state), t),
-                                                  state.best))
-        state = state._replace(rule=_where_tree(t >= 1, rule_state, state.rule))
-        return state, i, jnp.where(go, room(state, i, reserved), 0)
-
-    def room(state, i, reserved=0):
-        """``B' = min(B, |U_i|, budget left - reserved)`` for model ``i`` (never below 0)."""
-        ledger = state.ledger
-        size = jnp.minimum(jnp.minimum(B, ledger.population[i] - ledger.n_obs[i]), config.budget - state.spent - reserved)
-        return jnp.maximum(size, 0)
-
-    def refit(episode, state, size, params, due, t=None, log_slots=None):
-        """Step 2: when ``due`` and the step spends (``size > 0``), refit U on all observed cells and
-        refresh the prediction sums and the estimator. ``due`` is a Python bool or an *unbatched*
-        traced bool (it depends on the step only), so under ``vmap`` it stays a real ``lax.cond``
-        and plain steps never pay for a refit. Given the step ``t`` (unbatched too), the refit
-        visits only the ``t - 1`` log slots steps ``1 .. t - 1`` may have filled."""
-        if not estimator.uses_predictions or due is False:
-            return state
-
-        def refit_if_live(state):
-            settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2)
-            dynamic = t is not None and log_slots is None
-            filled = factorization.FilledPrefix(jnp.maximum(t - 1, 0), chunk) if dynamic else None
-            new = _refit(episode, state, settings, log_slots, filled)
-            new = new._replace(estimator=estimator.refresh(new.estimator, new.ledger, n))
-            return _where_tree(size > 0, new, state)
-
-        return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
-
-    def draw(episode, state, i, size):
-        """Step 3: the batch ``(examples, valid)`` of length B: a uniform ``size``-subset of model i's
-        unobserved examples."""
-        n_obs_i = state.ledger.n_obs[i]
-        key = sampling.draw_key(episode.examples_key, i, n_obs_i)
-        examples = sampling.draw(key, state.observed[i], n_obs_i, state.ledger.population[i], B)
-        return examples, jnp.arange(B) < size
-
-    def observe(episode, state, t, i, size, examples, valid, scores, params):
-        """Steps 4-5: record the batch's ``scores`` (length B, ignored where not ``valid``).
-
-        The confidence sequences and the estimator take the batch in from the
-        bookkeeping *before* it (everything they use is predictable), the
-        ledger and the pull log take it in, and the best guess ``argmax
-        mu_hat`` (random ties) is recomputed. Returns ``(state, info)``.
-        """
-        ledger = state.ledger
-        live = size > 0
-        s = jnp.where(valid, scores, 0.0)
-        if estimator.uses_predictions:
-            f = jax.nn.sigmoid(jnp.matmul(episode.V[examples], state.U[i], precision=factorization.PRECISION))
-            f = jnp.where(valid, f, 0.0)
-        else:
-            f = jnp.zeros_like(s)
-        pull = Pull(i, size, jnp.sum(s), jnp.sum(f), s, f, valid)
-        cs = state.cs
-        if estimator.proxies is not None:
-            y, lower, width = estimator.proxies(state.estimator, ledger, pull, n, params)
-            cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i],
-                                      ledger.population[i].astype(jnp.float32), y, lower, width, s,
-                                      valid, log_inv_alpha(params))
-        est, info = estimator.update(state.estimator, ledger, pull, n, params)   # a no-op when size == 0
-        ledger = Ledger(
-            population=ledger.population,
-            n_obs=ledger.n_obs.at[i].add(size),
-            n_pulls=ledger.n_pulls.at[i].add(live.astype(jnp.int32)),
-            obs_sum=ledger.obs_sum.at[i].add(pull.score_sum),
-            obs_sq_sum=ledger.obs_sq_sum.at[i].add(jnp.sum(s * s)),
-            pred_sum=ledger.pred_sum.at[i].add(-pull.pred_sum),
-            pred_sq_sum=ledger.pred_sq_sum.at[i].add(-jnp.sum(f * f)),
-        )
-        observed = state.observed.at[i].set(sampling.mark(state.observed[i], examples, valid))
-        log = state.log
-        if estimator.uses_predictions:
-            slot = jnp.maximum(t - 1, 0)
-            keep = lambda new, old: jnp.where(live, new, old)   # noqa: E731
-            log = PullLog(log.models.at[slot].set(keep(i, log.models[slot])),
-                          log.examples.at[slot].set(keep(examples, log.examples[slot])),
-                          log.scores.at[slot].set(keep(s, log.scores[slot])),
-                          log.sizes.at[slot].set(keep(size, log.sizes[slot])))
-        spent_before = state.spent
-        state = state._replace(ledger=ledger, estimator=est, observed=observed, log=log,
-                               spent=state.spent + size, cs=cs, rule=rule.update(state.rule, i, size))
-        best = jnp.where(live, recommend(episode, state, t), state.best)
-        state = _record_certificate(estimator, state._replace(best=best), config, params)
-        return _take_snapshots(estimator, state, config, params, spent_before), info
-
-    def step(episode, state, t, params, log_slots=None, follow=None):
-        """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): :func:`select`, the
-        refit when due, :func:`draw`, :func:`observe` the true scores. A step that spends nothing
-        changes nothing. ``follow`` (a model index, -1 for no pull) replaces the rule's choice; the
-        batch size follows the usual rule for that model."""
-        if follow is None:
-            state, i, size = select(episode, state, t, params)
-        else:
-            i = jnp.clip(follow, 0, m - 1)
-            size = jnp.where((follow >= 0) & (t >= 1), room(state, i), 0)
-        state = refit(episode, state, size, params, refit_due(t), t, log_slots)
-        examples, valid = draw(episode, state, i, size)
-        state, info = observe(episode, state, t, i, size, examples, valid, episode.scores[i, examples], params)
-        empty = jnp.zeros((0,), jnp.float32)
-        record_bounds = config.record_estimates
-        low, high = interval_bounds(estimator, state, config, params, "cs") if record_bounds else (empty, empty)
-        record = StepRecord(
-            best=state.best, spent=state.spent, chosen=jnp.where(size > 0, i, -1), info=info,
-            estimates=current_estimates(estimator, state, n) if record_bounds else empty, low=low, high=high)
-        return state, record
-
-    def bounds(state, params):
-        low, high = interval_bounds(estimator, state, config, params)
-        return current_estimates(estimator, state, n), low, high
-
-    return Kernel(init, select, refit, draw, observe, step, bounds, refit_due)
+    """The kernel of ``estimator`` and ``config``'s rule and stopping rule (see :class:`Kernel`)."""
+    plugins = plugins_of(config, estimator)
+    bind = lambda f: functools.partial(f, config, plugins)   # noqa: E731
+    return Kernel(bind(init), bind(select), bind(refit), functools.partial(draw, config), bind(observe), bind(step),
+                  bind(bounds), bind(refit_due))
 
 
 # ----------------------------------------------------------------------------- run
@@ -691,59 +675,59 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     """
     estimator = get_estimator(method)
     check_compatible(config, estimator)
-    kernel = build_kernel(config, estimator)
-    n_steps = config.n_steps
-    tau = config.refit_every if estimator.uses_predictions else 0
+    plugins = plugins_of(config, estimator)
 
     def run(key, scores, V, params=None, choices=None):
         params = (BanditParams() if params is None else params).as_arrays()
-        scores = jnp.asarray(scores, jnp.float32)
-        V = jnp.asarray(V, jnp.float32)
-        episode, state = kernel.init(key, scores, V, params)
+        episode, state = init(config, plugins, key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32),
+                              params)
         init_best = state.best
         # choices[t] is step t's model (index 0: the padding step t = 0, never a pull).
         choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
 
         def steps(state, ts, log_slots=None):
             def one(s, t):
-                return kernel.step(episode, s, t, params, log_slots, None if choices is None else choices[t])
+                return step(config, plugins, episode, s, params, t, log_slots, None if choices is None else choices[t])
             return jax.lax.scan(one, state, ts)
 
-        def concat(parts):
-            return jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[1:], *parts)
-
-        if not tau:
-            state, records = steps(state, 1 + jnp.arange(n_steps))
-        else:
-            # Phases of tau steps, t in [p tau, (p+1) tau): each opens with its refit
-            # (phase 0 opens with the no-op t = 0 instead), then the shorter last phase.
-            n_phases = (n_steps + 1) // tau
-            tail_steps = n_phases * tau + jnp.arange(n_steps + 1 - n_phases * tau)
-            if n_phases <= MAX_UNROLLED_PHASES and n_steps * config.batch_size >= UNROLL_MIN_LOG_CELLS:
-                # Unrolled: phase p's refit sees only the p tau log slots filled so far (static
-                # shapes), so the refits cost in proportion to the cells observed, not the budget.
-                parts = []
-                for p in range(n_phases):
-                    state, part = steps(state, p * tau + jnp.arange(tau), max(p * tau, 1))
-                    parts.append(part)
-                state, tail = steps(state, tail_steps, max(n_phases * tau, 1))
-                records = concat(parts + [tail])
-            else:
-                # One scan over t = 0 .. n_steps (t = 0 is the no-op padding step): the step body is
-                # compiled once, and each refit is a real `lax.cond` on the unbatched t.
-                state, records = steps(state, jnp.arange(n_steps + 1))
-                records = jax.tree_util.tree_map(lambda a: a[1:], records)
-
-        estimates = current_estimates(estimator, state, config.n_examples)
-        radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta)
-        radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
-        cs_low, cs_high = state.cs.low, state.cs.high
-        if estimator.proxies is None:
-            cs_low = cs_high = jnp.full(config.n_models, jnp.nan, jnp.float32)
-        # Budgets never reached (an early stop, exhausted models) take the final widths.
-        final = _half_widths(estimator, state, config, params)
-        snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
-        return RunResult(records, init_best, estimates, radius, state.ledger.n_obs, state.ledger.n_pulls,
-                         cs_low, cs_high, state.certified, snaps)
+        state, records = _all_steps(config, plugins, state, steps)
+        return _run_result(config, plugins, state, params, records, init_best)
 
     return run
+
+
+def _all_steps(config: BanditConfig, plugins: Plugins, state: BanditState, steps):
+    """Run steps ``1 .. n_steps`` with ``steps(state, ts, log_slots) -> (state, records)``."""
+    n_steps, tau = config.n_steps, refit_period(config, plugins)
+    if not tau:
+        return steps(state, 1 + jnp.arange(n_steps))
+    # Phases of tau steps, t in [p tau, (p+1) tau): each opens with its refit
+    # (phase 0 opens with the no-op t = 0 instead), then the shorter last phase.
+    n_phases = (n_steps + 1) // tau
+    if n_phases <= MAX_UNROLLED_PHASES and n_steps * config.batch_size >= UNROLL_MIN_LOG_CELLS:
+        # Unrolled: phase p's refit sees only the p tau log slots filled so far (static
+        # shapes), so the refits cost in proportion to the cells observed, not the budget.
+        parts = []
+        for p in range(n_phases):
+            state, part = steps(state, p * tau + jnp.arange(tau), max(p * tau, 1))
+            parts.append(part)
+        state, tail = steps(state, n_phases * tau + jnp.arange(n_steps + 1 - n_phases * tau), max(n_phases * tau, 1))
+        return state, jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[1:], *parts, tail)
+    # One scan over t = 0 .. n_steps (t = 0 is the no-op padding step): the step body is
+    # compiled once, and each refit is a real `lax.cond` on the unbatched t.
+    state, records = steps(state, jnp.arange(n_steps + 1))
+    return state, jax.tree_util.tree_map(lambda a: a[1:], records)
+
+
+def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, params, records, init_best) -> RunResult:
+    estimator, n = plugins.estimator, config.n_examples
+    radius = estimator.radius(state.estimator, state.ledger, n, params.delta)
+    radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
+    cs_low, cs_high = state.cs.low, state.cs.high
+    if not estimator.has_interval:
+        cs_low = cs_high = jnp.full(config.n_models, jnp.nan, jnp.float32)
+    # Budgets never reached (an early stop, exhausted models) take the final widths.
+    final = half_widths(config, estimator, state, params)
+    snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
+    return RunResult(records, init_best, current_estimates(estimator, state, n), radius, state.ledger.n_obs,
+                     state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps)

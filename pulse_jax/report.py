@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from pulse_jax import metrics, plotting
-from pulse_jax.live_report import Report, _fmt, _num  # noqa: F401  (re-exported: the live report lives there)
+from pulse_jax.live_report import Report  # noqa: F401  (the live report; kept importable from here)
 from pulse_jax.simulate import SimulationResult
 
 

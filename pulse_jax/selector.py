@@ -63,14 +63,14 @@ def _compiled(config: BanditConfig, estimator):
     kernel = bandit.build_kernel(config, estimator)
 
     def ask(episode, state, t, params, blocked, reserved, due):
-        state, i, size = kernel.select(episode, state, t, params, blocked, reserved)
-        state = kernel.refit(episode, state, size, params, due, t)
+        state, i, size = kernel.select(episode, state, params, t, blocked, reserved)
+        state = kernel.refit(episode, state, params, t, size, due)
         examples, _ = kernel.draw(episode, state, i, size)
         return state, i, size, examples
 
     def tell(episode, state, t, i, size, examples, scores, params):
         valid = jnp.arange(config.batch_size) < size
-        return kernel.observe(episode, state, t, i, size, examples, valid, scores, params)[0]
+        return kernel.observe(episode, state, params, t, i, size, examples, valid, scores)[0]
 
     def summary(state, params):
         estimates, low, high = kernel.bounds(state, params)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import bandit, sampling
+from pulse_jax import bandit, sampling, ties
 from pulse_jax import params as pj_params
 
 
@@ -61,7 +61,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
     B, T, a, tau = config.batch_size, config.budget, float(params.exploration), config.refit_every
     model_order, examples_key, tie_key = bandit.draw_keys(key, m)
     model_order = np.asarray(model_order)
-    uniforms = np.asarray(jax.vmap(lambda t: jnp.stack([bandit.tie_uniform(tie_key, t, w) for w in range(5)]))(
+    uniforms = np.asarray(jax.vmap(lambda t: jnp.stack([ties.tie_uniform(tie_key, t, w) for w in range(5)]))(
         jnp.arange(config.n_steps + 1)))
     uses_pred = method in ("pulse", "naive")
 

@@ -7,7 +7,7 @@ import pytest
 from conftest import tiny_problem
 from reference import reference_run
 
-from pulse_jax import bandit, factorization
+from pulse_jax import bandit, factorization, ties
 from pulse_jax.simulate import simulate
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError
@@ -92,7 +92,7 @@ def test_reference_cases_cover_both_refit_paths():
 def test_random_argmax_is_uniform_over_ties_exactly():
     values = jax.numpy.array([0.2, 0.7, 0.1, 0.7, 0.7, 0.5])
     order = jax.numpy.array([3, 0, 5, 1, 2, 4])
-    picks = [int(bandit.random_argmax((k + 0.5) / 30, values, order)) for k in range(30)]
+    picks = [int(ties.random_argmax((k + 0.5) / 30, values, order)) for k in range(30)]
     assert sorted(set(picks)) == [1, 3, 4]
     assert all(picks.count(i) == 10 for i in (1, 3, 4))
 
@@ -105,7 +105,7 @@ def test_kth_true_and_random_argmax_agree_with_plain_numpy_on_every_rank():
     from reference import _random_argmax
 
     rng = np.random.default_rng(21)
-    search = jax.jit(bandit.kth_true)
+    search = jax.jit(ties.kth_true)
     for n in (1, 5, 31, 32, 33, 64, 1000):
         for density in (0.02, 0.5, 1.0):
             mask = rng.random(n) < density
@@ -116,7 +116,7 @@ def test_kth_true_and_random_argmax_agree_with_plain_numpy_on_every_rank():
     values = rng.integers(0, 5, 1000).astype(np.float32)          # about 200 models tied for the best
     order = rng.permutation(1000).astype(np.int32)
     us = (np.arange(400) + 0.5) / 400
-    picks = jax.jit(jax.vmap(bandit.random_argmax, in_axes=(0, None, None)))(
+    picks = jax.jit(jax.vmap(ties.random_argmax, in_axes=(0, None, None)))(
         jax.numpy.asarray(us, jax.numpy.float32), jax.numpy.asarray(values), jax.numpy.asarray(order))
     assert np.asarray(picks).tolist() == [_random_argmax(np.float32(u), values, order) for u in us]
 

@@ -16,7 +16,6 @@ from conftest import tiny_problem
 import pulse_jax as pj
 from pulse_jax import cli, factorization, synthetic
 from pulse_jax.errors import PulseInputError
-from pulse_jax.estimators import populations
 from pulse_jax.ties import PULL, random_argmax, tie_uniform
 
 COMPILES = []   # XLA backend compilations, as JAX's own monitoring reports them
