@@ -72,7 +72,8 @@ def resolve(kind: str, value, where: str | None = None):
                 return obj
             raise PulseInputError(f"{where}: {value!r} is a {type(obj).__name__}, not a {kind} "
                                   f"(pulse_jax.{cls.__module__.split('.', 1)[1]}.{cls.__name__})")
-        raise PulseInputError(f"{where}: unknown {kind} {value!r}; choose one of {', '.join(table)} "
+        label = "method (estimator)" if kind == "estimator" else kind
+        raise PulseInputError(f"{where}: unknown {label} {value!r}; choose one of {', '.join(table)} "
                               "or give 'package.module:attribute'")
     raise PulseInputError(f"{where} must be a {kind} ({cls.__name__}) or its name, got {type(value).__name__}")
 
