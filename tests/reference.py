@@ -202,8 +202,15 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
             beta = dict(config.rule.settings)["leader_fraction"]
             est = estimates()
             leader = _random_argmax(uniforms[t, 2], est, model_order)
-            nn = np.maximum(n_obs, 1).astype(np.float64)
-            cost = np.maximum(est[leader] - est, 0.0) / np.sqrt(1 / nn[leader] + 1 / nn)
+            if dict(config.rule.settings)["challenger"] == "interval":
+                lo, hi = bounds()
+                half = (hi - lo) / 2
+                scale = half[leader] + half
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    cost = np.where(scale > 0, np.maximum(est[leader] - est, 0.0) / scale, np.inf)
+            else:
+                nn = np.maximum(n_obs, 1).astype(np.float64)
+                cost = np.maximum(est[leader] - est, 0.0) / np.sqrt(1 / nn[leader] + 1 / nn)
             cost[leader] = np.inf
             challenger = _random_argmax(uniforms[t, 3], -cost, model_order)
             first, second = (leader, challenger) if uniforms[t, 4] < beta else (challenger, leader)

@@ -30,7 +30,7 @@ def _config(case, rule):
 PARAMS = BanditParams(init_refit_lr=0.01, refit_lr=0.1)
 
 
-@pytest.mark.parametrize("rule", ["top_two", "successive_halving"])
+@pytest.mark.parametrize("rule", ["top_two", "top_two_interval", "successive_halving"])
 @pytest.mark.parametrize("method", ["ucbe", "pulse"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_rule_matches_the_numpy_reference_step_for_step(rule, method, case):
@@ -38,7 +38,7 @@ def test_rule_matches_the_numpy_reference_step_for_step(rule, method, case):
 
     Tolerances as in ``test_engine``: float32 engine against a float64 loop, 2e-5 on estimates and
     bounds (far below any gap that could flip a choice on these problems)."""
-    config = _config(case, rule)
+    config = _config(case, rules.top_two(challenger="interval") if rule == "top_two_interval" else rule)
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=config.n_models, n=config.n_examples)
     run = jax.jit(bandit.make_run(config, method))
     for seed in (0, 1):

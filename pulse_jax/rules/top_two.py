@@ -6,11 +6,19 @@ fixed-confidence and beyond" (EB-TC). At step ``t``:
 
 * the **leader** ``L = argmax_i mu_hat_i`` (stream ``LEADER``);
 * the **challenger** ``C = argmin_{j != L} W(L, j)`` (stream ``CHALLENGER``),
-  with the Gaussian transportation cost
+  with ``challenger="transportation"`` (default) the Gaussian transportation cost
 
       W(L, j) = (mu_hat_L - mu_hat_j)_+ / sqrt(1 / N_L + 1 / N_j),
 
   the evidence that ``L`` beats ``j`` (the common variance cancels in the argmin);
+  with ``challenger="interval"`` the same evidence measured in the run's own
+  simultaneous bounds,
+
+      W(L, j) = (mu_hat_L - mu_hat_j)_+ / (w_L + w_j),   w = (high - low) / 2,
+
+  which is below 1 exactly while the two intervals still overlap around the
+  gap, so the challenger is the model furthest from being excluded by the
+  certification check (this variant needs an interval);
 * the leader is pulled with probability ``leader_fraction`` (``beta``; a
   uniform of stream ``COIN``), the challenger otherwise. If the one drawn
   cannot be pulled, the other is; if neither can, the index rule's choice.
@@ -30,27 +38,43 @@ from pulse_jax.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
 
 
 def transportation_cost(estimates, n_obs, leader):
-    """``W(L, j)`` for every ``j`` (0 at ``j = L`` and wherever ``mu_hat_j >= mu_hat_L``)."""
+    """Gaussian ``W(L, j)`` for every ``j`` (0 at ``j = L`` and wherever ``mu_hat_j >= mu_hat_L``)."""
     n = jnp.maximum(n_obs, 1).astype(jnp.float32)
     gap = jnp.maximum(estimates[leader] - estimates, 0.0)
     return gap / jnp.sqrt(1.0 / n[leader] + 1.0 / n)
 
 
+def interval_cost(estimates, low, high, leader):
+    """``W(L, j)`` in units of the two half-widths (``inf`` where both intervals have width 0)."""
+    half = (high - low) / 2
+    gap = jnp.maximum(estimates[leader] - estimates, 0.0)
+    scale = half[leader] + half
+    return jnp.where(scale > 0, gap / jnp.where(scale > 0, scale, 1.0), jnp.inf)
+
+
+CHALLENGERS = ("transportation", "interval")
+
+
 @functools.cache
-def top_two(leader_fraction: float = 0.5) -> SamplingRule:
-    """EB-TC with a fixed leader fraction ``beta`` in (0, 1) (0.5: the usual choice)."""
+def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") -> SamplingRule:
+    """Top-Two with a fixed leader fraction ``beta`` in (0, 1) (0.5: the usual choice) and the
+    ``"transportation"`` (EB-TC) or ``"interval"`` challenger."""
+    from pulse_jax.errors import PulseInputError
+
     beta = float(leader_fraction)
     if not 0.0 < beta < 1.0:
-        from pulse_jax.errors import PulseInputError
-
         raise PulseInputError(f"top_two: leader_fraction must lie in (0, 1), got {leader_fraction!r}")
+    if challenger not in CHALLENGERS:
+        raise PulseInputError(f"top_two: challenger must be one of {', '.join(CHALLENGERS)}, got {challenger!r}")
+    by_interval = challenger == "interval"
 
     def choose(state, inputs, params):
         fallback, _ = choose_by_index(state, inputs, params)
         t, key, order = inputs.t, inputs.tie_key, inputs.model_order
         m = inputs.estimates.shape[0]
         leader = random_argmax(tie_uniform(key, t, LEADER), inputs.estimates, order)
-        cost = transportation_cost(inputs.estimates, inputs.n_obs, leader)
+        cost = interval_cost(inputs.estimates, inputs.low, inputs.high, leader) if by_interval \
+            else transportation_cost(inputs.estimates, inputs.n_obs, leader)
         cost = jnp.where(jnp.arange(m) == leader, jnp.inf, cost)
         challenger = random_argmax(tie_uniform(key, t, CHALLENGER), -cost, order)
         coin = tie_uniform(key, t, COIN) < beta
@@ -59,4 +83,5 @@ def top_two(leader_fraction: float = 0.5) -> SamplingRule:
         pick = jnp.where(active[first], first, second)
         return jnp.where(active[pick], pick, fallback), state
 
-    return SamplingRule("top_two", choose, settings=(("leader_fraction", beta),))
+    return SamplingRule("top_two", choose, needs_interval=by_interval,
+                        settings=(("leader_fraction", beta), ("challenger", challenger)))
