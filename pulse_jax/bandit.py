@@ -219,6 +219,7 @@ class BanditState(NamedTuple):
     certified: "Certificate"
     snapshots: "Snapshots"
     rule: Any = ()        # the sampling rule's own state
+    stopped: Any = False  # the stopping rule has fired (final: a stopped run pulls nothing more)
 
 
 class StepRecord(NamedTuple):
@@ -402,7 +403,7 @@ def _first_state(config: BanditConfig, plugins: Plugins, first, observed, popula
     nan = jnp.full((len(config.snapshot_budgets), m), jnp.nan, jnp.float32)
     return BanditState(ledger, None, jnp.zeros((m, rank), jnp.float32), observed, first, log,
                        jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
-                       Snapshots(nan, nan), plugins.rule.init(config))
+                       Snapshots(nan, nan), plugins.rule.init(config), jnp.bool_(False))
 
 
 def init(config: BanditConfig, plugins: Plugins, key, scores, V, params) -> tuple[Episode, BanditState]:
@@ -456,23 +457,30 @@ def select(config: BanditConfig, plugins: Plugins, episode: Episode, state: Band
     m, ledger = config.n_models, state.ledger
     exhausted = ledger.n_obs >= ledger.population
     active = ~exhausted if blocked is None else ~exhausted & ~blocked
-    mu = current_estimates(estimator, state, config.n_examples)
-    low, high = interval_bounds(estimator, state, config, params) if rule.needs_interval or stop.needs_interval \
-        else (jnp.full(m, jnp.nan, jnp.float32),) * 2
-    inputs = RuleInputs(t, mu, low, high, ledger.n_obs, ledger.n_pulls, active, exhausted, episode.model_order,
-                        episode.key)
+    looks = _stop_inputs(config, plugins, state, params, t)
+    inputs = RuleInputs(t, looks.estimates, looks.low, looks.high, ledger.n_obs, ledger.n_pulls, active, exhausted,
+                        episode.model_order, episode.key)
     i, rule_state = rule.choose(state.rule, inputs, params)
     valid = (i >= 0) & (i < m)
     i = jnp.clip(i, 0, m - 1).astype(jnp.int32)
-    done = stop.done(StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0,
-                                state.certified.model), params)
+    done = state.stopped | stop.done(looks, params)
     go = valid & active[i] & (t >= 1) & ~done
-    if rule.eligible is not None:   # the recommendation follows the rule's eligible set when it changes
-        changed = (t >= 1) & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
+    moves = (t >= 1) & ~done           # a stopped run changes nothing, its rule's state included
+    if rule.eligible is not None:      # the recommendation follows the rule's eligible set when it changes
+        changed = moves & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
         best = recommend(config, plugins, episode, state._replace(rule=rule_state), t)
         state = state._replace(best=jnp.where(changed, best, state.best))
-    state = state._replace(rule=_where_tree(t >= 1, rule_state, state.rule))
+    state = state._replace(rule=_where_tree(moves, rule_state, state.rule), stopped=state.stopped | (done & (t >= 1)))
     return state, i, jnp.where(go, room(config, state, i, reserved), 0)
+
+
+def _stop_inputs(config: BanditConfig, plugins: Plugins, state: BanditState, params, t) -> StopInputs:
+    """What the rules see at step ``t``: estimates, and the bounds when a rule needs them (else NaN)."""
+    estimator, rule, stop = plugins
+    mu = current_estimates(estimator, state, config.n_examples)
+    low, high = interval_bounds(estimator, state, config, params) if rule.needs_interval or stop.needs_interval \
+        else (jnp.full(config.n_models, jnp.nan, jnp.float32),) * 2
+    return StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0, state.certified.model)
 
 
 def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, size, due,
@@ -694,6 +702,92 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
         return _run_result(config, plugins, state, params, records, init_best)
 
     return run
+
+
+#: Steps per block of a run that stops early (see :func:`make_batched_run`): a stopped batch wastes at
+#: most one block, and each block costs one check of whether the whole batch has stopped.
+STOP_BLOCK_STEPS = 64
+
+
+def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False,
+                     block: int | None = None):
+    """``run(keys, scores, V, params[, choices]) -> RunResult`` for a batch of repetitions (leading axis).
+
+    With a stopping rule that fixes no budget (``config.stop.stops_early``, e.g. ``"certified"``)
+    the steps run in blocks of ``block`` inside a ``lax.while_loop`` that ends once every
+    repetition of the batch has stopped (or spent its budget, or seen every cell): wall time
+    follows the cells actually spent, not the budget. The steps are the same pure :func:`step`
+    as :func:`make_run`'s scan, on the same ``t``, so every record equals the scan's; the steps
+    that never ran are filled with the record of an idle step of the final state (what the scan
+    computes for them: a stopped run changes nothing). Otherwise this is
+    ``vmap(make_run(config, method, follow))``.
+    """
+    estimator = get_estimator(method)
+    check_compatible(config, estimator)
+    plugins = plugins_of(config, estimator)
+    per_rep = make_run(config, estimator, follow)
+    if not config.stop.stops_early:
+        return jax.vmap(per_rep, in_axes=(0, None, None, 0) + ((0,) if follow else ()))
+    block = block or STOP_BLOCK_STEPS
+    n_blocks = -(-(config.n_steps + 1) // block)
+
+    def run(keys, scores, V, params, choices=None):
+        params = params.as_arrays()
+        scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
+        episodes, states = jax.vmap(init, in_axes=(None, None, 0, None, None, 0))(config, plugins, keys, scores, V,
+                                                                                  params)
+        init_best = states.best
+        padded = None if choices is None else jnp.pad(jnp.asarray(choices, jnp.int32), ((0, 0), (1, 0)),
+                                                      constant_values=-1)
+
+        def steps_of_block(states, b):
+            def one(states, t):
+                t = jnp.where(t <= config.n_steps, t, 0)     # past the last step: the no-op step 0
+                follow_t = None if padded is None else padded[:, t]
+                return jax.vmap(step, in_axes=(None, None, 0, 0, 0, None, None, 0 if follow else None))(
+                    config, plugins, episodes, states, params, t, None, follow_t)
+            return jax.lax.scan(one, states, b * block + jnp.arange(block))
+
+        shapes = jax.eval_shape(steps_of_block, states, 0)[1]
+        buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], n_blocks * block) + a.shape[2:], a.dtype),
+                                        shapes)
+
+        def running(carry):
+            b, states, _ = carry
+            return (b < n_blocks) & ~jnp.all(jax.vmap(finished, in_axes=(None, None, 0, 0, None))(
+                config, plugins, states, params, jnp.maximum(b * block, 1)))
+
+        def body(carry):
+            b, states, buffer = carry
+            states, records = steps_of_block(states, b)
+            records = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), records)
+            buffer = jax.tree_util.tree_map(
+                lambda buf, r: jax.lax.dynamic_update_slice_in_dim(buf, r, b * block, axis=1), buffer, records)
+            return b + 1, states, buffer
+
+        b, states, buffer = jax.lax.while_loop(running, body, (jnp.int32(0), states, buffer))
+        idle = jax.vmap(_idle_record, in_axes=(None, None, 0, 0, 0, None))(config, plugins, episodes, states, params,
+                                                                           jnp.int32(0))
+        ran = jnp.arange(n_blocks * block) < b * block
+        records = jax.tree_util.tree_map(
+            lambda buf, i: jnp.where(ran.reshape((1, -1) + (1,) * (buf.ndim - 2)), buf, i[:, None])[:, 1:config.n_steps + 1],
+            buffer, idle)
+        return jax.vmap(_run_result, in_axes=(None, None, 0, 0, 0, 0))(config, plugins, states, params, records,
+                                                                        init_best)
+
+    return run
+
+
+def finished(config: BanditConfig, plugins: Plugins, state: BanditState, params, t):
+    """Whether every step from ``t`` on is idle: the run has stopped, or stops at step ``t`` (the
+    same check as :func:`select`'s, on the same inputs)."""
+    return state.stopped | plugins.stop.done(_stop_inputs(config, plugins, state, params, t), params)
+
+
+def _idle_record(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t):
+    """The record of a step that spends nothing (what every step of a stopped run records)."""
+    _, record = step(config, plugins, episode, state, params, t)
+    return record
 
 
 def _all_steps(config: BanditConfig, plugins: Plugins, state: BanditState, steps):

@@ -234,7 +234,7 @@ def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None
     and ``V`` replicated, and no device ever talks to another.
     """
     per_item = (0,) * (2 if follow else 1)
-    batched = jax.vmap(bandit.make_run(config, method, follow), in_axes=(0, None, None) + per_item)
+    batched = bandit.make_batched_run(config, method, follow)
     if mesh is None or mesh.size == 1:
         return jax.jit(batched)
     P = jax.sharding.PartitionSpec

@@ -8,8 +8,12 @@ an interval, the first time the leader's lower bound exceeds every other
 model's upper bound (:func:`pulse_jax.confidence.certify` on the
 simultaneous, anytime-valid bounds), whatever the stopping rule.
 
-``needs_interval`` says the rule is only meaningful for methods with an
-interval; ``settings`` lists its static settings as ``(name, value)`` pairs.
+A stop is final: once ``done`` says ``True`` the run pulls nothing more,
+whatever the rule would say later. ``needs_interval`` says the rule is only
+meaningful for methods with an interval; ``settings`` lists its static
+settings as ``(name, value)`` pairs; ``stops_early`` (default ``True``) lets
+a simulation stop computing once every repetition of a batch has stopped
+(only the fixed-budget rule, which never fires, says ``False``).
 A stopping rule that reads the bounds keeps the guarantee of the confidence
 sequences: they hold at every look at once, so stopping at a data-dependent
 time is valid.
@@ -41,3 +45,4 @@ class StoppingRule(NamedTuple):
     done: Callable[[StopInputs, Any], chex.Array]
     needs_interval: bool = False
     settings: tuple = ()
+    stops_early: bool = True

@@ -16,4 +16,4 @@ def _never(inputs, params):
 @functools.cache
 def spend_budget() -> StoppingRule:
     """Never stop before the budget is spent."""
-    return StoppingRule("budget", _never)
+    return StoppingRule("budget", _never, stops_early=False)

@@ -1,0 +1,67 @@
+"""Fixed-confidence runs stop computing once a whole batch has stopped, with every result equal to the scan's."""
+import jax
+import numpy as np
+import pytest
+from conftest import tiny_problem
+
+import pulse_jax as pj
+from pulse_jax import bandit
+
+
+def _stacked(reps, **kw):
+    return pj.BanditParams(**{k: np.full(reps, v, np.float32) for k, v in pj.BanditParams(**kw)._asdict().items()})
+
+
+@pytest.mark.parametrize("method, rule", [("ucbe", "lucb"), ("pulse", "lucb"), ("pulse", "successive_halving"),
+                                          ("pulse", "top_two_interval")])
+def test_blocked_run_equals_the_scan_on_every_repetition(method, rule):
+    """Choices, recommendations, spent cells, certification, estimates, bounds and the estimator's info:
+    the blocked while-loop against the plain scan on the same keys, with a block (8 steps) that does not
+    divide the step count. Delta 0.5 so that most repetitions certify well before the budget."""
+    scores, _, V = tiny_problem(seed=4, m=5, n=60)
+    rule = pj.top_two(challenger="interval") if rule == "top_two_interval" else rule
+    config = pj.BanditConfig(n_models=5, n_examples=60, budget=5 * 60, batch_size=4, refit_every=5,
+                             init_refit_epochs=10, refit_epochs=3, record_estimates=True, rule=rule,
+                             stop="certified")
+    reps = 12
+    keys = jax.random.split(jax.random.PRNGKey(7), reps)
+    params = _stacked(reps, delta=0.5)
+    scan = jax.jit(jax.vmap(bandit.make_run(config, method), in_axes=(0, None, None, 0)))(keys, scores, V, params)
+    blocked = jax.jit(bandit.make_batched_run(config, method, block=8))(keys, scores, V, params)
+    certified = np.asarray(scan.certified.spent)
+    if rule != "successive_halving":   # (its schedule is not built to certify; equality is what counts)
+        assert (certified >= 0).mean() >= 0.5 and certified.max() < config.budget   # the case the loop is for
+    for a, b in zip(jax.tree_util.tree_leaves(scan), jax.tree_util.tree_leaves(blocked)):
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=0, atol=1e-6,
+                                   equal_nan=True)
+    np.testing.assert_array_equal(np.asarray(scan.steps.chosen), np.asarray(blocked.steps.chosen))
+    np.testing.assert_array_equal(certified, np.asarray(blocked.certified.spent))
+
+
+def test_simulate_certified_stops_computing_and_agrees(monkeypatch):
+    """``simulate(stop="certified")`` takes the blocked path: the steps it computes end with the block in
+    which the batch's last repetition stopped (each computed step reports its t through a callback), and
+    its certification equals that of the run that spends the whole budget."""
+    scores, _, V = tiny_problem(seed=5, m=5, n=200)
+    config = pj.BanditConfig(n_models=5, n_examples=200, budget=5 * 200, batch_size=4, rule="lucb")
+    seen = set()
+    original = bandit.step
+
+    def reporting(config, plugins, episode, state, params, t, *rest):
+        jax.debug.callback(lambda t: seen.add(int(t)), t)
+        return original(config, plugins, episode, state, params, t, *rest)
+
+    monkeypatch.setattr(bandit, "step", reporting)
+    monkeypatch.setattr(bandit, "STOP_BLOCK_STEPS", 16)
+    pj.simulate.__globals__["compiled_runner"].cache_clear()
+    stopped = pj.simulate(scores, config, "ucbe", reps=16, seed=3, stop="certified", chunk_size=16,
+                          params=pj.BanditParams(delta=0.5))
+    computed = max(seen)
+    pj.simulate.__globals__["compiled_runner"].cache_clear()
+    full = pj.simulate(scores, config, "ucbe", reps=16, seed=3, params=pj.BanditParams(delta=0.5))
+    np.testing.assert_array_equal(stopped.certified_spent, full.certified_spent)
+    np.testing.assert_array_equal(stopped.certified_model, full.certified_model)
+    assert (stopped.certified_spent >= 0).all()
+    last_step = int(np.max(np.argmax(stopped.spent == stopped.spent[:, -1:], axis=1)))   # last step that spent
+    assert computed < -(-(last_step + 2) // 16) * 16 <= config.n_steps   # the block of the stop is the last
+    np.testing.assert_array_equal(stopped.spent[:, -1], stopped.certified_spent)
