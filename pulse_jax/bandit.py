@@ -245,6 +245,8 @@ class RunResult(NamedTuple):
     cs_high: chex.Array
     certified: Certificate     # first certification (-1: never within the budget)
     snapshots: Snapshots       # half-widths at config.snapshot_budgets
+    cs_seq_low: chex.Array = None   # (m, C) each confidence sequence's own running bounds (PULSE: raw, proxies)
+    cs_seq_high: chex.Array = None
 
 
 # ----------------------------------------------------------------------------- draws
@@ -817,11 +819,12 @@ def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, para
     estimator, n = plugins.estimator, config.n_examples
     radius = estimator.radius(state.estimator, state.ledger, n, params.delta)
     radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
-    cs_low, cs_high = state.cs.low, state.cs.high
+    cs_low, cs_high, seq_low, seq_high = state.cs.low, state.cs.high, state.cs.seq_low, state.cs.seq_high
     if not estimator.has_interval:
         cs_low = cs_high = jnp.full(config.n_models, jnp.nan, jnp.float32)
+        seq_low = seq_high = jnp.full(seq_low.shape, jnp.nan, jnp.float32)
     # Budgets never reached (an early stop, exhausted models) take the final widths.
     final = half_widths(config, estimator, state, params)
     snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
     return RunResult(records, init_best, current_estimates(estimator, state, n), radius, state.ledger.n_obs,
-                     state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps)
+                     state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps, seq_low, seq_high)

@@ -123,7 +123,9 @@ class ConfSeq(NamedTuple):
 
     Fields: ``weighted`` (A), ``weight`` (D), ``penalty`` (P), ``x_sum`` and
     ``dev_sum``, each ``(m, C)``; ``low`` / ``high``, ``(m,)``, the running
-    max / min over time and sequences of ``L_t`` / ``U_t`` ([0, 1] before any draw).
+    max / min over time and sequences of ``L_t`` / ``U_t`` ([0, 1] before any draw);
+    ``seq_low`` / ``seq_high``, ``(m, C)``, each sequence's own running max / min
+    over time (so each can be studied alone: ``low`` is the max of ``seq_low``).
     """
 
     weighted: chex.Array
@@ -133,12 +135,14 @@ class ConfSeq(NamedTuple):
     dev_sum: chex.Array
     low: chex.Array
     high: chex.Array
+    seq_low: chex.Array
+    seq_high: chex.Array
 
 
 def cs_init(n_models: int, n_sequences: int = 1) -> ConfSeq:
     zeros = jnp.zeros((n_models, n_sequences), jnp.float32)
     return ConfSeq(zeros, zeros, zeros, zeros, zeros, jnp.zeros(n_models, jnp.float32),
-                   jnp.ones(n_models, jnp.float32))
+                   jnp.ones(n_models, jnp.float32), zeros, jnp.ones((n_models, n_sequences), jnp.float32))
 
 
 def cs_log_inv_alpha(delta, n_models: int, n_sequences: int = 1):
@@ -208,7 +212,8 @@ def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, sco
     low, high = cs_bounds(A, D, P, log_inv_alpha)
     return ConfSeq(cs.weighted.at[i].set(A), cs.weight.at[i].set(D), cs.penalty.at[i].set(P),
                    cs.x_sum.at[i].add(dx), cs.dev_sum.at[i].add(ddev),
-                   cs.low.at[i].max(jnp.max(low)), cs.high.at[i].min(jnp.min(high)))
+                   cs.low.at[i].max(jnp.max(low)), cs.high.at[i].min(jnp.min(high)),
+                   cs.seq_low.at[i].max(low), cs.seq_high.at[i].min(high))
 
 
 def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, scores, valid,
@@ -221,7 +226,8 @@ def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, sc
     A, D, P = cs.weighted + terms[0], cs.weight + terms[1], cs.penalty + terms[2]
     low, high = cs_bounds(A, D, P, log_inv_alpha)
     return ConfSeq(A, D, P, cs.x_sum + terms[3], cs.dev_sum + terms[4], jnp.maximum(cs.low, jnp.max(low, axis=1)),
-                   jnp.minimum(cs.high, jnp.min(high, axis=1)))
+                   jnp.minimum(cs.high, jnp.min(high, axis=1)), jnp.maximum(cs.seq_low, low),
+                   jnp.minimum(cs.seq_high, high))
 
 
 def first_argmax(x: chex.Array) -> chex.Array:

@@ -231,28 +231,43 @@ def align_train(candidates: ScoreMatrix, train: ScoreMatrix) -> ScoreMatrix:
 # ----------------------------------------------------------------------------- splits and subsets
 
 
-def split_models(matrix: ScoreMatrix, seed: int = 0, train_fraction: float = 0.5):
+SPLITS = ("auto", "random", "stratified")
+
+
+def split_models(matrix: ScoreMatrix, seed: int = 0, train_fraction: float = 0.5, how: str = "auto"):
     """Split models into a train split (side information) and candidates.
 
-    Chronologically by ``created_date`` when the matrix has it (the older
-    ``train_fraction`` is train, as in the paper), otherwise at random with
-    ``seed``. Returns ``(train, candidates, info)``; ``info`` records the choice.
+    ``how``: ``"auto"`` (default) splits chronologically by ``created_date`` when the matrix has it
+    (the older ``train_fraction`` is train, as in the paper), otherwise at random with ``seed``;
+    ``"random"`` always at random; ``"stratified"`` by mean score: the models ranked by mean are
+    dealt alternately (for ``train_fraction = 1/2``: ranks 1, 3, 5, ... to the candidates, 2, 4, 6,
+    ... to train), so neither split takes all the strong models and the candidates keep a
+    realistic top of the field. Returns ``(train, candidates, info)``; ``info`` records the choice
+    and the candidates' top-2 gap (best minus second-best mean), which says how hard the selection is.
     """
     m = len(matrix.models)
     require(m >= 3, f"{matrix.source}: need at least 3 models to split into train and candidates, found {m}")
     require(0 < train_fraction < 1, f"train_fraction must be in (0, 1), got {train_fraction}")
+    require(how in SPLITS, f"split must be one of {', '.join(SPLITS)}, got {how!r}")
     n_train = min(m - 2, max(1, int(round(train_fraction * m))))
     dates = matrix.metadata.get("created_date")
-    if dates is not None:
+    if how == "auto" and dates is not None:
         keys = [_dt.datetime.fromisoformat(d.replace("Z", "+00:00")).replace(tzinfo=None) for d in dates]
         order = sorted(range(m), key=lambda i: (keys[i], matrix.models[i]))
         info = {"split": "chronological", "by": "created_date", "train_until": str(dates[order[n_train - 1]])}
+    elif how == "stratified":
+        ranked = np.argsort(-np.nanmean(matrix.scores, axis=1), kind="stable")
+        to_train = [k for k in range(m) if int((k + 1) * n_train / m) > int(k * n_train / m)]
+        order = [int(ranked[k]) for k in to_train] + [int(ranked[k]) for k in range(m) if k not in set(to_train)]
+        info = {"split": "stratified", "by": "mean score"}
     else:
         order = list(np.random.default_rng(seed).permutation(m))
         info = {"split": "random", "seed": int(seed)}
     train_rows, cand_rows = sorted(order[:n_train]), sorted(order[n_train:])
+    means = np.sort(np.nanmean(matrix.scores[cand_rows], axis=1))[::-1]
     info.update(n_train=len(train_rows), n_candidates=len(cand_rows),
-                train_models=[matrix.models[i] for i in train_rows])
+                train_models=[matrix.models[i] for i in train_rows],
+                candidates_top2_gap=float(means[0] - means[1]))
 
     return (subset_rows(matrix, train_rows, f"{matrix.source} [train]"),
             subset_rows(matrix, cand_rows, f"{matrix.source} [candidates]"), info)

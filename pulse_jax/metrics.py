@@ -65,15 +65,22 @@ def paired_auc_difference(a: SimulationResult, b: SimulationResult, budgets=None
     """Paired comparison of two methods run with the same seed.
 
     Per repetition, the mean correctness over the budget grid (area under the
-    accuracy curve); returns the mean difference ``a - b``, its SE and z.
+    accuracy curve); returns the mean difference ``a - b``, its SE and z, and
+    ``identical`` (every repetition gave the same curve: z = 0, never infinite).
+    A constant nonzero difference (SE 0) gives z = NaN.
     """
     require_same_design(a, b)
     budgets = budget_grid(a, 50) if budgets is None else np.asarray(budgets)
     auc_a = a.is_best(a.best_at_budget(budgets)).mean(axis=1)
     auc_b = b.is_best(b.best_at_budget(budgets)).mean(axis=1)
     d = auc_a - auc_b
-    se = d.std(ddof=1) / np.sqrt(len(d))
-    return {"mean": float(d.mean()), "se": float(se), "z": float(d.mean() / se) if se > 0 else float("inf")}
+    se = d.std(ddof=1) / np.sqrt(len(d)) if len(d) > 1 else 0.0
+    if se > 0:
+        return {"mean": float(d.mean()), "se": float(se), "z": float(d.mean() / se), "identical": False}
+    # Every repetition gave the same difference: 0 when the methods agree on every repetition (no
+    # difference, z = 0); otherwise a constant nonzero difference, which no standard error describes.
+    same = bool(np.all(d == 0))
+    return {"mean": float(d.mean()), "se": 0.0, "z": 0.0 if same else float("nan"), "identical": same}
 
 
 def require_same_design(a: SimulationResult, b: SimulationResult) -> None:

@@ -64,6 +64,8 @@ class SimulationResult:
     step_low: np.ndarray | None = None
     step_high: np.ndarray | None = None
     step_info: dict | None = None              # the estimator's per-step info, field -> (R, n_steps) array
+    cs_seq_low: np.ndarray | None = None       # (R, m, C) each confidence sequence on its own (PULSE: raw, proxies)
+    cs_seq_high: np.ndarray | None = None
 
     @property
     def reps(self) -> int:
@@ -153,6 +155,14 @@ class SimulationResult:
             return np.zeros(self.n_obs.shape, bool)
         tol = self.CS_TOLERANCE
         return (self.cs_low - tol <= self.true_means) & (self.true_means <= self.cs_high + tol)
+
+    def cs_sequence_covers(self) -> np.ndarray:
+        """(R, m, C) booleans: did each of a model's C confidence sequences (PULSE: the raw scores, then the
+        AIPW proxies) cover its mean at every look, on its own? (All False without an interval.)"""
+        if self.cs_seq_low is None or not np.isfinite(self.cs_seq_low).all():
+            return np.zeros(self.n_obs.shape + (1,), bool)
+        tol, mu = self.CS_TOLERANCE, self.true_means[None, :, None]
+        return (self.cs_seq_low - tol <= mu) & (mu <= self.cs_seq_high + tol)
 
     def anytime_coverage(self) -> float:
         """Fraction of repetitions in which every model's confidence sequence covered its mean at every
@@ -453,6 +463,7 @@ def result_from(out, method_name: str, config: BanditConfig, params: BanditParam
         seconds=seconds, compile_seconds=compile_seconds,
         model_names=tuple(model_names) if model_names is not None else None,
         cs_low=np.asarray(out.cs_low, np.float64), cs_high=np.asarray(out.cs_high, np.float64),
+        cs_seq_low=np.asarray(out.cs_seq_low, np.float64), cs_seq_high=np.asarray(out.cs_seq_high, np.float64),
         certified_spent=np.asarray(out.certified.spent, np.int64),
         certified_model=np.asarray(out.certified.model, np.int64),
         snapshot_cs=np.asarray(out.snapshots.cs, np.float64), snapshot_paper=np.asarray(out.snapshots.paper, np.float64),

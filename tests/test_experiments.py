@@ -118,3 +118,28 @@ def test_figures_are_written(tmp_path):
                      plotting.budget_to_target_bars(panels, tmp_path / f"bars.{suffix}"),
                      plotting.effective_budget_plot([ucbe, pulse], tmp_path / f"eff.{suffix}")):
             assert path.stat().st_size > 1000
+
+
+def test_stratified_split_deals_the_ranked_models_alternately_and_reports_the_gap():
+    """Means 0.9, 0.8, ..., 0.4 (rows in scrambled order): the candidates get ranks 1, 3, 5 and the train
+    split 2, 4, 6, so the candidates' top-2 gap is 0.2 (a random split can leave anything)."""
+    means = [0.6, 0.9, 0.4, 0.8, 0.5, 0.7]
+    scores = np.array([[1.0] * int(10 * p) + [0.0] * (10 - int(10 * p)) for p in means], np.float32)
+    matrix = data.ScoreMatrix(scores, tuple(f"m{i}" for i in range(6)), tuple(f"e{j}" for j in range(10)), "hand")
+    train, cand, info = data.split_models(matrix, how="stratified")
+    assert cand.models == ("m1", "m4", "m5") and train.models == ("m0", "m2", "m3")
+    assert info["split"] == "stratified" and info["candidates_top2_gap"] == pytest.approx(0.2)
+    assert "candidates_top2_gap" in data.split_models(matrix, seed=1)[2]
+    with pytest.raises(PulseInputError, match="split must be one of"):
+        data.split_models(matrix, how="by-vibes")
+
+
+def test_paired_auc_difference_of_identical_runs_says_no_difference():
+    means = np.array([0.5, 0.4])
+    spent = np.array([[10, 20, 30, 40]] * 4)
+    a = _result(np.array([[0, 1, 1, 1]] * 4), spent, means)
+    same = metrics.paired_auc_difference(a, a)
+    assert same["z"] == 0 and same["identical"] and same["se"] == 0
+    b = _result(np.array([[0, 0, 1, 1]] * 4), spent, means)
+    shifted = metrics.paired_auc_difference(a, b)      # the same nonzero difference in every repetition
+    assert np.isnan(shifted["z"]) and not shifted["identical"] and shifted["mean"] != 0
