@@ -5,7 +5,7 @@ import jax
 import numpy as np
 import pytest
 from conftest import tiny_problem
-from reference import reference_run
+from reference import assert_engine_agrees
 
 from pulse_jax import bandit, factorization, ties
 from pulse_jax.simulate import simulate
@@ -59,26 +59,7 @@ def test_engine_matches_numpy_reference_step_for_step(method, case, rule, monkey
     config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau, rule=rule_name,
                      stop="certified" if stop else "budget")
     params = _params(delta=delta)
-    run = jax.jit(bandit.make_run(config, method))
-    for seed in (0, 1):
-        key = jax.random.PRNGKey(seed)
-        out = run(key, scores, V, params)
-        ref = reference_run(scores, V, config, method, key, params)
-        np.testing.assert_array_equal(np.asarray(out.steps.chosen), ref["chosen"])
-        np.testing.assert_array_equal(np.asarray(out.steps.best), ref["best"])
-        np.testing.assert_array_equal(np.asarray(out.steps.spent), ref["spent"])
-        # float32 engine vs float64 reference: estimates are means of O(1) terms,
-        # refits are 5-20 Adam steps; 2e-5 is far below any gap that could flip a choice.
-        np.testing.assert_allclose(np.asarray(out.steps.estimates), ref["estimates"], atol=2e-5)
-        np.testing.assert_array_equal(np.asarray(out.n_obs), ref["n_obs"])
-        np.testing.assert_array_equal(np.asarray(out.n_pulls), ref["n_pulls"])
-        if method == "pulse":
-            np.testing.assert_allclose(np.asarray(out.steps.info.lam), ref["lam"], atol=2e-5)
-        # The confidence sequences: float32 sums of O(n) terms against float64.
-        np.testing.assert_allclose(np.asarray(out.steps.low), ref["low"], atol=2e-5)
-        np.testing.assert_allclose(np.asarray(out.steps.high), ref["high"], atol=2e-5)
-        assert int(out.certified.spent) == ref["certified_spent"]
-        assert int(out.certified.model) == ref["certified_model"]
+    assert_engine_agrees(config, method, scores, V, params)
 
 
 def test_reference_cases_cover_both_refit_paths():
