@@ -736,8 +736,10 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
     def run(keys, scores, V, params, choices=None):
         params = params.as_arrays()
         scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
-        episodes, states = jax.vmap(init, in_axes=(None, None, 0, None, None, 0))(config, plugins, keys, scores, V,
-                                                                                  params)
+        # The score matrix, its mask and V stay shared (one copy, not one per repetition).
+        shared = Episode(None, None, None, 0, 0, 0, 0)
+        episodes, states = jax.vmap(init, in_axes=(None, None, 0, None, None, 0), out_axes=(shared, 0))(
+            config, plugins, keys, scores, V, params)
         init_best = states.best
         padded = None if choices is None else jnp.pad(jnp.asarray(choices, jnp.int32), ((0, 0), (1, 0)),
                                                       constant_values=-1)
@@ -746,7 +748,7 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
             def one(states, t):
                 t = jnp.where(t <= config.n_steps, t, 0)     # past the last step: the no-op step 0
                 follow_t = None if padded is None else padded[:, t]
-                return jax.vmap(step, in_axes=(None, None, 0, 0, 0, None, None, 0 if follow else None))(
+                return jax.vmap(step, in_axes=(None, None, shared, 0, 0, None, None, 0 if follow else None))(
                     config, plugins, episodes, states, params, t, None, follow_t)
             return jax.lax.scan(one, states, b * block + jnp.arange(block))
 
@@ -768,8 +770,8 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
             return b + 1, states, buffer
 
         b, states, buffer = jax.lax.while_loop(running, body, (jnp.int32(0), states, buffer))
-        idle = jax.vmap(_idle_record, in_axes=(None, None, 0, 0, 0, None))(config, plugins, episodes, states, params,
-                                                                           jnp.int32(0))
+        idle = jax.vmap(_idle_record, in_axes=(None, None, shared, 0, 0, None))(config, plugins, episodes, states,
+                                                                                params, jnp.int32(0))
         ran = jnp.arange(n_blocks * block) < b * block
         records = jax.tree_util.tree_map(
             lambda buf, i: jnp.where(ran.reshape((1, -1) + (1,) * (buf.ndim - 2)), buf, i[:, None])[:, 1:config.n_steps + 1],
