@@ -426,8 +426,9 @@ def cmd_select(args) -> None:
                              train=train, rank=args.rank, log=args.log, rule=rule, params=_params(args))
     try:
         if selector.spent:
-            print(f"resuming {args.log}: {selector.spent:,} cells already evaluated, "
-                  f"{len(selector.pending())} batch(es) to evaluate again")
+            again = len(selector.pending())
+            print(f"resuming {args.log}: {selector.spent:,} cells already evaluated"
+                  + (f"; {again} batch(es) that were in flight will be asked again" if again else ""))
         try:
             report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
                               stop_early=not args.no_early_stop, progress=not args.quiet)

@@ -79,6 +79,16 @@ def check_header(path: Path, logged: dict, expected: dict) -> None:
                                   f"{shown(have)} in the log, {shown(value)} here")
 
 
+def _complete(tail: bytes, previous: bytes) -> bool:
+    """Is ``tail`` a whole record whose checksum chains onto the line ``previous`` (b"" for none)?"""
+    try:
+        record = json.loads(tail.decode("utf-8"))
+        before = json.loads(previous.decode("utf-8")).get("crc", "") if previous else ""
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(record, dict) and "crc" in record and record["crc"] == checksum(record, before)
+
+
 _HELD: dict = {}   # resolved log path -> the Journal of this process that holds its lock
 
 
@@ -172,14 +182,7 @@ class Journal:
         except OSError as err:
             raise PulseInputError(f"{self.path}: cannot read the log: {err.strerror}") from None
         if not data.endswith(b"\n"):
-            keep = data.rfind(b"\n") + 1
-            with open(self.path, "r+b") as handle:
-                handle.truncate(keep)
-                handle.flush()
-                os.fsync(handle.fileno())
-            print(f"pulse-jax: {self.path}: cut a torn last record ({len(data) - keep} bytes) left by an "
-                  "interrupted write; its batch will be evaluated again", file=sys.stderr)
-            data = data[:keep]
+            data = self._mend_tail(data)
             if not data:
                 return None, iter(())
         lines = data.split(b"\n")[:-1]
@@ -202,6 +205,30 @@ class Journal:
                 yield number, record
 
         return header, records()
+
+    def _mend_tail(self, data: bytes) -> bytes:
+        """The log's bytes once its last line is whole: a last record that lacks only its newline and whose
+        checksum fits the line before it is complete (the newline is added); anything else after the last
+        newline is a torn write, cut (its batch was not logged and will be asked again)."""
+        keep = data.rfind(b"\n") + 1
+        tail, previous = data[keep:], b""
+        if keep:
+            previous = data[data.rfind(b"\n", 0, keep - 1) + 1:keep - 1]
+        if _complete(tail, previous):
+            with open(self.path, "ab") as handle:
+                handle.write(b"\n")
+                handle.flush()
+                os.fsync(handle.fileno())
+            print(f"pulse-jax: {self.path}: the last record was complete but lacked its newline; kept it",
+                  file=sys.stderr)
+            return data + b"\n"
+        with open(self.path, "r+b") as handle:
+            handle.truncate(keep)
+            handle.flush()
+            os.fsync(handle.fileno())
+        print(f"pulse-jax: {self.path}: cut a torn last record ({len(data) - keep} bytes) left by an interrupted "
+              "write; its batch was not logged and will be asked again", file=sys.stderr)
+        return data[:keep]
 
     def _parse(self, raw: bytes, number: int):
         try:

@@ -189,3 +189,27 @@ def test_a_scorer_that_raises_system_exit_is_an_evaluation_error(bench, tmp_path
     with pytest.raises(EvaluationError, match="SystemExit"):
         run(dies, sel)
     sel.close()
+
+
+def test_a_complete_last_record_without_its_newline_is_kept(bench, tmp_path, capsys):
+    """The write of a record reached the disk but its newline did not: the checksum proves the record
+    whole, so it is kept (its cells are not asked again) and the newline is added; one message says so."""
+    full, report = _finished_log(bench, tmp_path, "full.jsonl")
+    data = full.read_bytes()
+    ends = [k for k, byte in enumerate(data) if byte == ord("\n")]
+    for n_lines in (1, 2, len(ends) // 2, len(ends)):     # header only, first batch, mid-run, the whole log
+        log = tmp_path / f"nonl{n_lines}.jsonl"
+        log.write_bytes(data[:ends[n_lines - 1]])          # everything up to that line, without its newline
+        sel = _selector(bench, log)
+        message = capsys.readouterr().err
+        assert "complete but lacked its newline; kept it" in message and "cut a torn" not in message
+        assert log.read_bytes() == data[:ends[n_lines - 1] + 1]
+        kept = sum(len(json.loads(line)["examples"]) for line in data[:ends[n_lines - 1]].splitlines()[1:])
+        assert sel.spent == kept
+        again = run(_oracle(bench[0]), sel, stop_early=False)
+        sel.close()
+        assert again.evaluated == report.evaluated
+    log = tmp_path / "torn.jsonl"                          # one byte short of that: torn, cut
+    log.write_bytes(data[:ends[1] - 1])
+    _selector(bench, log).close()
+    assert "will be asked again" in capsys.readouterr().err
