@@ -119,6 +119,7 @@ class BanditConfig:
                     f"BanditConfig.{name} must be an integer, got {value!r}")
             object.__setattr__(self, name, int(value))
         require(self.n_models >= 2, f"need at least 2 candidate models, got n_models={self.n_models}")
+        require(self.n_examples >= 1, f"need at least 1 example, got n_examples={self.n_examples}")
         cells = self.n_models * self.n_examples
         if self.budget > cells:   # more than every cell: the rest could only be empty steps
             warnings.warn(f"budget={self.budget} is more than the matrix's {cells} cells; clipped to {cells}",

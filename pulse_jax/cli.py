@@ -5,6 +5,7 @@ Errors in the input print one line (``pulse-jax: error: ...``) and exit 2.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -258,6 +259,8 @@ def cmd_simulate(args) -> None:
     m, n = cand.shape
     config = _config(args, m, n, default_budget=max(m * args.batch_size * args.init_batches, (m * n) // 4))
     V = None
+    if not _uses_predictions(methods) and (args.train or args.embeddings):
+        _check_side_information(args, cand, n)     # given but unused: still refuse a wrong one
     if _uses_predictions(methods):
         users = ", ".join(k for k, e in methods.items() if e.uses_predictions)
         require(args.train or args.embeddings,
@@ -268,23 +271,36 @@ def cmd_simulate(args) -> None:
     _finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples")
 
 
+def _check_side_information(args, cand, n) -> None:
+    """``--embeddings`` / ``--train`` checked against the candidates without fitting anything."""
+    from pulse_jax import data
+
+    if args.embeddings:
+        _load_embeddings(args.embeddings, cand, n)
+    if args.train:
+        data.align_train(cand, data.load(args.train))
+
+
+def _load_embeddings(path, cand, n):
+    path = Path(path)
+    require(path.is_file(), f"{path}: no such file")
+    try:
+        V = np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as err:
+        raise PulseInputError(f"--embeddings {path}: not a .npy array file "
+                              f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
+    require(isinstance(V, np.ndarray) and V.dtype.kind in "biuf", f"--embeddings {path}: expected a numeric .npy array")
+    require(V.ndim == 2 and V.shape[0] == n,
+            f"{path}: embeddings must have shape ({n}, rank) to match {cand.source}, got {V.shape}")
+    return V
+
+
 def _side_information(args, cand, n):
     """V from --embeddings, or fitted on --train (aligned to the candidates' examples)."""
     from pulse_jax import data, factorization
 
     if args.embeddings:
-        path = Path(args.embeddings)
-        require(path.is_file(), f"{path}: no such file")
-        try:
-            V = np.load(path, allow_pickle=False)
-        except (OSError, ValueError, EOFError) as err:
-            raise PulseInputError(f"--embeddings {path}: not a .npy array file "
-                                  f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
-        require(isinstance(V, np.ndarray) and V.dtype.kind in "biuf",
-                f"--embeddings {path}: expected a numeric .npy array")
-        require(V.ndim == 2 and V.shape[0] == n,
-                f"{path}: embeddings must have shape ({n}, rank) to match {cand.source}, got {V.shape}")
-        return V
+        return _load_embeddings(args.embeddings, cand, n)
     train = data.align_train(cand, data.load(args.train))
     rank, settings = args.rank, factorization.DEFAULT_STAGE0
     if getattr(args, "hparams", None):
@@ -369,7 +385,10 @@ def _numbers(text: str, name: str, kind=float) -> tuple:
 def cmd_tune(args) -> None:
     from pulse_jax import data, tuning
 
-    require(not Path(args.out).is_dir(), f"--out {args.out}: is a directory; give a file name for the JSON")
+    from pulse_jax.params import seed_key
+
+    seed_key(args.seed, "--seed")
+    _check_writable_file(args.out, "--out")
     train = data.load(args.train)
     grid = {"rank": _numbers(args.ranks, "ranks", int), "lam": _numbers(args.lams, "lams"),
             "lr": _numbers(args.lrs, "lrs"), "epochs": _numbers(args.epochs, "epochs", int)}
@@ -389,6 +408,17 @@ def cmd_tune(args) -> None:
           f"epochs {result['epochs']} -> {args.out}")
 
 
+def _check_writable_file(path: str, option: str) -> None:
+    """Before any computation: ``path`` can be written (its folder exists or can be made, and is writable)."""
+    out = Path(path)
+    require(not out.is_dir(), f"{option} {out}: is a directory; give a file name")
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as err:
+        raise PulseInputError(f"{option} {out}: cannot create its folder {out.parent} ({err.strerror or err})") from None
+    require(os.access(out.parent, os.W_OK), f"{option} {out}: its folder {out.parent} is not writable")
+
+
 def _load_evaluate(spec: str):
     from pulse_jax import registry
 
@@ -401,17 +431,34 @@ def _load_evaluate(spec: str):
 
 def _read_lines(path: str, what: str) -> list[str]:
     p = Path(path)
-    require(p.is_file(), f"{what} {path}: no such file")
-    lines = [line.strip() for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+    require(p.exists(), f"{what} {path}: no such file")
+    require(p.is_file(), f"{what} {path}: is not a file")
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as err:
+        raise PulseInputError(f"{what} {path}: cannot read it ({err.strerror or err})") from None
+    except UnicodeDecodeError:
+        raise PulseInputError(f"{what} {path}: not a UTF-8 text file with one entry per line") from None
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
     require(lines, f"{what} {path}: the file is empty")
     return lines
+
+
+def _examples_option(text: str):
+    """``--examples``: a positive count, or a file of example ids (one per line)."""
+    try:
+        count = int(text)
+    except ValueError:
+        return _read_lines(text, "--examples")
+    require(count >= 1, f"--examples {text}: give a positive number of examples or a file of example ids")
+    return count
 
 
 def cmd_select(args) -> None:
     from pulse_jax import data, live
 
     models = _read_lines(args.models, "--models")
-    examples = int(args.examples) if args.examples.isdigit() else _read_lines(args.examples, "--examples")
+    examples = _examples_option(args.examples)
     evaluate = _load_evaluate(args.evaluate)
     (_, estimator), = _methods(args.method).items()
     rule = _plugin("sampling rule", args.rule, "--rule")

@@ -74,9 +74,21 @@ def check_header(path: Path, logged: dict, expected: dict) -> None:
             continue
         have = logged.get(key, HEADER_DEFAULTS.get(key))
         if have != value:
-            shown = (lambda v: f"{len(v)} entries" if isinstance(v, list) else repr(v))
-            raise PulseInputError(f"{path} was written by a different configuration: {key} is "
-                                  f"{shown(have)} in the log, {shown(value)} here")
+            raise PulseInputError(f"{path} was written by a different configuration: {_difference(key, have, value)}")
+
+
+def _difference(key: str, have, value) -> str:
+    """What differs in one header field, in words (lists: their first differing entry, or their order)."""
+    if not (isinstance(have, list) and isinstance(value, list)):
+        return f"{key} is {have!r} in the log, {value!r} here"
+    if len(have) != len(value):
+        return f"{key} has {len(have)} entries in the log, {len(value)} here"
+    if sorted(map(str, have)) == sorted(map(str, value)):
+        k = next(i for i, (a, b) in enumerate(zip(have, value)) if a != b)
+        return (f"{key} are the same {len(have)} entries in another order (entry {k + 1} is {have[k]!r} in the "
+                f"log, {value[k]!r} here); give them in the log's order")
+    k = next(i for i, (a, b) in enumerate(zip(have, value)) if a != b)
+    return f"{key}: entry {k + 1} is {have[k]!r} in the log, {value[k]!r} here"
 
 
 def _complete(tail: bytes, previous: bytes) -> bool:

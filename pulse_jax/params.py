@@ -103,7 +103,12 @@ def parse_grid_option(text: str) -> tuple[str, list[float]]:
     items = [v.strip() for v in values.split(",") if v.strip()]
     if not items:
         raise PulseInputError(f"--grid {name}: no values given")
-    return name, [check_value(name, v, f"--grid {name}") for v in items]
+    values = [check_value(name, v, f"--grid {name}") for v in items]
+    repeated = sorted({v for v in values if values.count(v) > 1 or (math.isnan(v) and sum(map(math.isnan, values)) > 1)})
+    if repeated:
+        raise PulseInputError(f"--grid {name}: the value {repeated[0]:g} is given more than once (each point "
+                              "would run twice); give each value once")
+    return name, values
 
 
 def seed_key(seed, where: str = "seed"):

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 from pathlib import Path
 from typing import Sequence
 
@@ -54,6 +55,23 @@ class Request:
     model_index: int
     example_ids: tuple
     example_index: tuple[int, ...]
+
+
+def _save_atomically(path: Path, array) -> None:
+    """Write ``array`` to ``path`` through a temporary file and a rename, so a failed write (a full disk)
+    leaves no truncated ``.npy`` behind; a failure is one line naming the file and the fix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with open(partial, "wb") as handle:
+            np.save(handle, array)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except OSError as err:
+        partial.unlink(missing_ok=True)
+        raise PulseInputError(f"{path}: cannot save the embeddings beside the log ({err.strerror or err}); free "
+                              "space there or give --log in another folder, then run the same command again") from None
 
 
 @functools.lru_cache(maxsize=16)
@@ -188,8 +206,7 @@ class Selector:
         require(V.ndim == 2 and V.shape[0] == self.config.n_examples and np.isfinite(V).all(),
                 f"V must be a finite (n_examples={self.config.n_examples}, rank) array, got shape {V.shape}")
         if sidecar is not None:
-            sidecar.parent.mkdir(parents=True, exist_ok=True)
-            np.save(sidecar, V)
+            _save_atomically(sidecar, V)
         return V
 
     def _sidecar(self):
@@ -327,6 +344,9 @@ class Selector:
 
     def _validate(self, request: Request, scores, where: str | None = None) -> np.ndarray:
         where = where or f"model {request.model!r}, request {request.ticket}"
+        if scores is None:
+            raise PulseInputError(f"{where}: the scorer returned None; it must return one score in [0, 1] for "
+                                  f"each of the {len(request.example_ids)} examples, in order")
         if isinstance(scores, (list, tuple)) and any(isinstance(v, (bool, str)) or v is None for v in scores):
             raise PulseInputError(f"{where}: scores are not numbers in [0, 1]: {list(scores)!r}"[:300])
         try:
