@@ -142,6 +142,9 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
     sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
     sel.add_argument("--no-early-stop", action="store_true", help="spend the whole budget")
+    sel.add_argument("--grace", type=float, default=None,
+                     help="on SIGINT/SIGTERM, wait at most this many seconds for the batches in flight (default: "
+                          "until they finish; a second signal abandons them)")
     sel.add_argument("--report", default=None, help="report directory (default: next to the log)")
     sel.add_argument("--quiet", action="store_true")
     return parser
@@ -466,6 +469,8 @@ def cmd_select(args) -> None:
     if args.train and estimator.uses_predictions:
         train = data.load(args.train)
     require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
+    require(args.grace is None or args.grace >= 0, f"--grace must be >= 0 seconds, got {args.grace}")
+    require(args.concurrency >= 1, f"--concurrency must be >= 1, got {args.concurrency}")
     out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
     require(not out.exists() or out.is_dir(), f"--report {out}: exists and is not a directory")
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
@@ -478,11 +483,13 @@ def cmd_select(args) -> None:
                   + (f"; {again} batch(es) that were in flight will be asked again" if again else ""))
         try:
             report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
-                              stop_early=not args.no_early_stop, progress=not args.quiet)
+                              stop_early=not args.no_early_stop, progress=not args.quiet, grace=args.grace)
         except live.EvaluationError as err:
             raise PulseInputError(f"{err}. The {selector.spent:,} cells evaluated so far are safe in {args.log}; "
                                   "run the same command again to continue") from None
-        except KeyboardInterrupt:
+        except live.Interrupted:
+            raise
+        except KeyboardInterrupt:   # before the run started (replay, compilation): nothing was in flight
             print(f"\ninterrupted: {selector.spent:,} cells are safe in {args.log}; run the same command again "
                   "to continue", file=sys.stderr)
             raise
@@ -516,7 +523,12 @@ def main(argv=None) -> int:
         where = f"{err.filename}: " if getattr(err, "filename", None) else ""
         print(f"pulse-jax: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
+        from pulse_jax.runner import Interrupted
+
+        if isinstance(err, Interrupted):
+            print(f"\npulse-jax: {err}", file=sys.stderr)
+            return err.exit_code
         print("pulse-jax: interrupted", file=sys.stderr)
         return 130
     return 0

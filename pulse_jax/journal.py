@@ -1,8 +1,12 @@
 """The durable log of a live selection: a locked, checksummed JSONL journal and its verified replay.
 
 Format (version 3). Line 1 is a header (the run's configuration); every later
-line is one told batch: ``ticket``, ``step``, ``asks_issued``, ``model``,
-``examples`` and ``scores``. Every line carries ``crc``: the CRC-32 (8 hex
+line is one told batch (``"type": "tell"``): ``ticket``, ``step``,
+``asks_issued``, ``model``, ``examples`` and ``scores``; or one *paid* batch
+(``"type": "paid"``, the same fields): scores that arrived for a batch in flight
+when the run was stopped, logged but not yet told, so that a resumed run tells
+them at the point where an uninterrupted run would have (and never pays for
+them again). Every line carries ``crc``: the CRC-32 (8 hex
 digits) of the previous line's ``crc`` followed by the line's own canonical
 JSON (sorted keys, no spaces, without ``crc``). The chain makes an edited
 score, a deleted line, a duplicated or reordered line detectable at the
@@ -187,6 +191,7 @@ class Journal:
         each checked against the checksum chain (version 2); any unreadable
         line is a one-line error naming it.
         """
+        self._fold_in_side_file()
         if not self.path.is_file() or self.path.stat().st_size == 0:
             return None, iter(())
         try:
@@ -211,12 +216,58 @@ class Journal:
                 if not raw.strip():
                     raise PulseInputError(f"{self.path}: line {number} is empty (was the log edited?)")
                 record = self._parse(raw, number)
-                require(isinstance(record, dict) and record.get("type") == "tell",
-                        f"{self.path}: line {number} is not a told batch (was the log edited?)")
+                require(isinstance(record, dict) and record.get("type") in ("tell", "paid"),
+                        f"{self.path}: line {number} is not a told or paid batch (was the log edited?)")
                 self._verify(record, number)
                 yield number, record
 
         return header, records()
+
+    @property
+    def side_path(self) -> Path:
+        """Where paid batches go when the log itself cannot be written (a full disk)."""
+        return self.path.with_name(self.path.name + ".paid")
+
+    def save_aside(self, records: list[dict]) -> Path:
+        """Write paid batches to the side file (each line checksummed on its own), fsynced; raises OSError."""
+        lines = "".join(json.dumps({**r, "crc": checksum(r, "")}) + "\n" for r in records)
+        with open(self.side_path, "a", encoding="utf-8") as handle:
+            handle.write(lines)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return self.side_path
+
+    def _fold_in_side_file(self) -> None:
+        """Append the side file's paid batches to the log (their checksums checked), then remove it."""
+        if not self.side_path.is_file():
+            return
+        if not self.path.is_file() or self.path.stat().st_size == 0:
+            raise PulseInputError(f"{self.side_path}: paid batches without their log {self.path}; restore the log "
+                                  "or remove this file")
+        data = self.path.read_bytes()
+        if not data.endswith(b"\n"):
+            data = self._mend_tail(data)
+        self._previous = json.loads(data.split(b"\n")[-2].decode("utf-8")).get("crc", "")
+        kept = 0
+        for number, raw in enumerate(self.side_path.read_bytes().split(b"\n"), start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = json.loads(raw.decode("utf-8"))
+            except (UnicodeDecodeError, json.JSONDecodeError):
+                print(f"pulse-jax: {self.side_path}: line {number} is torn; its batch will be asked again",
+                      file=sys.stderr)
+                continue
+            require(isinstance(record, dict) and record.get("type") == "paid"
+                    and record.get("crc") == checksum(record, ""),
+                    f"{self.side_path}: line {number} fails its checksum (was the file edited?)")
+            record.pop("crc")
+            self.append(record)
+            kept += 1
+        self.side_path.unlink()
+        self._previous = ""
+        print(f"pulse-jax: {self.path}: took in {kept} paid batch(es) saved beside it when the log could not be "
+              "written", file=sys.stderr)
 
     def _mend_tail(self, data: bytes) -> bytes:
         """The log's bytes once its last line is whole: a last record that lacks only its newline and whose

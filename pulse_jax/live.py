@@ -9,7 +9,7 @@ The pieces live in their own modules; this one gathers them:
 """
 from pulse_jax.journal import LOG_VERSION
 from pulse_jax.live_report import Report
-from pulse_jax.runner import EvaluationError, run
-from pulse_jax.selector import Request, Selector
+from pulse_jax.runner import EvaluationError, Interrupted, run
+from pulse_jax.selector import LogWriteError, Request, Selector
 
-__all__ = ["Selector", "Request", "Report", "run", "EvaluationError", "LOG_VERSION"]
+__all__ = ["Selector", "Request", "Report", "run", "EvaluationError", "Interrupted", "LogWriteError", "LOG_VERSION"]

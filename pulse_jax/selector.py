@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import time
 from pathlib import Path
 from typing import Sequence
 
@@ -43,6 +44,14 @@ from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import BanditParams, check_params, seed_key
 from pulse_jax.live_report import Report, _num
+
+
+#: A failed log write is retried this many times, waiting ``WRITE_RETRY_WAIT * 2**k`` seconds.
+WRITE_RETRIES, WRITE_RETRY_WAIT = 2, 0.05
+
+
+class LogWriteError(PulseInputError):
+    """The log cannot be written (e.g. a full disk); the paid batch was saved beside it when possible."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +163,7 @@ class Selector:
         self._asks = 0              # requests issued
         self._t = 1                 # next bandit step
         self._pending: dict[int, Request] = {}
+        self._paid: dict[int, np.ndarray] = {}   # ticket -> scores logged as paid, not yet told
         self._finished = False
         self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn = _compiled(self.config,
                                                                                             self.estimator)
@@ -245,6 +255,9 @@ class Selector:
                 require(isinstance(value, kind) and not isinstance(value, bool),
                         f"{where}: field {field!r} is missing or not a{'n' if kind is int else ''} "
                         f"{kind.__name__} (was the log edited?)")
+            if record.get("type") == "paid":
+                self._paid[record["ticket"]] = record
+                continue
             require(record["ticket"] not in told_on, f"{where}: ticket {record['ticket']} was already told on "
                                                      f"line {told_on.get(record['ticket'])} (a duplicated line)")
             require(record["model"] in self.models, f"{where}: unknown model {record['model']!r}")
@@ -262,6 +275,43 @@ class Selector:
                                       "to another run")
             self._apply(request, self._validate(request, record["scores"], where))
             told_on[record["ticket"]] = number
+
+    def paid_scores(self, request: Request):
+        """The scores of ``request`` if they were paid for and logged before the run stopped (else None):
+        a resumed run tells them without asking the scorer again."""
+        record = self._paid.get(request.ticket)
+        if record is None or record["model"] != request.model or record["examples"] != list(request.example_ids):
+            return None
+        return self._validate(request, record["scores"], f"{self.log_path}: paid batch {request.ticket}")
+
+    def log_paid(self, request: Request, scores) -> None:
+        """Log the scores of a batch in flight as paid (not told): a resumed run tells them where an
+        uninterrupted run would have, without paying for them again."""
+        scores = self._validate(request, scores)
+        if self.log_path is not None:
+            self._write({"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
+                         "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
+        self._paid[request.ticket] = {"model": request.model, "examples": list(request.example_ids),
+                                      "scores": scores.tolist()}
+
+    def _write(self, record: dict) -> None:
+        """Append ``record`` to the log, retrying a failed write; if the log cannot be written, save the
+        batch beside it (the next run takes it in) and stop with one line naming the log and the fix."""
+        failure = None
+        for attempt in range(WRITE_RETRIES + 1):
+            try:
+                self._journal.append(record)
+                return
+            except OSError as err:
+                failure = err
+                time.sleep(WRITE_RETRY_WAIT * 2**attempt)
+        paid = {**record, "type": "paid"}
+        try:
+            saved = f"; the batch is saved in {self._journal.save_aside([paid])} and is taken in by the next run"
+        except OSError:
+            saved = "; the batch could not be saved either and will be asked again"
+        raise LogWriteError(f"{self.log_path}: cannot write the log ({failure.strerror or failure}){saved}. Free "
+                            "space there, then run the same command again") from None
 
     def close(self) -> None:
         """Release the log's lock (a finished or abandoned run); the log stays resumable."""
@@ -337,9 +387,9 @@ class Selector:
                 f"tell: unknown or already told request {getattr(request, 'ticket', request)!r}")
         scores = self._validate(request, scores)
         if self.log_path is not None:
-            self._journal.append({"type": "tell", "ticket": request.ticket, "step": request.step,
-                                           "asks_issued": self._asks, "model": request.model,
-                                           "examples": list(request.example_ids), "scores": scores.tolist()})
+            self._write({"type": "tell", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
+                         "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
+        self._paid.pop(request.ticket, None)
         self._apply(request, scores)
 
     def _validate(self, request: Request, scores, where: str | None = None) -> np.ndarray:

@@ -1,0 +1,105 @@
+"""Interruptions never re-pay a finished call: SIGINT / SIGTERM stop gracefully, a full disk loses nothing."""
+import errno
+import json
+import os
+import signal
+import subprocess
+import time
+
+import numpy as np
+import pytest
+from conftest import write_slow_scorer
+
+from pulse_jax import factorization, journal, synthetic
+from pulse_jax.live import LogWriteError, Selector, run
+
+
+def _wait_for_lines(log, count, proc, limit=120):
+    deadline = time.time() + limit
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and len(log.read_text().splitlines()) > count:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{log} never reached {count} lines")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+@pytest.mark.parametrize("concurrency", [1, 4])
+def test_a_signal_mid_run_pays_no_cell_twice_and_the_resumed_report_is_the_uninterrupted_one(
+        tmp_path, sig, code, concurrency):
+    """A scorer that records every cell it is asked for (its "paid" file, calls.txt) with a delay per call:
+    interrupted mid-run, the run waits for the calls in flight, logs them, says what it paid and logged in
+    one line and exits 130 / 143; the resumed run asks no cell twice, and its report equals a clean run's."""
+    args = write_slow_scorer(tmp_path, delay=0.05) + ["--concurrency", str(concurrency)]
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    proc = subprocess.Popen(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    _wait_for_lines(tmp_path / "run.jsonl", 20, proc)
+    proc.send_signal(sig)
+    err = proc.communicate(timeout=120)[1]
+    assert proc.returncode == code, err
+    line = err.strip().splitlines()[-1]
+    assert f"stopped by {signal.Signals(sig).name}:" in line and "0 will be asked again" in line, err
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    paid = int(line.split("stopped by")[1].split(":")[1].split("cells paid")[0].replace(",", ""))
+    assert paid == len(calls) and 0 < paid < 800                            # stopped mid-run, counted exactly
+    records = [json.loads(x) for x in (tmp_path / "run.jsonl").read_text().splitlines()[1:]]
+    assert sum(len(r["examples"]) for r in records) == paid                 # every paid cell is in the log
+    done = subprocess.run(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    assert len(calls) == len(set(calls)) == 800                              # no cell paid twice
+    (tmp_path / "calls.txt").unlink()
+    assert subprocess.run(args + ["--log", "clean.jsonl"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    resumed = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    clean = json.loads((tmp_path / "clean_report" / "report.json").read_text())
+    assert resumed["evaluated"] == clean["evaluated"] and resumed["ranking"] == clean["ranking"]
+
+
+@pytest.fixture(scope="module")
+def bench():
+    b = synthetic.make_benchmark(seed=0, n_models=6, n_examples=200, n_train=40)
+    return b, factorization.fit_example_embeddings(b.train, rank=3)
+
+
+def _selector(bench, log):
+    b, V = bench
+    return Selector(b.models, 200, 6 * 8 + 8 * 12, batch_size=8, V=V, seed=5, refit_every=4, log=log)
+
+
+def test_a_full_disk_loses_no_paid_batch(bench, tmp_path, monkeypatch):
+    """The log's filesystem fills up at the 5th write: the paid batch goes to the side file, the run stops
+    with one line naming the log and the fix; once space returns the next run takes the batch in, pays for
+    no cell twice, and ends where an uninterrupted run ends."""
+    b, _ = bench
+    calls = []
+
+    def scorer(model, ids):
+        calls.extend((model, i) for i in ids)
+        return b.scores[b.models.index(model), ids].tolist()
+
+    original, writes = journal.Journal.append, []
+
+    def filling(self, record):
+        writes.append(record.get("type"))
+        if len(writes) >= 5 and self.path.name == "run.jsonl":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return original(self, record)
+
+    monkeypatch.setattr(journal.Journal, "append", filling)
+    log = tmp_path / "run.jsonl"
+    with pytest.raises(LogWriteError, match=r"run.jsonl: cannot write the log \(No space left on device\); the batch "
+                                            r"is saved in .*run.jsonl.paid and is taken in by the next run. Free space"):
+        run(scorer, _selector(bench, log), stop_early=False)
+    assert (tmp_path / "run.jsonl.paid").is_file()
+    monkeypatch.setattr(journal.Journal, "append", original)              # the space is back
+    again = _selector(bench, log)
+    report = run(scorer, again, stop_early=False)
+    again.close()
+    assert not (tmp_path / "run.jsonl.paid").exists()
+    assert len(calls) == len(set(calls)) == report.spent                   # 0 cells paid twice
+    clean = run(lambda m, ids: b.scores[b.models.index(m), ids].tolist(), _selector(bench, tmp_path / "c.jsonl"),
+                stop_early=False)
+    assert report.evaluated == clean.evaluated
+    np.testing.assert_allclose(report.estimates, clean.estimates, atol=1e-6)
