@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from conftest import tiny_problem
 
-from pulse_jax import cli, factorization, synthetic
+from pulse_jax import cli
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import EvaluationError, Selector, run
 
@@ -62,14 +62,8 @@ def test_select_options_name_what_is_wrong(tmp_path, capsys, monkeypatch):
     _fails(base + ["--models", "folder", "--examples", "10"], capsys, "--models folder: is not a file")
 
 
-@pytest.fixture(scope="module")
-def bench():
-    b = synthetic.make_benchmark(seed=0, n_models=6, n_examples=200, n_train=40)
-    return b, factorization.fit_example_embeddings(b.train, rank=3)
-
-
-def test_reordered_models_and_a_scorer_returning_none(bench, tmp_path):
-    b, V = bench
+def test_reordered_models_and_a_scorer_returning_none(small_bench, tmp_path):
+    b, V = small_bench
     log = tmp_path / "run.jsonl"
     Selector(b.models, 200, 6 * 8 + 80, batch_size=8, V=V, log=log).close()
     with pytest.raises(PulseInputError, match="models are the same 6 entries in another order .* give them in the "
@@ -82,8 +76,8 @@ def test_reordered_models_and_a_scorer_returning_none(bench, tmp_path):
     assert EvaluationError   # (the runner's own failures stay EvaluationError; a None is bad input)
 
 
-def test_a_full_disk_leaves_no_truncated_embeddings_file(bench, tmp_path, monkeypatch):
-    b, V = bench
+def test_a_full_disk_leaves_no_truncated_embeddings_file(small_bench, tmp_path, monkeypatch):
+    b, V = small_bench
 
     def full(*args, **kwargs):
         raise OSError(errno.ENOSPC, "No space left on device")

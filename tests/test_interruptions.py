@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import write_slow_scorer
 
-from pulse_jax import factorization, journal, synthetic
+from pulse_jax import journal
 from pulse_jax.live import LogWriteError, Selector, run
 
 
@@ -69,22 +69,16 @@ def _clean_report(tmp_path_factory, concurrency: int) -> dict:
     return _CLEAN[concurrency]
 
 
-@pytest.fixture(scope="module")
-def bench():
-    b = synthetic.make_benchmark(seed=0, n_models=6, n_examples=200, n_train=40)
-    return b, factorization.fit_example_embeddings(b.train, rank=3)
-
-
-def _selector(bench, log):
-    b, V = bench
+def _selector(small_bench, log):
+    b, V = small_bench
     return Selector(b.models, 200, 6 * 8 + 8 * 12, batch_size=8, V=V, seed=5, refit_every=4, log=log)
 
 
-def test_a_full_disk_loses_no_paid_batch(bench, tmp_path, monkeypatch):
+def test_a_full_disk_loses_no_paid_batch(small_bench, tmp_path, monkeypatch):
     """The log's filesystem fills up at the 5th write: the paid batch goes to the side file, the run stops
     with one line naming the log and the fix; once space returns the next run takes the batch in, pays for
     no cell twice, and ends where an uninterrupted run ends."""
-    b, _ = bench
+    b, _ = small_bench
     calls = []
 
     def scorer(model, ids):
@@ -103,15 +97,15 @@ def test_a_full_disk_loses_no_paid_batch(bench, tmp_path, monkeypatch):
     log = tmp_path / "run.jsonl"
     with pytest.raises(LogWriteError, match=r"run.jsonl: cannot write the log \(No space left on device\); the batch "
                                             r"is saved in .*run.jsonl.paid and is taken in by the next run. Free space"):
-        run(scorer, _selector(bench, log), stop_early=False)
+        run(scorer, _selector(small_bench, log), stop_early=False)
     assert (tmp_path / "run.jsonl.paid").is_file()
     monkeypatch.setattr(journal.Journal, "append", original)              # the space is back
-    again = _selector(bench, log)
+    again = _selector(small_bench, log)
     report = run(scorer, again, stop_early=False)
     again.close()
     assert not (tmp_path / "run.jsonl.paid").exists()
     assert len(calls) == len(set(calls)) == report.spent                   # 0 cells paid twice
-    clean = run(lambda m, ids: b.scores[b.models.index(m), ids].tolist(), _selector(bench, tmp_path / "c.jsonl"),
+    clean = run(lambda m, ids: b.scores[b.models.index(m), ids].tolist(), _selector(small_bench, tmp_path / "c.jsonl"),
                 stop_early=False)
     assert report.evaluated == clean.evaluated
     np.testing.assert_allclose(report.estimates, clean.estimates, atol=1e-6)
