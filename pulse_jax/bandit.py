@@ -71,6 +71,11 @@ class BanditConfig:
         1000); 0 disables refits after the initial one.
       init_refit_epochs, refit_epochs: Adam steps of the initial and of each
         periodic refit of U (paper: 50 and 10).
+      record_steps: keep a record per step (best guess, cells spent, model
+        pulled, the estimator's info). ``False`` keeps only the summary: the
+        records hold the final state alone (one "step"), so a fixed-confidence
+        study's memory does not grow with the budget; the per-budget curves
+        (``SimulationResult.best_at_budget`` and what uses it) are then refused.
       record_estimates: also record every model's estimate and bounds after
         every step (for tests and diagnostics; ``n_steps x m`` memory per repetition).
       rule: the sampling rule, a :class:`pulse_jax.rules.SamplingRule` or its
@@ -105,6 +110,7 @@ class BanditConfig:
     init_refit_epochs: int = 50
     refit_epochs: int = 10
     record_estimates: bool = False
+    record_steps: bool = True
     rule: Any = "ucbe"
     interval: str = "cs"
     stop: Any = "budget"
@@ -112,6 +118,8 @@ class BanditConfig:
     populations: tuple | None = None
 
     def __post_init__(self):
+        require(isinstance(self.record_steps, bool), f"BanditConfig.record_steps must be True or False, got "
+                                                     f"{self.record_steps!r}")
         for name in ("n_models", "n_examples", "budget", "batch_size", "init_batches", "refit_every",
                      "init_refit_epochs", "refit_epochs"):
             value = getattr(self, name)
@@ -698,10 +706,15 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
 
         def steps(state, ts, log_slots=None):
             def one(s, t):
-                return step(config, plugins, episode, s, params, t, log_slots, None if choices is None else choices[t])
+                s, record = step(config, plugins, episode, s, params, t, log_slots,
+                                 None if choices is None else choices[t])
+                return s, (record if config.record_steps else None)
             return jax.lax.scan(one, state, ts)
 
         state, records = _all_steps(config, plugins, state, steps)
+        if not config.record_steps:   # the summary only: the final state's record as the one "step"
+            records = jax.tree_util.tree_map(lambda a: a[None], _idle_record(config, plugins, episode, state, params,
+                                                                             jnp.int32(0)))
         return _run_result(config, plugins, state, params, records, init_best)
 
     return run
@@ -754,8 +767,8 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
             return jax.lax.scan(one, states, b * block + jnp.arange(block))
 
         shapes = jax.eval_shape(steps_of_block, states, 0)[1]
-        buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], n_blocks * block) + a.shape[2:], a.dtype),
-                                        shapes)
+        width = n_blocks * block if config.record_steps else 0    # summary only: no per-step buffer
+        buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], width) + a.shape[2:], a.dtype), shapes)
 
         def running(carry):
             b, states, _ = carry
@@ -765,18 +778,19 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
         def body(carry):
             b, states, buffer = carry
             states, records = steps_of_block(states, b)
-            records = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), records)
-            buffer = jax.tree_util.tree_map(
-                lambda buf, r: jax.lax.dynamic_update_slice_in_dim(buf, r, b * block, axis=1), buffer, records)
+            if config.record_steps:
+                records = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), records)
+                buffer = jax.tree_util.tree_map(
+                    lambda buf, r: jax.lax.dynamic_update_slice_in_dim(buf, r, b * block, axis=1), buffer, records)
             return b + 1, states, buffer
 
         b, states, buffer = jax.lax.while_loop(running, body, (jnp.int32(0), states, buffer))
         idle = jax.vmap(_idle_record, in_axes=(None, None, shared, 0, 0, None))(config, plugins, episodes, states,
                                                                                 params, jnp.int32(0))
-        ran = jnp.arange(n_blocks * block) < b * block
+        ran = jnp.arange(width) < b * block
         records = jax.tree_util.tree_map(
             lambda buf, i: jnp.where(ran.reshape((1, -1) + (1,) * (buf.ndim - 2)), buf, i[:, None])[:, 1:config.n_steps + 1],
-            buffer, idle)
+            buffer, idle) if config.record_steps else jax.tree_util.tree_map(lambda i: i[:, None], idle)
         return jax.vmap(_run_result, in_axes=(None, None, 0, 0, 0, 0))(config, plugins, states, params, records,
                                                                         init_best)
 

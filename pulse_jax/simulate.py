@@ -105,6 +105,8 @@ class SimulationResult:
 
         Budgets below the initialization give -1 (no guess yet).
         """
+        require(self.config.record_steps, "this run kept only its summary (BanditConfig(record_steps=False)): "
+                                          "there is no best guess per budget; run with record_steps=True for curves")
         budgets = np.asarray(budgets)
         out = np.empty((self.reps, len(budgets)), dtype=np.int64)
         for r in range(self.reps):
@@ -218,8 +220,8 @@ def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predicti
     """
     memory_budget = memory_budget or device_memory_budget()
     m, n, B = config.n_models, config.n_examples, config.batch_size
-    per_rep = 4 * (m * sampling.n_words(n) + m * B * B
-                   + 4 * config.n_steps * (1 + (m if config.record_estimates else 0)))
+    records = config.n_steps * (1 + (m if config.record_estimates else 0)) if config.record_steps else 1
+    per_rep = 4 * (m * sampling.n_words(n) + m * B * B + 4 * records)
     if uses_predictions:
         cells = config.n_steps * B + m * config.init_cells_per_model
         chunk = factorization.chunk_bytes()

@@ -82,3 +82,29 @@ def test_each_confidence_sequence_is_kept_and_covers_on_its_own():
     assert (covers.mean(axis=0) >= 0.8).all(), covers.mean(axis=0)
     ucbe = pj.simulate(scores, config, "ucbe", reps=4, seed=1)
     assert ucbe.cs_seq_low.shape == (4, 5, 1)
+
+
+@pytest.mark.parametrize("stop", ["certified", "budget"])
+def test_summary_only_runs_keep_one_record_and_the_same_results(stop):
+    """``record_steps=False``: the records hold the final state alone (memory independent of the budget),
+    every summary equals the recorded run's, and per-budget curves are refused rather than guessed."""
+    import dataclasses
+
+    from pulse_jax.errors import PulseInputError
+
+    scores, _, V = tiny_problem(seed=6, m=5, n=120)
+    config = pj.BanditConfig(n_models=5, n_examples=120, budget=5 * 120, batch_size=4, refit_every=5, rule="lucb")
+    full = pj.simulate(scores, config, "pulse", V=V, reps=8, seed=2, stop=stop, params=pj.BanditParams(delta=0.5))
+    brief = pj.simulate(scores, dataclasses.replace(config, record_steps=False), "pulse", V=V, reps=8, seed=2,
+                        stop=stop, params=pj.BanditParams(delta=0.5))
+    assert brief.best.shape == (8, 2) and brief.chosen.shape == (8, 1)
+    np.testing.assert_array_equal(brief.best[:, -1], full.best[:, -1])
+    np.testing.assert_array_equal(brief.spent[:, -1], full.spent[:, -1])
+    np.testing.assert_array_equal(brief.certified_spent, full.certified_spent)
+    np.testing.assert_array_equal(brief.n_obs, full.n_obs)
+    np.testing.assert_allclose(brief.estimates, full.estimates, atol=1e-6)
+    np.testing.assert_allclose(brief.cs_low, full.cs_low, atol=1e-6)
+    for key, value in full.certification().items():
+        np.testing.assert_array_equal(brief.certification()[key], value)
+    with pytest.raises(PulseInputError, match="kept only its summary"):
+        brief.accuracy_at_budget([1000])
