@@ -47,7 +47,7 @@ from pulse_jax.estimators import Estimator, Ledger, Pull
 from pulse_jax.rules import RuleInputs
 from pulse_jax.stopping import StopInputs
 from pulse_jax.factorization import FitSettings
-from pulse_jax.params import BanditParams
+from pulse_jax.params import NUMBER_FIELDS, BanditParams
 from pulse_jax.ties import BEST, random_argmax, tie_uniform
 
 
@@ -656,6 +656,35 @@ def get_estimator(method: str | Estimator) -> Estimator:
     from pulse_jax import registry
 
     return registry.estimator(method, "method")
+
+
+def with_plugin_params(params: BanditParams, plugins: Plugins, where: str = "params") -> BanditParams:
+    """``params`` with ``plugin`` holding every traced number the plug-ins declare (their defaults where
+    not given), each checked against its declared open range; a name no plug-in declares is refused."""
+    declared = {}
+    for plugin in plugins:
+        for name, default, low, high in getattr(plugin, "traced", ()):
+            require(name not in NUMBER_FIELDS and name not in declared,
+                    f"plug-in {plugin.name!r} declares the traced number {name!r}, which another name already uses")
+            declared[name] = (default, low, high, plugin.name)
+    given = dict(params.plugin or {})
+    unknown = sorted(set(given) - set(declared))
+    require(not unknown, f"{where}: {unknown[0] if unknown else ''!r} is not a traced number of this run's plug-ins "
+                         f"({', '.join(declared) if declared else 'they declare none'})")
+    values = {}
+    for name, (default, low, high, owner) in declared.items():
+        value = float(given.get(name, default))
+        require(low < value < high, f"{where}: {name}={value:g} is out of range for {owner}: it must lie in "
+                                    f"({low:g}, {high:g})")
+        values[name] = value
+    return params._replace(plugin=values or None)
+
+
+def registry_stop(stop):
+    """The stopping rule named or given by ``stop``."""
+    from pulse_jax import registry
+
+    return registry.stopping_rule(stop, "stop")
 
 
 def check_compatible(config: BanditConfig, estimator: Estimator) -> None:

@@ -315,7 +315,7 @@ def _side_information(args, cand, n):
 
 def cmd_sweep(args) -> None:
     from pulse_jax import data, factorization, synthetic
-    from pulse_jax.params import check_value, parse_grid_option
+    from pulse_jax.params import parse_grid_option
     from pulse_jax.sweep import sweep
 
     _check_out_dir(args.out)
@@ -324,8 +324,10 @@ def cmd_sweep(args) -> None:
     (method, estimator), = methods.items()
     require(args.grid, "--grid: give at least one, e.g. --grid exploration=0.25,0.5,1,2")
     grid = {}
+    plugins = (estimator, _plugin("sampling rule", args.rule, "--rule"), _plugin("stopping rule", args.stop, "--stop"))
+    declared = tuple(name for plugin in plugins for name, *_ in plugin.traced)
     for text in args.grid:
-        name, values = parse_grid_option(text)
+        name, values = parse_grid_option(text, declared)
         require(name not in grid, f"--grid {name}: given twice")
         grid[name] = values
     baseline = None
@@ -334,7 +336,8 @@ def cmd_sweep(args) -> None:
         for item in args.baseline.split(","):
             name, sep, value = item.partition("=")
             require(sep, f"--baseline: expected NAME=VALUE[,NAME=VALUE], got {args.baseline!r}")
-            baseline[name.strip()] = check_value(name.strip(), value, "--baseline")
+            name = name.strip()
+            baseline[name] = float(parse_grid_option(f"{name}={value}", declared)[1][0])
     if args.scores is None:
         require(not (args.train or args.embeddings), "--train/--embeddings need --scores (the built-in benchmark "
                                                      "brings its own train split)")

@@ -110,6 +110,7 @@ class Estimator(NamedTuple):
     proxies: Callable[[Any, Ledger, Pull, int, Any], tuple] | None = None
     n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
     settings: tuple = ()    # static settings, (name, value) pairs
+    traced: tuple = ()      # traced numbers it reads from params.plugin: (name, default, low, high), open range
 
     @property
     def has_interval(self) -> bool:

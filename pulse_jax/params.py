@@ -10,10 +10,11 @@ from __future__ import annotations
 import math
 from typing import Any, NamedTuple
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax.errors import PulseInputError
+from pulse_jax.errors import PulseInputError, require
 
 
 class BanditParams(NamedTuple):
@@ -27,6 +28,9 @@ class BanditParams(NamedTuple):
       refit_lr, refit_l2: the same for the periodic refits (paper: 0.1, 0.01).
       fixed_lambda: PULSE's lambda held at this value in [0, 1] (an ablation);
         NaN (default) uses the estimator's own rule (the paper's plug-in).
+      plugin: ``{name: value}``, the traced numbers the run's plug-ins declare
+        (their ``traced`` field, e.g. Top-Two's ``leader_fraction``); names
+        left out take the declared defaults (``None``: all of them).
     """
 
     exploration: Any = 1.0
@@ -36,13 +40,31 @@ class BanditParams(NamedTuple):
     refit_lr: Any = 0.1
     refit_l2: Any = 0.01
     fixed_lambda: Any = math.nan
+    plugin: Any = None
 
     def as_arrays(self) -> "BanditParams":
-        """Every field as a float32 array (what the compiled program takes)."""
-        return BanditParams(*(jnp.asarray(v, jnp.float32) for v in self))
+        """Every number as a float32 array (what the compiled program takes)."""
+        return jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), self)
 
     def to_dict(self) -> dict:
-        return {k: _plain(v) for k, v in self._asdict().items()}
+        out = {k: _plain(getattr(self, k)) for k in NUMBER_FIELDS}
+        if self.plugin:
+            out["plugin"] = {k: _plain(v) for k, v in sorted(self.plugin.items())}
+        return out
+
+    def value(self, name: str):
+        """A field's value, or a plug-in parameter's (``plugin[name]``)."""
+        return getattr(self, name) if name in NUMBER_FIELDS else (self.plugin or {})[name]
+
+
+#: The numeric fields of :class:`BanditParams` (all but ``plugin``).
+NUMBER_FIELDS = BanditParams._fields[:-1]
+
+
+def plugin_value(params, name: str, default: float):
+    """A plug-in's traced number from ``params.plugin`` (its declared default where the run has none)."""
+    table = getattr(params, "plugin", None) or {}
+    return table[name] if name in table else default
 
 
 #: Allowed values per parameter: (low, high, low inclusive, high inclusive, NaN allowed).
@@ -91,11 +113,23 @@ def check_params(params: BanditParams, where: str = "params") -> BanditParams:
     """Validate every field (scalars) on the host; returns a BanditParams of floats."""
     if not isinstance(params, BanditParams):
         raise PulseInputError(f"{where} must be a pulse_jax.BanditParams, got {type(params).__name__}")
-    return BanditParams(*(check_value(k, v, where) for k, v in params._asdict().items()))
+    plugin = params.plugin
+    if plugin is not None:
+        require(isinstance(plugin, dict), f"{where}.plugin must be a dict {{name: number}}, got {type(plugin).__name__}")
+        plugin = {str(k): _number(k, v, where) for k, v in plugin.items()} or None
+    return BanditParams(*(check_value(k, getattr(params, k), where) for k in NUMBER_FIELDS), plugin)
 
 
-def parse_grid_option(text: str) -> tuple[str, list[float]]:
-    """``"name=v1,v2,..."`` (the CLI's ``--grid``) as ``(name, values)``, validated."""
+def _number(name, value, where) -> float:
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        raise PulseInputError(f"{where}: {name}={value!r} is not a number") from None
+
+
+def parse_grid_option(text: str, plugin_names=()) -> tuple[str, list[float]]:
+    """``"name=v1,v2,..."`` (the CLI's ``--grid``) as ``(name, values)``, validated (a name in
+    ``plugin_names``, a plug-in's traced number, is range-checked against its declaration later)."""
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or not name:
@@ -103,7 +137,8 @@ def parse_grid_option(text: str) -> tuple[str, list[float]]:
     items = [v.strip() for v in values.split(",") if v.strip()]
     if not items:
         raise PulseInputError(f"--grid {name}: no values given")
-    values = [check_value(name, v, f"--grid {name}") for v in items]
+    values = [_number(name, v, f"--grid {name}") if name in plugin_names and name not in RANGES
+              else check_value(name, v, f"--grid {name}") for v in items]
     repeated = sorted({v for v in values if values.count(v) > 1 or (math.isnan(v) and sum(map(math.isnan, values)) > 1)})
     if repeated:
         raise PulseInputError(f"--grid {name}: the value {repeated[0]:g} is given more than once (each point "

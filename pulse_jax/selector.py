@@ -144,6 +144,7 @@ class Selector:
                                    else BanditParams(exploration=exploration, delta=delta))
         self.estimator = bandit.get_estimator(method)
         bandit.check_compatible(self.config, self.estimator)
+        self.params = bandit.with_plugin_params(self.params, bandit.plugins_of(self.config, self.estimator))
         seed_key(seed)
         self.method, self.seed = self.estimator.name, int(seed)
         self.log_path = Path(log) if log is not None else None

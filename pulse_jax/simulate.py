@@ -313,9 +313,10 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     config, estimator, scores, V = _prepare(scores, config, method, V, stop)
+    params = bandit.with_plugin_params(params, bandit.plugins_of(config, estimator))
     if follow is not None:
         follow = _check_follow(follow, reps, config)
-    stacked = BanditParams(*(np.full(reps, v, np.float32) for v in params))
+    stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
     out, seconds, compile_seconds = execute(scores, config, method, estimator, V, np.arange(reps), stacked, seed,
                                             chunk_size, progress, devices, follow)
     return result_from(out, estimator.name, config, params, seed, scores, seconds, compile_seconds, model_names)
@@ -402,13 +403,13 @@ def execute(scores, config: BanditConfig, method, estimator, V, rep_index, param
     scores_dev, V_dev = _put(scores, replicated), _put(V, replicated)
     report = _progress_printer(estimator.name) if progress is True else (progress or None)
     rep_index = np.asarray(rep_index)
-    params = BanditParams(*(np.asarray(v, np.float32) for v in params))
+    params = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float32), params)
 
     def inputs(start):
         """Keys, parameters (and choices) of items ``start .. start + chunk`` (the last item repeated as padding)."""
         take = np.minimum(np.arange(start, start + chunk), total - 1)
         keys = np.asarray(rep_keys_for(seed, rep_index[take]))
-        items = (_put(keys, by_rep), BanditParams(*(_put(v[take], by_rep) for v in params)))
+        items = (_put(keys, by_rep), jax.tree_util.tree_map(lambda v: _put(v[take], by_rep), params))
         return items if follow is None else items + (_put(follow[take], by_rep),)
 
     # Compile ahead of time so its cost is reported apart from the run. ``run`` is the cached jit of

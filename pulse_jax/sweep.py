@@ -20,10 +20,10 @@ from typing import Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from pulse_jax import metrics
+from pulse_jax import bandit, metrics
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import RANGES, BanditParams, check_params, check_value, seed_key
+from pulse_jax.params import NUMBER_FIELDS, RANGES, BanditParams, _number, check_params, check_value, seed_key
 from pulse_jax.simulate import SimulationResult, _is_count, _prepare, execute, result_from
 
 
@@ -42,7 +42,7 @@ class SweepResult:
 
     def values(self, k: int) -> dict:
         """The swept parameters' values at point ``k``."""
-        return {a: _plain(getattr(self.points[k], a)) for a in self.axes}
+        return {a: _plain(self.points[k].value(a)) for a in self.axes}
 
     def table(self, targets=(0.9, 0.95), n_boot: int = 1000) -> list[dict]:
         """One row per point: Accuracy@budget (SE), budget to each target with a bootstrap interval,
@@ -125,10 +125,11 @@ def _cells(x):
     return "beyond" if x is None else f"{x:,.0f}"
 
 
-def grid_points(grid, base: BanditParams | None = None) -> tuple[tuple[str, ...], list[BanditParams]]:
+def grid_points(grid, base: BanditParams | None = None, plugin_names=()) -> tuple[tuple[str, ...], list[BanditParams]]:
     """``(axes, points)`` from a grid: a mapping ``{name: values}`` (their Cartesian product, in the
     order given), a sequence of mappings (an explicit list) or a sequence of ``BanditParams``.
-    Unswept fields take ``base`` (default: the paper's values). One-line errors name the parameter."""
+    Unswept fields take ``base`` (default: the paper's values). A name in ``plugin_names`` is a
+    plug-in's traced number (``BanditParams.plugin``). One-line errors name the parameter."""
     base = check_params(BanditParams() if base is None else base, "base")
     require(grid is not None, "grid: pass {parameter: [values, ...]} or a list of points")
     if isinstance(grid, Mapping):
@@ -136,14 +137,15 @@ def grid_points(grid, base: BanditParams | None = None) -> tuple[tuple[str, ...]
         axes = []
         lists = []
         for name, values in grid.items():
-            if name not in RANGES:
+            if name not in RANGES and name not in plugin_names:
                 raise PulseInputError(f"grid: unknown parameter {name!r}; sweepable parameters are "
-                                      + ", ".join(RANGES))
+                                      + ", ".join(list(RANGES) + list(plugin_names)))
             values = [values] if np.isscalar(values) else list(values)
             require(len(values) > 0, f"grid: parameter {name!r} has no values")
-            lists.append([check_value(name, v, f"grid {name}") for v in values])
+            lists.append([_number(name, v, f"grid {name}") if name not in RANGES else check_value(name, v, f"grid {name}")
+                          for v in values])
             axes.append(name)
-        points = [base._replace(**dict(zip(axes, combo))) for combo in itertools.product(*lists)]
+        points = [_with(base, dict(zip(axes, combo))) for combo in itertools.product(*lists)]
         return tuple(axes), points
     require(isinstance(grid, Sequence) and len(grid) > 0, "grid: an empty list of points")
     points, axes = [], []
@@ -152,12 +154,23 @@ def grid_points(grid, base: BanditParams | None = None) -> tuple[tuple[str, ...]
             points.append(check_params(item, f"grid point {k}"))
             continue
         require(isinstance(item, Mapping), f"grid point {k}: expected a dict or BanditParams, got {type(item).__name__}")
-        values = {name: check_value(name, v, f"grid point {k}") for name, v in item.items()}
+        values = {name: _number(name, v, f"grid point {k}") if name in plugin_names and name not in RANGES
+                  else check_value(name, v, f"grid point {k}") for name, v in item.items()}
         axes += [a for a in values if a not in axes]
-        points.append(base._replace(**values))
+        points.append(_with(base, values))
     if not axes:   # BanditParams points: the fields that differ
-        axes = [a for a in BanditParams._fields if len({str(getattr(p, a)) for p in points}) > 1]
+        names = list(NUMBER_FIELDS) + sorted({n for p in points for n in (p.plugin or {})})
+        axes = [a for a in names if len({str((p.plugin or {}).get(a) if a not in NUMBER_FIELDS else p.value(a))
+                                          for p in points}) > 1]
     return tuple(axes), points
+
+
+def _with(base: BanditParams, values: dict) -> BanditParams:
+    """``base`` with ``values`` set: fields directly, plug-in numbers in ``plugin``."""
+    fields = {k: v for k, v in values.items() if k in NUMBER_FIELDS}
+    plugin = {k: v for k, v in values.items() if k not in NUMBER_FIELDS}
+    point = base._replace(**fields)
+    return point._replace(plugin={**(base.plugin or {}), **plugin}) if plugin else point
 
 
 def _baseline_index(baseline, axes, points) -> int:
@@ -169,7 +182,7 @@ def _baseline_index(baseline, axes, points) -> int:
     require(isinstance(baseline, Mapping), f"baseline: a point index or a dict of values, got {baseline!r}")
     want = {k: check_value(k, v, "baseline") for k, v in baseline.items()}
     for k, p in enumerate(points):
-        if all(_same(getattr(p, name), v) for name, v in want.items()):
+        if all(_same(p.value(name), v) for name, v in want.items()):
             return k
     raise PulseInputError(f"baseline: no sweep point has {', '.join(f'{k}={v:g}' for k, v in want.items())}")
 
@@ -190,7 +203,8 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
       grid: ``{"exploration": [0.25, 1, 4], "refit_lr": [0.03, 0.1]}`` (Cartesian
         product), or a list of dicts / ``BanditParams`` (explicit points).
         Sweepable: every field of :class:`pulse_jax.BanditParams`
-        (``fixed_lambda=nan`` is the paper's adaptive lambda).
+        (``fixed_lambda=nan`` is the paper's adaptive lambda) and every traced
+        number the run's plug-ins declare (e.g. Top-Two's ``leader_fraction``).
       base: values of the parameters not in the grid (default: the paper's).
       baseline: the point savings are measured against: an index or a dict of
         values (default: the first point).
@@ -200,7 +214,13 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every
     point, so comparisons between points are paired.
     """
-    axes, points = grid_points(grid, base)
+    require(isinstance(config, BanditConfig), f"config must be a pulse_jax.BanditConfig, got {type(config).__name__}")
+    plugins = bandit.plugins_of(config, bandit.get_estimator(method))
+    if stop is not None:
+        plugins = plugins._replace(stop=bandit.registry_stop(stop))
+    declared = tuple(name for plugin in plugins for name, *_ in getattr(plugin, "traced", ()))
+    axes, points = grid_points(grid, base, declared)
+    points = [bandit.with_plugin_params(p, plugins, f"grid point {k}") for k, p in enumerate(points)]
     seed_key(seed)
     require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
@@ -208,8 +228,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     config, estimator, scores, V = _prepare(scores, config, method, V, stop)
     P = len(points)
     rep_index = np.tile(np.arange(reps), P)
-    stacked = BanditParams(*(np.repeat(np.asarray([getattr(p, f) for p in points], np.float32), reps)
-                             for f in BanditParams._fields))
+    stacked = jax.tree_util.tree_map(lambda *vs: np.repeat(np.asarray(vs, np.float32), reps), *points)
     out, seconds, compile_seconds = execute(scores, config, method, estimator, V, rep_index, stacked, seed,
                                             chunk_size, progress, devices)
     results = []

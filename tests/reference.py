@@ -199,7 +199,8 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
                 else challenger
             i = pick if active[pick] else i
         if config.rule.name == "top_two":
-            beta = dict(config.rule.settings)["leader_fraction"]
+            declared = {name: default for name, default, *_ in config.rule.traced}
+            beta = float((params.plugin or {}).get("leader_fraction", declared["leader_fraction"]))
             est = estimates()
             leader = _random_argmax(uniforms[t, 2], est, model_order)
             if dict(config.rule.settings)["challenger"] == "interval":

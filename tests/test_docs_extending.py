@@ -30,7 +30,7 @@ def test_the_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     for _, _, body in code:
         exec(compile(body, str(PAGE), "exec"), namespace)   # noqa: S102 -- the page's own examples
     printed = capsys.readouterr().out
-    assert "mine:" in printed and "UCB-E:" in printed and "delta 0.2" in printed and "Leader:" in printed
+    assert "mine:" in printed and "UCB-E:" in printed and "epsilon 0.1" in printed and "Leader:" in printed
     for command in commands:
         argv = shlex.split(command)
         assert argv[0] == "pulse-jax"

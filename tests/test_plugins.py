@@ -162,9 +162,12 @@ def test_resume_with_any_other_parameter_or_plugin_is_refused(bench, tmp_path, c
     assert header["refit_lr"] == 0.1 and header["rule"] == "ucbe" and "method_settings" in header
     with pytest.raises(PulseInputError, match=needle):
         pj.Selector(b.models, 300, 8 * 8 + 160, **{**kw, **change})
-    with pytest.raises(PulseInputError, match="rule_settings"):    # the same rule with other settings
-        log2 = tmp_path / "tt.jsonl"
-        pj.Selector(b.models, 300, 8 * 8 + 160, **{**kw, "log": log2, "rule": pj.top_two(0.5)}).close()
+    log2 = tmp_path / "tt.jsonl"
+    pj.Selector(b.models, 300, 8 * 8 + 160, **{**kw, "log": log2, "rule": pj.top_two(0.5)}).close()
+    with pytest.raises(PulseInputError, match="rule_settings"):    # the same rule with another static setting
+        pj.Selector(b.models, 300, 8 * 8 + 160, **{**kw, "log": log2, "rule": pj.top_two(challenger="interval")})
+    with pytest.raises(PulseInputError, match=r"plugin is \{'leader_fraction': 0.5\} in the log, "
+                                              r"\{'leader_fraction': 0.25\} here"):   # another traced number
         pj.Selector(b.models, 300, 8 * 8 + 160, **{**kw, "log": log2, "rule": pj.top_two(0.25)})
 
 

@@ -108,3 +108,39 @@ def test_rule_interface_contracts():
     with pytest.raises(PulseInputError, match="naive.*no valid interval.*lucb"):
         bandit.make_run(config, "naive")
     assert math.ceil(math.log2(5)) == schedule(5, 100, 4)[1]
+
+
+def test_a_plugins_own_traced_number_sweeps_without_recompiling(tmp_path, capsys):
+    """Top-Two's ``leader_fraction`` is declared by the rule and traced: a sweep over it compiles once,
+    each point equals ``simulate`` with that value, the NumPy reference follows it, and a name or value
+    the plug-ins do not declare is refused naming it."""
+    import pulse_jax as pj
+    from pulse_jax import cli
+    from sweep_compiles import count_compiles
+
+    scores, _, V = tiny_problem(seed=2, m=6, n=200)
+    config = BanditConfig(n_models=6, n_examples=200, budget=6 * 4 + 200, batch_size=4, rule="top_two")
+    with count_compiles() as compiles:
+        result = pj.sweep(scores, config, "ucbe", {"leader_fraction": [0.2, 0.8]}, reps=6)
+        first = len(compiles)
+        pj.sweep(scores, config, "ucbe", {"leader_fraction": [0.3, 0.6]}, reps=6, seed=1)
+        assert len(compiles) == first                           # new values: nothing compiled
+    assert result.axes == ("leader_fraction",) and result.values(1) == {"leader_fraction": 0.8}
+    alone = pj.simulate(scores, config, "ucbe", reps=6, params=BanditParams(plugin={"leader_fraction": 0.8}))
+    np.testing.assert_array_equal(alone.chosen, result.results[1].chosen)
+    assert not np.array_equal(result.results[0].chosen, result.results[1].chosen)
+    import dataclasses
+
+    recorded = dataclasses.replace(config, record_estimates=True)
+    assert_engine_agrees(recorded, "ucbe", scores, V, BanditParams(plugin={"leader_fraction": 0.8}), seeds=(3,))
+    with pytest.raises(PulseInputError, match="'leader_fractoin' is not a traced number of this run's plug-ins "
+                                              r"\(leader_fraction\)"):
+        pj.simulate(scores, config, "ucbe", reps=2, params=BanditParams(plugin={"leader_fractoin": 0.5}))
+    with pytest.raises(PulseInputError, match=r"leader_fraction=1.5 is out of range for top_two: it must lie in "
+                                              r"\(0, 1\)"):
+        pj.sweep(scores, config, "ucbe", {"leader_fraction": [0.5, 1.5]}, reps=2)
+    np.savez(tmp_path / "cand.npz", scores=scores)
+    assert cli.main(["sweep", "--scores", str(tmp_path / "cand.npz"), "--method", "ucbe", "--rule", "top_two",
+                     "--grid", "leader_fraction=0.25,0.75", "--reps", "4", "--batch-size", "4", "--budget", "224",
+                     "--quiet", "--out", str(tmp_path / "sw")]) == 0
+    assert "leader_fraction" in capsys.readouterr().out

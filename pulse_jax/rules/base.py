@@ -17,8 +17,11 @@ state pytree (``()`` for a stateless rule), in the optax style:
 
 ``needs_interval`` asks the engine for the simultaneous bounds in
 ``inputs.low`` / ``inputs.high`` (otherwise they are NaN and cost nothing),
-and ``settings`` lists the rule's static settings as ``(name, value)`` pairs,
-which logs and results record. Every random choice takes its uniform from
+``settings`` lists the rule's static settings as ``(name, value)`` pairs,
+which logs and results record, and ``traced`` declares the numbers it reads
+from ``params.plugin`` as ``(name, default, low, high)`` (an open range): they
+are traced like every :class:`pulse_jax.BanditParams` field, so a sweep over
+them never recompiles (read them with :func:`pulse_jax.params.plugin_value`). Every random choice takes its uniform from
 :func:`pulse_jax.ties.tie_uniform` (``inputs.tie_key``, ``inputs.t``, a
 stream), so runs on one key share their random numbers.
 """
@@ -65,6 +68,7 @@ class SamplingRule(NamedTuple):
     eligible: Callable[[Any], chex.Array] | None = None
     needs_interval: bool = False
     settings: tuple = ()
+    traced: tuple = ()
 
 
 def ucb_index(inputs: RuleInputs, exploration) -> chex.Array:

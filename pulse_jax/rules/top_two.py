@@ -20,7 +20,9 @@ fixed-confidence and beyond" (EB-TC). At step ``t``:
   gap, so the challenger is the model furthest from being excluded by the
   certification check (this variant needs an interval);
 * the leader is pulled with probability ``leader_fraction`` (``beta``; a
-  uniform of stream ``COIN``), the challenger otherwise. If the one drawn
+  uniform of stream ``COIN``), the challenger otherwise. ``leader_fraction`` is
+  a traced number (``params.plugin["leader_fraction"]``, default the factory's
+  argument), so a sweep over it never recompiles. If the one drawn
   cannot be pulled, the other is; if neither can, the index rule's choice.
 
 The estimates are the method's own (PULSE's doubly robust ones with PULSE),
@@ -32,6 +34,7 @@ import functools
 
 import jax.numpy as jnp
 
+from pulse_jax.params import plugin_value
 from pulse_jax.rules.base import SamplingRule
 from pulse_jax.rules.ucb_index import choose_by_index
 from pulse_jax.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
@@ -77,11 +80,11 @@ def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") ->
             else transportation_cost(inputs.estimates, inputs.n_obs, leader)
         cost = jnp.where(jnp.arange(m) == leader, jnp.inf, cost)
         challenger = random_argmax(tie_uniform(key, t, CHALLENGER), -cost, order)
-        coin = tie_uniform(key, t, COIN) < beta
+        coin = tie_uniform(key, t, COIN) < plugin_value(params, "leader_fraction", beta)
         first, second = jnp.where(coin, leader, challenger), jnp.where(coin, challenger, leader)
         active = inputs.active
         pick = jnp.where(active[first], first, second)
         return jnp.where(active[pick], pick, fallback), state
 
-    return SamplingRule("top_two", choose, needs_interval=by_interval,
-                        settings=(("leader_fraction", beta), ("challenger", challenger)))
+    return SamplingRule("top_two", choose, needs_interval=by_interval, settings=(("challenger", challenger),),
+                        traced=(("leader_fraction", beta, 0.0, 1.0),))

@@ -46,3 +46,4 @@ class StoppingRule(NamedTuple):
     needs_interval: bool = False
     settings: tuple = ()
     stops_early: bool = True
+    traced: tuple = ()   # (name, default, low, high): numbers read from params.plugin (see pulse_jax.rules.base)
