@@ -143,3 +143,13 @@ def test_paired_auc_difference_of_identical_runs_says_no_difference():
     b = _result(np.array([[0, 0, 1, 1]] * 4), spent, means)
     shifted = metrics.paired_auc_difference(a, b)      # the same nonzero difference in every repetition
     assert np.isnan(shifted["z"]) and not shifted["identical"] and shifted["mean"] != 0
+
+
+def test_enable_compilation_cache_is_exported_at_the_top_level():
+    import importlib
+
+    import pulse_jax as pj
+
+    simulate_module = importlib.import_module("pulse_jax.simulate")   # (pj.simulate is the function)
+    assert pj.enable_compilation_cache is simulate_module.enable_compilation_cache
+    assert "enable_compilation_cache" in pj.__all__
