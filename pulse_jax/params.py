@@ -63,8 +63,8 @@ NUMBER_FIELDS = BanditParams._fields[:-1]
 
 def plugin_value(params, name: str, default: float):
     """A plug-in's traced number from ``params.plugin`` (its declared default where the run has none)."""
-    table = getattr(params, "plugin", None) or {}
-    return table[name] if name in table else default
+    table = getattr(params, "plugin", None)
+    return table[name] if isinstance(table, dict) and name in table else default
 
 
 #: Allowed values per parameter: (low, high, low inclusive, high inclusive, NaN allowed).

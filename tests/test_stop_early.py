@@ -9,7 +9,7 @@ from pulse_jax import bandit
 
 
 def _stacked(reps, **kw):
-    return pj.BanditParams(**{k: np.full(reps, v, np.float32) for k, v in pj.BanditParams(**kw)._asdict().items()})
+    return jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), pj.BanditParams(**kw))
 
 
 @pytest.mark.parametrize("method, rule", [("ucbe", "lucb"), ("pulse", "lucb"), ("pulse", "successive_halving"),
