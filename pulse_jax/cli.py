@@ -66,6 +66,13 @@ def _add_run_options(p: argparse.ArgumentParser, *, reps: int, batch: int, refit
     p.add_argument("--quiet", action="store_true", help="no progress bars")
 
 
+def _add_stopping_options(sel: argparse.ArgumentParser) -> None:
+    sel.add_argument("--no-early-stop", action="store_true", help="spend the whole budget")
+    sel.add_argument("--grace", type=float, default=None,
+                     help="on SIGINT/SIGTERM, wait at most this many seconds for the batches in flight (default: "
+                          "until they finish; a second signal abandons them)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pulse-jax", description=(
         "Find the best model while evaluating a fraction of the (model, example) cells: "
@@ -141,10 +148,7 @@ def build_parser() -> argparse.ArgumentParser:
     sel.add_argument("--seed", type=int, default=0)
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
     sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
-    sel.add_argument("--no-early-stop", action="store_true", help="spend the whole budget")
-    sel.add_argument("--grace", type=float, default=None,
-                     help="on SIGINT/SIGTERM, wait at most this many seconds for the batches in flight (default: "
-                          "until they finish; a second signal abandons them)")
+    _add_stopping_options(sel)
     sel.add_argument("--report", default=None, help="report directory (default: next to the log)")
     sel.add_argument("--quiet", action="store_true")
     return parser

@@ -67,21 +67,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     require(grace is None or grace >= 0, f"grace must be >= 0 seconds, got {grace}")
     stop = {"signal": None, "abandon": False}
     paid = {"cells": 0}
-
-    def call(request: Request):
-        known = selector.paid_scores(request)
-        if known is not None:
-            return known          # paid before an interruption: never asked again
-        for attempt in range(retries + 1):
-            try:
-                paid["cells"] += len(request.example_ids)
-                return evaluate(request.model, list(request.example_ids))
-            except (Exception, SystemExit) as err:   # noqa: BLE001 -- the user's code may raise anything
-                if attempt == retries:
-                    raise EvaluationError(f"evaluate failed for model {request.model!r} on {len(request.example_ids)} "
-                                          f"examples (request {request.ticket}) after {retries + 1} attempt(s): "
-                                          f"{type(err).__name__}: {err}") from err
-                time.sleep(retry_wait * 2**attempt)
+    call = _caller(evaluate, selector, retries, retry_wait, paid)
 
     def separated():
         return stop_early and selector.initialized and selector.estimator.has_interval and selector.result().separated
@@ -128,6 +114,28 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     if progress:
         sys.stderr.write("\n")
     return selector.result()
+
+
+def _caller(evaluate, selector: Selector, retries: int, retry_wait: float, paid: dict):
+    """``call(request) -> scores``: the scores logged as paid if there are any (never asked again), else
+    ``evaluate`` with retries; counts the cells sent to the scorer in ``paid["cells"]``."""
+
+    def call(request: Request):
+        known = selector.paid_scores(request)
+        if known is not None:
+            return known
+        for attempt in range(retries + 1):
+            try:
+                paid["cells"] += len(request.example_ids)
+                return evaluate(request.model, list(request.example_ids))
+            except (Exception, SystemExit) as err:   # noqa: BLE001 -- the user's code may raise anything
+                if attempt == retries:
+                    raise EvaluationError(f"evaluate failed for model {request.model!r} on {len(request.example_ids)} "
+                                          f"examples (request {request.ticket}) after {retries + 1} attempt(s): "
+                                          f"{type(err).__name__}: {err}") from err
+                time.sleep(retry_wait * 2**attempt)
+
+    return call
 
 
 class _Done:
