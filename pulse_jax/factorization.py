@@ -147,7 +147,8 @@ class FilledPrefix(NamedTuple):
 #: the rows of every observed cell once per refit makes an array of ``|Omega| r`` floats (186 MB per
 #: repetition at 464,000 cells, rank 100) that every epoch reads twice from memory; gathered a chunk
 #: at a time from ``V`` (which stays in cache) and used at once, the rows never leave the cache.
-#: Full-scale PULSE on 2 cores (35 repetitions a batch): 2.03 -> 1.22 s per repetition. Accelerators gather
+#: Full-scale PULSE on 2 cores (35 repetitions a batch): 1.22 s per repetition in chunks, 2.03 s gathering
+#: whole groups. Accelerators gather
 #: whole groups once per refit (``None``): there a chunk loop would cost kernel launches.
 CPU_CHUNK_BYTES = 128 * 1024
 
