@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from pulse_jax import confidence, factorization, sampling
+from pulse_jax import confidence, factorization, registry, sampling
 from pulse_jax.bookkeeping import (Certificate, Snapshots, current_estimates, half_widths,  # noqa: F401
                                    interval_bounds, record_certificate, take_snapshots)
 from pulse_jax.confidence import ConfSeq
@@ -148,8 +148,6 @@ class BanditConfig:
                 f"refit_epochs={self.refit_epochs}")
         require(self.budget < 2**31 and self.n_models * self.n_examples < 2**31,
                 "problem too large for 32-bit cell counters")
-        from pulse_jax import registry   # the one place names become plug-ins
-
         object.__setattr__(self, "rule", registry.sampling_rule(self.rule, "BanditConfig.rule"))
         object.__setattr__(self, "stop", registry.stopping_rule(self.stop, "BanditConfig.stop"))
         require(self.interval in INTERVALS, f"interval must be one of {', '.join(INTERVALS)}, got {self.interval!r}")
@@ -653,8 +651,6 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
 
 def get_estimator(method: str | Estimator) -> Estimator:
     """The estimator named or given by ``method`` (see :mod:`pulse_jax.registry`)."""
-    from pulse_jax import registry
-
     return registry.estimator(method, "method")
 
 
@@ -678,13 +674,6 @@ def with_plugin_params(params: BanditParams, plugins: Plugins, where: str = "par
                                     f"({low:g}, {high:g})")
         values[name] = value
     return params._replace(plugin=values or None)
-
-
-def registry_stop(stop):
-    """The stopping rule named or given by ``stop``."""
-    from pulse_jax import registry
-
-    return registry.stopping_rule(stop, "stop")
 
 
 def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
@@ -770,9 +759,8 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
     estimator = get_estimator(method)
     check_compatible(config, estimator)
     plugins = plugins_of(config, estimator)
-    per_rep = make_run(config, estimator, follow)
     if not config.stop.stops_early:
-        return jax.vmap(per_rep, in_axes=(0, None, None, 0) + ((0,) if follow else ()))
+        return jax.vmap(make_run(config, estimator, follow), in_axes=(0, None, None, 0) + ((0,) if follow else ()))
     block = block or STOP_BLOCK_STEPS
     n_blocks = -(-(config.n_steps + 1) // block)
 

@@ -317,7 +317,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     if follow is not None:
         follow = _check_follow(follow, reps, config)
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
-    out, seconds, compile_seconds = execute(scores, config, method, estimator, V, np.arange(reps), stacked, seed,
+    out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed,
                                             chunk_size, progress, devices, follow)
     return result_from(out, estimator.name, config, params, seed, scores, seconds, compile_seconds, model_names)
 
@@ -371,7 +371,7 @@ def _prepare(scores, config: BanditConfig, method, V, stop):
     return config, estimator, scores, V
 
 
-def execute(scores, config: BanditConfig, method, estimator, V, rep_index, params: BanditParams, seed: int,
+def execute(scores, config: BanditConfig, estimator, V, rep_index, params: BanditParams, seed: int,
             chunk_size=None, progress=False, devices=None, follow=None):
     """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program
     (each following the choices ``follow[k]`` when given: see :func:`simulate`).

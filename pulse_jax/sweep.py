@@ -214,22 +214,19 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every
     point, so comparisons between points are paired.
     """
-    require(isinstance(config, BanditConfig), f"config must be a pulse_jax.BanditConfig, got {type(config).__name__}")
-    plugins = bandit.plugins_of(config, bandit.get_estimator(method))
-    if stop is not None:
-        plugins = plugins._replace(stop=bandit.registry_stop(stop))
-    declared = tuple(name for plugin in plugins for name, *_ in getattr(plugin, "traced", ()))
+    config, estimator, scores, V = _prepare(scores, config, method, V, stop)
+    plugins = bandit.plugins_of(config, estimator)
+    declared = tuple(name for plugin in plugins for name, *_ in plugin.traced)
     axes, points = grid_points(grid, base, declared)
     points = [bandit.with_plugin_params(p, plugins, f"grid point {k}") for k, p in enumerate(points)]
     seed_key(seed)
     require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     baseline = _baseline_index(baseline, axes, points)
-    config, estimator, scores, V = _prepare(scores, config, method, V, stop)
     P = len(points)
     rep_index = np.tile(np.arange(reps), P)
     stacked = jax.tree_util.tree_map(lambda *vs: np.repeat(np.asarray(vs, np.float32), reps), *points)
-    out, seconds, compile_seconds = execute(scores, config, method, estimator, V, rep_index, stacked, seed,
+    out, seconds, compile_seconds = execute(scores, config, estimator, V, rep_index, stacked, seed,
                                             chunk_size, progress, devices)
     results = []
     for k, point in enumerate(points):
