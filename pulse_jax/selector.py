@@ -164,7 +164,7 @@ class Selector:
         self._asks = 0              # requests issued
         self._t = 1                 # next bandit step
         self._pending: dict[int, Request] = {}
-        self._paid: dict[int, np.ndarray] = {}   # ticket -> scores logged as paid, not yet told
+        self._paid: dict[int, dict] = {}   # ticket -> a paid record (model, examples, scores), not yet told
         self._finished = False
         self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn = _compiled(self.config,
                                                                                             self.estimator)
