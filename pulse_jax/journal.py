@@ -21,7 +21,8 @@ anything is appended.
 
 Locking: :class:`Journal` holds an exclusive ``flock`` on ``<log>.lock`` (which
 names the holder's process id and host) for as long as it is open, so a
-second process on the same log refuses at once and writes nothing. Within one
+second process on the same log refuses at once and writes nothing; closing
+removes the lock file. Within one
 process, a newer journal on the same path takes the lock over (an old selector
 left behind by an exception cannot write any more).
 """
@@ -129,20 +130,13 @@ class Journal:
             self._lock, older._lock = older._lock, None
             _HELD[key] = self
             return
-        lock_path = self.path.with_name(self.path.name + ".lock")
-        try:
-            handle = open(lock_path, "a+", encoding="utf-8")
-        except OSError as err:
-            raise PulseInputError(f"{lock_path}: cannot open the lock file: {err.strerror}") from None
-        if fcntl is not None:
-            try:
-                fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                handle.seek(0)
-                holder = handle.read().strip() or "another process"
-                handle.close()
-                raise PulseInputError(f"{self.path} is in use by process {holder}; wait for it to finish "
-                                      "(or stop it) before running on the same log") from None
+        lock_path = self.path.resolve().with_name(self.path.name + ".lock")
+        for _ in range(100):
+            handle = self._lock_once(lock_path)
+            if handle is not None:
+                break
+        else:   # pragma: no cover -- 100 releases raced in a row
+            raise PulseInputError(f"{lock_path}: the lock file keeps being replaced; try again")
         handle.seek(0)
         handle.truncate()
         handle.write(f"{os.getpid()} on {socket.gethostname()}\n")
@@ -150,10 +144,42 @@ class Journal:
         self._lock = handle
         _HELD[key] = self
 
+    def _lock_once(self, lock_path):
+        """The locked handle of ``lock_path``, or None when the file was removed (by a holder finishing)
+        between our open and our lock: then the lock we got is on a file nobody else will see."""
+        try:
+            handle = open(lock_path, "a+", encoding="utf-8")
+        except OSError as err:
+            raise PulseInputError(f"{lock_path}: cannot open the lock file: {err.strerror}") from None
+        if fcntl is None:
+            return handle
+        try:
+            fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.seek(0)
+            holder = handle.read().strip() or "another process"
+            handle.close()
+            raise PulseInputError(f"{self.path} is in use by process {holder}; wait for it to finish "
+                                  "(or stop it) before running on the same log") from None
+        try:
+            same = os.stat(lock_path).st_ino == os.fstat(handle.fileno()).st_ino
+        except FileNotFoundError:
+            same = False
+        if not same:
+            handle.close()
+            return None
+        return handle
+
     def close(self) -> None:
         """Release the lock (the log itself is always consistent on disk)."""
         if self._lock is not None:
             if fcntl is not None:
+                # Removed while still held, so no process can lock the old file after we let go
+                # (one that opened it before the removal sees it gone and opens a new one).
+                try:
+                    os.unlink(self._lock.name)
+                except OSError:
+                    pass
                 fcntl.flock(self._lock.fileno(), fcntl.LOCK_UN)
             self._lock.close()
             self._lock = None

@@ -125,6 +125,16 @@ def test_torn_tail_at_every_offset_is_cut_and_resumes_twice(bench, tmp_path, cap
         assert "cut a torn" not in capsys.readouterr().err
 
 
+def test_a_finished_run_leaves_no_lock_file(bench, tmp_path):
+    lock = tmp_path / "run.jsonl.lock"
+    log, _ = _finished_log(bench, tmp_path)
+    assert not lock.exists()
+    sel = _selector(bench, log)             # a resume locks again, and lets go again
+    assert lock.exists() and str(os.getpid()) in lock.read_text()
+    sel.close()
+    assert not lock.exists()
+
+
 def test_a_second_selector_in_this_process_takes_the_log_over(bench, tmp_path):
     log = tmp_path / "run.jsonl"
     first = _selector(bench, log)
@@ -177,6 +187,7 @@ def test_two_processes_on_one_log(tmp_path):
     assert len(calls) == len(set(calls)) == 800                      # every cell once
     tickets = [json.loads(x)["ticket"] for x in log.read_text().splitlines()[1:]]
     assert len(tickets) == len(set(tickets)) == 50
+    assert not (tmp_path / "run.jsonl.lock").exists()                # the finished run removed its lock
 
 
 def test_a_scorer_that_raises_system_exit_is_an_evaluation_error(bench, tmp_path):
