@@ -30,7 +30,8 @@ _EXPORTS = {
     "pulse_jax.live_report": ["Report"],
     "pulse_jax.runner": ["EvaluationError", "run"],
     "pulse_jax.selector": ["Request", "Selector"],
-    "pulse_jax.simulate": ["SimulationResult", "enable_compilation_cache", "simulate"],
+    "pulse_jax.simulate": ["SimulationResult", "simulate"],
+    "pulse_jax.compilation_cache": ["enable_compilation_cache"],
     "pulse_jax.sweep": ["SweepResult", "sweep"],
     "pulse_jax.synthetic": ["Benchmark", "make_benchmark"],
 }

@@ -43,27 +43,76 @@ def _uses_predictions(methods: dict) -> bool:
     return any(e.uses_predictions for e in methods.values())
 
 
-def _add_run_options(p: argparse.ArgumentParser, *, reps: int, batch: int, refit_every: int, rank: int,
-                     budget_help: str):
-    p.add_argument("--method", default="ucbe,pulse,naive",
-                   help=f"comma-separated estimators: ucbe, pulse, naive, or {PLUGIN_HELP}")
-    p.add_argument("--reps", type=int, default=reps, help="repetitions per method")
-    p.add_argument("--budget", type=int, default=None, help=budget_help)
-    p.add_argument("--batch-size", type=int, default=batch, help="examples per pull (B)")
-    p.add_argument("--init-batches", type=int, default=1, help="initial batches per model (T0)")
-    p.add_argument("--exploration", type=float, default=1.0, help="UCB-E exploration a")
-    p.add_argument("--refit-every", type=int, default=refit_every, help="bandit steps between refits (tau)")
-    p.add_argument("--rank", type=int, default=rank, help="factorization rank for the train split")
-    p.add_argument("--delta", type=float, default=0.05, help="intervals have coverage 1 - delta")
+#: The defaults of a run, by where the scores come from; ``demo``, ``simulate``, ``sweep`` and ``select``
+#: share them. The built-in benchmark (40 x 1,000) is small: small batches and frequent refits. A file
+#: gets the paper's settings (B = 64, a refit every 1,000 steps).
+RUN_DEFAULTS = {
+    "built-in": {"batch_size": 16, "refit_every": 25, "rank": 8},
+    "file": {"batch_size": 64, "refit_every": 1000, "rank": 16},
+}
+#: Bandit cells after initialization on the built-in benchmark; a file gets a quarter of its cells.
+BUILTIN_BANDIT_CELLS = 6400
+
+
+def _by_source(key: str, live: bool = False) -> str:
+    b, f = RUN_DEFAULTS["built-in"][key], RUN_DEFAULTS["file"][key]
+    return f"default: {f:,}" if live else f"default: {b:,} on the built-in benchmark, {f:,} on a file"
+
+
+class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in its help, except where there is none or the help states it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default == [] \
+                or action.default == argparse.SUPPRESS or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def _add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, live: bool = False) -> None:
+    """The options every run shares (simulation and live selection)."""
+    p.add_argument("--method", help=methods_help)
+    p.add_argument("--batch-size", type=int, default=None, help=f"examples per pull, B ({_by_source('batch_size', live)})")
+    p.add_argument("--init-batches", type=int, default=1, help="batches per model at initialization (T0)")
+    p.add_argument("--exploration", type=float, default=1.0, help="UCB-E exploration constant a")
+    p.add_argument("--refit-every", type=int, default=None,
+                   help="bandit steps between refits of the factorization (tau); 0 = only the initial fit "
+                        f"({_by_source('refit_every', live)})")
+    p.add_argument("--rank", type=int, default=None,
+                   help=f"rank of the example embeddings fitted on the train split ({_by_source('rank', live)})")
+    p.add_argument("--delta", type=float, default=0.05, help="intervals hold with probability 1 - delta")
     p.add_argument("--rule", default="ucbe",
                    help="sampling rule: ucbe (the paper's index), lucb, top_two, successive_halving, or "
                         f"{PLUGIN_HELP}; methods without an interval keep ucbe when the rule needs one")
+    p.add_argument("--seed", type=int, default=0, help="random seed, an integer in [0, 2**64)")
+
+
+def _add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, one_method: bool = False) -> None:
+    _add_bandit_options(p, methods_help=(f"the estimator: ucbe, pulse, naive, or {PLUGIN_HELP} (default: pulse)"
+                                         if one_method else f"comma-separated estimators: ucbe, pulse, naive, or "
+                                                            f"{PLUGIN_HELP} (default: ucbe,pulse,naive)"))
+    p.set_defaults(method="pulse" if one_method else "ucbe,pulse,naive")
+    p.add_argument("--reps", type=int, default=reps, help="repetitions" + ("" if one_method else " per method"))
+    p.add_argument("--budget", type=int, default=None, help=budget_help)
     p.add_argument("--stop", default="budget",
                    help="stopping rule: budget (spend it all), certified (stop once a model is certified best), "
                         f"or {PLUGIN_HELP}; methods without an interval spend the budget")
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--chunk-size", type=int, default=None, help="repetitions per compiled batch")
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="repetitions per compiled batch (default: sized from memory)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--force", action="store_true", help="write into --out even if it already holds files")
+
+
+def _add_input_options(p: argparse.ArgumentParser, *, scores_required: bool) -> None:
+    p.add_argument("--scores", required=scores_required,
+                   help="candidates' scores (.csv or .npz; missing cells allowed)"
+                        + ("" if scores_required else " (default: the built-in benchmark)"))
+    p.add_argument("--missing", default="keep", choices=("keep", "drop-examples", "drop-models"),
+                   help="missing candidate cells: keep (each model's benchmark is what it has scores for), "
+                        "or drop the examples / the models that have gaps")
+    p.add_argument("--train", default=None, help="historical models' scores on the same examples (side information)")
+    p.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x rank)")
 
 
 def _add_stopping_options(sel: argparse.ArgumentParser) -> None:
@@ -73,85 +122,118 @@ def _add_stopping_options(sel: argparse.ArgumentParser) -> None:
                           "until they finish; a second signal abandons them)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="pulse-jax", description=(
-        "Find the best model while evaluating a fraction of the (model, example) cells: "
-        "PULSE, UCB-E and Naive-Pooling as a vmap-ed JAX simulation."))
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    demo = sub.add_parser("demo", help="compare the three methods on the built-in synthetic benchmark")
-    _add_run_options(demo, reps=300, batch=16, refit_every=25, rank=8,
-                     budget_help="total cells, initialization included (default: init + 6,400)")
+def _add_demo(sub) -> None:
+    demo = sub.add_parser("demo", formatter_class=_HelpFormatter,
+                          help="compare the three methods on the built-in synthetic benchmark",
+                          description="UCB-E, PULSE and Naive-Pooling on the built-in 40 x 1,000 benchmark.")
+    _add_run_options(demo, reps=300, budget_help="total cells, initialization included "
+                                                 f"(default: initialization + {BUILTIN_BANDIT_CELLS:,})")
     demo.add_argument("--out", default="pulse_demo", help="results directory")
 
-    sim = sub.add_parser("simulate", help="repetitions of one or more methods on your score matrix")
-    sim.add_argument("--scores", required=True, help="candidates' scores (.csv or .npz); missing cells allowed")
-    sim.add_argument("--missing", default="keep", choices=("keep", "drop-examples", "drop-models"),
-                     help="missing candidate cells: keep (each model's benchmark is what it has scores for), "
-                          "or drop the examples / the models that have gaps")
-    sim.add_argument("--train", default=None, help="historical models' scores on the same examples (side info)")
-    sim.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x r)")
-    sim.add_argument("--hparams", default=None, help="stage-0 settings from `pulse-jax tune` (overrides --rank)")
-    _add_run_options(sim, reps=100, batch=64, refit_every=1000, rank=16,
-                     budget_help="total cells, initialization included (default: 25%% of all cells)")
-    sim.add_argument("--out", required=True, help="results directory (JSON + NPZ + PNG)")
 
-    sw = sub.add_parser("sweep", help="a hyperparameter sweep of one method as one compiled program")
-    sw.add_argument("--scores", default=None,
-                    help="candidates' scores (.csv or .npz; missing cells allowed) (default: the built-in benchmark)")
-    sw.add_argument("--missing", default="keep", choices=("keep", "drop-examples", "drop-models"),
-                    help="missing candidate cells: keep, or drop the examples / the models that have gaps")
-    sw.add_argument("--train", default=None, help="historical models' scores on the same examples (side info)")
-    sw.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x r)")
+def _add_simulate(sub) -> None:
+    sim = sub.add_parser("simulate", formatter_class=_HelpFormatter,
+                         help="repetitions of one or more methods on your score matrix",
+                         description="Monte Carlo repetitions of each method on your candidates' score matrix.")
+    _add_input_options(sim, scores_required=True)
+    sim.add_argument("--hparams", default=None, help="stage-0 settings from `pulse-jax tune` (overrides --rank)")
+    _add_run_options(sim, reps=200, budget_help="total cells, initialization included (default: 25%% of all cells)")
+    sim.add_argument("--out", required=True, help="results directory (JSON + NPZ + PNG + provenance)")
+
+
+def _add_sweep(sub) -> None:
+    sw = sub.add_parser("sweep", formatter_class=_HelpFormatter,
+                        help="a hyperparameter sweep of one method as one compiled program",
+                        description="Every (grid point, repetition) pair of one method as one compiled program.")
+    _add_input_options(sw, scores_required=False)
     sw.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                     help="a swept parameter and its values (repeat for a Cartesian product); NAME is one of "
                          "exploration, delta, init_refit_lr, init_refit_l2, refit_lr, refit_l2, fixed_lambda "
-                         "(nan = the paper's adaptive lambda)")
+                         "(nan = the paper's adaptive lambda) or a plug-in's traced number")
     sw.add_argument("--target", type=float, default=0.95,
                     help="accuracy target of the printed table and the figure (0.9 and 0.95 are always in the JSON)")
     sw.add_argument("--baseline", default=None, metavar="NAME=V,...",
-                    help="the point savings are measured against (default: the first point)")
-    _add_run_options(sw, reps=200, batch=16, refit_every=25, rank=8,
-                     budget_help="total cells, initialization included (built-in: init + 6,400; "
-                                 "a file: 25%% of all cells)")
-    sw.set_defaults(method="pulse")
-    sw.add_argument("--out", required=True, help="results directory (sweep.json, sweep.csv, sweep.png)")
+                    help="the point savings are measured against (default: the paper's setting when the grid has "
+                         "it, else the point with the highest accuracy over the run)")
+    _add_run_options(sw, reps=200, one_method=True,
+                     budget_help="total cells, initialization included (default: initialization + "
+                                 f"{BUILTIN_BANDIT_CELLS:,} on the built-in benchmark, 25%% of all cells on a file)")
+    sw.add_argument("--out", required=True, help="results directory (sweep.json, sweep.csv, sweep.png, provenance)")
 
-    tune = sub.add_parser("tune", help="choose the factorization's hyperparameters by cross-validation (1-SE)")
+
+def _add_tune(sub) -> None:
+    tune = sub.add_parser("tune", formatter_class=_HelpFormatter,
+                          help="choose the factorization's hyperparameters by cross-validation (1-SE)",
+                          description="K-fold cross-validation of the stage-0 factorization over the observed "
+                                      "cells of the train matrix; the 1-SE rule picks the simplest good setting.")
     tune.add_argument("--train", required=True, help="historical models' scores (CSV/NPZ, missing cells allowed)")
     tune.add_argument("--out", required=True, help="JSON file for `simulate --hparams`")
-    tune.add_argument("--ranks", default="4,8,16,32")
-    tune.add_argument("--lams", default="0.001,0.01,0.1")
-    tune.add_argument("--lrs", default="0.05")
-    tune.add_argument("--epochs", default="150,300")
-    tune.add_argument("--folds", type=int, default=5)
-    tune.add_argument("--seed", type=int, default=0)
+    tune.add_argument("--ranks", default="4,8,16,32", help="comma-separated ranks to try")
+    tune.add_argument("--lams", default="0.001,0.01,0.1", help="comma-separated L2 weights to try")
+    tune.add_argument("--lrs", default="0.05", help="comma-separated Adam learning rates to try")
+    tune.add_argument("--epochs", default="150,300", help="comma-separated numbers of full-batch Adam steps")
+    tune.add_argument("--folds", type=int, default=5, help="cross-validation folds (over the observed cells)")
+    tune.add_argument("--seed", type=int, default=0, help="random seed of the folds and the fits")
 
-    sel = sub.add_parser("select", help="pick the best real model, evaluating batches with your scorer")
+
+def _add_select(sub) -> None:
+    sel = sub.add_parser("select", formatter_class=_HelpFormatter,
+                         help="pick the best real model, evaluating batches with your scorer",
+                         description="Live selection: asks your scorer for one batch at a time, logs every "
+                                     "paid-for score, resumes from the log, stops once the best is certified.")
     sel.add_argument("--models", required=True, help="text file, one candidate name per line")
     sel.add_argument("--examples", required=True,
-                     help="number of examples N (ids 0..N-1), or a text file with one example id per line")
+                     help="number of examples (ids 0..N-1), or a text file with one example id per line")
     sel.add_argument("--budget", type=int, required=True, help="total cells, initialization included")
     sel.add_argument("--evaluate", required=True,
-                     help="module:function with signature evaluate(model, example_ids) -> scores in [0, 1]")
+                     help="package.module:function taking (model, example_ids) and returning one score in [0, 1] "
+                          "per example")
     sel.add_argument("--log", required=True, help="JSONL log; run the same command again to resume")
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
-    sel.add_argument("--method", default="pulse", help=f"the estimator: pulse, ucbe, naive, or {PLUGIN_HELP}")
-    sel.add_argument("--batch-size", type=int, default=64)
-    sel.add_argument("--init-batches", type=int, default=1)
-    sel.add_argument("--exploration", type=float, default=1.0)
-    sel.add_argument("--refit-every", type=int, default=1000)
-    sel.add_argument("--rank", type=int, default=16)
-    sel.add_argument("--delta", type=float, default=0.05)
-    sel.add_argument("--rule", default="ucbe",
-                     help=f"sampling rule: ucbe (the paper's index), lucb or top_two (built to certify), or {PLUGIN_HELP}")
-    sel.add_argument("--seed", type=int, default=0)
+    _add_bandit_options(sel, methods_help=f"the estimator: pulse, ucbe, naive, or {PLUGIN_HELP} (default: pulse)",
+                        live=True)
+    sel.set_defaults(method="pulse")
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
     sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
     _add_stopping_options(sel)
-    sel.add_argument("--report", default=None, help="report directory (default: next to the log)")
-    sel.add_argument("--quiet", action="store_true")
+    sel.add_argument("--report", default=None, help="report directory (default: <log name>_report beside the log)")
+    sel.add_argument("--quiet", action="store_true", help="no progress bar")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pulse_jax import __version__
+
+    parser = argparse.ArgumentParser(prog="pulse-jax", formatter_class=_HelpFormatter, description=(
+        "Find the best model while evaluating a fraction of the (model, example) cells: "
+        "PULSE, UCB-E and Naive-Pooling as a vmap-ed JAX simulation, and live selection."),
+        epilog="Compiled programs are cached in $PULSE_JAX_CACHE (default ~/.cache/pulse-jax/xla); "
+               "PULSE_JAX_CACHE=off turns the cache off.")
+    parser.add_argument("--version", action="version", version=f"pulse-jax {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for add in (_add_demo, _add_simulate, _add_sweep, _add_tune, _add_select):
+        add(sub)
     return parser
+
+
+def _resolve_defaults(args, source: str) -> None:
+    """Fill the options whose default depends on where the scores come from (:data:`RUN_DEFAULTS`)."""
+    for key, value in RUN_DEFAULTS[source].items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+
+
+def _check_run_args(args) -> None:
+    """Every number of a run, checked before anything is loaded or computed."""
+    from pulse_jax.params import seed_key
+
+    seed_key(args.seed, "--seed")
+    require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
+    require(args.budget is None or args.budget >= 1, f"--budget must be >= 1, got {args.budget}")
+    require(args.chunk_size is None or args.chunk_size >= 1, f"--chunk-size must be >= 1, got {args.chunk_size}")
+    for option in ("batch_size", "init_batches", "refit_every", "rank"):
+        value = getattr(args, option)
+        low = 0 if option == "refit_every" else 1
+        require(value is None or value >= low, f"--{option.replace('_', '-')} must be >= {low}, got {value}")
 
 
 def _config(args, m: int, n: int, default_budget: int):
@@ -217,31 +299,39 @@ def _say_ties(result):
               "counts as correct")
 
 
-def _finish(results, out, title):
+def _finish(results, out, title, inputs=()):
     from pulse_jax import report
 
     _say_ties(next(iter(results.values())))
     print(report.comparison_table(results))
-    paths = report.write_results(results, out, title=title)
+    paths = report.write_results(results, out, title=title, inputs=inputs)
     for method, r in results.items():
         print(f"  {method:<6} {r.reps} repetitions in {r.seconds:.1f} s (of which compilation {r.compile_seconds:.1f} s)")
-    print(f"results: {paths['summary']}  plot: {paths['plot']}")
+    print(f"results: {paths['summary']}  plot: {paths['plot']}  provenance: {paths['provenance']}")
 
 
-def _check_out_dir(path, option="--out") -> None:
-    """Before any computation: the results directory must be a directory (or not exist yet)."""
+def _check_out_dir(path, force: bool = False, option="--out") -> None:
+    """Before any computation: the results directory is a directory (or does not exist yet), and an
+    existing one is empty unless ``--force`` allows writing over its files."""
     out = Path(path)
     require(not out.exists() or out.is_dir(), f"{option} {out}: exists and is not a directory")
+    if out.is_dir() and not force:
+        entries = sorted(p.name for p in out.iterdir())
+        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+        require(not entries, f"{option} {out}: already holds {len(entries)} file(s) ({shown}); pass --force to "
+                             "write over them, or give another folder")
 
 
 def cmd_demo(args) -> None:
     from pulse_jax import factorization, synthetic
 
-    _check_out_dir(args.out)
+    _check_run_args(args)
+    _resolve_defaults(args, "built-in")
+    _check_out_dir(args.out, args.force)
     methods = _methods(args.method)
     bench = synthetic.make_benchmark(seed=args.seed)
     m, n = bench.scores.shape
-    config = _config(args, m, n, default_budget=m * args.batch_size * args.init_batches + 6400)
+    config = _config(args, m, n, default_budget=m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS)
     print(bench.description)
     print(f"budget {config.budget:,} cells ({config.init_cells:,} for initialization), batch {config.batch_size}, "
           f"refit every {config.refit_every} steps, {args.reps} repetitions per method")
@@ -258,7 +348,9 @@ def cmd_demo(args) -> None:
 def cmd_simulate(args) -> None:
     from pulse_jax import data
 
-    _check_out_dir(args.out)
+    _check_run_args(args)
+    _resolve_defaults(args, "file")
+    _check_out_dir(args.out, args.force)
     methods = _methods(args.method)
     cand = data.handle_missing(data.load(args.scores), args.missing)
     _say_missing(cand)
@@ -275,7 +367,8 @@ def cmd_simulate(args) -> None:
                 "(or use --method ucbe)")
         V = _side_information(args, cand, n)
     results = _run_all(cand.scores, V, config, methods, args, cand.models)
-    _finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples")
+    _finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples",
+            inputs=(args.scores, args.train, args.embeddings, args.hparams))
 
 
 def _check_side_information(args, cand, n) -> None:
@@ -317,67 +410,81 @@ def _side_information(args, cand, n):
     return factorization.fit_example_embeddings(train.scores, rank=rank, settings=settings, seed=args.seed)
 
 
-def cmd_sweep(args) -> None:
-    from pulse_jax import data, factorization, synthetic
+def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
+    """``--grid`` and ``--baseline`` as ``({name: values}, {name: value} or None)``."""
     from pulse_jax.params import parse_grid_option
-    from pulse_jax.sweep import sweep
 
-    _check_out_dir(args.out)
-    methods = _methods(args.method)
-    require(len(methods) == 1, f"--method: a sweep runs one method, got {', '.join(methods)}")
-    (method, estimator), = methods.items()
     require(args.grid, "--grid: give at least one, e.g. --grid exploration=0.25,0.5,1,2")
-    grid = {}
-    plugins = (estimator, _plugin("sampling rule", args.rule, "--rule"), _plugin("stopping rule", args.stop, "--stop"))
     declared = tuple(name for plugin in plugins for name, *_ in plugin.traced)
+    grid = {}
     for text in args.grid:
         name, values = parse_grid_option(text, declared)
         require(name not in grid, f"--grid {name}: given twice")
         grid[name] = values
-    baseline = None
-    if args.baseline:
-        baseline = {}
-        for item in args.baseline.split(","):
-            name, sep, value = item.partition("=")
-            require(sep, f"--baseline: expected NAME=VALUE[,NAME=VALUE], got {args.baseline!r}")
-            name = name.strip()
-            baseline[name] = float(parse_grid_option(f"{name}={value}", declared)[1][0])
+    if not args.baseline:
+        return grid, None
+    baseline = {}
+    for item in args.baseline.split(","):
+        name, sep, value = item.partition("=")
+        require(sep, f"--baseline: expected NAME=VALUE[,NAME=VALUE], got {args.baseline!r}")
+        name = name.strip()
+        baseline[name] = float(parse_grid_option(f"{name}={value}", declared)[1][0])
+    return grid, baseline
+
+
+def _sweep_data(args, method, estimator):
+    """``(scores, model names, title, default budget, V, input files)`` of a sweep."""
+    from pulse_jax import data, factorization, synthetic
+
     if args.scores is None:
         require(not (args.train or args.embeddings), "--train/--embeddings need --scores (the built-in benchmark "
                                                      "brings its own train split)")
         bench = synthetic.make_benchmark(seed=args.seed)
-        scores, names, title = bench.scores, bench.models, bench.description
-        m, n = scores.shape
-        default_budget = m * args.batch_size * args.init_batches + 6400
+        m = bench.scores.shape[0]
         V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
             if estimator.uses_predictions else None
-    else:
-        cand = data.handle_missing(data.load(args.scores), args.missing)
-        _say_missing(cand)
-        m, n = cand.shape
-        scores, names, title = cand.scores, cand.models, f"{Path(args.scores).name}: {m} models x {n} examples"
-        default_budget = max(m * args.batch_size * args.init_batches, (m * n) // 4)
-        V = None
-        if estimator.uses_predictions:
-            require(args.train or args.embeddings, f"{method} needs side information: pass --train FILE or "
-                                                   "--embeddings FILE (or use --method ucbe)")
-            V = _side_information(args, cand, n)
+        default_budget = m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS
+        return bench.scores, bench.models, bench.description, default_budget, V, ()
+    cand = data.handle_missing(data.load(args.scores), args.missing)
+    _say_missing(cand)
+    m, n = cand.shape
+    V = None
+    if estimator.uses_predictions:
+        require(args.train or args.embeddings, f"--method {method} needs side information: pass --train FILE or "
+                                               "--embeddings FILE (or use --method ucbe)")
+        V = _side_information(args, cand, n)
+    return (cand.scores, cand.models, f"{Path(args.scores).name}: {m} models x {n} examples",
+            max(m * args.batch_size * args.init_batches, (m * n) // 4), V, (args.scores, args.train, args.embeddings))
+
+
+def cmd_sweep(args) -> None:
+    from pulse_jax.sweep import sweep
+
+    _check_run_args(args)
+    require(0 < args.target < 1, f"--target must lie in (0, 1), got {args.target}")
+    _resolve_defaults(args, "built-in" if args.scores is None else "file")
+    _check_out_dir(args.out, args.force)
+    methods = _methods(args.method)
+    require(len(methods) == 1, f"--method: a sweep runs one method, got {', '.join(methods)}")
+    (method, estimator), = methods.items()
+    plugins = (estimator, _plugin("sampling rule", args.rule, "--rule"), _plugin("stopping rule", args.stop, "--stop"))
+    grid, baseline = _sweep_grid(args, plugins)
+    scores, names, title, default_budget, V, inputs = _sweep_data(args, method, estimator)
+    m, n = scores.shape
     config = _for_method(_config(args, m, n, default_budget), estimator)
-    out = Path(args.out)
-    points = 1
-    for values in grid.values():
-        points *= len(values)
+    points = int(np.prod([len(values) for values in grid.values()]))
     print(title)
     print(f"sweep of {method}: {points} points x {args.reps} repetitions = {points * args.reps:,} runs as one "
           f"program; budget {config.budget:,} cells, batch {config.batch_size}, refit every {config.refit_every}")
     result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=_params(args), baseline=baseline,
                    chunk_size=args.chunk_size, progress=not args.quiet, model_names=names)
-    require(0 < args.target < 1, f"--target must lie in (0, 1), got {args.target}")
     targets = tuple(sorted({0.9, 0.95, args.target}))
     rows = result.table(targets)
     _say_ties(result.results[0])
     print(result.format_table(rows, target=args.target))
-    paths = result.write(out, targets, figure_target=args.target, rows=rows)
+    shown = ", ".join(f"{k}={v:g}" if v is not None else f"{k}=nan" for k, v in result.values(result.baseline).items())
+    print(f"savings are against point {result.baseline} ({shown}): {result.baseline_reason}")
+    paths = result.write(args.out, targets, figure_target=args.target, rows=rows, inputs=inputs)
     print(f"{points} points x {args.reps} repetitions in {result.seconds:.1f} s (of which compilation "
           f"{result.compile_seconds:.1f} s, once)")
     print(f"results: {paths['json']}  {paths['csv']}  figure: {paths.get('figure')}")
@@ -467,11 +574,21 @@ def _examples_option(text: str):
 def cmd_select(args) -> None:
     from pulse_jax import data, live
 
+    from pulse_jax.params import seed_key
+
+    seed_key(args.seed, "--seed")
+    _resolve_defaults(args, "file")
     models = _read_lines(args.models, "--models")
     examples = _examples_option(args.examples)
     evaluate = _load_evaluate(args.evaluate)
-    (_, estimator), = _methods(args.method).items()
+    methods = _methods(args.method)
+    require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
+    (method, estimator), = methods.items()
     rule = _plugin("sampling rule", args.rule, "--rule")
+    saved = Path(args.log).with_name(Path(args.log).name + ".embeddings.npy")   # a resumed run's side information
+    require(args.train or saved.exists() or not estimator.uses_predictions,
+            f"--method {method} needs side information: pass --train FILE (historical models' scores on the same "
+            "examples), or use --method ucbe")
     train = None
     if args.train and estimator.uses_predictions:
         train = data.load(args.train)
@@ -516,7 +633,7 @@ def cmd_select(args) -> None:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    from pulse_jax.simulate import enable_compilation_cache
+    from pulse_jax.compilation_cache import enable_compilation_cache
 
     enable_compilation_cache()
     try:

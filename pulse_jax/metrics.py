@@ -34,9 +34,31 @@ def first_budget_reaching(accuracy: np.ndarray, budgets: np.ndarray, target: flo
     return float(budgets[0 if len(below) == 0 else below[-1] + 1])
 
 
+class BudgetToTarget(dict):
+    """What :func:`budget_to_target` returns: a dict (``target``, ``budget``, ``low``, ``high``,
+    ``level``, ``bandit_budget``, ``reached_fraction``) that prints as one line.
+
+    ``budget`` is NaN when the accuracy never reaches the target; ``high`` is ``inf`` when more than
+    ``level / 2`` of the bootstrap resamples do not reach it within the budget (printed "> budget";
+    strict JSON writers such as ``report.clean_json`` turn it into ``null``).
+    """
+
+    def __str__(self) -> str:
+        if not np.isfinite(self["budget"]):
+            return (f"not reached within the budget ({self['reached_fraction']:.0%} of bootstrap resamples "
+                    "reach it)")
+        return (f"{self['budget']:,.0f} cells [{self['level']:.0%} bootstrap interval "
+                f"{_cells(self['low'])}, {_cells(self['high'])}]")
+
+
+def _cells(x: float) -> str:
+    return f"{x:,.0f}" if np.isfinite(x) else ("> budget" if x > 0 else "n/a")
+
+
 def budget_to_target(result: SimulationResult, target: float = 0.95, budgets=None, n_boot: int = 1000,
-                     seed: int = 0, level: float = 0.95) -> dict:
-    """Budget at which Accuracy@t reaches ``target``, with a bootstrap interval over repetitions."""
+                     seed: int = 0, level: float = 0.95) -> BudgetToTarget:
+    """Budget at which Accuracy@t reaches ``target``, with a bootstrap interval over repetitions
+    (see :class:`BudgetToTarget`)."""
     budgets = budget_grid(result, 200) if budgets is None else np.asarray(budgets)
     hits = result.is_best(result.best_at_budget(budgets)).astype(np.float64)
     point = first_budget_reaching(hits.mean(0), budgets, target)
@@ -44,14 +66,14 @@ def budget_to_target(result: SimulationResult, target: float = 0.95, budgets=Non
     boot = np.array([first_budget_reaching(hits[rng.integers(0, result.reps, result.reps)].mean(0), budgets, target)
                      for _ in range(n_boot)])
     alpha = (1 - level) / 2
-    # A resample that never reaches the target needs more than the budget: +inf, so the
-    # lower end stays informative and the upper end reads "beyond the budget" (NaN).
+    # A resample that never reaches the target needs more than the budget: +inf, so the lower end
+    # stays informative and the upper end reads "beyond the budget".
     with np.errstate(invalid="ignore"):   # interpolating between two infinite resamples
         lo, hi = np.quantile(np.where(np.isfinite(boot), boot, np.inf), [alpha, 1 - alpha])
-    lo, hi = (lo if np.isfinite(lo) else np.nan), (hi if np.isfinite(hi) else np.nan)
-    return {"target": target, "budget": point, "low": float(lo), "high": float(hi),
-            "bandit_budget": point - result.config.init_cells if np.isfinite(point) else float("nan"),
-            "reached_fraction": float(np.isfinite(boot).mean())}
+    lo, hi = (lo if np.isfinite(lo) else np.inf), (hi if np.isfinite(hi) else np.inf)
+    return BudgetToTarget(target=target, budget=point, low=float(lo), high=float(hi), level=level,
+                          bandit_budget=point - result.config.init_cells if np.isfinite(point) else float("nan"),
+                          reached_fraction=float(np.isfinite(boot).mean()))
 
 
 def savings(method_budget: float, baseline_budget: float) -> float:

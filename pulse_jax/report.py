@@ -85,11 +85,19 @@ def summary(results: dict[str, SimulationResult]) -> dict:
     return out
 
 
-def write_results(results: dict[str, SimulationResult], out_dir, title: str = "") -> dict[str, Path]:
-    """Write ``summary.json``, ``<method>.npz`` and ``accuracy.png`` into ``out_dir``."""
+def write_results(results: dict[str, SimulationResult], out_dir, title: str = "", inputs=()) -> dict[str, Path]:
+    """Write ``summary.json``, ``<method>.npz``, ``accuracy.png`` and ``provenance.json`` (``inputs``: the
+    files the scores and side information came from) into ``out_dir``."""
+    from pulse_jax import provenance
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    paths = {"summary": out_dir / "summary.json"}
+    first = next(iter(results.values()))
+    paths = {"provenance": provenance.write(out_dir, provenance.collect(
+        config=first.config, params=first.params, seed=first.seed, inputs=inputs, method=list(results),
+        extra={"configs": {k: provenance.describe_config(r.config) for k, r in results.items()},
+               "reps": {k: r.reps for k, r in results.items()}}))}
+    paths["summary"] = out_dir / "summary.json"
     paths["summary"].write_text(json.dumps(clean_json(summary(results)), indent=2))
     for k, r in results.items():
         paths[k] = out_dir / f"{k}.npz"

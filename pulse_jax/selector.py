@@ -39,6 +39,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pulse_jax.compilation_cache import use_compilation_cache
 from pulse_jax import bandit, confidence, factorization, journal, registry
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
@@ -153,6 +154,7 @@ class Selector:
         self.V = self._side_information(train, V, rank)
         self._header = self._make_header()
 
+        use_compilation_cache()
         self._key = jax.random.fold_in(seed_key(self.seed), 0)   # = simulate()'s repetition 0
         _, examples_key, _ = bandit.draw_keys(self._key, m)
         self._initial_examples = np.asarray(bandit.initial_draws(examples_key, self.config)[0])

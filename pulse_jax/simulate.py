@@ -19,6 +19,7 @@ import numpy as np
 
 from pulse_jax import bandit, factorization, registry, sampling
 from pulse_jax.bandit import BanditConfig
+from pulse_jax.compilation_cache import use_compilation_cache
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import BanditParams, check_params, seed_key
 
@@ -255,15 +256,16 @@ def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None
                                  check_vma=False))   # the scan carries start replicated, become per-device
 
 
-def enable_compilation_cache(path: str | None = None) -> None:
-    """Persist compiled programs on disk so a second process skips XLA compilation.
-
-    Defaults to ``$PULSE_JAX_CACHE`` or ``~/.cache/pulse-jax/xla``.
-    """
-    path = path or os.environ.get("PULSE_JAX_CACHE") or os.path.join(os.path.expanduser("~"), ".cache",
-                                                                        "pulse-jax", "xla")
-    jax.config.update("jax_compilation_cache_dir", path)
-    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+def _interactive() -> bool:
+    """A person is watching: a terminal on stderr, or a Jupyter / Colab kernel (never under pytest)."""
+    if "PYTEST_CURRENT_TEST" in os.environ:
+        return False
+    if "ipykernel" in sys.modules:
+        return True
+    try:
+        return sys.stderr.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 def rep_keys(seed: int, start: int, count: int) -> jax.Array:
@@ -273,7 +275,7 @@ def rep_keys(seed: int, start: int, count: int) -> jax.Array:
 
 def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: BanditParams | None = None, V=None,
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
-             progress: bool | Callable[[int, int, float], None] = False, model_names=None, devices=None,
+             progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
              stop: str | None = None, follow=None) -> SimulationResult:
     """Run ``reps`` repetitions of ``method``: an :class:`pulse_jax.Estimator` or its name ("ucbe",
     "pulse", "naive", or "package.module:attribute"; see :mod:`pulse_jax.registry`).
@@ -289,7 +291,9 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
       reps: number of repetitions; seed: base seed.
       chunk_size: repetitions per compiled batch (default: from the problem
         size, see :func:`default_chunk_size`). Does not change results.
-      progress: True to print progress to stderr, or a callback
+      progress: True to print a progress bar to stderr, False for none, None
+        (the default) for a bar only when a person is watching (a terminal or a
+        Jupyter/Colab kernel; not under pytest or with output redirected), or a callback
         ``(done, total, seconds)``. Reported as each chunk's results arrive
         (on accelerators, while the next chunk is already running).
       devices: the devices to split the repetitions over (default: all of
@@ -401,6 +405,9 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: Bandi
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     by_rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("reps"))
     scores_dev, V_dev = _put(scores, replicated), _put(V, replicated)
+    use_compilation_cache()
+    if progress is None:
+        progress = _interactive()
     report = _progress_printer(estimator.name) if progress is True else (progress or None)
     rep_index = np.asarray(rep_index)
     params = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float32), params)

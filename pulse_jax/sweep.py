@@ -39,6 +39,7 @@ class SweepResult:
     baseline: int                      # index of the point that savings are measured against
     seconds: float                     # wall time, compilation included
     compile_seconds: float
+    baseline_reason: str = "given"     # why that point: given, the paper's setting, or the best point
 
     def values(self, k: int) -> dict:
         """The swept parameters' values at point ``k``."""
@@ -68,11 +69,18 @@ class SweepResult:
         return rows
 
     def write(self, out_dir, targets=(0.9, 0.95), n_boot: int = 1000, figure: bool = True,
-              figure_target: float | None = None, rows: list[dict] | None = None) -> dict:
-        """``sweep.json``, ``sweep.csv`` and ``sweep.png`` (budget to ``figure_target``, default the
-        highest target, over the grid) in ``out_dir``; ``rows`` reuses a :meth:`table` already computed."""
+              figure_target: float | None = None, rows: list[dict] | None = None, inputs=()) -> dict:
+        """``sweep.json``, ``sweep.csv``, ``sweep.png`` (budget to ``figure_target``, default the
+        highest target, over the grid) and ``provenance.json`` (``inputs``: the files the data came from)
+        in ``out_dir``; ``rows`` reuses a :meth:`table` already computed."""
+        from pulse_jax import provenance
+
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        provenance.write(out, provenance.collect(
+            config=self.config, params=self.points[self.baseline], seed=self.results[0].seed, inputs=inputs,
+            method=self.method, extra={"reps": self.results[0].reps, "axes": list(self.axes),
+                                       "points": [p.to_dict() for p in self.points]}))
         rows = self.table(targets, n_boot) if rows is None else rows
         summary = {"method": self.method, "axes": list(self.axes), "baseline": self.baseline,
                    "config": {k: v for k, v in dataclasses.asdict(self.config).items()
@@ -122,7 +130,7 @@ def _show(x):
 
 
 def _cells(x):
-    return "beyond" if x is None else f"{x:,.0f}"
+    return "> budget" if x is None else f"{x:,.0f}"
 
 
 def grid_points(grid, base: BanditParams | None = None, plugin_names=()) -> tuple[tuple[str, ...], list[BanditParams]]:
@@ -173,9 +181,10 @@ def _with(base: BanditParams, values: dict) -> BanditParams:
     return point._replace(plugin={**(base.plugin or {}), **plugin}) if plugin else point
 
 
-def _baseline_index(baseline, axes, points) -> int:
+def _baseline_index(baseline, axes, points) -> int | None:
+    """The index ``baseline`` names (None: chosen after the run, by :func:`_paper_or_best`)."""
     if baseline is None:
-        return 0
+        return None
     if isinstance(baseline, (int, np.integer)) and not isinstance(baseline, bool):
         require(0 <= baseline < len(points), f"baseline: point {baseline} does not exist ({len(points)} points)")
         return int(baseline)
@@ -187,6 +196,18 @@ def _baseline_index(baseline, axes, points) -> int:
     raise PulseInputError(f"baseline: no sweep point has {', '.join(f'{k}={v:g}' for k, v in want.items())}")
 
 
+def _paper_or_best(axes, points, results, plugins) -> tuple[int, str]:
+    """The default baseline: the point with the paper's value on every swept axis (the defaults of
+    :class:`BanditParams` and of the plug-ins' traced numbers) when the grid has it; otherwise the point
+    with the highest accuracy averaged over the run (area under its accuracy curve), the first of ties."""
+    paper = bandit.with_plugin_params(BanditParams(), plugins, "the paper's point")
+    for k, point in enumerate(points):
+        if all(_same(point.value(a), paper.value(a)) for a in axes):
+            return k, "the paper's setting"
+    return (int(np.argmax([r.correct().mean() for r in results])),
+            "the most accurate point over the run (the grid lacks the paper's setting)")
+
+
 def _same(a, b) -> bool:
     a, b = float(a), float(b)
     return (math.isnan(a) and math.isnan(b)) or a == b
@@ -194,7 +215,7 @@ def _same(a, b) -> bool:
 
 def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: int = 100, seed: int = 0, *,
           V=None, base: BanditParams | None = None, baseline=None, chunk_size: int | None = None,
-          progress: bool | Callable[[int, int, float], None] = False, devices=None, stop: str | None = None,
+          progress: bool | Callable[[int, int, float], None] | None = None, devices=None, stop: str | None = None,
           model_names=None) -> SweepResult:
     """Run every point of ``grid`` x ``reps`` repetitions as one compiled program.
 
@@ -207,8 +228,10 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
         number the run's plug-ins declare (e.g. Top-Two's ``leader_fraction``).
       base: values of the parameters not in the grid (default: the paper's).
       baseline: the point savings are measured against: an index or a dict of
-        values (default: the first point).
-      progress: True for a progress bar over all (point, repetition) pairs.
+        values (default: the paper's setting when the grid has it, else the
+        point with the highest accuracy averaged over the run).
+      progress: a progress bar over all (point, repetition) pairs: True, False,
+        or None (the default) for one only when a person is watching.
 
     Point ``k`` equals ``simulate(scores, config, method, params=points[k],
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every
@@ -233,7 +256,10 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
         part = _take(out, slice(k * reps, (k + 1) * reps))
         results.append(result_from(part, estimator.name, config, point, seed, scores, seconds, compile_seconds,
                                    model_names))
-    return SweepResult(estimator.name, config, axes, points, results, baseline, seconds, compile_seconds)
+    reason = "given"
+    if baseline is None:
+        baseline, reason = _paper_or_best(axes, points, results, plugins)
+    return SweepResult(estimator.name, config, axes, points, results, baseline, seconds, compile_seconds, reason)
 
 
 def _take(tree, index):

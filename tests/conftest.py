@@ -14,7 +14,7 @@ if os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1" and "xla_backend_optimizatio
         "XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
-from pulse_jax.simulate import enable_compilation_cache  # noqa: E402
+from pulse_jax.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"

@@ -1,0 +1,41 @@
+"""The persistent XLA compilation cache: a second process reuses compiled programs from disk.
+
+Compiling a PULSE run takes 5-25 s; with the cache, a later process with the same
+shapes and settings loads the program instead. The folder is ``$PULSE_JAX_CACHE``
+(default ``~/.cache/pulse-jax/xla``); ``PULSE_JAX_CACHE=off`` turns it off.
+"""
+from __future__ import annotations
+
+import os
+
+import jax
+
+#: Where compiled programs are kept unless ``$PULSE_JAX_CACHE`` says otherwise.
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "pulse-jax", "xla")
+_CACHE_OFF = ("off", "0", "false", "no", "none")
+_cache_checked = False
+
+
+def enable_compilation_cache(path: str | None = None) -> str | None:
+    """Persist compiled programs on disk so a second process skips XLA compilation.
+
+    The folder is ``path``, else ``$PULSE_JAX_CACHE``, else ``~/.cache/pulse-jax/xla``;
+    ``PULSE_JAX_CACHE=off`` turns the cache off. Returns the folder (None when off).
+    :func:`pulse_jax.simulate`, :func:`pulse_jax.sweep` and the live selector call this once per
+    process themselves, unless JAX's ``jax_compilation_cache_dir`` is already set.
+    """
+    global _cache_checked
+    _cache_checked = True
+    setting = path or os.environ.get("PULSE_JAX_CACHE", "")
+    if setting.strip().lower() in _CACHE_OFF:
+        return None
+    path = setting or DEFAULT_CACHE
+    jax.config.update("jax_compilation_cache_dir", path)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    return path
+
+
+def use_compilation_cache() -> None:
+    """The first run in a process turns the disk cache on, unless the caller configured JAX's own."""
+    if not _cache_checked and not jax.config.jax_compilation_cache_dir:
+        enable_compilation_cache()

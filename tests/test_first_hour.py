@@ -1,0 +1,205 @@
+"""What a new user meets in the first hour: one-line errors before any computation, help that states
+every default, one set of run defaults, a sweep baseline that shows savings, results that are never
+overwritten silently and say where they came from, readable budget intervals, the compilation cache
+and progress bars from Python."""
+import hashlib
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+
+from pulse_jax import cli, data, metrics, synthetic
+from pulse_jax.bandit import BanditConfig
+from pulse_jax.report import clean_json
+from pulse_jax.simulate import simulate
+from pulse_jax.sweep import sweep
+
+
+def _error_line(capsys, argv) -> str:
+    """Run the CLI, expect exit 2 and exactly one stderr line; return it."""
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    return err[0]
+
+
+@pytest.fixture
+def no_computation(monkeypatch):
+    """Any data loading or benchmark generation fails the test: errors must come first."""
+    def refuse(*args, **kwargs):
+        raise AssertionError("computation started before the arguments were checked")
+
+    monkeypatch.setattr(synthetic, "make_benchmark", refuse)
+    monkeypatch.setattr(data, "load", refuse)
+
+
+@pytest.mark.parametrize("argv", [
+    ["demo", "--seed", "-1"],
+    ["sweep", "--grid", "exploration=1,2", "--seed", "-1", "--out", "{out}"],
+    ["simulate", "--scores", "x.csv", "--seed", "-1", "--out", "{out}"],
+    ["select", "--models", "m.txt", "--examples", "10", "--budget", "100", "--evaluate", "a:b", "--log", "l.jsonl",
+     "--seed", "-1"],
+])
+def test_a_negative_seed_is_one_line_before_any_computation(argv, tmp_path, capsys, no_computation):
+    argv = [a.replace("{out}", str(tmp_path / "out")) for a in argv]
+    assert _error_line(capsys, argv) == "pulse-jax: error: --seed must lie in [0, 2**64), got -1"
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--target", "1.5"], "--target must lie in (0, 1), got 1.5"),
+    (["--reps", "0"], "--reps must be >= 1"),
+    (["--batch-size", "0"], "--batch-size must be >= 1"),
+    (["--refit-every", "-2"], "--refit-every must be >= 0"),
+])
+def test_sweep_checks_every_number_before_computing(extra, needle, tmp_path, capsys, no_computation):
+    line = _error_line(capsys, ["sweep", "--grid", "exploration=1,2", "--out", str(tmp_path / "o"), *extra])
+    assert needle in line
+
+
+def test_a_non_empty_output_folder_is_refused_unless_forced(tmp_path, capsys, no_computation):
+    out = tmp_path / "results"
+    out.mkdir()
+    (out / "summary.json").write_text("{}")
+    for argv in (["demo", "--out", str(out)], ["sweep", "--grid", "exploration=1,2", "--out", str(out)],
+                 ["simulate", "--scores", "x.csv", "--train", "t.csv", "--out", str(out)]):
+        line = _error_line(capsys, argv)
+        assert f"--out {out}: already holds 1 file(s) (summary.json); pass --force" in line
+    with pytest.raises(AssertionError, match="computation started"):   # --force lets it go on
+        cli.main(["demo", "--out", str(out), "--force"])
+
+
+def test_help_states_every_default_and_the_version(capsys):
+    parser = cli.build_parser()
+    subparsers = next(a for a in parser._actions if a.__class__.__name__ == "_SubParsersAction")
+    for name, sub in subparsers.choices.items():
+        text = sub.format_help()
+        for action in sub._actions:
+            if action.default in (None, False, [], "==SUPPRESS==") or action.help is None:
+                continue
+            flag = action.option_strings[0] if action.option_strings else action.dest
+            shown = cli._HelpFormatter(prog="x")._get_help_string(action)
+            assert "default" in shown, f"pulse-jax {name} {flag}: the help does not say its default"
+        assert "--help" in text
+    sweep_help = subparsers.choices["sweep"].format_help()
+    assert "comma-separated estimators" not in sweep_help and "the estimator:" in sweep_help
+    assert "comma-separated estimators" in subparsers.choices["simulate"].format_help()
+    assert "0 = only the initial fit" in " ".join(subparsers.choices["simulate"].format_help().split())
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["--version"])
+    assert stop.value.code == 0
+    from pulse_jax import __version__
+
+    assert capsys.readouterr().out.strip() == f"pulse-jax {__version__}"
+
+
+def test_select_names_the_cli_flag_for_missing_side_information(tmp_path, capsys):
+    (tmp_path / "m.txt").write_text("a\nb\n")
+    line = _error_line(capsys, ["select", "--models", str(tmp_path / "m.txt"), "--examples", "50", "--budget", "100",
+                                "--evaluate", "pulse_jax.stand_in:score", "--log", str(tmp_path / "run.jsonl")])
+    assert "--method pulse needs side information: pass --train FILE" in line and "train=" not in line
+
+
+@pytest.fixture(scope="module")
+def tiny_files(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("files")
+    bench = synthetic.make_benchmark(seed=2, n_models=4, n_examples=600, n_train=30)
+    data.save_csv(data.ScoreMatrix(bench.scores.astype(float), bench.models, bench.examples), folder / "cand.csv")
+    data.save_csv(data.ScoreMatrix(bench.train.astype(float), bench.train_models, bench.examples),
+                  folder / "hist.csv")
+    return folder
+
+
+def test_simulate_and_sweep_share_one_set_of_defaults_and_record_provenance(tiny_files, tmp_path, capsys):
+    cand = tiny_files / "cand.csv"
+    assert cli.main(["simulate", "--scores", str(cand), "--method", "ucbe", "--reps", "2", "--quiet",
+                     "--out", str(tmp_path / "sim")]) == 0
+    assert cli.main(["sweep", "--scores", str(cand), "--method", "ucbe", "--grid", "exploration=1,2", "--reps", "2",
+                     "--quiet", "--out", str(tmp_path / "sw")]) == 0
+    capsys.readouterr()
+    sim = json.loads((tmp_path / "sim" / "provenance.json").read_text())
+    swp = json.loads((tmp_path / "sw" / "provenance.json").read_text())
+    for key in ("batch_size", "refit_every", "budget", "init_batches"):
+        assert sim["config"][key] == swp["config"][key], key
+    assert sim["config"]["batch_size"] == cli.RUN_DEFAULTS["file"]["batch_size"]
+    assert sim["config"]["refit_every"] == cli.RUN_DEFAULTS["file"]["refit_every"]
+    # Provenance: inputs with their hashes, versions, backend, config, params, seed, command line.
+    (record,) = sim["inputs"]
+    assert record["path"] == str(cand.resolve())
+    assert record["sha256"] == hashlib.sha256(cand.read_bytes()).hexdigest()
+    import jax
+
+    assert sim["versions"]["jax"] == jax.__version__ and sim["versions"]["jaxlib"] and sim["versions"]["pulse-jax"]
+    assert sim["backend"] == jax.default_backend() and sim["seed"] == 0 and sim["method"] == ["ucbe"]
+    assert sim["config"]["rule"]["name"] and sim["params"]["exploration"] == 1.0
+    assert "command" in sim and swp["points"] == [{**swp["points"][0]}, {**swp["points"][1]}]
+
+
+def test_sweep_savings_default_to_the_papers_point_else_the_best(tiny_files):
+    bench = synthetic.make_benchmark(seed=3, n_models=8, n_examples=200, n_train=20)
+    config = BanditConfig(n_models=8, n_examples=200, budget=8 * 16 + 800, batch_size=16)
+    res = sweep(bench.scores, config, "ucbe", {"exploration": [0.25, 1.0, 4.0]}, reps=16, seed=0)
+    assert res.baseline == 1 and res.baseline_reason == "the paper's setting"
+    res = sweep(bench.scores, config, "ucbe", {"exploration": [0.25, 4.0]}, reps=16, seed=0)
+    auc = [r.correct().mean() for r in res.results]
+    assert res.baseline == int(np.argmax(auc)) and "most accurate" in res.baseline_reason
+    res = sweep(bench.scores, config, "ucbe", {"exploration": [0.25, 4.0]}, reps=16, seed=0,
+                baseline={"exploration": 4.0})
+    assert res.baseline == 1 and res.baseline_reason == "given"
+
+
+def test_budget_intervals_beyond_the_budget_read_as_such():
+    found = metrics.BudgetToTarget(target=0.95, budget=5000.0, low=4200.0, high=math.inf, level=0.95,
+                                   bandit_budget=4000.0, reached_fraction=0.9)
+    assert str(found) == "5,000 cells [95% bootstrap interval 4,200, > budget]"
+    assert "nan" not in str(found).lower()
+    json.dumps(clean_json(dict(found)), allow_nan=False)      # strict JSON: inf becomes null
+    never = metrics.BudgetToTarget(target=0.95, budget=math.nan, low=math.inf, high=math.inf, level=0.95,
+                                   bandit_budget=math.nan, reached_fraction=0.02)
+    assert str(never).startswith("not reached within the budget (2% of bootstrap resamples")
+    bench = synthetic.make_benchmark(seed=3, n_models=8, n_examples=200, n_train=20)
+    res = simulate(bench.scores, BanditConfig(n_models=8, n_examples=200, budget=8 * 16 + 320, batch_size=16),
+                   "ucbe", reps=20, seed=0)
+    real = metrics.budget_to_target(res, 0.99, n_boot=100)
+    assert not math.isnan(real["high"]) and not math.isnan(real["low"])   # a number or inf, never NaN
+
+
+def test_progress_bars_from_python_follow_the_terminal(capsys, monkeypatch):
+    import importlib
+
+    simulate_module = importlib.import_module("pulse_jax.simulate")
+
+    bench = synthetic.make_benchmark(seed=3, n_models=8, n_examples=200, n_train=20)
+    config = BanditConfig(n_models=8, n_examples=200, budget=8 * 16 + 160, batch_size=16)
+    simulate(bench.scores, config, "ucbe", reps=4, seed=0)                 # default: nobody is watching
+    assert capsys.readouterr().err == ""
+    simulate(bench.scores, config, "ucbe", reps=4, seed=0, progress=True)
+    assert "4/4 repetitions" in capsys.readouterr().err
+    assert simulate_module._interactive() is False                          # under pytest
+    monkeypatch.delenv("PYTEST_CURRENT_TEST")
+    monkeypatch.setitem(sys.modules, "ipykernel", object())                # a notebook kernel
+    assert simulate_module._interactive() is True
+
+
+def test_the_python_api_uses_the_compilation_cache_unless_turned_off(tmp_path):
+    script = textwrap.dedent("""
+        import sys, jax, pulse_jax as pj
+        b = pj.make_benchmark(seed=0, n_models=6, n_examples=200, n_train=20)
+        pj.simulate(b.scores, pj.BanditConfig(n_models=6, n_examples=200, budget=6 * 16 + 160, batch_size=16),
+                    "ucbe", reps=2)
+        print(jax.config.jax_compilation_cache_dir)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PYTEST")}
+    cache = tmp_path / "xla"
+    on = subprocess.run([sys.executable, "-c", script], env={**env, "PULSE_JAX_CACHE": str(cache)},
+                        capture_output=True, text=True, timeout=300)
+    assert on.returncode == 0, on.stderr[-2000:]
+    assert on.stdout.strip().splitlines()[-1] == str(cache) and any(cache.iterdir())
+    off = subprocess.run([sys.executable, "-c", script], env={**env, "PULSE_JAX_CACHE": "off"},
+                         capture_output=True, text=True, timeout=300)
+    assert off.returncode == 0, off.stderr[-2000:]
+    assert off.stdout.strip().splitlines()[-1] == "None"
