@@ -1,4 +1,4 @@
-"""A 24-point PULSE sweep as one program vs 24 separate ``simulate`` calls (issue #10's target).
+"""A 24-point PULSE sweep as one program vs 24 separate ``simulate`` calls (target: 10x faster).
 
 The sweep: 4 exploration values x 3 refit learning rates x 2 lambda settings
 (the paper's adaptive lambda and lambda fixed at 1), 200 repetitions per point,
@@ -7,10 +7,10 @@ every 25 steps, 6,400 bandit cells). Three ways, same machine, same process:
 
 * ``sweep``: ``pulse_jax.sweep`` -- every (point, repetition) pair in one compiled program;
 * ``separate_cold``: 24 ``simulate`` calls, every JAX and pulse-jax cache cleared
-  before each, as when each point was a static configuration (the old design:
-  one compilation per point);
+  before each, as if each point were a static configuration (one compilation
+  per point);
 * ``separate_warm``: 24 ``simulate`` calls that reuse one executable (what a
-  loop over ``BanditParams`` costs now: one compilation, 24 dispatches).
+  loop over ``BanditParams`` costs: one compilation, 24 dispatches).
 
     python benchmarks/bench_sweep.py --out docs/benchmarks/sweep.json
 

@@ -32,7 +32,8 @@ import numpy as np
 from pulse_jax import data, factorization, metrics, plotting
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.report import clean_json
-from pulse_jax.simulate import SimulationResult, enable_compilation_cache, simulate
+from pulse_jax.compilation_cache import enable_compilation_cache
+from pulse_jax.simulate import SimulationResult, simulate
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FACTOR_FILES = {"mmlu_pro": "openllm_v2_mmlu_pro_factors.npz",

@@ -585,6 +585,7 @@ def cmd_select(args) -> None:
     require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
     (method, estimator), = methods.items()
     rule = _plugin("sampling rule", args.rule, "--rule")
+    require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
     saved = Path(args.log).with_name(Path(args.log).name + ".embeddings.npy")   # a resumed run's side information
     require(args.train or saved.exists() or not estimator.uses_predictions,
             f"--method {method} needs side information: pass --train FILE (historical models' scores on the same "

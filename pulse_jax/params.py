@@ -149,9 +149,8 @@ def parse_grid_option(text: str, plugin_names=()) -> tuple[str, list[float]]:
 def seed_key(seed, where: str = "seed"):
     """The base PRNG key of a seed anywhere in ``[0, 2**64)``, refused clearly outside it.
 
-    Seeds below ``2**32`` give ``PRNGKey(seed)`` (so existing results stay as they
-    were); larger ones fold their high 32 bits into the key of the low 32 bits,
-    so ``2**32`` no longer silently repeats seed 0.
+    Seeds below ``2**32`` give ``PRNGKey(seed)``; larger ones fold their high 32
+    bits into the key of the low 32 bits, so ``2**32`` does not repeat seed 0.
     """
     import jax
 

@@ -281,7 +281,8 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     "pulse", "naive", or "package.module:attribute"; see :mod:`pulse_jax.registry`).
 
     Args:
-      scores: (m, n) fully observed true scores in [0, 1] (the candidates).
+      scores: (m, n) true scores in [0, 1] of the candidates; NaN marks a missing cell (each model's
+        benchmark is then the examples it has a score for).
       config: static run parameters; ``config.n_models/n_examples`` must match.
       params: the traced numbers (:class:`pulse_jax.BanditParams`: exploration,
         delta, refit learning rates and L2 weights, a fixed lambda); default:

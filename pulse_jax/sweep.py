@@ -77,7 +77,7 @@ class SweepResult:
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        provenance.write(out, provenance.collect(
+        record = provenance.write(out, provenance.collect(
             config=self.config, params=self.points[self.baseline], seed=self.results[0].seed, inputs=inputs,
             method=self.method, extra={"reps": self.results[0].reps, "axes": list(self.axes),
                                        "points": [p.to_dict() for p in self.points]}))
@@ -88,7 +88,7 @@ class SweepResult:
                    "reps": self.results[0].reps, "seed": self.results[0].seed,
                    "points": [p.to_dict() for p in self.points], "seconds": round(self.seconds, 3),
                    "compile_seconds": round(self.compile_seconds, 3), "table": rows}
-        paths = {"json": out / "sweep.json", "csv": out / "sweep.csv"}
+        paths = {"json": out / "sweep.json", "csv": out / "sweep.csv", "provenance": record}
         paths["json"].write_text(json.dumps(summary, indent=2), encoding="utf-8")
         with open(paths["csv"], "w", newline="", encoding="utf-8") as handle:
             fields = list(dict.fromkeys(k for row in rows for k in row))

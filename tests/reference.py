@@ -1,13 +1,13 @@
 """A plain NumPy loop of the same algorithm, for step-for-step agreement tests.
 
-Written from ALGORITHM.md independently of the engine: it shares only the
+Written from the derivations in docs/confidence.md, independently of the engine: it shares only the
 random numbers (the Fisher-Yates choices of each draw, the model order, the
 tie-breaking uniforms), which it takes from ``pulse_jax.bandit.draw_keys``,
 ``pulse_jax.sampling.fisher_yates_choices`` and ``tie_uniforms``. Everything
 else -- the swaps that turn choices into a batch, selection, the three
 estimators, the lambda rule, the masked BCE gradient and Adam -- is
 re-implemented here in float64, and so are the confidence sequences (one draw
-at a time, from the formulas in ALGORITHM.md), certification and the LUCB rule.
+at a time, from the formulas in docs/confidence.md), certification and the LUCB rule.
 """
 from __future__ import annotations
 

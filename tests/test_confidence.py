@@ -56,7 +56,7 @@ def test_proxy_conditional_mean_is_the_unseen_mean_by_exact_enumeration(z_histor
 
 
 def numpy_cs(y, lower, width, scores, N, log_inv_alpha):
-    """One draw at a time, float64, from the formulas in ALGORITHM.md: the bounds after every draw."""
+    """One draw at a time, float64, from the formulas in docs/confidence.md: the bounds after every draw."""
     x_sum = dev_sum = A = D = P = 0.0
     seen = 0.0
     lows, highs = [], []

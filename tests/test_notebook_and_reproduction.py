@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -32,6 +34,36 @@ def test_sweep_notebook_runs_top_to_bottom(monkeypatch):
     assert len(result.points) == 8 and len(own.points) == 3
     assert result.baseline == 4 and result.compile_seconds <= result.seconds
     assert namespace["paths"]["figure"].stat().st_size > 5000
+
+
+def _repository() -> str:
+    import tomllib
+
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["urls"]["Repository"]
+
+
+def test_notebooks_are_colab_ready_with_ids_and_the_outputs_of_a_real_run():
+    nbformat = pytest.importorskip("nbformat", reason="nbformat comes with the dev extra")
+    repo = _repository()
+    owner_name = repo.removeprefix("https://github.com/")
+    for name in ("quickstart.ipynb", "sweep.ipynb"):
+        nb = nbformat.read(ROOT / "notebooks" / name, as_version=4)
+        nbformat.validate(nb)
+        assert (nb.nbformat, nb.nbformat_minor) >= (4, 5)
+        ids = [cell["id"] for cell in nb.cells]
+        assert len(set(ids)) == len(ids)
+        first, install = nb.cells[0], nb.cells[1]
+        assert f"https://colab.research.google.com/github/{owner_name}/blob/main/notebooks/{name}" in first.source
+        assert "GPU" in first.source                                     # how to pick an accelerator
+        # Installs without a restart: a regular install, from the local clone or the repository.
+        assert "pip" in install.source and f"git+{repo}" in install.source and "-e" not in install.source.split()
+        code = [cell for cell in nb.cells if cell.cell_type == "code"]
+        assert all(isinstance(cell.get("execution_count"), int) for cell in code)
+        outputs = [out for cell in code for out in cell.outputs]
+        assert not [out for out in outputs if out.output_type == "error"]
+        assert sum(1 for cell in code if cell.outputs) >= len(code) - 1   # every cell but the install shows output
+        if name == "quickstart.ipynb":
+            assert any("image/png" in out.get("data", {}) for out in outputs)   # the accuracy figure
 
 
 def test_reproduce_paper_tiny_end_to_end_and_resume(tmp_path, shared_data):

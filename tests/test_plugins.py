@@ -190,6 +190,7 @@ def test_cli_takes_plugins_as_module_attribute(problem, tmp_path, capsys):
                         (["--stop", "no_such_module_xyz:rule"], "cannot import module 'no_such_module_xyz'")):
         argv = list(args)
         argv[argv.index(bad[0]) + 1] = bad[1]
+        argv[-1] = str(tmp_path / "out_bad")                   # an empty folder: the plug-in is what is refused
         assert cli.main(argv) == 2
         assert needle in capsys.readouterr().err
 

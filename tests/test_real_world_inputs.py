@@ -11,7 +11,7 @@ from pulse_jax.errors import PulseInputError
 
 
 def test_a_tie_for_the_best_counts_as_correct():
-    """Two models tied at the top and every cell observed: every guess is one of them (was 0.63)."""
+    """Two models tied at the top and every cell observed: every guess is one of them."""
     rng = np.random.default_rng(0)
     top = (rng.random(40) < 0.7).astype(np.float32)
     scores = np.stack([top, top[::-1].copy(), (rng.random(40) < 0.3).astype(np.float32),
@@ -161,7 +161,7 @@ def small_files(tmp_path):
      "--out cand.csv: exists and is not a directory"),
     (["simulate", "--scores", "cand.csv", "--method", "ucbe", "--chunk-size", "0", "--batch-size", "2",
       "--out", "o"],
-     "chunk_size must be a positive integer, got 0"),
+     "--chunk-size must be >= 1, got 0"),
     (["simulate", "--scores", "cand.csv", "--method", "ucbe", "--seed", str(2**70), "--batch-size", "2",
       "--out", "o"],
      "seed must lie in"),
