@@ -182,12 +182,19 @@ def _add_select(sub) -> None:
                          description="Live selection: asks your scorer for one batch at a time, logs every "
                                      "paid-for score, resumes from the log, stops once the best is certified.")
     sel.add_argument("--models", required=True, help="text file, one candidate name per line")
-    sel.add_argument("--examples", required=True,
-                     help="number of examples (ids 0..N-1), or a text file with one example id per line")
+    sel.add_argument("--examples", default=None,
+                     help="number of examples (ids 0..N-1), or a text file with one example id per line "
+                          "(default with --lm-eval-task: every document of the task)")
     sel.add_argument("--budget", type=int, required=True, help="total cells, initialization included")
-    sel.add_argument("--evaluate", required=True,
+    sel.add_argument("--evaluate", default=None,
                      help="package.module:function taking (model, example_ids) and returning one score in [0, 1] "
-                          "per example")
+                          "per example (or use --lm-eval-task)")
+    sel.add_argument("--lm-eval-task", default=None,
+                     help="score through lm-evaluation-harness on this task; each line of --models is then an lm-eval "
+                          "model spec TYPE[:MODEL_ARGS], e.g. hf:pretrained=EleutherAI/pythia-70m")
+    sel.add_argument("--lm-eval-metric", default="acc", help="the per-document lm-eval metric, in [0, 1]")
+    sel.add_argument("--lm-eval-filter", default=None, help="the lm-eval filter (default: the task's only one)")
+    sel.add_argument("--lm-eval-include", default=None, help="a folder of custom lm-eval task YAML files")
     sel.add_argument("--log", required=True, help="JSONL log; run the same command again to resume")
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
     _add_bandit_options(sel, methods_help=f"the estimator: pulse, ucbe, naive, or {PLUGIN_HELP} (default: pulse)",
@@ -200,6 +207,30 @@ def _add_select(sub) -> None:
     sel.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _add_import(sub) -> None:
+    imp = sub.add_parser("import", formatter_class=_HelpFormatter,
+                         help="per-sample results (lm-eval logs, a long table) into a score matrix CSV",
+                         description="Convert per-sample evaluation results into the models x examples CSV "
+                                     "that simulate, sweep and select read (missing cells stay empty).")
+    kinds = imp.add_subparsers(dest="source", required=True, metavar="SOURCE")
+    lm = kinds.add_parser("lm-eval", formatter_class=_HelpFormatter,
+                          help="lm-evaluation-harness output folders (--output_path ... --log_samples)")
+    lm.add_argument("folders", nargs="+", metavar="DIR", help="output folders, searched for samples_<task>_*.jsonl")
+    lm.add_argument("--task", required=True, help="the lm-eval task")
+    lm.add_argument("--metric", required=True, help="the per-sample metric (acc, exact_match, ...), in [0, 1]")
+    lm.add_argument("--filter", default=None, help="the filter (strict-match, flexible-extract, ...); needed when "
+                                                   "the task logs several")
+    long = kinds.add_parser("long", formatter_class=_HelpFormatter,
+                            help="a long table with one row per (model, example, score): CSV, JSONL or Parquet")
+    long.add_argument("file", help="the table (.csv, .jsonl or .parquet)")
+    long.add_argument("--model-column", default="model", help="the column naming the model")
+    long.add_argument("--example-column", default="example", help="the column naming the example")
+    long.add_argument("--score-column", default="score", help="the column holding the score, in [0, 1]")
+    for p in (lm, long):
+        p.add_argument("--out", required=True, help="the score matrix CSV to write")
+        p.add_argument("--force", action="store_true", help="write over an existing --out file")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pulse_jax import __version__
 
@@ -210,7 +241,7 @@ def build_parser() -> argparse.ArgumentParser:
                "PULSE_JAX_CACHE=off turns the cache off.")
     parser.add_argument("--version", action="version", version=f"pulse-jax {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_demo, _add_simulate, _add_sweep, _add_tune, _add_select):
+    for add in (_add_demo, _add_simulate, _add_sweep, _add_tune, _add_select, _add_import):
         add(sub)
     return parser
 
@@ -571,6 +602,29 @@ def _examples_option(text: str):
     return count
 
 
+def _lm_eval_scorer(args, models):
+    """``(scorer, examples)`` for ``select --lm-eval-task``: the models are lm-eval specs, the examples the
+    task's documents (all of them, or the first ``--examples`` / those listed)."""
+    from pulse_jax import harness
+
+    scorer = harness.LmEvalScorer(args.lm_eval_task, models, metric=args.lm_eval_metric,
+                                  filter=args.lm_eval_filter, include_path=args.lm_eval_include)
+    docs = scorer.doc_ids
+    if args.examples is None:
+        return scorer, docs
+    chosen = _examples_option(args.examples)
+    if isinstance(chosen, int):
+        require(chosen <= len(docs), f"--examples {chosen}: the task {args.lm_eval_task!r} has {len(docs)} documents")
+        return scorer, docs[:chosen]
+    try:
+        ids = [int(x) for x in chosen]
+    except ValueError:
+        raise PulseInputError(f"--examples {args.examples}: lm-eval examples are document ids (integers)") from None
+    bad = [i for i in ids if not 0 <= i < len(docs)]
+    require(not bad, f"--examples {args.examples}: no document {bad[0]} in {args.lm_eval_task!r} ({len(docs)} docs)")
+    return scorer, ids
+
+
 def cmd_select(args) -> None:
     from pulse_jax import data, live
 
@@ -579,8 +633,13 @@ def cmd_select(args) -> None:
     seed_key(args.seed, "--seed")
     _resolve_defaults(args, "file")
     models = _read_lines(args.models, "--models")
-    examples = _examples_option(args.examples)
-    evaluate = _load_evaluate(args.evaluate)
+    require((args.evaluate is None) != (args.lm_eval_task is None),
+            "give one way to score: --evaluate package.module:function or --lm-eval-task TASK")
+    if args.lm_eval_task:
+        evaluate, examples = _lm_eval_scorer(args, models)
+    else:
+        require(args.examples is not None, "--examples: give the number of examples or a file of example ids")
+        examples, evaluate = _examples_option(args.examples), _load_evaluate(args.evaluate)
     methods = _methods(args.method)
     require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
     (method, estimator), = methods.items()
@@ -631,6 +690,23 @@ def cmd_select(args) -> None:
     print(f"report: {out / 'report.md'} (+ report.json, estimates.png)")
 
 
+def cmd_import(args) -> None:
+    from pulse_jax import data, harness
+
+    out = Path(args.out)
+    require(not out.is_dir(), f"--out {out}: is a directory; give a .csv file name")
+    require(args.force or not out.exists(), f"--out {out}: exists; pass --force to write over it")
+    _check_writable_file(args.out, "--out")
+    if args.source == "lm-eval":
+        matrix = harness.read_lm_eval(args.folders, args.task, args.metric, args.filter)
+    else:
+        matrix = harness.read_long(args.file, model=args.model_column, example=args.example_column,
+                                   score=args.score_column)
+    data.save_csv(matrix, out)
+    print(f"{matrix.source}: {harness.describe(matrix)}")
+    print(f"wrote {out}")
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -639,7 +715,7 @@ def main(argv=None) -> int:
     enable_compilation_cache()
     try:
         commands = {"demo": cmd_demo, "simulate": cmd_simulate, "sweep": cmd_sweep, "tune": cmd_tune,
-                    "select": cmd_select}
+                    "select": cmd_select, "import": cmd_import}
         commands[args.command](args)
     except PulseInputError as err:
         print(f"pulse-jax: error: {err}", file=sys.stderr)
