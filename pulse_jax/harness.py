@@ -18,6 +18,7 @@ is built, so reading logs needs only the standard library and NumPy.
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import math
 import re
@@ -36,6 +37,13 @@ _RESCALE = "pulse-jax needs scores in [0, 1]; rescale the metric first (e.g. div
 # ----------------------------------------------------------------------------- long tables
 
 
+def _require_columns(wanted, present, what: str) -> None:
+    missing = [c for c in wanted if c not in present]
+    if missing:
+        kind = "fields" if "field" in what else "columns"
+        raise PulseInputError(f"{what} {missing[0]!r} ({kind}: {', '.join(map(str, present))})")
+
+
 def _long_rows(path: Path, columns: tuple[str, str, str]):
     """``(line, model, example, score text)`` of a CSV, JSONL or Parquet long table."""
     suffix = path.suffix.lower()
@@ -46,8 +54,7 @@ def _long_rows(path: Path, columns: tuple[str, str, str]):
             raise PulseInputError(f"{path}: reading Parquet needs pyarrow (pip install pyarrow), "
                                   "or give the table as CSV or JSONL") from None
         table = pq.read_table(path)
-        missing = [c for c in columns if c not in table.column_names]
-        require(not missing, f"{path}: no column {missing[0]!r} (columns: {', '.join(table.column_names)})")
+        _require_columns(columns, table.column_names, f"{path}: no column")
         data = [table.column(c).to_pylist() for c in columns]
         for k, (m, e, s) in enumerate(zip(*data)):
             yield k + 1, m, e, s
@@ -62,14 +69,12 @@ def _long_rows(path: Path, columns: tuple[str, str, str]):
                 except json.JSONDecodeError as err:
                     raise PulseInputError(f"{path}, line {k}: not JSON ({err.msg})") from None
                 require(isinstance(row, dict), f"{path}, line {k}: expected a JSON object per line")
-                missing = [c for c in columns if c not in row]
-                require(not missing, f"{path}, line {k}: no field {missing[0]!r} (fields: {', '.join(row)})")
+                _require_columns(columns, list(row), f"{path}, line {k}: no field")
                 yield k, row[columns[0]], row[columns[1]], row[columns[2]]
         return
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
-        missing = [c for c in columns if c not in (reader.fieldnames or ())]
-        require(not missing, f"{path}: no column {missing[0]!r} (columns: {', '.join(reader.fieldnames or ())})")
+        _require_columns(columns, list(reader.fieldnames or ()), f"{path}: no column")
         for row in reader:
             yield reader.line_num, row[columns[0]], row[columns[1]], row[columns[2]]
 
@@ -137,9 +142,20 @@ def _sample_files(folder: Path, task: str | None) -> dict[str, list[Path]]:
     return found
 
 
+def _spec(config: dict) -> str | None:
+    """``TYPE[:ARGS]`` of an lm-eval run's config, the form :func:`parse_model_spec` reads."""
+    kind, args = config.get("model"), config.get("model_args")
+    if not isinstance(kind, str) or not kind:
+        return None
+    if isinstance(args, dict):
+        args = ",".join(f"{k}={v}" for k, v in args.items())
+    return f"{kind}:{args}" if args else kind
+
+
 def _model_name(samples: Path) -> str:
-    """The model of a samples file: ``model_name`` of the results JSON of the same run (same
-    timestamp, same folder), else any results JSON beside it, else the folder's name."""
+    """The model of a samples file, from the results JSON of the same run (same timestamp, same folder;
+    else any results JSON beside it): its model spec ``TYPE:ARGS`` (what ``select --lm-eval-task``
+    takes), else lm-eval's ``model_name``; without a results JSON, the folder's name."""
     match = _STAMP.search(samples.name)
     candidates = ([samples.parent / f"results_{match.group(1)}.json"] if match else []) + \
         sorted(samples.parent.glob("results_*.json"))
@@ -149,11 +165,15 @@ def _model_name(samples: Path) -> str:
                 record = json.loads(results.read_text(encoding="utf-8"))
             except (OSError, json.JSONDecodeError):
                 continue
-            config = record.get("config") or {}
-            name = record.get("model_name") or config.get("model_args") or config.get("model")
+            name = _spec(record.get("config") or {}) or record.get("model_name")
             if isinstance(name, str) and name:
                 return name
     return samples.parent.name
+
+
+def _stamp(path: Path) -> str:
+    match = _STAMP.search(path.name)
+    return match.group(1) if match else ""
 
 
 def lm_eval_inventory(paths: Iterable) -> dict:
@@ -221,24 +241,26 @@ def read_lm_eval(paths: Sequence, task: str, metric: str, filter: str | None = N
     refused (the logs come from different documents).
     """
     require(paths, "read_lm_eval: give at least one folder")
-    files = {}
+    runs = []
     for folder in map(Path, paths):
         require(folder.exists(), f"{folder}: no such folder")
-        for found in _sample_files(folder, task).get(task, []):
-            files.setdefault(found.parent, []).append(found)
-    if not files:
+        runs += [(_model_name(f), f) for f in _sample_files(folder, task).get(task, [])]
+    if not runs:
         inventory = lm_eval_inventory(paths)
         where = ", ".join(map(str, paths))
         require(inventory, f"{where}: no lm-eval sample files (samples_<task>_<time>.jsonl); run lm_eval with "
                            "--output_path DIR --log_samples")
         raise PulseInputError(f"{where}: no samples for task {task!r}; tasks present: {', '.join(inventory)}")
-    cells, hashes, owner = {}, {}, {}
-    for folder, found in sorted(files.items()):
-        newest = sorted(found, key=lambda p: p.name)[-1]
-        name = _model_name(newest)
-        require(name not in owner, f"{newest}: model {name!r} also in {owner.get(name)}; two runs of one model name "
-                                   "(rename one folder's model, or import them separately)")
-        owner[name] = newest
+    owner: dict[str, Path] = {}
+    for name, path in runs:       # a re-run in the same folder replaces the older run of that model
+        older = owner.get(name)
+        require(older is None or older.parent == path.parent,
+                f"{path}: model {name!r} also in {older}; two folders hold a model of that name "
+                "(import them separately, or keep one)")
+        if older is None or _stamp(path) >= _stamp(older):
+            owner[name] = path
+    cells, hashes = {}, {}
+    for name, newest in owner.items():
         available = {"metrics": set(), "filters": set()}
         rows = _read_samples(newest, metric, filter, available)
         if not rows:
@@ -300,29 +322,47 @@ class LmEvalScorer:
         specs, each then named by itself.
       metric, filter: what to read from each sample (``filter`` None: the task's only filter).
       include_path: a folder of custom task YAML files.
+      cache_dir: a folder for lm-eval's request cache, one database per candidate. Models that
+        report each request as it is computed (lm-eval's cache hook, as its Hugging Face model
+        does) then never compute a request twice, even across a ``kill -9`` and a resume: the
+        selector's log keeps the scored batches, this cache the requests of a batch in flight.
+      plugins: modules to import first (e.g. ones that register lm-eval model classes of your own).
       evaluate_options: more keyword arguments for ``lm_eval.simple_evaluate`` (e.g. ``num_fewshot``).
     """
 
     def __init__(self, task: str, models, metric: str = "acc", filter: str | None = None,  # noqa: A002
-                 include_path=None, evaluate_options: Mapping | None = None):
+                 include_path=None, cache_dir=None, plugins: Sequence[str] = (),
+                 evaluate_options: Mapping | None = None):
+        import os
+
+        os.environ.setdefault("TQDM_DISABLE", "1")   # read when tqdm is first imported (see _quiet_lm_eval)
         try:
-            import lm_eval  # noqa: F401
             from lm_eval.tasks import TaskManager
         except ImportError:
             raise PulseInputError("live scoring with lm-eval needs it installed: pip install -e \".[harness]\"") \
                 from None
+        import importlib
+
+        _quiet_lm_eval()
+        for module in plugins:        # modules that register lm-eval model classes of their own
+            try:
+                importlib.import_module(module)
+            except ImportError as err:
+                raise PulseInputError(f"--lm-eval-plugin {module}: cannot import it ({err})") from None
         specs = dict(models) if isinstance(models, Mapping) else {str(m): str(m) for m in models}
         require(specs, "LmEvalScorer: no models")
         self.specs = {name: parse_model_spec(spec) for name, spec in specs.items()}
         self.task, self.metric, self.filter = task, metric, filter
         self.options = dict(evaluate_options or {})
+        self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self._task_manager = TaskManager(include_path=str(include_path) if include_path else None)
         require(task in self._task_manager.all_tasks, f"lm-eval has no task {task!r}"
                 + (f" (include path {include_path})" if include_path else "; pass the folder of its YAML with "
                    "--lm-eval-include"))
         self._models: dict = {}
         self.model_seconds = 0.0      # time inside the models' own request methods
-        self.total_seconds = 0.0      # time inside __call__
+        self.lm_eval_seconds = 0.0    # time inside lm_eval.simple_evaluate (the models' time included)
+        self.total_seconds = 0.0      # time inside __call__ (the adapter's own work included)
         self.calls = 0
 
     @property
@@ -332,6 +372,9 @@ class LmEvalScorer:
         return list(range(len(task.eval_docs)))
 
     def _task_obj(self):
+        load = getattr(self._task_manager, "load", None)
+        if load is not None:          # lm-eval >= 0.4.10
+            return load([self.task])["tasks"][self.task]
         from lm_eval.tasks import get_task_dict
 
         return get_task_dict([self.task], self._task_manager)[self.task]
@@ -350,10 +393,21 @@ class LmEvalScorer:
 
         require(model in self.specs, f"LmEvalScorer: unknown model {model!r}")
         ids = [int(i) for i in example_ids]
+        # lm-eval evaluates the given indices in increasing order and labels its samples by the order
+        # given: ask in increasing order, so each sample's doc_id is the document it scored.
+        asked = sorted(set(ids))
         start = time.perf_counter()
-        out = lm_eval.simple_evaluate(model=self._model(model), tasks=[self.task], samples={self.task: ids},
+        cache = None
+        if self.cache_dir is not None:
+            self.cache_dir.mkdir(parents=True, exist_ok=True)
+            tag = hashlib.sha256(model.encode()).hexdigest()[:10]   # lm-eval's keys omit the model: one db each
+            cache = str(self.cache_dir / f"{re.sub(r'[^A-Za-z0-9_.-]+', '_', model)[:60]}-{tag}")
+        lm = self._model(model)
+        inner = time.perf_counter()
+        out = lm_eval.simple_evaluate(model=lm, tasks=[self.task], samples={self.task: asked},
                                       task_manager=self._task_manager, log_samples=True, verbosity="ERROR",
-                                      **self.options)
+                                      use_cache=cache, **self.options)
+        self.lm_eval_seconds += time.perf_counter() - inner
         rows = out["samples"][self.task]
         found = {}
         for row in rows:
@@ -367,6 +421,31 @@ class LmEvalScorer:
         self.calls += 1
         self.total_seconds += time.perf_counter() - start
         return [found[i] for i in ids]
+
+
+def _quiet_lm_eval() -> None:
+    """lm-eval draws a progress bar per request kind and asks ``git`` for the working folder's commit
+    at every evaluation (printing git's error outside a repository). Live scoring runs one small
+    evaluation per batch under pulse-jax's own progress bar: bars off (``TQDM_DISABLE``, unless set),
+    and the commit asked once, quietly."""
+    import functools
+    import subprocess
+
+    import lm_eval.evaluator
+
+    if getattr(lm_eval.evaluator.get_git_commit_hash, "_pulse_quiet", False):
+        return
+
+    @functools.cache
+    def commit():
+        try:
+            found = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, timeout=10)
+            return found.stdout.strip() or None
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    commit._pulse_quiet = True
+    lm_eval.evaluator.get_git_commit_hash = commit
 
 
 def _timed(lm, scorer):
