@@ -195,6 +195,8 @@ def _add_select(sub) -> None:
     sel.add_argument("--lm-eval-metric", default="acc", help="the per-document lm-eval metric, in [0, 1]")
     sel.add_argument("--lm-eval-filter", default=None, help="the lm-eval filter (default: the task's only one)")
     sel.add_argument("--lm-eval-include", default=None, help="a folder of custom lm-eval task YAML files")
+    sel.add_argument("--lm-eval-device", default=None,
+                     help="where lm-eval models run: cpu, cuda:0, ... (default: a GPU when torch sees one)")
     sel.add_argument("--lm-eval-plugin", action="append", default=[], metavar="MODULE",
                      help="import this module first (e.g. one that registers an lm-eval model class of your own)")
     sel.add_argument("--log", required=True, help="JSONL log; run the same command again to resume")
@@ -611,7 +613,8 @@ def _lm_eval_scorer(args, models):
 
     scorer = harness.LmEvalScorer(args.lm_eval_task, models, metric=args.lm_eval_metric,
                                   filter=args.lm_eval_filter, include_path=args.lm_eval_include,
-                                  cache_dir=str(args.log) + ".lm-eval-cache", plugins=args.lm_eval_plugin)
+                                  cache_dir=str(args.log) + ".lm-eval-cache", plugins=args.lm_eval_plugin,
+                                  device=args.lm_eval_device)
     docs = scorer.doc_ids
     if args.examples is None:
         return scorer, docs

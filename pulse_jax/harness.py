@@ -327,11 +327,12 @@ class LmEvalScorer:
         does) then never compute a request twice, even across a ``kill -9`` and a resume: the
         selector's log keeps the scored batches, this cache the requests of a batch in flight.
       plugins: modules to import first (e.g. ones that register lm-eval model classes of your own).
+      device: where models run (``"cpu"``, ``"cuda:0"``, ...; default: a GPU when torch sees one).
       evaluate_options: more keyword arguments for ``lm_eval.simple_evaluate`` (e.g. ``num_fewshot``).
     """
 
     def __init__(self, task: str, models, metric: str = "acc", filter: str | None = None,  # noqa: A002
-                 include_path=None, cache_dir=None, plugins: Sequence[str] = (),
+                 include_path=None, cache_dir=None, plugins: Sequence[str] = (), device: str | None = None,
                  evaluate_options: Mapping | None = None):
         import os
 
@@ -355,6 +356,7 @@ class LmEvalScorer:
         self.task, self.metric, self.filter = task, metric, filter
         self.options = dict(evaluate_options or {})
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
+        self.device = device
         self._task_manager = TaskManager(include_path=str(include_path) if include_path else None)
         require(task in self._task_manager.all_tasks, f"lm-eval has no task {task!r}"
                 + (f" (include path {include_path})" if include_path else "; pass the folder of its YAML with "
@@ -384,7 +386,8 @@ class LmEvalScorer:
             from lm_eval.api.registry import get_model
 
             kind, args = self.specs[name]
-            lm = get_model(kind).create_from_arg_string(args, {"batch_size": 1, "device": None})
+            device = self.device or _default_device()
+            lm = get_model(kind).create_from_arg_string(args, {"batch_size": 1, "device": device})
             self._models[name] = _timed(lm, self)
         return self._models[name]
 
@@ -421,6 +424,15 @@ class LmEvalScorer:
         self.calls += 1
         self.total_seconds += time.perf_counter() - start
         return [found[i] for i in ids]
+
+
+def _default_device() -> str | None:
+    """A GPU when torch sees one, else the CPU (None without torch: the model type decides)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _quiet_lm_eval() -> None:

@@ -255,3 +255,56 @@ def test_live_select_through_lm_eval_survives_kill_9_without_recomputing(lm_eval
     assert clean.returncode == 0, clean.stderr[-3000:]
     again = json.loads((tmp_path / "clean_report" / "report.json").read_text())
     assert report["leader"] == again["leader"] and report["spent"] == again["spent"] == 140
+
+
+TINY_HF = textwrap.dedent("""
+    # Tiny randomly initialised GPT-2 models with a tokenizer trained here: a real Hugging Face model
+    # for lm-eval's "hf" backend, built offline.
+    import sys
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    texts = [f"Question {i}: what is {i} + {i % 7}? Answer: {i + i % 7} {2 * i} {i - 2}" for i in range(120)]
+    tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok.train_from_iterator(texts, trainers.WordLevelTrainer(special_tokens=["[UNK]", "[EOS]"]))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", eos_token="[EOS]", pad_token="[EOS]")
+    for folder, seed in zip(sys.argv[1::2], sys.argv[2::2]):
+        fast.save_pretrained(folder)
+        torch.manual_seed(int(seed))
+        config = GPT2Config(vocab_size=fast.vocab_size, n_positions=64, n_embd=16, n_layer=1, n_head=2,
+                            eos_token_id=fast.eos_token_id, bos_token_id=fast.eos_token_id)
+        GPT2LMHeadModel(config).save_pretrained(folder)
+""")
+
+
+@pytest.mark.slow
+def test_tiny_hugging_face_models_through_lm_eval_logs_and_live(lm_eval_run, tmp_path):
+    """lm-eval's Hugging Face backend on tiny random GPT-2 models built offline: their --log_samples
+    logs import, and live scores through the adapter equal the logged ones."""
+    pytest.importorskip("transformers", reason="the Hugging Face backend is not installed (transformers, torch)")
+    pytest.importorskip("torch", reason="the Hugging Face backend is not installed (transformers, torch)")
+    builder = tmp_path / "build.py"
+    builder.write_text(TINY_HF)
+    folders = [tmp_path / f"tiny{seed}" for seed in (1, 2)]
+    built = subprocess.run([sys.executable, str(builder)] + [x for f, s in zip(folders, (1, 2)) for x in (str(f), str(s))],
+                           env=_env(), capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr[-3000:]
+    specs = [f"hf:pretrained={folder},dtype=float32" for folder in folders]
+    for spec in specs:
+        kind, _, args = spec.partition(":")
+        done = subprocess.run([sys.executable, "-m", "lm_eval", "--model", kind, "--model_args", args, "--device", "cpu",
+                               "--tasks", "pulse_arith", "--include_path", str(lm_eval_run["task_dir"]),
+                               "--output_path", str(tmp_path / "logs"), "--log_samples"],
+                              env=_env(), capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-3000:]
+    matrix = harness.read_lm_eval([tmp_path / "logs"], "pulse_arith", "acc")
+    assert sorted(matrix.models) == sorted(specs) and matrix.scores.shape == (2, N_DOCS)
+    scorer = harness.LmEvalScorer("pulse_arith", specs, include_path=lm_eval_run["task_dir"])
+    ids = [0, 5, 11, 23, 38]
+    for spec in specs:
+        np.testing.assert_array_equal(scorer(spec, ids), matrix.scores[matrix.models.index(spec), ids])
+    assert len(scorer._models) == 2        # each model loaded once
+    scorer(specs[0], [1, 2])
+    assert len(scorer._models) == 2
