@@ -383,9 +383,15 @@ class LmEvalScorer:
 
     def _model(self, name: str):
         if name not in self._models:
+            import lm_eval.models  # noqa: F401  (lm-eval's own types: lazily registered only into an empty registry)
             from lm_eval.api.registry import get_model
 
             kind, args = self.specs[name]
+            try:
+                get_model(kind)
+            except ValueError:
+                raise PulseInputError(f"model spec {kind}:{args}: lm-eval has no model type {kind!r} (a type of "
+                                      "your own needs --lm-eval-plugin MODULE)") from None
             device = self.device or _default_device()
             lm = get_model(kind).create_from_arg_string(args, {"batch_size": 1, "device": device})
             self._models[name] = _timed(lm, self)

@@ -153,3 +153,41 @@ def test_enable_compilation_cache_is_exported_at_the_top_level():
     module = importlib.import_module("pulse_jax.compilation_cache")
     assert pj.enable_compilation_cache is module.enable_compilation_cache
     assert "enable_compilation_cache" in pj.__all__
+
+
+def test_the_papers_budget_metric_by_hand():
+    """The paper's count: bandit cells (step x B) at the *first* crossing, per bootstrap resample; this
+    project's stricter count waits until the accuracy stays at or above the target."""
+    accuracy = np.array([0.0, 0.8, 0.6, 0.9])
+    assert metrics.first_step_reaching(accuracy, 0.75) == 1.0                     # touches at step 1
+    assert metrics.first_budget_reaching(accuracy, np.arange(4), 0.75) == 3.0     # stays from step 3
+    assert np.isnan(metrics.first_step_reaching(accuracy, 0.95))
+    hits = np.array([[0, 1, 1, 1], [0, 0, 1, 1], [0, 0, 0, 1], [1, 1, 1, 1]])
+    resamples = np.array([[0, 0, 0, 0], [2, 2, 2, 2], [1, 2, 1, 2], [0, 1, 2, 3]])
+    draws = metrics.paper_budget_draws(hits, 16, 0.75, n_boot=4, resamples=resamples)
+    np.testing.assert_array_equal(draws, [16.0, 48.0, 48.0, 32.0])                # steps 1, 3, 3, 2
+    assert np.isnan(metrics.paper_budget_draws(hits[[2]], 16, 1.1, n_boot=1, resamples=np.zeros((1, 1), int))[0])
+
+
+def test_paired_savings_in_both_metrics_on_a_real_pair():
+    from pulse_jax import synthetic
+    from pulse_jax.simulate import simulate
+
+    bench = synthetic.make_benchmark(seed=4, n_models=10, n_examples=300, n_train=20)
+    m, n = bench.scores.shape
+    config = BanditConfig(n_models=m, n_examples=n, budget=m * 16 + 1600, batch_size=16)
+    ucbe = simulate(bench.scores, config, "ucbe", reps=60, seed=0)
+    same = simulate(bench.scores, config, "ucbe", reps=60, seed=0)
+    for metric in ("paper", "strict"):
+        self_pair = metrics.paired_savings(same, ucbe, target=0.5, n_boot=200, metric=metric)
+        assert self_pair["savings_pct"] == 0.0 and self_pair["low"] == self_pair["high"] == 0.0   # paired: exact 0
+    from pulse_jax.params import BanditParams
+
+    wide = simulate(bench.scores, config, "ucbe", reps=60, seed=0, params=BanditParams(exploration=8.0))
+    for metric in ("paper", "strict"):
+        pair = metrics.paired_savings(ucbe, wide, target=0.5, n_boot=200, metric=metric)
+        assert pair["both_reached_fraction"] > 0.5
+        assert pair["low"] <= pair["high"] and np.isfinite(pair["savings_pct"])
+    paper = metrics.paper_budget_to_target(ucbe, 0.5, n_boot=200)
+    strict = metrics.budget_to_target(ucbe, 0.5, n_boot=200)
+    assert paper["reached_fraction"] > 0.5 and paper["bandit_cells"] <= strict["bandit_budget"] + 16
