@@ -203,7 +203,9 @@ def _add_select(sub) -> None:
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
     _add_bandit_options(sel, methods_help=f"the estimator: pulse, ucbe, naive, or {PLUGIN_HELP} (default: pulse)",
                         live=True)
-    sel.set_defaults(method="pulse")
+    # Live selection wants a certified answer for the fewest paid calls: LUCB certifies with a half to a
+    # quarter of the cells the paper's index needs (docs/benchmarks/rules.md); simulations keep the paper's.
+    sel.set_defaults(method="pulse", rule="lucb")
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
     sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
     _add_stopping_options(sel)
