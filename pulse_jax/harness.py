@@ -37,6 +37,20 @@ _RESCALE = "pulse-jax needs scores in [0, 1]; rescale the metric first (e.g. div
 # ----------------------------------------------------------------------------- long tables
 
 
+def _json_lines(path: Path):
+    """``(line number, object)`` of each non-empty line of a JSON-lines file; one-line errors."""
+    with open(path, encoding="utf-8") as handle:
+        for k, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise PulseInputError(f"{path}, line {k}: not JSON ({err.msg}); is the file complete?") from None
+            require(isinstance(row, dict), f"{path}, line {k}: expected a JSON object per line")
+            yield k, row
+
+
 def _require_columns(wanted, present, what: str) -> None:
     missing = [c for c in wanted if c not in present]
     if missing:
@@ -60,17 +74,9 @@ def _long_rows(path: Path, columns: tuple[str, str, str]):
             yield k + 1, m, e, s
         return
     if suffix in (".jsonl", ".json"):
-        with open(path, encoding="utf-8") as handle:
-            for k, line in enumerate(handle, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError as err:
-                    raise PulseInputError(f"{path}, line {k}: not JSON ({err.msg})") from None
-                require(isinstance(row, dict), f"{path}, line {k}: expected a JSON object per line")
-                _require_columns(columns, list(row), f"{path}, line {k}: no field")
-                yield k, row[columns[0]], row[columns[1]], row[columns[2]]
+        for k, row in _json_lines(path):
+            _require_columns(columns, list(row), f"{path}, line {k}: no field")
+            yield k, row[columns[0]], row[columns[1]], row[columns[2]]
         return
     with open(path, newline="", encoding="utf-8") as handle:
         reader = csv.DictReader(handle)
@@ -195,27 +201,21 @@ def lm_eval_inventory(paths: Iterable) -> dict:
 def _read_samples(path: Path, metric: str, filter_name: str | None, available: dict) -> dict:
     """``{doc_id: (score, doc_hash)}`` of one samples file for one metric and filter."""
     out = {}
-    with open(path, encoding="utf-8") as handle:
-        for k, line in enumerate(handle, start=1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise PulseInputError(f"{path}, line {k}: not JSON ({err.msg}); is the file complete?") from None
-            flt = row.get("filter", "none")
-            available["filters"].add(flt)
-            available["metrics"].update(row.get("metrics") or [k2 for k2 in row if k2 not in _SAMPLE_FIELDS])
-            if filter_name is not None and flt != filter_name:
-                continue
-            if metric not in row:
-                continue
-            require("doc_id" in row, f"{path}, line {k}: no doc_id")
+    for k, row in _json_lines(path):
+        flt = row.get("filter", "none")
+        available["filters"].add(flt)
+        available["metrics"].update(row.get("metrics") or [name for name in row if name not in _SAMPLE_FIELDS])
+        if (filter_name is not None and flt != filter_name) or metric not in row:
+            continue
+        where = f"{path}, line {k}"
+        try:
             doc = int(row["doc_id"])
-            require(doc not in out, f"{path}, line {k}: doc_id {doc} appears twice for filter {flt!r}; "
-                                    "choose one with --filter" if filter_name is None else
-                                    f"{path}, line {k}: doc_id {doc} appears twice")
-            out[doc] = (_score(row[metric], f"{path}, line {k}, metric {metric!r}"), row.get("doc_hash"))
+        except (KeyError, TypeError, ValueError):
+            raise PulseInputError(f"{where}: no integer doc_id") from None
+        if doc in out:
+            hint = "; choose one filter with --filter" if filter_name is None else ""
+            raise PulseInputError(f"{where}: doc_id {doc} appears twice (filter {flt!r}){hint}")
+        out[doc] = (_score(row[metric], f"{where}, metric {metric!r}"), row.get("doc_hash"))
     return out
 
 
