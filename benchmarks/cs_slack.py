@@ -1,0 +1,100 @@
+"""How much slack the confidence sequences have: ever-miss rates against their guarantees.
+
+Every model's sequence must cover its mean at every look with probability >= 1 - delta,
+simultaneously over the models (each of the 2 m C one-sided sequences runs at
+alpha = delta / (2 m C); `docs/confidence.md`). This measures, over ``--reps`` repetitions:
+
+* ``any_miss``: the fraction of repetitions in which *any* model's interval *ever* missed
+  (guarantee: <= delta);
+* ``seq_miss``: per sequence kind (UCB-E: raw scores; PULSE: raw scores, AIPW proxies), the
+  fraction of (repetition, model) pairs in which that sequence on its own ever missed, against
+  its own guarantee 2 alpha (two sides): the ratio says how conservative each sequence is;
+
+at delta = 0.2 and 0.5, for UCB-E and for PULSE with good, useless (V = 0: every prediction
+1/2) and adversarial (sign-flipped V) predictions, binary and soft scores. A rate far below its
+bound means room for narrower valid intervals (e.g. a betting confidence sequence).
+
+    python benchmarks/cs_slack.py --reps 1000 --out docs/benchmarks/cs_slack.json
+
+Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+import pulse_jax as pj
+from pulse_jax.params import BanditParams
+
+CASES = ("ucbe", "pulse_good", "pulse_useless", "pulse_adversarial", "pulse_soft")
+
+
+def problem(case: str, models: int, examples: int):
+    bench = pj.make_benchmark(seed=4, n_models=models, n_examples=examples, n_train=60)
+    scores = bench.scores.astype(np.float32)
+    if case == "pulse_soft":
+        noise = np.random.default_rng(1).random(scores.shape)
+        scores = np.clip(scores * 0.7 + noise * 0.3, 0, 1).astype(np.float32)
+    V = None
+    if case != "ucbe":
+        V = pj.fit_example_embeddings(bench.train, rank=3)
+        V = {"pulse_useless": 0.0 * V, "pulse_adversarial": -3.0 * V}.get(case, V)
+    return scores, V
+
+
+def measure(case: str, delta: float, reps: int, models: int, examples: int, batch: int, bandit_cells: int) -> dict:
+    scores, V = problem(case, models, examples)
+    config = pj.BanditConfig(n_models=models, n_examples=examples, budget=models * batch + bandit_cells,
+                             batch_size=batch, refit_every=5)
+    start = time.perf_counter()
+    res = pj.simulate(scores, config, "ucbe" if case == "ucbe" else "pulse", V=V, reps=reps, seed=11,
+                      params=BanditParams(delta=delta), progress=False)
+    seconds = time.perf_counter() - start
+    seq = res.cs_sequence_covers()                             # (R, m, C)
+    n_seq = seq.shape[-1]
+    alpha = delta / (2 * models * n_seq)
+    names = ["raw"] if n_seq == 1 else ["raw", "proxy"]
+    any_miss = 1.0 - res.anytime_coverage()
+    se = float(np.sqrt(max(any_miss * (1 - any_miss), 1e-12) / reps))
+    return {"case": case, "delta": delta, "reps": reps, "models": models, "examples": examples,
+            "any_miss": any_miss, "any_miss_se": se, "guarantee": delta,
+            "seq_miss": {name: float(1.0 - seq[..., c].mean()) for c, name in enumerate(names)},
+            "seq_guarantee": 2 * alpha, "seconds": round(seconds, 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--reps", type=int, default=1000)
+    parser.add_argument("--deltas", default="0.2,0.5")
+    parser.add_argument("--models", type=int, default=5)
+    parser.add_argument("--examples", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=4)
+    parser.add_argument("--bandit-cells", type=int, default=120)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    rows = [measure(case, float(d), args.reps, args.models, args.examples, args.batch, args.bandit_cells)
+            for d in args.deltas.split(",") for case in CASES]
+    lines = ["| case | delta | any model ever missed (bound: delta) | raw sequence ever missed | "
+             "proxy sequence ever missed | each sequence's bound (2 alpha) |", "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        proxy = r["seq_miss"].get("proxy")
+        lines.append(f"| {r['case']} | {r['delta']:g} | {r['any_miss']:.3f} +- {r['any_miss_se']:.3f} | "
+                     f"{r['seq_miss']['raw']:.4f} | {'' if proxy is None else f'{proxy:.4f}'} | "
+                     f"{r['seq_guarantee']:.4f} |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+        out.with_suffix(".md").write_text(
+            f"{args.reps} repetitions, {args.models} models x {args.examples} examples, B = {args.batch}, "
+            f"{args.bandit_cells} bandit cells, refit every 5 steps "
+            f"(`python benchmarks/cs_slack.py --reps {args.reps} --out {args.out}`)\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()
