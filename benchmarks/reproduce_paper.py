@@ -234,7 +234,7 @@ def _paired(row, metric: str) -> str:
 def write_tables(out: Path, rows, args, skipped, infos):
     with open(out / "results.csv", "w", newline="") as handle:
         if rows:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer = csv.DictWriter(handle, fieldnames=list(dict.fromkeys(k for row in rows for k in row)))
             writer.writeheader()
             writer.writerows(rows)
     (out / "summary.json").write_text(json.dumps(clean_json({"args": vars(args), "rows": rows, "skipped": skipped,
