@@ -408,7 +408,7 @@ def _first_state(config: BanditConfig, plugins: Plugins, first, observed, popula
         rows = jnp.broadcast_to(first[:, None], (m, C) + first.shape[1:])
         cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, population.astype(jnp.float32), rows,
                                       jnp.zeros_like(rows), jnp.ones_like(rows), first, jnp.ones(first.shape, bool),
-                                      _log_inv_alpha(config, plugins, params))
+                                      _log_inv_alpha(config, plugins, params), params.cs_horizon)
     nan = jnp.full((len(config.snapshot_budgets), m), jnp.nan, jnp.float32)
     return BanditState(ledger, None, jnp.zeros((m, rank), jnp.float32), observed, first, log,
                        jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
@@ -571,7 +571,8 @@ def observe(config: BanditConfig, plugins: Plugins, episode: Episode, state: Ban
     if estimator.has_interval:
         y, lower, width = estimator.proxies(state.estimator, ledger, pull, n, params)
         cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i], ledger.population[i].astype(jnp.float32),
-                                  y, lower, width, pull.scores, valid, _log_inv_alpha(config, plugins, params))
+                                  y, lower, width, pull.scores, valid, _log_inv_alpha(config, plugins, params),
+                                  params.cs_horizon)
     est, info = estimator.update(state.estimator, ledger, pull, n, params)   # a no-op when size == 0
     observed = state.observed.at[i].set(sampling.mark(state.observed[i], examples, valid))
     log = _add_to_log(state.log, t, pull, examples) if estimator.uses_predictions else state.log

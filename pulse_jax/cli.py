@@ -149,7 +149,7 @@ def _add_sweep(sub) -> None:
     sw.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                     help="a swept parameter and its values (repeat for a Cartesian product); NAME is one of "
                          "exploration, delta, init_refit_lr, init_refit_l2, refit_lr, refit_l2, fixed_lambda "
-                         "(nan = the paper's adaptive lambda) or a plug-in's traced number")
+                         "(nan = the paper's adaptive lambda), cs_horizon or a plug-in's traced number")
     sw.add_argument("--target", type=float, default=0.95,
                     help="accuracy target of the printed table and the figure (0.9 and 0.95 are always in the JSON)")
     sw.add_argument("--baseline", default=None, metavar="NAME=V,...",

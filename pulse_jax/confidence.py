@@ -112,7 +112,8 @@ class ConfSeq(NamedTuple):
     stopping time, however the looks and the pulls were chosen.
 
     ``x_sum`` / ``dev_sum`` feed the bets (confseq's ``lambda_predmix_eb``):
-    ``beta_s = min(sqrt(2 log(1/alpha) / (sig2_{s-1} s log(1 + s))), 1/2)``,
+    ``beta_s = min(sqrt(2 log(1/alpha) / (sig2_{s-1} s log(1 + s))), 1/2)`` (or, tuned to a
+    horizon of ``t0`` draws, ``t0`` in place of ``s log(1 + s)``: ``BanditParams.cs_horizon``),
     ``sig2_{s-1} = (1/4 + sum_{j<s} (x_j - xhat_j)^2) / s``,
     ``xhat_j = (1/2 + sum_{k<=j} x_k) / (j + 1)``. The draw count ``s`` and the
     sum ``Ssum`` of true scores seen come from the engine's ledger.
@@ -155,7 +156,8 @@ def _psi(beta):
     return -jnp.log1p(-beta) - beta
 
 
-def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha):
+def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha,
+                   horizon=0.0):
     """One model's increments ``(dA, dD, dP, dx_sum, ddev_sum)`` for a batch of draws, in draw order.
 
     Args:
@@ -165,6 +167,10 @@ def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width
       y, lower, width: ``(B,)`` observations and their predictable ranges
         ``[lower, lower + width]``; scores: ``(B,)`` true scores; valid: a
         prefix mask of the draws that happened.
+
+    ``horizon``: 0 for the anytime bets (``s log(1 + s)`` in the denominator), or ``t0 > 0`` for
+    bets tuned to ``t0`` draws (``t0`` in its place). Any predictable bet in [0, 1/2] keeps the
+    sequence valid.
 
     Every bet uses only earlier draws (of this batch too), so the batch costs
     O(B) vectorized work and equals B sequential one-draw updates.
@@ -176,7 +182,8 @@ def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width
     xhat_prev = (0.5 + x_before) / s
     dev = v * jnp.square(x - (0.5 + x_before + x) / (s + 1.0))
     sig2 = (0.25 + dev_sum + jnp.cumsum(dev) - dev) / s
-    beta = jnp.minimum(jnp.sqrt(2.0 * log_inv_alpha / (sig2 * s * jnp.log1p(s))), 0.5)
+    scale = jnp.where(horizon > 0, horizon, s * jnp.log1p(s))
+    beta = jnp.minimum(jnp.sqrt(2.0 * log_inv_alpha / (sig2 * scale)), 0.5)
     remaining = jnp.maximum(population - s + 1.0, 1.0)
     sv = v * scores
     ssum = seen_sum + jnp.cumsum(sv) - sv
@@ -200,14 +207,14 @@ def cs_bounds(weighted, weight, penalty, log_inv_alpha):
 
 
 # One model's C sequences on one batch: y, lower, width are (C, B); the draws are shared.
-_sequences_terms = jax.vmap(cs_batch_terms, in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None))
+_sequences_terms = jax.vmap(cs_batch_terms, in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None, None))
 
 
 def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, scores, valid,
-              log_inv_alpha) -> ConfSeq:
+              log_inv_alpha, horizon=0.0) -> ConfSeq:
     """Take model ``i``'s batch (``(C, B)`` observations) into its sequences; a no-op when nothing is ``valid``."""
     dA, dD, dP, dx, ddev = _sequences_terms(cs.x_sum[i], cs.dev_sum[i], n_seen, seen_sum, population, y, lower,
-                                            width, scores, valid, log_inv_alpha)
+                                            width, scores, valid, log_inv_alpha, horizon)
     A, D, P = cs.weighted[i] + dA, cs.weight[i] + dD, cs.penalty[i] + dP
     low, high = cs_bounds(A, D, P, log_inv_alpha)
     return ConfSeq(cs.weighted.at[i].set(A), cs.weight.at[i].set(D), cs.penalty.at[i].set(P),
@@ -217,12 +224,12 @@ def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, sco
 
 
 def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, scores, valid,
-                  log_inv_alpha) -> ConfSeq:
+                  log_inv_alpha, horizon=0.0) -> ConfSeq:
     """Every model's batch at once (``(m, C, B)`` observations, ``(m, B)`` scores): the initialization.
     ``population`` is a scalar or every model's ``N_i``."""
     population = jnp.broadcast_to(jnp.asarray(population, jnp.float32), cs.low.shape)
-    terms = jax.vmap(_sequences_terms, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None))(
-        cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha)
+    terms = jax.vmap(_sequences_terms, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None, None))(
+        cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha, horizon)
     A, D, P = cs.weighted + terms[0], cs.weight + terms[1], cs.penalty + terms[2]
     low, high = cs_bounds(A, D, P, log_inv_alpha)
     return ConfSeq(A, D, P, cs.x_sum + terms[3], cs.dev_sum + terms[4], jnp.maximum(cs.low, jnp.max(low, axis=1)),

@@ -28,6 +28,12 @@ class BanditParams(NamedTuple):
       refit_lr, refit_l2: the same for the periodic refits (paper: 0.1, 0.01).
       fixed_lambda: PULSE's lambda held at this value in [0, 1] (an ablation);
         NaN (default) uses the estimator's own rule (the paper's plug-in).
+      cs_horizon: the draws per model the confidence sequences' bets are tuned
+        for. 0 (default) is the anytime schedule (bets shrink like
+        ``1 / sqrt(s log(1 + s))`` at draw ``s``); ``t0 > 0`` keeps them near
+        ``1 / sqrt(t0)``, which narrows the intervals around ``t0`` draws and
+        widens them far from it. Valid for any value: the bets stay predictable
+        (``docs/confidence.md``).
       plugin: ``{name: value}``, the traced numbers the run's plug-ins declare
         (their ``traced`` field, e.g. Top-Two's ``leader_fraction``); names
         left out take the declared defaults (``None``: all of them).
@@ -40,6 +46,7 @@ class BanditParams(NamedTuple):
     refit_lr: Any = 0.1
     refit_l2: Any = 0.01
     fixed_lambda: Any = math.nan
+    cs_horizon: Any = 0.0
     plugin: Any = None
 
     def as_arrays(self) -> "BanditParams":
@@ -76,6 +83,7 @@ RANGES = {
     "refit_lr": (0.0, math.inf, False, False, False),
     "refit_l2": (0.0, math.inf, True, False, False),
     "fixed_lambda": (0.0, 1.0, True, True, True),
+    "cs_horizon": (0.0, math.inf, True, False, False),
 }
 
 

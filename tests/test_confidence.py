@@ -55,7 +55,7 @@ def test_proxy_conditional_mean_is_the_unseen_mean_by_exact_enumeration(z_histor
         assert np.ptp(values[:, 1]) < 1e-6 and np.ptp(values[:, 2]) < 1e-6
 
 
-def numpy_cs(y, lower, width, scores, N, log_inv_alpha):
+def numpy_cs(y, lower, width, scores, N, log_inv_alpha, horizon=0.0):
     """One draw at a time, float64, from the formulas in docs/confidence.md: the bounds after every draw."""
     x_sum = dev_sum = A = D = P = 0.0
     seen = 0.0
@@ -64,7 +64,8 @@ def numpy_cs(y, lower, width, scores, N, log_inv_alpha):
         x = min(max((y[s - 1] - lower[s - 1]) / width[s - 1], 0.0), 1.0)
         xhat_prev = (0.5 + x_sum) / s
         sig2 = (0.25 + dev_sum) / s
-        beta = min(np.sqrt(2 * log_inv_alpha / (sig2 * s * np.log1p(s))), 0.5)
+        scale = horizon if horizon > 0 else s * np.log1p(s)      # bets tuned to a horizon, or anytime
+        beta = min(np.sqrt(2 * log_inv_alpha / (sig2 * scale)), 0.5)
         psi = -np.log1p(-beta) - beta
         A += beta / width[s - 1] * (y[s - 1] + seen / (N - s + 1))
         D += beta / width[s - 1] * N / (N - s + 1)
@@ -77,8 +78,8 @@ def numpy_cs(y, lower, width, scores, N, log_inv_alpha):
     return np.maximum.accumulate(lows), np.minimum.accumulate(highs)
 
 
-@pytest.mark.parametrize("batch", [1, 5, 16])
-def test_batched_update_equals_a_plain_sequential_numpy_loop(batch):
+@pytest.mark.parametrize("batch, horizon", [(1, 0.0), (5, 0.0), (16, 0.0), (5, 30.0), (16, 300.0)])
+def test_batched_update_equals_a_plain_sequential_numpy_loop(batch, horizon):
     rng = np.random.default_rng(batch)
     N, draws = 60, 48
     scores = rng.random(N)
@@ -89,7 +90,7 @@ def test_batched_update_equals_a_plain_sequential_numpy_loop(batch):
     y = scores[order] - lam * f + lam * 0.4
     lower, width = lam * (0.4 - 1), 1 + lam
     log_ia = float(confidence.cs_log_inv_alpha(0.05, 10))
-    lo_ref, hi_ref = numpy_cs(y, lower, width, scores[order], N, log_ia)
+    lo_ref, hi_ref = numpy_cs(y, lower, width, scores[order], N, log_ia, horizon)
     cs = confidence.cs_init(1)
     for start in range(0, draws, batch):
         sl = slice(start, min(start + batch, draws))
@@ -99,16 +100,17 @@ def test_batched_update_equals_a_plain_sequential_numpy_loop(batch):
         cs = confidence.cs_update(cs, 0, jnp.int32(start), jnp.float32(scores[order][:start].sum()), jnp.float32(N),
                                   arr(y), arr(lower), jnp.asarray(np.pad(width[sl], (0, pad), constant_values=1),
                                                                    jnp.float32)[None],
-                                  arr(scores[order])[0], valid, log_ia)
+                                  arr(scores[order])[0], valid, log_ia, horizon)
         # float32 sums of <= 60 terms against float64: 1e-5
         assert float(cs.low[0]) == pytest.approx(lo_ref[sl.stop - 1], abs=1e-5)
         assert float(cs.high[0]) == pytest.approx(hi_ref[sl.stop - 1], abs=1e-5)
 
 
-def _coverage_run(method, V, scores, reps, delta, budget, refit_every=5, batch_size=4):
+def _coverage_run(method, V, scores, reps, delta, budget, refit_every=5, batch_size=4, horizon=0.0):
     m, n = scores.shape
     config = BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch_size, refit_every=refit_every)
-    return simulate(scores, config, method, V=V, reps=reps, seed=11, params=BanditParams(delta=delta))
+    return simulate(scores, config, method, V=V, reps=reps, seed=11,
+                    params=BanditParams(delta=delta, cs_horizon=horizon))
 
 
 # Monte Carlo tolerance: with R = 1,000 repetitions, a true miss rate of exactly delta = 0.2 gives
@@ -117,25 +119,27 @@ REPS, DELTA, MC_TOL = 1000, 0.2, 0.038
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft"])
+@pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "ucbe_horizon",
+                                  "pulse_adversarial_horizon"])
 def test_coverage_at_every_look(case):
     """Over 1,000 repetitions, the fraction in which any model's sequence *ever* misses is <= delta."""
     binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
     scores = binary
     V = v
-    if case == "pulse_adversarial":
+    if case.startswith("pulse_adversarial"):
         V = -3.0 * v           # predictions anti-correlated with the truth
     if case == "pulse_soft":
         scores = np.clip(binary * 0.7 + np.random.default_rng(1).random(binary.shape) * 0.3, 0, 1).astype(np.float32)
-    method = "ucbe" if case == "ucbe" else "pulse"
-    res = _coverage_run(method, V, scores, REPS, DELTA, budget=5 * 4 + 120)
+    method = "ucbe" if case.startswith("ucbe") else "pulse"
+    horizon = 20.0 if case.endswith("horizon") else 0.0     # bets tuned to 20 draws (of 28 per model on average)
+    res = _coverage_run(method, V, scores, REPS, DELTA, budget=5 * 4 + 120, horizon=horizon)
     miss = 1 - res.anytime_coverage()
     print(f"{case}: any-model miss rate over every look {miss:.3f} (delta {DELTA})")
     assert miss <= DELTA + MC_TOL
     assert res.cs_covers().mean() > 0.95
 
 
-def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np.log(4.0))):
+def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np.log(4.0)), horizon=0.0):
     """Fraction of random draw orders in which one sequence at alpha = 1/4 per side ever misses.
 
     A level where the guarantee (miss rate <= 2 alpha = 0.5) is close to tight, so that a
@@ -152,7 +156,7 @@ def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np
             cs = confidence.cs_update(cs, 0, k * batch, jnp.sum(jnp.asarray(population)[order.reshape(-1)] *
                                                                  (jnp.arange(N) < k * batch)), jnp.float32(N),
                                       s[None], jnp.zeros((1, batch)), jnp.ones((1, batch)), s,
-                                      jnp.ones(batch, bool), log_inv_alpha)
+                                      jnp.ones(batch, bool), log_inv_alpha, horizon)
             return cs, None
         cs, _ = jax.lax.scan(body, confidence.cs_init(1), (jnp.arange(N // batch), order))
         return cs.low[0], cs.high[0]
@@ -162,9 +166,11 @@ def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np
     return float(np.mean((np.asarray(low) > mu + 1e-5) | (np.asarray(high) < mu - 1e-5)))
 
 
-def test_one_sequence_misses_at_most_two_alpha():
-    """1,000 draw orders; 3 SE of a rate of 0.5 is 0.047."""
-    miss = _single_sequence_miss_rate()
+@pytest.mark.parametrize("horizon", [0.0, 10.0, 50.0])
+def test_one_sequence_misses_at_most_two_alpha(horizon):
+    """1,000 draw orders; 3 SE of a rate of 0.5 is 0.047. Bets tuned to a horizon (10 or 50 of the 100
+    draws) stay valid too."""
+    miss = _single_sequence_miss_rate(horizon=horizon)
     print(f"one sequence, alpha = 1/4 per side: ever missed in {miss:.3f} of the orders")
     assert miss <= 0.5 + 0.047
 
