@@ -19,6 +19,8 @@ from pulse_jax import cli, harness
 from pulse_jax.errors import PulseInputError
 
 TESTS = Path(__file__).resolve().parent
+# The lm-eval runs behind these tests are built once: every test that uses them runs in one worker.
+pytestmark = pytest.mark.xdist_group("lm_eval")
 N_DOCS = 40
 CANDIDATES = {f"pulse_arith:skill={skill},seed={seed}": seed for seed, skill in ((1, 0.9), (2, 0.6), (3, 0.4), (4, 0.2))}
 HISTORY = [f"pulse_arith:skill={0.1 * k:.1f},seed={10 + k}" for k in range(1, 9)]
