@@ -18,6 +18,7 @@ is built, so reading logs needs only the standard library and NumPy.
 from __future__ import annotations
 
 import csv
+import functools
 import hashlib
 import json
 import math
@@ -277,13 +278,12 @@ def read_lm_eval(paths: Sequence, task: str, metric: str, filter: str | None = N
                 require(seen[0] == digest, f"doc_id {doc} differs between {seen[1]} and {newest} (doc_hash); "
                                            "these logs are not of the same documents")
             cells[(name, doc)] = score
-    docs = sorted({d for _, d in cells})
-    models = list(owner)
-    scores = np.full((len(models), len(docs)), np.nan)
-    col = {d: k for k, d in enumerate(docs)}
-    for (name, doc), score in cells.items():
-        scores[models.index(name), col[doc]] = score
-    return ScoreMatrix(scores, tuple(models), tuple(str(d) for d in docs), source=f"lm-eval logs of {task}")
+    # Rows in the order the runs were found, columns in doc_id order (what _matrix gives for these cells).
+    ordered = {(name, str(doc)): cells[(name, doc)] for doc in sorted({d for _, d in cells}) for name in owner
+               if (name, doc) in cells}
+    matrix = _matrix(ordered, f"lm-eval logs of {task}")
+    rows = [matrix.models.index(name) for name in owner]
+    return ScoreMatrix(matrix.scores[rows], tuple(owner), matrix.examples, source=matrix.source)
 
 
 def describe(matrix: ScoreMatrix) -> str:
@@ -367,11 +367,10 @@ class LmEvalScorer:
         self.total_seconds = 0.0      # time inside __call__ (the adapter's own work included)
         self.calls = 0
 
-    @property
+    @functools.cached_property
     def doc_ids(self) -> list[int]:
-        """The task's evaluation documents, as ids ``0 .. n-1``."""
-        task = self._task_obj()
-        return list(range(len(task.eval_docs)))
+        """The task's evaluation documents, as ids ``0 .. n-1`` (the task is loaded once to count them)."""
+        return list(range(len(self._task_obj().eval_docs)))
 
     def _task_obj(self):
         load = getattr(self._task_manager, "load", None)
@@ -446,7 +445,6 @@ def _quiet_lm_eval() -> None:
     at every evaluation (printing git's error outside a repository). Live scoring runs one small
     evaluation per batch under pulse-jax's own progress bar: bars off (``TQDM_DISABLE``, unless set),
     and the commit asked once, quietly."""
-    import functools
     import subprocess
 
     import lm_eval.evaluator
