@@ -387,7 +387,8 @@ def refit_due(config: BanditConfig, plugins: Plugins, t):
 
 
 def _log_inv_alpha(config: BanditConfig, plugins: Plugins, params):
-    return confidence.cs_log_inv_alpha(params.delta, config.n_models, plugins.estimator.n_sequences)
+    """The ``(lower, upper)`` levels of the confidence sequences (:func:`confidence.cs_levels`)."""
+    return confidence.cs_levels(params.delta, config.n_models, plugins.estimator.n_sequences, params.cs_simultaneous)
 
 
 def _first_state(config: BanditConfig, plugins: Plugins, first, observed, population, rank, params) -> BanditState:

@@ -152,6 +152,36 @@ def cs_log_inv_alpha(delta, n_models: int, n_sequences: int = 1):
     return jnp.log(2.0 * n_models * n_sequences / jnp.asarray(delta, jnp.float32))
 
 
+def cs_levels(delta, n_models: int, n_sequences: int = 1, simultaneous=1.0):
+    """``(log 1/alpha_low, log 1/alpha_high)``: the levels of the lower and the upper bounds.
+
+    ``simultaneous = 1``: both sides at ``alpha = delta / (2 m C)``, so every bound of every model
+    holds at every time at once (:func:`cs_log_inv_alpha`).
+
+    ``simultaneous = s < 1``: the lower bounds keep ``delta / (2 m C)`` and every upper bound is
+    set at ``delta / (2 C m^s)`` -- at ``s = 0``, ``delta / (2 C)``: one model's C upper sequences
+    take ``delta / 2`` on their own. That is all certification needs. A certified model ``h`` is
+    wrong only if ``low_h > high_b`` for a best model ``b``; then either some lower bound failed
+    (all m C lower sequences together: probability at most ``delta / 2``) or *the best model's*
+    upper bound failed (one fixed model, whichever it is: at most ``C delta / (2 C m^s) <= delta / 2``).
+    So ``P(a wrong certification) <= delta`` for every ``s`` in [0, 1], while each model's interval
+    alone still holds with probability at least ``1 - delta``; the intervals of all models together
+    hold at once only at ``s = 1``. Upper bounds decide which models are excluded, where most cells
+    go, and ``s = 0`` cuts their ``log(1/alpha)`` by ``log m``.
+    """
+    low = cs_log_inv_alpha(delta, n_models, n_sequences)
+    s = jnp.asarray(simultaneous, jnp.float32)
+    high = jnp.log(2.0 * n_sequences / jnp.asarray(delta, jnp.float32)) + s * math.log(n_models)
+    return low, high
+
+
+def _sides(log_inv_alpha):
+    """A scalar level for both sides, or a ``(low, high)`` pair from :func:`cs_levels`."""
+    if isinstance(log_inv_alpha, (tuple, list)):
+        return log_inv_alpha[0], log_inv_alpha[1]
+    return log_inv_alpha, log_inv_alpha
+
+
 def _psi(beta):
     return -jnp.log1p(-beta) - beta
 
@@ -197,24 +227,28 @@ _NARROWING = 1.0
 
 
 def cs_bounds(weighted, weight, penalty, log_inv_alpha):
-    """``(L_t, U_t)`` from the sums, clipped to [0, 1]; ``[0, 1]`` before any draw."""
+    """``(L_t, U_t)`` from the sums, clipped to [0, 1]; ``[0, 1]`` before any draw. ``log_inv_alpha``:
+    one level for both sides, or a ``(low, high)`` pair (:func:`cs_levels`)."""
+    log_low, log_high = _sides(log_inv_alpha)
     some = weight > 0
     d = jnp.where(some, weight, 1.0) * _NARROWING
     centre = weighted / jnp.where(some, weight, 1.0)
-    low = jnp.where(some, centre - (log_inv_alpha + penalty) / d, 0.0)
-    high = jnp.where(some, centre + (log_inv_alpha + penalty) / d, 1.0)
+    low = jnp.where(some, centre - (log_low + penalty) / d, 0.0)
+    high = jnp.where(some, centre + (log_high + penalty) / d, 1.0)
     return jnp.clip(low, 0.0, 1.0), jnp.clip(high, 0.0, 1.0)
 
 
 # One model's C sequences on one batch: y, lower, width are (C, B); the draws are shared.
-_sequences_terms = jax.vmap(cs_batch_terms, in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None, None))
+_sequences_terms = jax.vmap(cs_batch_terms,
+                            in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None, None))
 
 
 def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, scores, valid,
               log_inv_alpha, horizon=0.0) -> ConfSeq:
-    """Take model ``i``'s batch (``(C, B)`` observations) into its sequences; a no-op when nothing is ``valid``."""
+    """Take model ``i``'s batch (``(C, B)`` observations) into its sequences; a no-op when nothing is ``valid``.
+    ``log_inv_alpha``: one level, or a ``(low, high)`` pair; the bets are tuned to the upper side's."""
     dA, dD, dP, dx, ddev = _sequences_terms(cs.x_sum[i], cs.dev_sum[i], n_seen, seen_sum, population, y, lower,
-                                            width, scores, valid, log_inv_alpha, horizon)
+                                            width, scores, valid, _sides(log_inv_alpha)[1], horizon)
     A, D, P = cs.weighted[i] + dA, cs.weight[i] + dD, cs.penalty[i] + dP
     low, high = cs_bounds(A, D, P, log_inv_alpha)
     return ConfSeq(cs.weighted.at[i].set(A), cs.weight.at[i].set(D), cs.penalty.at[i].set(P),
@@ -229,7 +263,8 @@ def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, sc
     ``population`` is a scalar or every model's ``N_i``."""
     population = jnp.broadcast_to(jnp.asarray(population, jnp.float32), cs.low.shape)
     terms = jax.vmap(_sequences_terms, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None, None))(
-        cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha, horizon)
+        cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid,
+        _sides(log_inv_alpha)[1], horizon)
     A, D, P = cs.weighted + terms[0], cs.weight + terms[1], cs.penalty + terms[2]
     low, high = cs_bounds(A, D, P, log_inv_alpha)
     return ConfSeq(A, D, P, cs.x_sum + terms[3], cs.dev_sum + terms[4], jnp.maximum(cs.low, jnp.max(low, axis=1)),

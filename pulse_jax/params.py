@@ -34,6 +34,13 @@ class BanditParams(NamedTuple):
         ``1 / sqrt(t0)``, which narrows the intervals around ``t0`` draws and
         widens them far from it. Valid for any value: the bets stay predictable
         (``docs/confidence.md``).
+      cs_simultaneous: 1 (default): every bound of every model holds at every look at once,
+        with probability at least ``1 - delta``. 0: only what certification needs -- the lower
+        bounds together, and each model's upper bound on its own, each with ``delta / 2``; the
+        upper bounds' ``log(1/alpha)`` drops by ``log m``, a certified model is still the best with
+        probability at least ``1 - delta``, and each model's interval alone still holds with
+        ``1 - delta``, but not all of them at once. Values between interpolate
+        (``confidence.cs_levels``).
       plugin: ``{name: value}``, the traced numbers the run's plug-ins declare
         (their ``traced`` field, e.g. Top-Two's ``leader_fraction``); names
         left out take the declared defaults (``None``: all of them).
@@ -47,6 +54,7 @@ class BanditParams(NamedTuple):
     refit_l2: Any = 0.01
     fixed_lambda: Any = math.nan
     cs_horizon: Any = 0.0
+    cs_simultaneous: Any = 1.0
     plugin: Any = None
 
     def as_arrays(self) -> "BanditParams":
@@ -84,6 +92,7 @@ RANGES = {
     "refit_l2": (0.0, math.inf, True, False, False),
     "fixed_lambda": (0.0, 1.0, True, True, True),
     "cs_horizon": (0.0, math.inf, True, False, False),
+    "cs_simultaneous": (0.0, 1.0, True, True, False),
 }
 
 

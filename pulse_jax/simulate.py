@@ -172,6 +172,18 @@ class SimulationResult:
         look: the simultaneous guarantee is that this is at least ``1 - delta``."""
         return float(self.cs_covers().all(axis=1).mean())
 
+    def certification_coverage(self) -> float:
+        """Fraction of repetitions in which every model's lower bound and a best model's upper bound
+        held at every look: the event the certification guarantee rests on, at least ``1 - delta``
+        whatever ``BanditParams.cs_simultaneous`` (``docs/confidence.md``). Off it, no wrong model
+        can be certified."""
+        if self.cs_low is None:
+            return 0.0
+        tol, mu = self.CS_TOLERANCE, self.true_means
+        best = int(np.argmax(mu))
+        lows = (self.cs_low - tol <= mu).all(axis=1)
+        return float((lows & (mu[best] <= self.cs_high[:, best] + tol)).mean())
+
     def certification(self) -> dict:
         """Certified stopping: how often, how soon, how often wrong.
 

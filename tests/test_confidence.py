@@ -55,8 +55,11 @@ def test_proxy_conditional_mean_is_the_unseen_mean_by_exact_enumeration(z_histor
         assert np.ptp(values[:, 1]) < 1e-6 and np.ptp(values[:, 2]) < 1e-6
 
 
-def numpy_cs(y, lower, width, scores, N, log_inv_alpha, horizon=0.0):
-    """One draw at a time, float64, from the formulas in docs/confidence.md: the bounds after every draw."""
+def numpy_cs(y, lower, width, scores, N, log_inv_alpha, horizon=0.0, log_inv_alpha_low=None):
+    """One draw at a time, float64, from the formulas in docs/confidence.md: ``(L_t, U_t)`` after every
+    draw (not yet intersected over time). ``log_inv_alpha`` is the upper bound's level (and the bets');
+    the lower one's defaults to it."""
+    log_low = log_inv_alpha if log_inv_alpha_low is None else log_inv_alpha_low
     x_sum = dev_sum = A = D = P = 0.0
     seen = 0.0
     lows, highs = [], []
@@ -73,13 +76,15 @@ def numpy_cs(y, lower, width, scores, N, log_inv_alpha, horizon=0.0):
         x_sum += x
         dev_sum += (x - (0.5 + x_sum) / (s + 1)) ** 2
         seen += scores[s - 1]
-        lows.append(min(max(A / D - (log_inv_alpha + P) / D, 0), 1))
+        lows.append(min(max(A / D - (log_low + P) / D, 0), 1))
         highs.append(min(max(A / D + (log_inv_alpha + P) / D, 0), 1))
-    return np.maximum.accumulate(lows), np.minimum.accumulate(highs)
+    return np.array(lows), np.array(highs)
 
 
-@pytest.mark.parametrize("batch, horizon", [(1, 0.0), (5, 0.0), (16, 0.0), (5, 30.0), (16, 300.0)])
-def test_batched_update_equals_a_plain_sequential_numpy_loop(batch, horizon):
+@pytest.mark.parametrize("batch, horizon, split", [(1, 0.0, False), (5, 0.0, False), (16, 0.0, False),
+                                                   (5, 30.0, False), (16, 300.0, False), (5, 0.0, True),
+                                                   (16, 300.0, True)])
+def test_batched_update_equals_a_plain_sequential_numpy_loop(batch, horizon, split):
     rng = np.random.default_rng(batch)
     N, draws = 60, 48
     scores = rng.random(N)
@@ -90,7 +95,14 @@ def test_batched_update_equals_a_plain_sequential_numpy_loop(batch, horizon):
     y = scores[order] - lam * f + lam * 0.4
     lower, width = lam * (0.4 - 1), 1 + lam
     log_ia = float(confidence.cs_log_inv_alpha(0.05, 10))
-    lo_ref, hi_ref = numpy_cs(y, lower, width, scores[order], N, log_ia, horizon)
+    # split: the certification levels (lower bounds at log(2 m / delta), upper at log(2 / delta))
+    levels = tuple(float(v) for v in confidence.cs_levels(0.05, 10, 1, 0.0)) if split else log_ia
+    lows, highs = numpy_cs(y, lower, width, scores[order], N, levels[1] if split else log_ia, horizon,
+                           levels[0] if split else None)
+    # The engine looks (and intersects over time) after each batch: the running max / min at batch ends.
+    ends = np.minimum(np.arange(batch, draws + batch, batch), draws) - 1
+    lo_ref = dict(zip(ends, np.maximum.accumulate(lows[ends])))
+    hi_ref = dict(zip(ends, np.minimum.accumulate(highs[ends])))
     cs = confidence.cs_init(1)
     for start in range(0, draws, batch):
         sl = slice(start, min(start + batch, draws))
@@ -100,17 +112,34 @@ def test_batched_update_equals_a_plain_sequential_numpy_loop(batch, horizon):
         cs = confidence.cs_update(cs, 0, jnp.int32(start), jnp.float32(scores[order][:start].sum()), jnp.float32(N),
                                   arr(y), arr(lower), jnp.asarray(np.pad(width[sl], (0, pad), constant_values=1),
                                                                    jnp.float32)[None],
-                                  arr(scores[order])[0], valid, log_ia, horizon)
+                                  arr(scores[order])[0], valid, levels, horizon)
         # float32 sums of <= 60 terms against float64: 1e-5
         assert float(cs.low[0]) == pytest.approx(lo_ref[sl.stop - 1], abs=1e-5)
         assert float(cs.high[0]) == pytest.approx(hi_ref[sl.stop - 1], abs=1e-5)
 
 
-def _coverage_run(method, V, scores, reps, delta, budget, refit_every=5, batch_size=4, horizon=0.0):
+def _coverage_run(method, V, scores, reps, delta, budget, refit_every=5, batch_size=4, horizon=0.0,
+                  simultaneous=1.0):
     m, n = scores.shape
     config = BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch_size, refit_every=refit_every)
     return simulate(scores, config, method, V=V, reps=reps, seed=11,
-                    params=BanditParams(delta=delta, cs_horizon=horizon))
+                    params=BanditParams(delta=delta, cs_horizon=horizon, cs_simultaneous=simultaneous))
+
+
+@pytest.mark.parametrize("n_sequences", [1, 2])
+def test_certification_levels(n_sequences):
+    """s = 1: both sides at delta / (2 m C); s = 0: upper bounds at delta / (2 C), lower ones unchanged;
+    in between, delta / (2 C m^s). Exact values: the guarantee is this arithmetic plus one sequence's
+    validity (tested below)."""
+    m, delta, C = 7, 0.1, n_sequences
+    for s, upper in ((1.0, 2 * m * C / delta), (0.0, 2 * C / delta), (0.5, 2 * C * np.sqrt(m) / delta)):
+        low, high = (float(v) for v in confidence.cs_levels(delta, m, C, s))
+        assert low == pytest.approx(np.log(2 * m * C / delta), rel=1e-6)
+        assert high == pytest.approx(np.log(upper), rel=1e-6)
+    # a single level is both sides
+    one = confidence.cs_bounds(jnp.float32(3.0), jnp.float32(6.0), jnp.float32(0.2), jnp.float32(0.4))
+    two = confidence.cs_bounds(jnp.float32(3.0), jnp.float32(6.0), jnp.float32(0.2), (jnp.float32(0.4),) * 2)
+    assert np.allclose(one, two)
 
 
 # Monte Carlo tolerance: with R = 1,000 repetitions, a true miss rate of exactly delta = 0.2 gives
@@ -123,20 +152,39 @@ REPS, DELTA, MC_TOL = 1000, 0.2, 0.038
                                   "pulse_adversarial_horizon"])
 def test_coverage_at_every_look(case):
     """Over 1,000 repetitions, the fraction in which any model's sequence *ever* misses is <= delta."""
+    res = _coverage_case(case)
+    miss = 1 - res.anytime_coverage()
+    print(f"{case}: any-model miss rate over every look {miss:.3f} (delta {DELTA})")
+    assert miss <= DELTA + MC_TOL
+    assert res.cs_covers().mean() > 0.95
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "pulse_soft_horizon"])
+def test_certification_levels_keep_their_guarantees(case):
+    """``cs_simultaneous = 0`` over 1,000 repetitions: the event certification rests on (every lower
+    bound and the best model's upper bound, at every look) fails in at most delta of them, and each
+    model's own interval misses in at most delta of them."""
+    res = _coverage_case(case, simultaneous=0.0)
+    event = 1 - res.certification_coverage()
+    own = 1 - res.cs_covers().mean(axis=0)
+    print(f"{case}: certification event failed {event:.3f}, worst model's own miss rate {own.max():.3f}")
+    assert event <= DELTA + MC_TOL
+    assert own.max() <= DELTA + MC_TOL
+
+
+def _coverage_case(case, simultaneous=1.0):
     binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
     scores = binary
     V = v
     if case.startswith("pulse_adversarial"):
         V = -3.0 * v           # predictions anti-correlated with the truth
-    if case == "pulse_soft":
+    if case.startswith("pulse_soft"):
         scores = np.clip(binary * 0.7 + np.random.default_rng(1).random(binary.shape) * 0.3, 0, 1).astype(np.float32)
     method = "ucbe" if case.startswith("ucbe") else "pulse"
     horizon = 20.0 if case.endswith("horizon") else 0.0     # bets tuned to 20 draws (of 28 per model on average)
-    res = _coverage_run(method, V, scores, REPS, DELTA, budget=5 * 4 + 120, horizon=horizon)
-    miss = 1 - res.anytime_coverage()
-    print(f"{case}: any-model miss rate over every look {miss:.3f} (delta {DELTA})")
-    assert miss <= DELTA + MC_TOL
-    assert res.cs_covers().mean() > 0.95
+    return _coverage_run(method, V, scores, REPS, DELTA, budget=5 * 4 + 120, horizon=horizon,
+                         simultaneous=simultaneous)
 
 
 def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np.log(4.0)), horizon=0.0):
@@ -191,12 +239,14 @@ def test_certified_stopping_is_wrong_at_most_delta():
     p = np.array([0.62, 0.55, 0.45])
     scores = (rng.random((3, n)) < p[:, None]).astype(np.float32)
     _, _, v = tiny_problem(seed=4, m=3, n=n, rank=3)
-    for method, rule in [("ucbe", "lucb"), ("pulse", "lucb"), ("pulse", "ucbe")]:
+    # simultaneous = 0: the certification levels (upper bounds at delta / (2 C)), same guarantee
+    for method, rule, simultaneous in [("ucbe", "lucb", 1.0), ("pulse", "lucb", 1.0), ("pulse", "ucbe", 1.0),
+                                       ("ucbe", "lucb", 0.0), ("pulse", "lucb", 0.0)]:
         config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule=rule)
         res = simulate(scores, config, method, V=v, reps=REPS, seed=3, stop="certified",
-                       params=BanditParams(delta=DELTA))
+                       params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous))
         cert = res.certification()
-        print(method, rule, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])
+        print(method, rule, simultaneous, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])
         assert cert["certified_fraction"] > 0.5
         assert cert["error_rate"] <= DELTA + MC_TOL
         # a stopped run spends nothing after it certified
