@@ -1,8 +1,11 @@
-"""Which confidence-sequence configuration certifies the best model in the fewest cells (live example).
+"""Which confidence-sequence configuration certifies the best model in the fewest cells.
 
-On the live example (40 x 1,000, delta = 0.05, the whole matrix allowed, stop when certified; one
-compiled program per method and rule, the same seeds everywhere, so every comparison is paired) this
-sweeps, for UCB-E and PULSE under LUCB and Top-Two (interval challenger):
+On the live example (the built-in benchmark, 40 x 1,000; delta = 0.05, the whole matrix allowed, stop
+when certified; one compiled program per method and rule, the same seeds everywhere, so every
+comparison is paired) and, with ``--data``, on CRUXEval-O and ChemBench from ``../shared/data``
+(split into train and candidate halves as in ``bench_rules.py``), this sweeps, for UCB-E, PULSE
+(raw and proxy sequences intersected), PULSE with the proxy sequence alone and ``pulse_certify``
+(lambda fixed at 1/2, the proxy sequence alone), under LUCB and Top-Two (interval challenger):
 
 * ``cs_horizon``: the bets' schedule, anytime (0) or tuned to ``t0`` draws per model;
 * ``cs_simultaneous``: 1, every bound of every model at once; 0, the certification guarantee only
@@ -14,6 +17,10 @@ model's upper bound). PULSE's saving is paired: the median over repetitions of `
 cells_UCB-E`` with a bootstrap 95% interval, beside the ratio of the medians.
 
     python benchmarks/bench_certify_config.py --reps 200 --out docs/benchmarks/certify_config.json
+    python benchmarks/bench_certify_config.py --reps 200 --data builtin,cruxeval_o,chembench \
+        --rules top_two --horizons 0,0.5 --simultaneous 0,1 --out docs/benchmarks/certify_config_data.json
+
+A horizon below 1 is a fraction of the examples (0.5: half of them, 500 on the live example).
 
 Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
 """
@@ -21,11 +28,21 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
 
 import pulse_jax as pj
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_rules import datasets  # noqa: E402
+
+METHODS = {"ucbe": "ucbe", "pulse": pj.pulse(), "pulse_proxy_only": pj.pulse(raw_sequence=False),
+           "pulse_certify": pj.pulse_certify()}
+LABELS = {"pulse": "PULSE", "pulse_proxy_only": "PULSE, proxy sequence alone",
+          "pulse_certify": "pulse_certify (lambda 1/2, proxy sequence alone)"}
+RULES = {"lucb": ("LUCB", "lucb"), "top_two": ("Top-Two (interval)", pj.top_two(challenger="interval"))}
 
 
 def paired_saving(cells_ucbe: np.ndarray, cells_pulse: np.ndarray, seed: int = 0, resamples: int = 2000) -> dict:
@@ -40,59 +57,68 @@ def paired_saving(cells_ucbe: np.ndarray, cells_pulse: np.ndarray, seed: int = 0
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument("--data", default="builtin")
+    parser.add_argument("--rules", default="lucb,top_two")
     parser.add_argument("--horizons", default="0,100,300,500,800")
     parser.add_argument("--simultaneous", default="1,0")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
-    grid = {"cs_horizon": [float(h) for h in args.horizons.split(",")],
-            "cs_simultaneous": [float(s) for s in args.simultaneous.split(",")]}
-    bench = pj.make_benchmark(seed=0)
-    m, n = bench.scores.shape
-    V = pj.fit_example_embeddings(bench.train, rank=8)
+    sets = datasets(rank=8)
     rows, cells = [], {}
-    for rule_name, rule in (("LUCB", "lucb"), ("Top-Two (interval)", pj.top_two(challenger="interval"))):
-        config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25, rule=rule,
-                                 stop="certified")
-        for method in ("ucbe", "pulse"):
-            res = pj.sweep(bench.scores, config, method, grid, reps=args.reps, seed=0,
-                           V=V if method == "pulse" else None, progress=False)
-            for point, r in zip(res.points, res.results):
-                cert = r.certification()
-                key = (rule_name, point.cs_horizon, point.cs_simultaneous)
-                cells[key + (method,)] = np.where(r.certified_spent >= 0, r.certified_spent, m * n).astype(float)
-                rows.append({"rule": rule_name, "method": method, "cs_horizon": point.cs_horizon,
-                             "cs_simultaneous": point.cs_simultaneous, "median_cells": cert["median_cells"],
-                             "certified_fraction": cert["certified_fraction"], "errors": cert["errors"],
-                             "all_bounds_failed": 1.0 - r.anytime_coverage(),
-                             "certification_event_failed": 1.0 - r.certification_coverage()})
-                print(rows[-1], flush=True)
+    for data_name in args.data.split(","):
+        scores, V = sets[data_name]
+        m, n = scores.shape
+        horizons = [float(h) * n if 0 < float(h) < 1 else float(h) for h in args.horizons.split(",")]
+        grid = {"cs_horizon": horizons, "cs_simultaneous": [float(s) for s in args.simultaneous.split(",")]}
+        for rule_key in args.rules.split(","):
+            rule_name, rule = RULES[rule_key]
+            config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25,
+                                     rule=rule, stop="certified")
+            for method, estimator in METHODS.items():
+                res = pj.sweep(scores, config, estimator, grid, reps=args.reps, seed=0,
+                               V=V if method != "ucbe" else None, progress=False)
+                for point, r in zip(res.points, res.results):
+                    cert = r.certification()
+                    key = (data_name, rule_name, point.cs_horizon, point.cs_simultaneous)
+                    cells[key + (method,)] = np.where(r.certified_spent >= 0, r.certified_spent, m * n).astype(float)
+                    rows.append({"data": data_name, "rule": rule_name, "method": method,
+                                 "cs_horizon": point.cs_horizon, "cs_simultaneous": point.cs_simultaneous,
+                                 "median_cells": cert["median_cells"], "certified_fraction": cert["certified_fraction"],
+                                 "errors": cert["errors"], "all_bounds_failed": 1.0 - r.anytime_coverage(),
+                                 "certification_event_failed": 1.0 - r.certification_coverage()})
+                    print(rows[-1], flush=True)
     for row in rows:
-        if row["method"] == "pulse":
-            key = (row["rule"], row["cs_horizon"], row["cs_simultaneous"])
-            row.update(paired_saving(cells[key + ("ucbe",)], cells[key + ("pulse",)]))
+        if row["method"] != "ucbe":
+            key = (row["data"], row["rule"], row["cs_horizon"], row["cs_simultaneous"])
+            row.update(paired_saving(cells[key + ("ucbe",)], cells[key + (row["method"],)]))
     text = table(rows)
     print(text)
     if args.out:
         out = Path(args.out)
         out.write_text(json.dumps({"reps": args.reps, "rows": rows}, indent=2))
+        command = " ".join(["python benchmarks/bench_certify_config.py"] + sys.argv[1:])
         out.with_suffix(".md").write_text(
             f"{args.reps} paired repetitions per cell; every repetition certified: "
             f"{all(r['certified_fraction'] == 1.0 for r in rows)}; wrong certifications: "
-            f"{sum(r['errors'] for r in rows)} in all "
-            f"(`python benchmarks/bench_certify_config.py --reps {args.reps} --out {args.out}`)\n\n{text}\n")
+            f"{sum(r['errors'] for r in rows)} in all; the certification event failed in at most "
+            f"{max(r['certification_event_failed'] for r in rows):.3f} of the repetitions of any row "
+            f"(`{command}`)\n\n{text}\n")
 
 
 def table(rows) -> str:
-    lines = ["| rule | bounds | horizon t0 | UCB-E: median cells | PULSE: median cells | PULSE saves (paired 95% CI) |",
-             "|---|---|---:|---:|---:|---:|"]
-    for r in (r for r in rows if r["method"] == "pulse"):
-        u = next(x for x in rows if x["method"] == "ucbe" and (x["rule"], x["cs_horizon"], x["cs_simultaneous"])
-                 == (r["rule"], r["cs_horizon"], r["cs_simultaneous"]))
-        bounds = "all at once" if r["cs_simultaneous"] == 1 else f"certification (s = {r['cs_simultaneous']:g})"
-        horizon = "anytime" if r["cs_horizon"] == 0 else f"{r['cs_horizon']:g}"
-        lines.append(f"| {r['rule']} | {bounds} | {horizon} | "
-                     f"{u['median_cells']:,.0f} | {r['median_cells']:,.0f} | {100 * r['saving']:.0f}% "
-                     f"[{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}] |")
+    """One line per (data, rule, bounds, horizon, PULSE variant): UCB-E's cells, the variant's, the saving."""
+    lines = ["| data | rule | bounds | horizon t0 | UCB-E | method | cells | saves vs UCB-E (paired 95% CI) |",
+             "|---|---|---|---:|---:|---|---:|---:|"]
+    for u in (r for r in rows if r["method"] == "ucbe"):
+        bounds = "all at once" if u["cs_simultaneous"] == 1 else f"certification (s = {u['cs_simultaneous']:g})"
+        horizon = "anytime" if u["cs_horizon"] == 0 else f"{u['cs_horizon']:g}"
+        for r in rows:
+            if r["method"] == "ucbe" or (r["data"], r["rule"], r["cs_horizon"], r["cs_simultaneous"]) != \
+                    (u["data"], u["rule"], u["cs_horizon"], u["cs_simultaneous"]):
+                continue
+            lines.append(f"| {u['data']} | {u['rule']} | {bounds} | {horizon} | {u['median_cells']:,.0f} | "
+                         f"{LABELS[r['method']]} | {r['median_cells']:,.0f} | {100 * r['saving']:.0f}% "
+                         f"[{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}] |")
     return "\n".join(lines)
 
 

@@ -82,15 +82,22 @@ def _add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, live: 
     p.add_argument("--rank", type=int, default=None,
                    help=f"rank of the example embeddings fitted on the train split ({_by_source('rank', live)})")
     p.add_argument("--delta", type=float, default=0.05, help="intervals hold with probability 1 - delta")
+    p.add_argument("--bounds", default="all", choices=("all", "certification"),
+                   help="all: every model's interval holds at every look at once; certification: only what "
+                        "certifying the best needs (a certificate is still wrong at most delta; each upper bound at "
+                        "delta/2 on its own, so far fewer cells)")
     p.add_argument("--rule", default="ucbe",
-                   help="sampling rule: ucbe (the paper's index), lucb, top_two, successive_halving, or "
+                   help="sampling rule: ucbe (the paper's index), lucb, top_two, top_two_interval (Top-Two with the "
+                        "interval challenger), successive_halving, or "
                         f"{PLUGIN_HELP}; methods without an interval keep ucbe when the rule needs one")
     p.add_argument("--seed", type=int, default=0, help="random seed, an integer in [0, 2**64)")
 
 
 def _add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, one_method: bool = False) -> None:
-    _add_bandit_options(p, methods_help=(f"the estimator: ucbe, pulse, naive, or {PLUGIN_HELP} (default: pulse)"
-                                         if one_method else f"comma-separated estimators: ucbe, pulse, naive, or "
+    _add_bandit_options(p, methods_help=(f"the estimator: ucbe, pulse, pulse_certify, naive, or {PLUGIN_HELP} "
+                                         "(default: pulse)"
+                                         if one_method else f"comma-separated estimators: ucbe, pulse, pulse_certify, "
+                                                            f"naive, or "
                                                             f"{PLUGIN_HELP} (default: ucbe,pulse,naive)"))
     p.set_defaults(method="pulse" if one_method else "ucbe,pulse,naive")
     p.add_argument("--reps", type=int, default=reps, help="repetitions" + ("" if one_method else " per method"))
@@ -201,11 +208,14 @@ def _add_select(sub) -> None:
                      help="import this module first (e.g. one that registers an lm-eval model class of your own)")
     sel.add_argument("--log", required=True, help="JSONL log; run the same command again to resume")
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
-    _add_bandit_options(sel, methods_help=f"the estimator: pulse, ucbe, naive, or {PLUGIN_HELP} (default: pulse)",
+    _add_bandit_options(sel, methods_help=f"the estimator: pulse_certify (PULSE with lambda 1/2 and one proxy "
+                                          f"sequence), pulse (the paper's), ucbe, naive, or {PLUGIN_HELP} "
+                                          "(default: pulse_certify)",
                         live=True)
-    # Live selection wants a certified answer for the fewest paid calls: LUCB certifies with a half to a
-    # quarter of the cells the paper's index needs (docs/benchmarks/rules.md); simulations keep the paper's.
-    sel.set_defaults(method="pulse", rule="lucb")
+    # Live selection wants a certified answer for the fewest paid calls: the configuration that certifies
+    # with the fewest cells on every data set measured (docs/benchmarks/certify_config*.md); simulations
+    # keep the paper's.
+    sel.set_defaults(method="pulse_certify", rule="top_two_interval", bounds="certification")
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
     sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
     _add_stopping_options(sel)
@@ -302,7 +312,8 @@ def _for_method(config, estimator):
 def _params(args):
     from pulse_jax.params import BanditParams, check_params
 
-    return check_params(BanditParams(exploration=args.exploration, delta=args.delta), "options")
+    return check_params(BanditParams(exploration=args.exploration, delta=args.delta,
+                                     cs_simultaneous=1.0 if args.bounds == "all" else 0.0), "options")
 
 
 def _run_all(scores, V, config, methods, args, names):

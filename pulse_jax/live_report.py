@@ -18,7 +18,7 @@ class Report:
     seed: int
     models: tuple[str, ...]
     estimates: np.ndarray
-    low: np.ndarray              # confidence sequence: valid at every look, for every model at once
+    low: np.ndarray              # confidence sequence: valid at every look (for every model at once if simultaneous)
     high: np.ndarray
     n_obs: np.ndarray
     n_pulls: np.ndarray
@@ -29,6 +29,7 @@ class Report:
     separated: bool | None       # None: the method has no valid interval (Naive-Pooling)
     tied_with_leader: tuple[str, ...]
     evaluated: dict               # model -> example ids, in evaluation order
+    simultaneous: bool = True     # False: certification levels (each interval holds alone, not all at once)
 
     @property
     def ranking(self) -> list[str]:
@@ -53,7 +54,10 @@ class Report:
                  + ("separated from every other model" if self.separated else
                     "not yet separated; tied with the leader: " + ", ".join(self.tied_with_leader)
                     if self.separated is not None else "no valid interval for this method")
-                 + f" ({level} confidence sequences, simultaneous over the models and valid at every look).", "",
+                 + f" ({level} confidence sequences, valid at every look"
+                 + (", simultaneous over the models)." if self.simultaneous else
+                    "; certification levels: each holds on its own, and a certified best is wrong at most "
+                    f"{self.delta:g} of the time, but not every interval holds at once)."), "",
                  f"| rank | model | estimate | {level} confidence sequence | cells |",
                  "|---:|---|---:|---|---:|"]
         for k, row in enumerate(self.to_dict()["ranking"], start=1):

@@ -16,6 +16,7 @@ the plug-in's declared capabilities (``uses_predictions``,
 """
 from __future__ import annotations
 
+import functools
 import importlib
 import sys
 from typing import Callable
@@ -24,8 +25,9 @@ from pulse_jax import estimators, rules, stopping
 from pulse_jax.errors import PulseInputError
 
 ESTIMATORS: dict[str, Callable] = {"ucbe": estimators.ucbe, "pulse": estimators.pulse,
-                                   "naive": estimators.naive_pooling}
+                                   "pulse_certify": estimators.pulse_certify, "naive": estimators.naive_pooling}
 SAMPLING_RULES: dict[str, Callable] = {"ucbe": rules.ucb_index_rule, "lucb": rules.lucb, "top_two": rules.top_two,
+                                       "top_two_interval": functools.partial(rules.top_two, challenger="interval"),
                                        "successive_halving": rules.successive_halving}
 STOPPING_RULES: dict[str, Callable] = {"budget": stopping.spend_budget, "certified": stopping.when_certified}
 ALIASES = {"ucb": "ucbe", "naive_pooling": "naive", "toptwo": "top_two", "halving": "successive_halving",

@@ -470,15 +470,18 @@ class Selector:
             tied = tuple(self.models[j] for j in range(m) if j != leader and not high[j] < low[leader])
         return Report(self.method, self.seed, self.models, est, low, high, n_obs,
                       n_pulls, self.spent, c.budget, self.delta, self.models[leader], separated, tied,
-                      self._evaluated())
+                      self._evaluated(), bool(float(self.params.cs_simultaneous) >= 1.0))
 
     def paired_difference(self, a: str, b: str) -> dict:
         """``mu_a - mu_b`` with an anytime-valid interval, and the mean of ``S_a - S_b`` on the shared examples.
 
         The interval is the difference of the two confidence sequences,
         ``[low_a - high_b, high_a - low_b]``: it holds at every look, for every
-        pair at once, with probability >= 1 - delta (the sequences are
-        simultaneous). ``common_mean`` (over the examples both models have
+        pair at once, with probability >= 1 - delta when the sequences are
+        simultaneous (``cs_simultaneous = 1``); at certification levels each pair's
+        interval holds with probability >= 1 - delta on its own (its two lower
+        sides together take at most delta / 2, each upper side at most delta / 2).
+        ``common_mean`` (over the examples both models have
         seen) is descriptive only: it carries no guarantee of its own.
         """
         require(a in self.models and b in self.models, f"unknown model {a if a not in self.models else b!r}")

@@ -7,13 +7,13 @@ import numpy as np
 import pytest
 
 from conftest import tiny_problem
-from pulse_jax import BanditConfig, BanditParams, confidence, estimators
+from pulse_jax import BanditConfig, BanditParams, confidence, estimators, registry
 from pulse_jax.estimators import Ledger, Pull
 from pulse_jax.simulate import simulate
 
 
-def _pulse_proxies(scores, preds, observed, order, lam_state):
-    """PULSE's (Y, lower, width) rows for drawing ``order`` (example indices) after ``observed``."""
+def _pulse_proxies(scores, preds, observed, order, lam_state, est=None):
+    """PULSE's (Y, lower, width) proxy row for drawing ``order`` (example indices) after ``observed``."""
     n = len(scores)
     unobs = [j for j in range(n) if j not in observed]
     ledger = Ledger(jnp.array([len(observed), 1]), jnp.array([2, 1]), jnp.array([scores[observed].sum(), 0.0]),
@@ -22,27 +22,30 @@ def _pulse_proxies(scores, preds, observed, order, lam_state):
     pull = Pull(jnp.int32(0), jnp.int32(len(order)), jnp.float32(0), jnp.float32(0),
                 jnp.asarray(scores[list(order)], jnp.float32), jnp.asarray(preds[list(order)], jnp.float32),
                 jnp.ones(len(order), bool))
-    y, lower, width = estimators.pulse().proxies(lam_state, ledger, pull, n, BanditParams())
-    return np.asarray(y[1], np.float64), np.asarray(lower[1], np.float64), np.asarray(width[1], np.float64)
+    est = est or estimators.pulse()
+    y, lower, width = est.proxies(lam_state, ledger, pull, n, BanditParams())
+    row = est.n_sequences - 1          # the proxies: the last row (after the raw scores, if any)
+    return tuple(np.asarray(a[row], np.float64) for a in (y, lower, width))
 
 
 @pytest.mark.parametrize("z_history", [(0.0, 0), (2.3, 2), (-4.0, 1)])   # lambda = 1, in (0, 1), 0
 @pytest.mark.parametrize("soft", [False, True])
-def test_proxy_conditional_mean_is_the_unseen_mean_by_exact_enumeration(z_history, soft):
+@pytest.mark.parametrize("name", ["pulse", "pulse_certify"])     # pulse_certify: lambda 1/2, one row
+def test_proxy_conditional_mean_is_the_unseen_mean_by_exact_enumeration(z_history, soft, name):
     """E[Y_s | past] = mean of the still-unseen scores, over every draw order, for wrong predictions."""
     rng = np.random.default_rng(3)
     n, B = 7, 3
     scores = rng.random(n) if soft else np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
     preds = np.array([0.1, 0.8, 0.9, 0.3, 0.2, 0.7, 0.6])   # anti-correlated with the scores: bad on purpose
     observed = [0, 4]
-    est = estimators.pulse()
+    est = registry.estimator(name)
     ledger0 = Ledger(jnp.array([2, 1]), jnp.array([2, 1]), jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]),
                      jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]))
     state = est.init(ledger0)._replace(z_sum=jnp.array([z_history[0], 0.0]), n_z=jnp.array([z_history[1], 0]))
     unobs = [j for j in range(n) if j not in observed]
     rows = {}
     for order in itertools.permutations(unobs, B):           # every ordered batch: uniform sequential draws
-        y, lower, width = _pulse_proxies(scores, preds, observed, order, state)
+        y, lower, width = _pulse_proxies(scores, preds, observed, order, state, est)
         assert np.all(lower - 1e-6 <= y) and np.all(y <= lower + width + 1e-6)   # the predictable range
         assert np.all(width <= 2 + 1e-6)
         for k in range(B):
@@ -149,7 +152,7 @@ REPS, DELTA, MC_TOL = 1000, 0.2, 0.038
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "ucbe_horizon",
-                                  "pulse_adversarial_horizon"])
+                                  "pulse_adversarial_horizon", "pulse_certify_adversarial"])
 def test_coverage_at_every_look(case):
     """Over 1,000 repetitions, the fraction in which any model's sequence *ever* misses is <= delta."""
     res = _coverage_case(case)
@@ -160,7 +163,9 @@ def test_coverage_at_every_look(case):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "pulse_soft_horizon"])
+@pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "pulse_soft_horizon",
+                                  "pulse_certify_good", "pulse_certify_useless", "pulse_certify_adversarial",
+                                  "pulse_certify_soft"])
 def test_certification_levels_keep_their_guarantees(case):
     """``cs_simultaneous = 0`` over 1,000 repetitions: the event certification rests on (every lower
     bound and the best model's upper bound, at every look) fails in at most delta of them, and each
@@ -177,34 +182,46 @@ def _coverage_case(case, simultaneous=1.0):
     binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
     scores = binary
     V = v
-    if case.startswith("pulse_adversarial"):
+    if "adversarial" in case:
         V = -3.0 * v           # predictions anti-correlated with the truth
-    if case.startswith("pulse_soft"):
+    if "useless" in case:
+        V = np.zeros_like(v)   # every prediction 1/2
+    if "soft" in case:
         scores = np.clip(binary * 0.7 + np.random.default_rng(1).random(binary.shape) * 0.3, 0, 1).astype(np.float32)
-    method = "ucbe" if case.startswith("ucbe") else "pulse"
+    method = next(name for name in ("ucbe", "pulse_certify", "pulse") if case.startswith(name))
     horizon = 20.0 if case.endswith("horizon") else 0.0     # bets tuned to 20 draws (of 28 per model on average)
     return _coverage_run(method, V, scores, REPS, DELTA, budget=5 * 4 + 120, horizon=horizon,
                          simultaneous=simultaneous)
 
 
-def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np.log(4.0)), horizon=0.0):
+def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np.log(4.0)), horizon=0.0,
+                               proxy_lambda=None):
     """Fraction of random draw orders in which one sequence at alpha = 1/4 per side ever misses.
 
     A level where the guarantee (miss rate <= 2 alpha = 0.5) is close to tight, so that a
     sequence that is too narrow shows. Traced afresh on every call (reads ``_NARROWING``).
+    ``proxy_lambda``: run it on PULSE's AIPW proxies with this lambda and predictions
+    anti-correlated with the scores (``estimators.aipw_proxies``) instead of the raw scores.
     """
     rng = np.random.default_rng(7)
     population = (rng.random(N) < 0.5).astype(np.float32)
+    preds = jnp.asarray(np.clip(0.9 - 0.8 * population + 0.1 * rng.random(N), 0, 1), jnp.float32)
     orders = np.stack([rng.permutation(N) for _ in range(reps)]).reshape(reps, N // batch, batch)
 
     def one(order):
         def body(cs, idx):
             k, ex = idx
             s = jnp.asarray(population)[ex]
-            cs = confidence.cs_update(cs, 0, k * batch, jnp.sum(jnp.asarray(population)[order.reshape(-1)] *
-                                                                 (jnp.arange(N) < k * batch)), jnp.float32(N),
-                                      s[None], jnp.zeros((1, batch)), jnp.ones((1, batch)), s,
-                                      jnp.ones(batch, bool), log_inv_alpha, horizon)
+            seen = jnp.arange(N) < k * batch
+            flat = order.reshape(-1)
+            if proxy_lambda is None:
+                rows = s[None], jnp.zeros((1, batch)), jnp.ones((1, batch))
+            else:
+                unseen_pred_sum = jnp.sum(preds[flat] * ~seen)
+                rows = tuple(r[None] for r in estimators.aipw_proxies(s, preds[ex], unseen_pred_sum,
+                                                                      jnp.float32(N - k * batch), proxy_lambda))
+            cs = confidence.cs_update(cs, 0, k * batch, jnp.sum(jnp.asarray(population)[flat] * seen),
+                                      jnp.float32(N), *rows, s, jnp.ones(batch, bool), log_inv_alpha, horizon)
             return cs, None
         cs, _ = jax.lax.scan(body, confidence.cs_init(1), (jnp.arange(N // batch), order))
         return cs.low[0], cs.high[0]
@@ -214,11 +231,13 @@ def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np
     return float(np.mean((np.asarray(low) > mu + 1e-5) | (np.asarray(high) < mu - 1e-5)))
 
 
-@pytest.mark.parametrize("horizon", [0.0, 10.0, 50.0])
-def test_one_sequence_misses_at_most_two_alpha(horizon):
+@pytest.mark.parametrize("horizon, proxy_lambda", [(0.0, None), (10.0, None), (50.0, None), (0.0, 0.5),
+                                                  (50.0, 0.5), (0.0, 1.0)])
+def test_one_sequence_misses_at_most_two_alpha(horizon, proxy_lambda):
     """1,000 draw orders; 3 SE of a rate of 0.5 is 0.047. Bets tuned to a horizon (10 or 50 of the 100
-    draws) stay valid too."""
-    miss = _single_sequence_miss_rate(horizon=horizon)
+    draws) stay valid too, and so does the sequence on AIPW proxies with adversarial predictions
+    (lambda 1/2, pulse_certify's, and 1)."""
+    miss = _single_sequence_miss_rate(horizon=horizon, proxy_lambda=proxy_lambda)
     print(f"one sequence, alpha = 1/4 per side: ever missed in {miss:.3f} of the orders")
     assert miss <= 0.5 + 0.047
 
@@ -241,7 +260,8 @@ def test_certified_stopping_is_wrong_at_most_delta():
     _, _, v = tiny_problem(seed=4, m=3, n=n, rank=3)
     # simultaneous = 0: the certification levels (upper bounds at delta / (2 C)), same guarantee
     for method, rule, simultaneous in [("ucbe", "lucb", 1.0), ("pulse", "lucb", 1.0), ("pulse", "ucbe", 1.0),
-                                       ("ucbe", "lucb", 0.0), ("pulse", "lucb", 0.0)]:
+                                       ("ucbe", "lucb", 0.0), ("pulse", "lucb", 0.0),
+                                       ("pulse_certify", "top_two_interval", 0.0)]:
         config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule=rule)
         res = simulate(scores, config, method, V=v, reps=REPS, seed=3, stop="certified",
                        params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous))
