@@ -329,7 +329,7 @@ def pulse_certify() -> Estimator:
     CRUXEval-O, ChemBench: ``docs/confidence.md``), where the paper's lambda
     (near 1) loses to UCB-E on CRUXEval-O. ``pulse-jax select`` uses it by default.
     """
-    return pulse(constant_lambda(0.5), None, raw_sequence=False)
+    return pulse(constant_lambda(0.5), None, raw_sequence=False)._replace(name="pulse_certify")
 
 
 # ----------------------------------------------------------------------------- Naive

@@ -1,0 +1,124 @@
+"""PULSE configurations at the paper's scale, fixed budget, paired against UCB-E in both counts.
+
+On the paper-scale factor data (``../shared/data``; 1,000 candidates, B = 64, 400,000 bandit cells,
+the paper's rule and refit period), per data set: UCB-E; PULSE with the paper's lambda and with
+lambda fixed at 1/2 (one compiled sweep); and PULSE with *oracle embeddings* -- the factor file's own
+``V``, from which every score was drawn, so only the candidates' ``U`` rows must be learned: a ceiling
+for what better example embeddings could give. Every configuration runs on the same repetition keys.
+
+Per configuration: the paper's count (bandit cells, first crossing of 95% accuracy, bootstrap mean;
+``metrics.paper_budget_to_target``) and this project's strict count (initialization included,
+accuracy must stay >= 95%; ``metrics.budget_to_target``), and the paired savings against UCB-E in
+both (``metrics.paired_savings``, 95% bootstrap intervals).
+
+    python benchmarks/paper_scale_configs.py --reps 200 --out docs/benchmarks/paper_scale_configs.json
+
+Prints a table and writes ``--out`` (JSON) and the same path with ``.md``. Each finished data set is
+kept in ``--out``, so an interrupted run resumes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import jax
+import numpy as np
+
+import pulse_jax as pj
+from pulse_jax import data, factorization, metrics
+
+SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+FILES = {"mmlu_pro": "openllm_v2_mmlu_pro_factors.npz", "bbh_composite": "openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz"}
+
+
+def rows_for(name, args) -> list[dict]:
+    path = Path(args.data_dir) / FILES[name]
+    train, cand, info = data.paper_scale_problem(path, seed=args.seed, n_candidates=args.candidates,
+                                                 delta_top2=args.delta)
+    m, n = cand.shape
+    config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * args.batch_size + args.bandit_budget,
+                             batch_size=args.batch_size, refit_every=args.refit_every)
+    V = np.asarray(pj.fit_example_embeddings(train.scores, rank=min(args.rank, *train.shape),
+                                             settings=factorization.adam_settings(args.stage0_epochs, 0.05, 0.01),
+                                             seed=args.seed))
+    V_true = data.load_factors(path)[1]
+    runs = {"UCB-E": pj.simulate(cand.scores, config, "ucbe", reps=args.reps, seed=args.seed, progress=False)}
+    swept = pj.sweep(cand.scores, config, "pulse", {"fixed_lambda": [math.nan, 0.5]}, reps=args.reps,
+                     seed=args.seed, V=V, progress=False)
+    runs["PULSE (paper's lambda)"], runs["PULSE, lambda = 1/2"] = swept.results
+    runs["PULSE, oracle embeddings"] = pj.simulate(cand.scores, config, "pulse", V=V_true, reps=args.reps,
+                                                   seed=args.seed, progress=False)
+    base = runs["UCB-E"]
+    rows = []
+    for label, res in runs.items():
+        row = {"data": name, "realized_gap": info.get("realized_top2_gap"), "configuration": label,
+               "paper_bandit_cells": metrics.paper_budget_to_target(res, 0.95, n_boot=500, seed=0)["bandit_cells"],
+               "strict_cells": metrics.budget_to_target(res, 0.95, n_boot=200, seed=0)["budget"],
+               "final_accuracy": float(res.correct()[:, -1].mean())}
+        if res is not base:
+            for metric in ("paper", "strict"):
+                saved = metrics.paired_savings(res, base, 0.95, n_boot=500, seed=0, metric=metric)
+                row[f"{metric}_saving"] = [saved["savings_pct"], saved["low"], saved["high"]]
+        rows.append(row)
+        print(row, flush=True)
+    return rows
+
+
+def table(rows, init_cells: int) -> str:
+    """The strict count's bandit cells are its cells less the ``init_cells`` of initialization."""
+    lines = ["| data (top-2 gap) | configuration | paper's count (bandit cells) | saves [95% CI] | strict count "
+             "(all cells) | saves [95% CI] | strict count's bandit cells | saves |", "|---|---|---:|---:|---:|---:|---:|---:|"]
+    fmt = lambda s: "" if s is None else f"{s[0]:.0f}% [{s[1]:.0f}, {s[2]:.0f}]"   # noqa: E731
+    for r in rows:
+        base = next(b for b in rows if b["data"] == r["data"] and b["configuration"] == "UCB-E")
+        bandit, bandit_base = r["strict_cells"] - init_cells, base["strict_cells"] - init_cells
+        saved = "" if r is base else f"{100 * (1 - bandit / bandit_base):.0f}%"
+        lines.append(f"| {r['data']} ({r['realized_gap']:.4f}) | {r['configuration']} | {r['paper_bandit_cells']:,.0f}"
+                     f" | {fmt(r.get('paper_saving'))} | {r['strict_cells']:,.0f} | {fmt(r.get('strict_saving'))} | "
+                     f"{bandit:,.0f} | {saved} |")
+    return "\n".join(lines)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--data-dir", default=str(SHARED))
+    p.add_argument("--datasets", default="bbh_composite,mmlu_pro")
+    p.add_argument("--delta", type=float, default=0.01, help="the top-2 gap of the paper's difficulty subset")
+    p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--candidates", type=int, default=1000)
+    p.add_argument("--bandit-budget", type=int, default=400_000)
+    p.add_argument("--batch-size", type=int, default=64)
+    p.add_argument("--refit-every", type=int, default=1000)
+    p.add_argument("--rank", type=int, default=100)
+    p.add_argument("--stage0-epochs", type=int, default=300)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    out = Path(args.out) if args.out else None
+    done = json.loads(out.read_text()) if out and out.is_file() else {"rows": []}
+    rows = done["rows"]
+    start = time.time()
+    for name in args.datasets.split(","):
+        if any(r["data"] == name for r in rows):
+            print(f"{name}: kept from {out}", file=sys.stderr)
+            continue
+        rows += rows_for(name, args)
+        if out:
+            out.write_text(json.dumps({"args": vars(args), "backend": jax.default_backend(), "rows": rows},
+                                      indent=2))
+    text = table(rows, args.candidates * args.batch_size)
+    print(text)
+    print(f"{time.time() - start:.0f} s", file=sys.stderr)
+    if out:
+        command = " ".join(["python benchmarks/paper_scale_configs.py"] + sys.argv[1:])
+        out.with_suffix(".md").write_text(f"{args.reps} paired repetitions, {args.candidates} candidates, "
+                                          f"{args.bandit_budget:,} bandit cells, B = {args.batch_size}, refit every "
+                                          f"{args.refit_every} steps (`{command}`)\n\n{text}\n")
+
+
+if __name__ == "__main__":
+    main()
