@@ -12,6 +12,10 @@ accuracy must stay >= 95%; ``metrics.budget_to_target``), and the paired savings
 both (``metrics.paired_savings``, 95% bootstrap intervals).
 
     python benchmarks/paper_scale_configs.py --reps 200 --out docs/benchmarks/paper_scale_configs.json
+    python benchmarks/paper_scale_configs.py --certify --reps 100 --out docs/benchmarks/paper_scale_certify.json
+
+``--certify`` measures the fixed-confidence regime instead: UCB-E, PULSE and ``pulse_certify`` with
+Top-Two (interval challenger) and certification bounds, stopping once certified within the same budget.
 
 Prints a table and writes ``--out`` (JSON) and the same path with ``.md``. Each finished data set is
 kept in ``--out``, so an interrupted run resumes.
@@ -68,6 +72,40 @@ def rows_for(name, args) -> list[dict]:
     return rows
 
 
+def certify_rows(name, args) -> list[dict]:
+    """Fixed confidence: cells to certify with Top-Two (interval) and certification bounds, within the same
+    budget, for UCB-E, PULSE and ``pulse_certify``."""
+    path = Path(args.data_dir) / FILES[name]
+    train, cand, info = data.paper_scale_problem(path, seed=args.seed, n_candidates=args.candidates,
+                                                 delta_top2=args.delta)
+    m, n = cand.shape
+    config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * args.batch_size + args.bandit_budget,
+                             batch_size=args.batch_size, refit_every=args.refit_every, rule="top_two_interval",
+                             stop="certified")
+    V = np.asarray(pj.fit_example_embeddings(train.scores, rank=min(args.rank, *train.shape),
+                                             settings=factorization.adam_settings(args.stage0_epochs, 0.05, 0.01),
+                                             seed=args.seed))
+    rows = []
+    for label, method in (("UCB-E", "ucbe"), ("PULSE", "pulse"), ("pulse_certify", "pulse_certify")):
+        res = pj.simulate(cand.scores, config, method, V=None if method == "ucbe" else V, reps=args.reps,
+                          seed=args.seed, params=pj.BanditParams(cs_simultaneous=0.0), progress=False)
+        cert = res.certification()
+        rows.append({"data": name, "realized_gap": info.get("realized_top2_gap"), "configuration": label,
+                     "certified_fraction": cert["certified_fraction"], "median_cells": cert["median_cells"],
+                     "errors": cert["errors"], "budget": config.budget})
+        print(rows[-1], flush=True)
+    return rows
+
+
+def certify_table(rows) -> str:
+    lines = ["| data (top-2 gap) | configuration | certified within the budget | median cells to certify | wrong |",
+             "|---|---|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['data']} ({r['realized_gap']:.4f}) | {r['configuration']} | {r['certified_fraction']:.0%} "
+                     f"of {r['budget']:,} | {r['median_cells']:,.0f} | {r['errors']} |")
+    return "\n".join(lines)
+
+
 def table(rows, init_cells: int) -> str:
     """The strict count's bandit cells are its cells less the ``init_cells`` of initialization."""
     lines = ["| data (top-2 gap) | configuration | paper's count (bandit cells) | saves [95% CI] | strict count "
@@ -96,6 +134,8 @@ def main() -> None:
     p.add_argument("--rank", type=int, default=100)
     p.add_argument("--stage0-epochs", type=int, default=300)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--certify", action="store_true",
+                   help="fixed confidence instead: cells to certify (Top-Two, certification bounds)")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     out = Path(args.out) if args.out else None
@@ -106,16 +146,17 @@ def main() -> None:
         if any(r["data"] == name for r in rows):
             print(f"{name}: kept from {out}", file=sys.stderr)
             continue
-        rows += rows_for(name, args)
+        rows += (certify_rows if args.certify else rows_for)(name, args)
         if out:
             out.write_text(json.dumps({"args": vars(args), "backend": jax.default_backend(), "rows": rows},
                                       indent=2))
-    text = table(rows, args.candidates * args.batch_size)
+    text = certify_table(rows) if args.certify else table(rows, args.candidates * args.batch_size)
     print(text)
     print(f"{time.time() - start:.0f} s", file=sys.stderr)
     if out:
         command = " ".join(["python benchmarks/paper_scale_configs.py"] + sys.argv[1:])
         out.with_suffix(".md").write_text(f"{args.reps} paired repetitions, {args.candidates} candidates, "
+                                          + ("stop when certified, " if args.certify else "") +
                                           f"{args.bandit_budget:,} bandit cells, B = {args.batch_size}, refit every "
                                           f"{args.refit_every} steps (`{command}`)\n\n{text}\n")
 
