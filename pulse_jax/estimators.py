@@ -310,9 +310,10 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
             return tuple(r[None] for r in rows)
         return tuple(jnp.stack([r[0], p]) for r, p in zip(_raw_proxies(pull), rows))
 
+    # raw_sequence is recorded only when it is not the default, so logs written without it still resume.
     settings = (("lambda_rule", getattr(lambda_rule, "__qualname__", repr(lambda_rule))),
                 ("variance_bound", None if variance_bound is None else float(variance_bound)),
-                ("raw_sequence", bool(raw_sequence)))
+                *((("raw_sequence", False),) if not raw_sequence else ()))
     return Estimator("pulse", True, init, update, _no_refresh, estimate, radius, proxies,
                      2 if raw_sequence else 1, settings)
 

@@ -203,3 +203,24 @@ def test_the_python_api_uses_the_compilation_cache_unless_turned_off(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert off.returncode == 0, off.stderr[-2000:]
     assert off.stdout.strip().splitlines()[-1] == "None"
+
+
+def test_bounds_option_and_the_select_defaults():
+    """``--bounds`` maps to ``cs_simultaneous``; simulations keep the paper's defaults, select takes the
+    configuration measured to certify with the fewest cells (docs/confidence.md)."""
+    from pulse_jax import cli, registry
+
+    parser = cli.build_parser()
+    sim = parser.parse_args(["simulate", "--scores", "s.csv", "--out", "o"])
+    assert (sim.method, sim.rule, sim.bounds) == ("ucbe,pulse,naive", "ucbe", "all")
+    assert cli._params(sim).cs_simultaneous == 1.0
+    assert cli._params(parser.parse_args(["simulate", "--scores", "s.csv", "--out", "o", "--bounds", "certification"])
+                       ).cs_simultaneous == 0.0
+    sel = parser.parse_args(["select", "--models", "m.txt", "--budget", "10", "--log", "l.jsonl"])
+    assert (sel.method, sel.rule, sel.bounds) == ("pulse_certify", "top_two_interval", "certification")
+    assert cli._params(sel).cs_simultaneous == 0.0
+    certify = registry.estimator(sel.method)
+    assert certify.name == "pulse_certify" and certify.n_sequences == 1
+    assert dict(certify.settings)["lambda_rule"] == "constant_lambda(0.5)"
+    rule = registry.sampling_rule(sel.rule)
+    assert rule.needs_interval and dict(rule.settings)["challenger"] == "interval"

@@ -242,7 +242,13 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     out = capsys.readouterr().out
     assert "Leader:" in out and (tmp_path / "run_report" / "estimates.png").stat().st_size > 1000
     records = (tmp_path / "run.jsonl").read_text().splitlines()
-    assert json.loads(records[0])["type"] == "header" and len(records) == 1 + 10 + 50
+    header = json.loads(records[0])
+    assert header["type"] == "header" and len(records) == 1 + 10 + 50
+    # the defaults: pulse_certify, Top-Two with the interval challenger, certification bounds
+    assert header["method"] == "pulse_certify" and header["method_settings"]["raw_sequence"] is False
+    assert header["method_settings"]["lambda_rule"] == "constant_lambda(0.5)"
+    assert header["cs_simultaneous"] == 0.0 and "top_two" in json.dumps(header["rule"])
+    assert "certification levels" in out
     assert cli.main(args) == 0                                # resuming a finished run evaluates nothing
     assert "resuming run.jsonl: 960 cells already evaluated" in capsys.readouterr().out
     assert len((tmp_path / "run.jsonl").read_text().splitlines()) == len(records)
