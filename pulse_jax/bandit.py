@@ -320,9 +320,10 @@ def observed_blocks(episode: Episode, state: BanditState,
     return init, pulls
 
 
-def adam_refit(epochs: int, learning_rate, l2) -> FitSettings:
-    """The bandit's refit schedule: ``epochs`` (static) Adam steps; rate and L2 weight may be traced."""
-    return FitSettings(epochs, l2, optax.adam(learning_rate))
+def adam_refit(epochs: int, learning_rate, l2, shrink=0.0) -> FitSettings:
+    """The bandit's refit schedule: ``epochs`` (static) Adam steps; rate, L2 weight and the population
+    prior's weight (``BanditParams.refit_prior``) may be traced."""
+    return FitSettings(epochs, l2, optax.adam(learning_rate), shrink)
 
 
 def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slots: int | None = None,
@@ -429,7 +430,8 @@ def init(config: BanditConfig, plugins: Plugins, key, scores, V, params) -> tupl
     first = jnp.take_along_axis(scores, first_examples, axis=1)
     state = _first_state(config, plugins, first, observed, population, V.shape[1], params)
     if estimator.uses_predictions:
-        settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2)
+        settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2,
+                              params.refit_prior)
         state = _refit(episode, state, settings, log_slots=0)     # nothing is in the log yet
     state = state._replace(estimator=estimator.init(state.ledger))
     state = state._replace(best=recommend(config, plugins, episode, state, 0))
@@ -508,7 +510,7 @@ def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandi
         return state
 
     def refit_if_live(state):
-        settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2)
+        settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2, params.refit_prior)
         dynamic = t is not None and log_slots is None
         filled = factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config)) if dynamic else None
         new = _refit(episode, state, settings, log_slots, filled)

@@ -29,11 +29,19 @@ from pulse_jax.params import seed_key
 
 
 class FitSettings(NamedTuple):
-    """One optimisation schedule: ``epochs`` steps of ``optimizer`` with L2 weight ``lam``."""
+    """One optimisation schedule: ``epochs`` steps of ``optimizer`` with L2 weight ``lam``.
+
+    ``shrink`` (refits of ``U`` only): the weight ``kappa`` of a population prior that pulls
+    every row towards the mean row ``ubar`` of all rows, ``(kappa / 2) sum_i ||u_i - ubar||^2``
+    added to the data term's *sum* over cells (so ``kappa`` counts in cells). A model with few
+    observed cells then gets predictions near the candidates' average ones instead of what a few
+    steps from zero give. Fitted on observed cells only, so every prediction stays predictable.
+    """
 
     epochs: int
     lam: float
     optimizer: optax.GradientTransformation
+    shrink: Any = 0.0
 
 
 def adam_settings(epochs: int, learning_rate: float, lam: float) -> FitSettings:
@@ -114,7 +122,13 @@ def refit_rows(U: chex.Array, V: chex.Array, scores: chex.Array, mask: chex.Arra
     only through the shared normalisation), so warm starts are safe.
     """
     V = jax.lax.stop_gradient(V)
-    return _optimise(U, lambda u: loss(u, V, scores, mask, settings.lam), settings)
+    count = jnp.maximum(jnp.sum(mask), 1).astype(U.dtype)
+
+    def objective(u):
+        prior = 0.5 * settings.shrink * jnp.sum(jnp.square(u - jnp.mean(u, axis=0, keepdims=True))) / count
+        return loss(u, V, scores, mask, settings.lam) + prior
+
+    return _optimise(U, objective, settings)
 
 
 class CellBlocks(NamedTuple):
@@ -227,7 +241,8 @@ def refit_rows_on_blocks(U: chex.Array, V: chex.Array, blocks: tuple[CellBlocks,
     at a time on a CPU, see :func:`chunk_bytes`), and the gradient of the BCE
     term is written out,
 
-        dL/du_i = (1/|Omega|) sum_{(i,j) in Omega} (sigmoid(u_i . v_j) - S_ij) v_j + lam/(m + n) u_i,
+        dL/du_i = (1/|Omega|) sum_{(i,j) in Omega} (sigmoid(u_i . v_j) - S_ij) v_j + lam/(m + n) u_i
+                  + (kappa / |Omega|) (u_i - ubar)   (``settings.shrink``, 0 by default),
 
     as two batched contractions and a ``segment_sum`` per block (a third
     less work than differentiating the loss, which also evaluates it).
@@ -245,7 +260,9 @@ def refit_rows_on_blocks(U: chex.Array, V: chex.Array, blocks: tuple[CellBlocks,
 
     def gradient(u):
         data = _fold(lambda b, g: data_gradient(u, b, g), jnp.zeros_like(u), visits, V)
-        return data / count + settings.lam / (m + n_examples) * u
+        # d/du_i of (kappa/2) sum_k ||u_k - ubar||^2 is kappa (u_i - ubar): the mean's own terms cancel.
+        prior = settings.shrink * (u - jnp.mean(u, axis=0, keepdims=True))
+        return (data + prior) / count + settings.lam / (m + n_examples) * u
 
     return _descend(U, gradient, settings)
 

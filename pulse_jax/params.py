@@ -41,6 +41,11 @@ class BanditParams(NamedTuple):
         probability at least ``1 - delta``, and each model's interval alone still holds with
         ``1 - delta``, but not all of them at once. Values between interpolate
         (``confidence.cs_levels``).
+      refit_prior: the weight, in cells, of a population prior in every refit of ``U``: each row is
+        pulled towards the mean row of all candidates (``factorization.FitSettings.shrink``), so a
+        model seen on one batch gets predictions near the candidates' average. 0 (default): the
+        paper's refit. Predictions stay fitted on observed cells only, so validity never depends
+        on it.
       plugin: ``{name: value}``, the traced numbers the run's plug-ins declare
         (their ``traced`` field, e.g. Top-Two's ``leader_fraction``); names
         left out take the declared defaults (``None``: all of them).
@@ -55,6 +60,7 @@ class BanditParams(NamedTuple):
     fixed_lambda: Any = math.nan
     cs_horizon: Any = 0.0
     cs_simultaneous: Any = 1.0
+    refit_prior: Any = 0.0
     plugin: Any = None
 
     def as_arrays(self) -> "BanditParams":
@@ -93,6 +99,7 @@ RANGES = {
     "fixed_lambda": (0.0, 1.0, True, True, True),
     "cs_horizon": (0.0, math.inf, True, False, False),
     "cs_simultaneous": (0.0, 1.0, True, True, False),
+    "refit_prior": (0.0, math.inf, True, False, False),
 }
 
 

@@ -66,7 +66,7 @@ def test_simulate_with_new_parameter_values_compiles_nothing(problem, counted_tr
     before = len(COMPILES)
     second = pj.simulate(scores, config, "pulse", V=V, reps=4, seed=0,
                          params=pj.BanditParams(exploration=0.05, delta=0.2, refit_lr=0.3, refit_l2=0.1,
-                                                fixed_lambda=0.5))
+                                                fixed_lambda=0.5, refit_prior=2.0, cs_simultaneous=0.0))
     assert len(COMPILES) == before and len(counted_traces) == 1
     assert not np.array_equal(first.chosen, second.chosen)
     assert second.params.delta == pytest.approx(0.2)
@@ -76,7 +76,7 @@ def test_simulate_with_new_parameter_values_compiles_nothing(problem, counted_tr
 def test_each_sweep_point_equals_simulate_with_its_parameters(problem, method):
     scores, V, config = problem
     grid = [{"exploration": 0.3, "fixed_lambda": 0.4}, {"exploration": 2.0, "delta": 0.3, "init_refit_lr": 0.05},
-            {"refit_lr": 0.02, "refit_l2": 0.2, "init_refit_l2": 0.001}]
+            {"refit_lr": 0.02, "refit_l2": 0.2, "init_refit_l2": 0.001, "refit_prior": 5.0, "cs_simultaneous": 0.0}]
     result = pj.sweep(scores, config, method, grid, reps=5, seed=7, V=V, chunk_size=4)
     for point, res in zip(result.points, result.results):
         alone = pj.simulate(scores, config, method, V=V, reps=5, seed=7, params=point)
