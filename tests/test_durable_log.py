@@ -110,10 +110,12 @@ def test_torn_tail_at_every_offset_is_cut_and_resumes_twice(bench, tmp_path, cap
     for k, offset in enumerate(offsets):
         log = tmp_path / f"torn{k}.jsonl"
         log.write_bytes(data[:offset])
-        torn = not data[:offset].endswith(b"\n")
+        whole = data[offset:offset + 1] == b"\n"     # cut just before a newline: the last record is complete
+        torn = not data[:offset].endswith(b"\n") and not whole
         sel = _selector(bench, log)
         message = capsys.readouterr().err
         assert message.count("cut a torn last record") == int(torn)
+        assert message.count("lacked its newline; kept it") == int(whole)
         again = run(_oracle(bench[0]), sel, stop_early=False)
         sel.close()
         assert again.evaluated == report.evaluated
