@@ -39,16 +39,21 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FILES = {"cruxeval_o": "zeroeval_cruxeval_o.csv", "chembench": "chembench.csv"}
 
 
-def split_cells(res) -> dict:
-    """Median cells to certify and the median share that went to the two best models."""
-    cert = res.certification()
+def cells_to_top_two(res) -> dict:
+    """Median cells (at the run's end: the certificate, or the budget) to the two best models, to the
+    rest, and the median share of the two best."""
     order = np.argsort(-res.true_means)
     top2 = res.n_obs[:, order[:2]].sum(axis=1)
     total = res.n_obs.sum(axis=1)
-    return {"certified_fraction": cert["certified_fraction"], "errors": cert["errors"],
-            "median_cells": cert["median_cells"], "median_top2_cells": float(np.median(top2)),
-            "median_other_cells": float(np.median(total - top2)),
+    return {"median_top2_cells": float(np.median(top2)), "median_other_cells": float(np.median(total - top2)),
             "median_top2_share": float(np.median(top2 / total))}
+
+
+def split_cells(res) -> dict:
+    """Median cells to certify and how they split between the two best models and the rest."""
+    cert = res.certification()
+    return {"certified_fraction": cert["certified_fraction"], "errors": cert["errors"],
+            "median_cells": cert["median_cells"], **cells_to_top_two(res)}
 
 
 def _runs(V, V_in_sample):

@@ -36,6 +36,9 @@ import numpy as np
 import pulse_jax as pj
 from pulse_jax import data, factorization, metrics
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from decompose_savings import cells_to_top_two  # noqa: E402
+
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FILES = {"mmlu_pro": "openllm_v2_mmlu_pro_factors.npz", "bbh_composite": "openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz"}
 
@@ -100,14 +103,6 @@ def certify_rows(name, args) -> list[dict]:
                      "errors": cert["errors"], "budget": config.budget, **cells_to_top_two(res)})
         print(rows[-1], flush=True)
     return rows
-
-
-def cells_to_top_two(res) -> dict:
-    """Median cells (at the run's end: the certificate, or the budget) to the two best models and to the rest."""
-    order = np.argsort(-res.true_means)
-    top2 = res.n_obs[:, order[:2]].sum(axis=1)
-    return {"median_top2_cells": float(np.median(top2)),
-            "median_other_cells": float(np.median(res.n_obs.sum(axis=1) - top2))}
 
 
 def certify_table(rows) -> str:
