@@ -340,13 +340,12 @@ def test_refit_on_blocks_equals_the_dense_masked_refit():
         mask[i, j] = True
     block = factorization.CellBlocks(jax.numpy.asarray(rows, jax.numpy.int32), jax.numpy.asarray(cols, jax.numpy.int32),
                                      S[rows[:, None], cols], jax.numpy.asarray(valid))
+    spreads = []
     for shrink in (0.0, 3.0):    # 3.0: the population prior (BanditParams.refit_prior), hand-written gradient
         settings = factorization.adam_settings(25, 0.1, 0.01)._replace(shrink=shrink)
         dense = factorization.refit_rows(U0, V, S, jax.numpy.asarray(mask), settings)
         sparse = factorization.refit_rows_on_blocks(U0, V, (block,), n, settings)
         # float32, 25 Adam steps of size <= 0.1 from the same start: summation order is the only difference
         np.testing.assert_allclose(np.asarray(sparse), np.asarray(dense), atol=2e-5)
-        spread = float(np.mean(np.square(np.asarray(sparse) - np.asarray(sparse).mean(0))))
-        if shrink:   # the prior pulls the rows together
-            assert spread < no_prior_spread
-        no_prior_spread = spread
+        spreads.append(float(np.mean(np.square(np.asarray(sparse) - np.asarray(sparse).mean(0)))))
+    assert spreads[1] < spreads[0]   # the prior pulls the rows together
