@@ -3,7 +3,8 @@
 On the paper-scale factor data (``../shared/data``; 1,000 candidates, B = 64, 400,000 bandit cells,
 the paper's rule and refit period), per data set: UCB-E; PULSE with the paper's lambda, with
 lambda fixed at 1/2 and, with ``--refit-priors``, with refits under a population prior
-(``BanditParams.refit_prior``; one compiled sweep); and PULSE with *oracle embeddings* -- the factor file's own
+(``BanditParams.refit_prior``; one compiled sweep); with ``--configs ...,weights``, PULSE with
+inverse-variance weights of its one-step estimates (``pulse(weighting="inverse_variance")``); and PULSE with *oracle embeddings* -- the factor file's own
 ``V``, from which every score was drawn, so only the candidates' ``U`` rows must be learned: a ceiling
 for what better example embeddings could give. Every configuration runs on the same repetition keys.
 
@@ -55,14 +56,20 @@ def rows_for(name, args) -> list[dict]:
                                              seed=args.seed))
     V_true = data.load_factors(path)[1]
     runs = {"UCB-E": pj.simulate(cand.scores, config, "ucbe", reps=args.reps, seed=args.seed, progress=False)}
+    configs = args.configs.split(",")
     priors = [float(k) for k in args.refit_priors.split(",") if k]
-    points = [{"fixed_lambda": math.nan, "refit_prior": 0.0}, {"fixed_lambda": 0.5, "refit_prior": 0.0}] + \
-        [{"fixed_lambda": math.nan, "refit_prior": k} for k in priors]
-    swept = pj.sweep(cand.scores, config, "pulse", points, reps=args.reps, seed=args.seed, V=V, progress=False)
-    labels = ["PULSE (paper's lambda)", "PULSE, lambda = 1/2"] + [f"PULSE, population prior {k:g}" for k in priors]
-    runs.update(zip(labels, swept.results))
-    runs["PULSE, oracle embeddings"] = pj.simulate(cand.scores, config, "pulse", V=V_true, reps=args.reps,
-                                                   seed=args.seed, progress=False)
+    points = [({"fixed_lambda": math.nan, "refit_prior": 0.0}, "PULSE (paper's lambda)")] + \
+        ([({"fixed_lambda": 0.5, "refit_prior": 0.0}, "PULSE, lambda = 1/2")] if "half" in configs else []) + \
+        [({"fixed_lambda": math.nan, "refit_prior": k}, f"PULSE, population prior {k:g}") for k in priors]
+    swept = pj.sweep(cand.scores, config, "pulse", [p for p, _ in points], reps=args.reps, seed=args.seed, V=V,
+                     progress=False)
+    runs.update(zip([label for _, label in points], swept.results))
+    if "weights" in configs:
+        runs["PULSE, inverse-variance weights"] = pj.simulate(cand.scores, config, pj.pulse(weighting="inverse_variance"),
+                                                              V=V, reps=args.reps, seed=args.seed, progress=False)
+    if "oracle" in configs:
+        runs["PULSE, oracle embeddings"] = pj.simulate(cand.scores, config, "pulse", V=V_true, reps=args.reps,
+                                                       seed=args.seed, progress=False)
     base = runs["UCB-E"]
     rows = []
     for label, res in runs.items():
@@ -145,6 +152,9 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--refit-priors", default="",
                    help="comma-separated BanditParams.refit_prior values to add as PULSE rows (e.g. 1,10,100)")
+    p.add_argument("--configs", default="half,oracle",
+                   help="PULSE rows beside the paper's: half (lambda 1/2), oracle (the factor file's V), weights "
+                        "(inverse-variance weights of the thetas)")
     p.add_argument("--certify", action="store_true",
                    help="fixed confidence instead: cells to certify (Top-Two, certification bounds)")
     p.add_argument("--out", default=None)

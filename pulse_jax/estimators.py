@@ -40,6 +40,7 @@ import chex
 import jax.numpy as jnp
 
 from pulse_jax import confidence
+from pulse_jax.errors import require
 
 
 class Ledger(NamedTuple):
@@ -171,9 +172,29 @@ def ucbe() -> Estimator:
 
 
 class PulseState(NamedTuple):
-    theta_sum: chex.Array   # sum of the model's one-step estimates theta (K_i of them)
+    theta_sum: chex.Array   # weighted sum of the model's one-step estimates theta (K_i of them)
     z_sum: chex.Array       # sum of past residual corrections Z (bandit pulls only)
     n_z: chex.Array         # number of Zs in z_sum
+    weight_sum: chex.Array = None   # sum of the thetas' weights (K_i with equal weights)
+
+
+def inverse_variance_weight(pred_sum, pred_sq_sum, n_unobserved, batch_size, lam, population):
+    """A one-step estimate's weight ``1 / v``, ``v`` its model-based variance given the past:
+
+        v  = (U / N)^2 s2 / B' (U - B') / (U - 1),
+        s2 = [(F - Phi) + (1 - lam)^2 (Phi - F^2 / U)] / U,
+
+    the variance of ``S - lam f`` over the ``U`` unobserved examples if each score were a
+    Bernoulli draw with probability ``f`` (``F``, ``Phi``: sums of ``f`` and ``f^2`` over them),
+    times the batch mean's factor for drawing ``B'`` of ``U`` without replacement. Everything is
+    known before the draw, so the weighted sum ``sum_k w_k (theta_k - mu)`` stays a martingale.
+    Capped at 1e6 (a batch that takes every unobserved example gives an exact theta).
+    """
+    u = jnp.maximum(n_unobserved, 1.0)
+    s2 = ((pred_sum - pred_sq_sum) + (1.0 - lam) ** 2 * (pred_sq_sum - pred_sum ** 2 / u)) / u
+    b = jnp.maximum(batch_size, 1.0)
+    v = (u / population) ** 2 * jnp.maximum(s2, 1e-6) / b * jnp.maximum(u - b, 0.0) / jnp.maximum(u - 1.0, 1.0)
+    return jnp.minimum(1.0 / jnp.maximum(v, 1e-6), 1e6)
 
 
 LambdaRule = Callable[[chex.Array, chex.Array, chex.Array, chex.Array], chex.Array]
@@ -250,9 +271,18 @@ def aipw_proxies(scores, preds, pred_sum_unobserved, n_unobserved, lam):
     return y, lam * (fbar - 1.0), jnp.full_like(y, 1.0 + lam)
 
 
+def _first_weight(ledger: Ledger) -> chex.Array:
+    """The initial theta's weight: a batch of ``n0`` draws of a score with variance 1/4 (the most a
+    score in [0, 1] can have), with the without-replacement factor when ``N_i`` is known."""
+    n0 = jnp.maximum(ledger.n_obs.astype(jnp.float32), 1.0)
+    fpc = 1.0 if ledger.population is None else \
+        jnp.maximum(ledger.population - n0, 0.0) / jnp.maximum(ledger.population - 1.0, 1.0)
+    return jnp.minimum(1.0 / jnp.maximum(0.25 / n0 * fpc, 1e-6), 1e6)
+
+
 @functools.cache
 def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None = None,
-          raw_sequence: bool = True) -> Estimator:
+          raw_sequence: bool = True, weighting: str = "equal") -> Estimator:
     """PULSE: the running mean of doubly robust one-step estimates ``theta``.
 
     The initial sample mean is the first ``theta`` (it is ``theta`` with
@@ -265,12 +295,20 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
     sequence on the raw scores with one on the AIPW proxies (True), or runs the
     proxy sequence alone (False: one sequence, so each runs at twice the level;
     the initial batch enters it as raw scores, which is the proxy with lambda = 0).
+
+    ``weighting``: ``"equal"`` (the paper's running mean) or ``"inverse_variance"``:
+    ``sum_k w_k theta_k / sum_k w_k`` with the predictable weights of
+    :func:`inverse_variance_weight` (the initial theta's: :func:`_first_weight`).
     """
+    require(weighting in ("equal", "inverse_variance"),
+            f"pulse: weighting must be 'equal' or 'inverse_variance', got {weighting!r}")
+    weighted = weighting == "inverse_variance"
 
     def init(ledger):
         m = ledger.n_obs.shape[0]
         zeros = jnp.zeros(m, jnp.float32)
-        return PulseState(_sample_mean(ledger), zeros, jnp.zeros(m, jnp.int32))
+        first = _first_weight(ledger) if weighted else jnp.ones(m, jnp.float32)
+        return PulseState(_sample_mean(ledger) * first, zeros, jnp.zeros(m, jnp.int32), first)
 
     def lam_for(state, ledger, i, n_unobserved, params):
         """The rule's lambda, or ``params.fixed_lambda`` where that is not NaN (a traced switch)."""
@@ -284,17 +322,22 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         size_i = populations(ledger, n_examples)[i]
         n_unobserved = size_i - ledger.n_obs[i].astype(jnp.float32)
         lam = lam_for(state, ledger, i, n_unobserved, params)
+        size = pull.size.astype(jnp.float32)
         theta, z = pulse_theta(ledger.obs_sum[i], ledger.pred_sum[i], n_unobserved, pull.score_sum,
-                               pull.pred_sum, pull.size.astype(jnp.float32), lam, size_i)
+                               pull.pred_sum, size, lam, size_i)
+        w = inverse_variance_weight(ledger.pred_sum[i], ledger.pred_sq_sum[i], n_unobserved, size, lam,
+                                    size_i) if weighted else 1.0
         live = pull.size > 0
         return PulseState(
-            theta_sum=state.theta_sum.at[i].add(jnp.where(live, theta, 0.0)),
+            theta_sum=state.theta_sum.at[i].add(jnp.where(live, w * theta, 0.0)),
             z_sum=state.z_sum.at[i].add(jnp.where(live, z, 0.0)),
             n_z=state.n_z.at[i].add(live.astype(jnp.int32)),
+            weight_sum=state.weight_sum.at[i].add(jnp.where(live, w, 0.0)),
         ), PulseInfo(jnp.where(live, lam, jnp.nan))
 
     def estimate(state, ledger):
-        return state.theta_sum / jnp.maximum(ledger.n_pulls, 1)
+        del ledger
+        return state.theta_sum / jnp.maximum(state.weight_sum, 1e-12)
 
     def radius(state, ledger, n_examples, delta):
         del state
@@ -313,7 +356,8 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
     # raw_sequence is recorded only when it is not the default, so logs written without it still resume.
     settings = (("lambda_rule", getattr(lambda_rule, "__qualname__", repr(lambda_rule))),
                 ("variance_bound", None if variance_bound is None else float(variance_bound)),
-                *((("raw_sequence", False),) if not raw_sequence else ()))
+                *((("raw_sequence", False),) if not raw_sequence else ()),
+                *((("weighting", weighting),) if weighted else ()))
     return Estimator("pulse", True, init, update, _no_refresh, estimate, radius, proxies,
                      2 if raw_sequence else 1, settings)
 

@@ -117,3 +117,36 @@ def test_update_with_an_empty_pull_changes_nothing(name):
     assert len(before_leaves) == len(after_leaves)
     for a, b in zip(before_leaves, after_leaves):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+
+
+def test_inverse_variance_weights_are_predictable_and_keep_lemma1():
+    """Enumerate every batch through ``pulse(weighting="inverse_variance").update``: the weight is the same
+    whatever the batch (it is fixed before the draw), and the weighted increments average to
+    ``w * mu``, so ``sum_k w_k (theta_k - mu)`` is a martingale."""
+    n, batch_size = 7, 2
+    scores = np.array([1.0, 0.0, 0.0, 1.0, 1.0, 0.0, 1.0])
+    preds = np.array([0.1, 0.8, 0.9, 0.3, 0.2, 0.7, 0.6])   # wrong on purpose
+    observed = [0, 4]
+    est = estimators.pulse(weighting="inverse_variance")
+    unobs = [j for j in range(n) if j not in observed]
+    ledger = Ledger(
+        n_obs=jnp.array([len(observed), 2]), n_pulls=jnp.array([3, 1]),
+        obs_sum=jnp.array([scores[observed].sum(), 1.0]), obs_sq_sum=jnp.array([scores[observed].sum(), 1.0]),
+        pred_sum=jnp.array([preds[unobs].sum(), 0.0]), pred_sq_sum=jnp.array([(preds[unobs] ** 2).sum(), 0.0]),
+        population=jnp.array([n, n]))
+    state = est.init(ledger)._replace(z_sum=jnp.array([2.3, 0.0]), n_z=jnp.array([2, 0]))
+    increments, weights = [], set()
+    for batch in itertools.combinations(unobs, batch_size):
+        pull = Pull(jnp.int32(0), jnp.int32(batch_size), jnp.float32(scores[list(batch)].sum()),
+                    jnp.float32(preds[list(batch)].sum()))
+        new, _ = est.update(state, ledger, pull, n, BanditParams())
+        weights.add(round(float(new.weight_sum[0] - state.weight_sum[0]), 3))
+        increments.append(float(new.theta_sum[0] - state.theta_sum[0]))
+    assert len(weights) == 1
+    w = weights.pop()
+    assert w > 0 and abs(np.mean(increments) - w * scores.mean()) < 1e-4 * w
+    # the initial theta's weight does not look at its own batch: only at how many cells it has
+    a, b = (est.init(ledger._replace(obs_sum=jnp.array([s, 1.0]))).weight_sum[0] for s in (0.0, 2.0))
+    assert float(a) == float(b)
+    with pytest.raises(Exception, match="weighting"):
+        estimators.pulse(weighting="median")
