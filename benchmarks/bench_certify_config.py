@@ -22,6 +22,13 @@ cells_UCB-E`` with a bootstrap 95% interval, beside the ratio of the medians.
 
 A horizon below 1 is a fraction of the examples (0.5: half of them, 500 on the live example).
 
+``--lambdas 0,0.25,0.5,0.75,1`` instead sweeps lambda, fixed, for PULSE with the proxy sequence
+alone under Top-Two (interval), certification bounds and anytime bets: the best fixed lambda per
+data set is the *oracle lambda* of the decomposition, beside UCB-E and ``pulse_certify`` (1/2)::
+
+    python benchmarks/bench_certify_config.py --reps 200 --data builtin,cruxeval_o,chembench \
+        --lambdas 0,0.25,0.5,0.75,1 --out docs/benchmarks/certify_lambda.json
+
 Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
 """
 from __future__ import annotations
@@ -61,9 +68,12 @@ def main() -> None:
     parser.add_argument("--rules", default="lucb,top_two")
     parser.add_argument("--horizons", default="0,100,300,500,800")
     parser.add_argument("--simultaneous", default="1,0")
+    parser.add_argument("--lambdas", default=None, help="sweep a fixed lambda instead (see above)")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     sets = datasets(rank=8)
+    if args.lambdas:
+        return lambda_sweep(sets, args)
     rows, cells = [], {}
     for data_name in args.data.split(","):
         scores, V = sets[data_name]
@@ -103,6 +113,41 @@ def main() -> None:
             f"{sum(r['errors'] for r in rows)} in all; the certification event failed in at most "
             f"{max(r['certification_event_failed'] for r in rows):.3f} of the repetitions of any row "
             f"(`{command}`)\n\n{text}\n")
+
+
+def lambda_sweep(sets, args) -> None:
+    """Median cells to certify with lambda fixed at each value (PULSE, proxy sequence alone), paired with UCB-E."""
+    lambdas = [float(v) for v in args.lambdas.split(",")]
+    rows = []
+    for data_name in args.data.split(","):
+        scores, V = sets[data_name]
+        m, n = scores.shape
+        config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25,
+                                 rule="top_two_interval", stop="certified")
+        base = pj.BanditParams(cs_simultaneous=0.0)
+        ucbe = pj.simulate(scores, config, "ucbe", reps=args.reps, seed=0, params=base, progress=False)
+        swept = pj.sweep(scores, config, pj.pulse(raw_sequence=False), {"fixed_lambda": lambdas}, reps=args.reps,
+                         seed=0, V=V, base=base, progress=False)
+        u = np.where(ucbe.certified_spent >= 0, ucbe.certified_spent, m * n).astype(float)
+        for lam, r in zip(lambdas, swept.results):
+            cells = np.where(r.certified_spent >= 0, r.certified_spent, m * n).astype(float)
+            rows.append({"data": data_name, "lambda": lam, "median_cells": float(np.median(cells)),
+                         "ucbe_median_cells": float(np.median(u)), "errors": r.certification()["errors"],
+                         **paired_saving(u, cells)})
+            print(rows[-1], flush=True)
+    lines = ["| data | lambda | UCB-E | PULSE, proxy sequence alone | saves (paired 95% CI) |", "|---|---:|---:|---:|---:|"]
+    for r in rows:
+        lines.append(f"| {r['data']} | {r['lambda']:g} | {r['ucbe_median_cells']:,.0f} | {r['median_cells']:,.0f} | "
+                     f"{100 * r['saving']:.0f}% [{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}] |")
+    text = "\n".join(lines)
+    print(text)
+    if args.out:
+        out = Path(args.out)
+        out.write_text(json.dumps({"reps": args.reps, "rows": rows}, indent=2))
+        command = " ".join(["python benchmarks/bench_certify_config.py"] + sys.argv[1:])
+        out.with_suffix(".md").write_text(f"{args.reps} paired repetitions per cell; Top-Two (interval), certification "
+                                          f"bounds, anytime bets; wrong certifications: "
+                                          f"{sum(r['errors'] for r in rows)} in all (`{command}`)\n\n{text}\n")
 
 
 def table(rows) -> str:
