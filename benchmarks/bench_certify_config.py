@@ -38,9 +38,9 @@ import json
 import sys
 from pathlib import Path
 
-import numpy as np
 
 import pulse_jax as pj
+from pulse_jax import metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rules import datasets  # noqa: E402
@@ -52,13 +52,10 @@ LABELS = {"pulse": "PULSE", "pulse_proxy_only": "PULSE, proxy sequence alone",
 RULES = {"lucb": ("LUCB", "lucb"), "top_two": ("Top-Two (interval)", pj.top_two(challenger="interval"))}
 
 
-def paired_saving(cells_ucbe: np.ndarray, cells_pulse: np.ndarray, seed: int = 0, resamples: int = 2000) -> dict:
-    """``1 - median(PULSE) / median(UCB-E)`` over repetitions, with a paired bootstrap 95% interval."""
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(cells_ucbe), (resamples, len(cells_ucbe)))
-    boot = 1.0 - np.median(cells_pulse[idx], axis=1) / np.median(cells_ucbe[idx], axis=1)
-    return {"saving": float(1.0 - np.median(cells_pulse) / np.median(cells_ucbe)),
-            "ci95": [float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975))]}
+def paired_saving(method, baseline) -> dict:
+    """``metrics.paired_certify_savings`` (2,000 paired resamples) as fractions: ``saving`` and its ``ci95``."""
+    saved = metrics.paired_certify_savings(method, baseline, n_boot=2000, seed=0)
+    return {"saving": saved["savings_pct"] / 100, "ci95": [saved["low"] / 100, saved["high"] / 100]}
 
 
 def main() -> None:
@@ -74,7 +71,7 @@ def main() -> None:
     sets = datasets(rank=8)
     if args.lambdas:
         return lambda_sweep(sets, args)
-    rows, cells = [], {}
+    rows, results = [], {}
     for data_name in args.data.split(","):
         scores, V = sets[data_name]
         m, n = scores.shape
@@ -90,7 +87,7 @@ def main() -> None:
                 for point, r in zip(res.points, res.results):
                     cert = r.certification()
                     key = (data_name, rule_name, point.cs_horizon, point.cs_simultaneous)
-                    cells[key + (method,)] = np.where(r.certified_spent >= 0, r.certified_spent, m * n).astype(float)
+                    results[key + (method,)] = r
                     rows.append({"data": data_name, "rule": rule_name, "method": method,
                                  "cs_horizon": point.cs_horizon, "cs_simultaneous": point.cs_simultaneous,
                                  "median_cells": cert["median_cells"], "certified_fraction": cert["certified_fraction"],
@@ -100,7 +97,7 @@ def main() -> None:
     for row in rows:
         if row["method"] != "ucbe":
             key = (row["data"], row["rule"], row["cs_horizon"], row["cs_simultaneous"])
-            row.update(paired_saving(cells[key + ("ucbe",)], cells[key + (row["method"],)]))
+            row.update(paired_saving(results[key + (row["method"],)], results[key + ("ucbe",)]))
     text = table(rows)
     print(text)
     if args.out:
@@ -128,12 +125,11 @@ def lambda_sweep(sets, args) -> None:
         ucbe = pj.simulate(scores, config, "ucbe", reps=args.reps, seed=0, params=base, progress=False)
         swept = pj.sweep(scores, config, pj.pulse(raw_sequence=False), {"fixed_lambda": lambdas}, reps=args.reps,
                          seed=0, V=V, base=base, progress=False)
-        u = np.where(ucbe.certified_spent >= 0, ucbe.certified_spent, m * n).astype(float)
         for lam, r in zip(lambdas, swept.results):
-            cells = np.where(r.certified_spent >= 0, r.certified_spent, m * n).astype(float)
-            rows.append({"data": data_name, "lambda": lam, "median_cells": float(np.median(cells)),
-                         "ucbe_median_cells": float(np.median(u)), "errors": r.certification()["errors"],
-                         **paired_saving(u, cells)})
+            cert = r.certification()
+            rows.append({"data": data_name, "lambda": lam, "median_cells": cert["median_cells"],
+                         "ucbe_median_cells": ucbe.certification()["median_cells"], "errors": cert["errors"],
+                         **paired_saving(r, ucbe)})
             print(rows[-1], flush=True)
     lines = ["| data | lambda | UCB-E | PULSE, proxy sequence alone | saves (paired 95% CI) |", "|---|---:|---:|---:|---:|"]
     for r in rows:

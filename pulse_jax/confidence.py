@@ -239,8 +239,7 @@ def cs_bounds(weighted, weight, penalty, log_inv_alpha):
 
 
 # One model's C sequences on one batch: y, lower, width are (C, B); the draws are shared.
-_sequences_terms = jax.vmap(cs_batch_terms,
-                            in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None, None))
+_sequences_terms = jax.vmap(cs_batch_terms, in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None, None))
 
 
 def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, scores, valid,

@@ -175,7 +175,7 @@ class PulseState(NamedTuple):
     theta_sum: chex.Array   # weighted sum of the model's one-step estimates theta (K_i of them)
     z_sum: chex.Array       # sum of past residual corrections Z (bandit pulls only)
     n_z: chex.Array         # number of Zs in z_sum
-    weight_sum: chex.Array = None   # sum of the thetas' weights (K_i with equal weights)
+    weight_sum: chex.Array | None   # sum of the thetas' weights; None with equal weights (it is K_i)
 
 
 def inverse_variance_weight(pred_sum, pred_sq_sum, n_unobserved, batch_size, lam, population):
@@ -307,8 +307,8 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
     def init(ledger):
         m = ledger.n_obs.shape[0]
         zeros = jnp.zeros(m, jnp.float32)
-        first = _first_weight(ledger) if weighted else jnp.ones(m, jnp.float32)
-        return PulseState(_sample_mean(ledger) * first, zeros, jnp.zeros(m, jnp.int32), first)
+        first = _first_weight(ledger) if weighted else None   # theta_sum is a weighted sum only when weighted
+        return PulseState(_sample_mean(ledger) * (first if weighted else 1.0), zeros, jnp.zeros(m, jnp.int32), first)
 
     def lam_for(state, ledger, i, n_unobserved, params):
         """The rule's lambda, or ``params.fixed_lambda`` where that is not NaN (a traced switch)."""
@@ -332,12 +332,13 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
             theta_sum=state.theta_sum.at[i].add(jnp.where(live, w * theta, 0.0)),
             z_sum=state.z_sum.at[i].add(jnp.where(live, z, 0.0)),
             n_z=state.n_z.at[i].add(live.astype(jnp.int32)),
-            weight_sum=state.weight_sum.at[i].add(jnp.where(live, w, 0.0)),
+            weight_sum=state.weight_sum.at[i].add(jnp.where(live, w, 0.0)) if weighted else None,
         ), PulseInfo(jnp.where(live, lam, jnp.nan))
 
     def estimate(state, ledger):
-        del ledger
-        return state.theta_sum / jnp.maximum(state.weight_sum, 1e-12)
+        if weighted:
+            return state.theta_sum / jnp.maximum(state.weight_sum, 1e-12)
+        return state.theta_sum / jnp.maximum(ledger.n_pulls, 1)
 
     def radius(state, ledger, n_examples, delta):
         del state

@@ -478,9 +478,10 @@ class Selector:
         The interval is the difference of the two confidence sequences,
         ``[low_a - high_b, high_a - low_b]``: it holds at every look, for every
         pair at once, with probability >= 1 - delta when the sequences are
-        simultaneous (``cs_simultaneous = 1``); at certification levels each pair's
-        interval holds with probability >= 1 - delta on its own (its two lower
-        sides together take at most delta / 2, each upper side at most delta / 2).
+        simultaneous (``cs_simultaneous = 1``). At certification levels
+        (``cs_simultaneous = 0``) one pair's interval holds on its own with
+        probability >= 1 - delta (1 + 1/m): each model's lower sides fail with at
+        most delta / (2 m), each upper side with at most delta / 2.
         ``common_mean`` (over the examples both models have
         seen) is descriptive only: it carries no guarantee of its own.
         """

@@ -1,4 +1,6 @@
 """Pieces of the paper's experiments: splits, subsets, factor files, CV, metrics, figures."""
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -191,3 +193,24 @@ def test_paired_savings_in_both_metrics_on_a_real_pair():
     paper = metrics.paper_budget_to_target(ucbe, 0.5, n_boot=200)
     strict = metrics.budget_to_target(ucbe, 0.5, n_boot=200)
     assert paper["reached_fraction"] > 0.5 and paper["bandit_cells"] <= strict["bandit_budget"] + 16
+
+
+def test_paired_certify_savings():
+    """Paired savings in cells to certify: exactly 0 against itself, finite and bracketed for two real
+    configurations, NaN when one never certifies (its median is beyond the budget)."""
+    from pulse_jax import synthetic
+    from pulse_jax.params import BanditParams
+    from pulse_jax.simulate import simulate
+
+    bench = synthetic.make_benchmark(seed=4, n_models=6, n_examples=120, n_train=20)
+    m, n = bench.scores.shape
+    config = BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule="lucb", stop="certified")
+    all_bounds = simulate(bench.scores, config, "ucbe", reps=40, seed=0)
+    again = simulate(bench.scores, config, "ucbe", reps=40, seed=0)
+    certify = simulate(bench.scores, config, "ucbe", reps=40, seed=0, params=BanditParams(cs_simultaneous=0.0))
+    same = metrics.paired_certify_savings(again, all_bounds, n_boot=200)
+    assert same["savings_pct"] == same["low"] == same["high"] == 0.0
+    pair = metrics.paired_certify_savings(certify, all_bounds, n_boot=200)
+    assert pair["low"] <= pair["savings_pct"] <= pair["high"] and pair["savings_pct"] > 0   # fewer cells
+    never = simulate(bench.scores, dataclasses.replace(config, budget=m * 8), "ucbe", reps=40, seed=0)
+    assert np.isnan(metrics.paired_certify_savings(never, all_bounds, n_boot=50)["savings_pct"])
