@@ -44,16 +44,23 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 FILES = {"mmlu_pro": "openllm_v2_mmlu_pro_factors.npz", "bbh_composite": "openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz"}
 
 
-def rows_for(name, args) -> list[dict]:
+def problem(name, args, **config_options):
+    """``(candidates, info, config, V, factor file)`` of one data set: the paper's difficulty subset, its
+    bandit configuration (``config_options`` added) and the stage-0 embeddings fitted on the train half."""
     path = Path(args.data_dir) / FILES[name]
     train, cand, info = data.paper_scale_problem(path, seed=args.seed, n_candidates=args.candidates,
                                                  delta_top2=args.delta)
     m, n = cand.shape
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * args.batch_size + args.bandit_budget,
-                             batch_size=args.batch_size, refit_every=args.refit_every)
+                             batch_size=args.batch_size, refit_every=args.refit_every, **config_options)
     V = np.asarray(pj.fit_example_embeddings(train.scores, rank=min(args.rank, *train.shape),
                                              settings=factorization.adam_settings(args.stage0_epochs, 0.05, 0.01),
                                              seed=args.seed))
+    return cand, info, config, V, path
+
+
+def rows_for(name, args) -> list[dict]:
+    cand, info, config, V, path = problem(name, args)
     V_true = data.load_factors(path)[1]
     runs = {"UCB-E": pj.simulate(cand.scores, config, "ucbe", reps=args.reps, seed=args.seed, progress=False)}
     configs = args.configs.split(",")
@@ -90,16 +97,7 @@ def rows_for(name, args) -> list[dict]:
 def certify_rows(name, args) -> list[dict]:
     """Fixed confidence: cells to certify with Top-Two (interval) and certification bounds, within the same
     budget, for UCB-E, PULSE and ``pulse_certify``."""
-    path = Path(args.data_dir) / FILES[name]
-    train, cand, info = data.paper_scale_problem(path, seed=args.seed, n_candidates=args.candidates,
-                                                 delta_top2=args.delta)
-    m, n = cand.shape
-    config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * args.batch_size + args.bandit_budget,
-                             batch_size=args.batch_size, refit_every=args.refit_every, rule="top_two_interval",
-                             stop="certified")
-    V = np.asarray(pj.fit_example_embeddings(train.scores, rank=min(args.rank, *train.shape),
-                                             settings=factorization.adam_settings(args.stage0_epochs, 0.05, 0.01),
-                                             seed=args.seed))
+    cand, info, config, V, _ = problem(name, args, rule="top_two_interval", stop="certified")
     rows = []
     for label, method in (("UCB-E", "ucbe"), ("PULSE", "pulse"), ("pulse_certify", "pulse_certify")):
         res = pj.simulate(cand.scores, config, method, V=None if method == "ucbe" else V, reps=args.reps,
