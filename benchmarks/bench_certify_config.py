@@ -9,7 +9,9 @@ comparison is paired) and, with ``--data``, on CRUXEval-O and ChemBench from ``.
 
 * ``cs_horizon``: the bets' schedule, anytime (0) or tuned to ``t0`` draws per model;
 * ``cs_simultaneous``: 1, every bound of every model at once; 0, the certification guarantee only
-  (each upper bound at ``delta / (2 C)`` on its own; ``docs/confidence.md``).
+  (each upper bound at ``delta / (2 C)`` on its own; ``docs/confidence.md``);
+* with ``--grids 0,1000``, the family of the sequences (``BanditConfig.cs_grid``): empirical Bernstein
+  (0) or betting on 1,000 grid means, with the betting sequence's paired saving over the other.
 
 and reports the median cells to certify, how often it certified, how often wrongly, and how often the
 event behind each guarantee failed over the run (all bounds at once; the lower bounds and the best
@@ -19,6 +21,10 @@ cells_UCB-E`` with a bootstrap 95% interval, beside the ratio of the medians.
     python benchmarks/bench_certify_config.py --reps 200 --out docs/benchmarks/certify_config.json
     python benchmarks/bench_certify_config.py --reps 200 --data builtin,cruxeval_o,chembench \
         --rules top_two --horizons 0,0.5 --simultaneous 0,1 --out docs/benchmarks/certify_config_data.json
+
+    python benchmarks/bench_certify_config.py --reps 200 --data builtin,cruxeval_o,chembench --rules top_two \
+        --horizons 0 --simultaneous 0 --grids 0,1000 --methods ucbe,pulse_certify \
+        --out docs/benchmarks/certify_betting.json
 
 A horizon below 1 is a fraction of the examples (0.5: half of them, 500 on the live example).
 
@@ -34,6 +40,7 @@ Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from pathlib import Path
@@ -66,6 +73,10 @@ def main() -> None:
     parser.add_argument("--horizons", default="0,100,300,500,800")
     parser.add_argument("--simultaneous", default="1,0")
     parser.add_argument("--lambdas", default=None, help="sweep a fixed lambda instead (see above)")
+    parser.add_argument("--grids", default="0",
+                        help="BanditConfig.cs_grid values: 0, the empirical-Bernstein sequences; G > 0, betting "
+                             "sequences on G grid means")
+    parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     sets = datasets(rank=8)
@@ -77,18 +88,18 @@ def main() -> None:
         m, n = scores.shape
         horizons = [float(h) * n if 0 < float(h) < 1 else float(h) for h in args.horizons.split(",")]
         grid = {"cs_horizon": horizons, "cs_simultaneous": [float(s) for s in args.simultaneous.split(",")]}
-        for rule_key in args.rules.split(","):
+        for rule_key, cs_grid in itertools.product(args.rules.split(","), [int(g) for g in args.grids.split(",")]):
             rule_name, rule = RULES[rule_key]
             config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25,
-                                     rule=rule, stop="certified")
-            for method, estimator in METHODS.items():
-                res = pj.sweep(scores, config, estimator, grid, reps=args.reps, seed=0,
+                                     rule=rule, stop="certified", cs_grid=cs_grid)
+            for method in args.methods.split(","):
+                res = pj.sweep(scores, config, METHODS[method], grid, reps=args.reps, seed=0,
                                V=V if method != "ucbe" else None, progress=False)
                 for point, r in zip(res.points, res.results):
                     cert = r.certification()
-                    key = (data_name, rule_name, point.cs_horizon, point.cs_simultaneous)
+                    key = (data_name, rule_name, point.cs_horizon, point.cs_simultaneous, cs_grid)
                     results[key + (method,)] = r
-                    rows.append({"data": data_name, "rule": rule_name, "method": method,
+                    rows.append({"data": data_name, "rule": rule_name, "method": method, "cs_grid": cs_grid,
                                  "cs_horizon": point.cs_horizon, "cs_simultaneous": point.cs_simultaneous,
                                  "median_cells": cert["median_cells"], "certified_fraction": cert["certified_fraction"],
                                  "errors": cert["errors"], "all_bounds_failed": 1.0 - r.anytime_coverage(),
@@ -96,9 +107,12 @@ def main() -> None:
                     print(rows[-1], flush=True)
     for row in rows:
         if row["method"] != "ucbe":
-            key = (row["data"], row["rule"], row["cs_horizon"], row["cs_simultaneous"])
+            key = (row["data"], row["rule"], row["cs_horizon"], row["cs_simultaneous"], row["cs_grid"])
             row.update(paired_saving(results[key + (row["method"],)], results[key + ("ucbe",)]))
     text = table(rows)
+    betting = betting_table(rows, results)
+    if betting:
+        text += "\n\nThe betting sequence against the empirical-Bernstein one (same method, rule, bounds and bets):\n\n" + betting
     print(text)
     if args.out:
         out = Path(args.out)
@@ -146,21 +160,48 @@ def lambda_sweep(sets, args) -> None:
                                           f"{sum(r['errors'] for r in rows)} in all (`{command}`)\n\n{text}\n")
 
 
+def _sequence(row) -> str:
+    return "empirical Bernstein" if row.get("cs_grid", 0) == 0 else f"betting ({row['cs_grid']} grid means)"
+
+
 def table(rows) -> str:
-    """One line per (data, rule, bounds, horizon, PULSE variant): UCB-E's cells, the variant's, the saving."""
-    lines = ["| data | rule | bounds | horizon t0 | UCB-E | method | cells | saves vs UCB-E (paired 95% CI) |",
-             "|---|---|---|---:|---:|---|---:|---:|"]
+    """One line per (data, rule, sequence, bounds, horizon, PULSE variant): UCB-E's cells, the variant's, the saving."""
+    lines = ["| data | rule | sequence | bounds | horizon t0 | UCB-E | method | cells | saves vs UCB-E (paired 95% CI) |",
+             "|---|---|---|---|---:|---:|---|---:|---:|"]
+    same = lambda r, u: all(r.get(k, 0) == u.get(k, 0) for k in ("data", "rule", "cs_horizon", "cs_simultaneous",  # noqa: E731
+                                                                 "cs_grid"))
     for u in (r for r in rows if r["method"] == "ucbe"):
         bounds = "all at once" if u["cs_simultaneous"] == 1 else f"certification (s = {u['cs_simultaneous']:g})"
         horizon = "anytime" if u["cs_horizon"] == 0 else f"{u['cs_horizon']:g}"
         for r in rows:
-            if r["method"] == "ucbe" or (r["data"], r["rule"], r["cs_horizon"], r["cs_simultaneous"]) != \
-                    (u["data"], u["rule"], u["cs_horizon"], u["cs_simultaneous"]):
+            if r["method"] == "ucbe" or not same(r, u):
                 continue
-            lines.append(f"| {u['data']} | {u['rule']} | {bounds} | {horizon} | {u['median_cells']:,.0f} | "
-                         f"{LABELS[r['method']]} | {r['median_cells']:,.0f} | {100 * r['saving']:.0f}% "
-                         f"[{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}] |")
+            lines.append(f"| {u['data']} | {u['rule']} | {_sequence(u)} | {bounds} | {horizon} | "
+                         f"{u['median_cells']:,.0f} | {LABELS[r['method']]} | {r['median_cells']:,.0f} | "
+                         f"{100 * r['saving']:.0f}% [{100 * r['ci95'][0]:.0f}, {100 * r['ci95'][1]:.0f}] |")
     return "\n".join(lines)
+
+
+def betting_table(rows, results) -> str:
+    """Per method and setting with both sequences: the betting sequence's paired saving over the empirical-Bernstein one."""
+    lines = ["| data | rule | bounds | horizon t0 | method | empirical Bernstein | betting | betting saves (paired 95% CI) |",
+             "|---|---|---|---:|---|---:|---:|---:|"]
+    for r in rows:
+        if r.get("cs_grid", 0) == 0:
+            continue
+        key = (r["data"], r["rule"], r["cs_horizon"], r["cs_simultaneous"])
+        base = results.get(key + (0, r["method"]))
+        if base is None:
+            continue
+        saved = paired_saving(results[key + (r["cs_grid"], r["method"])], base)
+        r["saving_vs_empirical_bernstein"] = [saved["saving"], *saved["ci95"]]
+        label = "UCB-E" if r["method"] == "ucbe" else LABELS[r["method"]]
+        bounds = "all at once" if r["cs_simultaneous"] == 1 else "certification"
+        horizon = "anytime" if r["cs_horizon"] == 0 else f"{r['cs_horizon']:g}"
+        lines.append(f"| {r['data']} | {r['rule']} | {bounds} | {horizon} | {label} | "
+                     f"{base.certification()['median_cells']:,.0f} | {r['median_cells']:,.0f} | "
+                     f"{100 * saved['saving']:.0f}% [{100 * saved['ci95'][0]:.0f}, {100 * saved['ci95'][1]:.0f}] |")
+    return "\n".join(lines) if len(lines) > 2 else ""
 
 
 if __name__ == "__main__":

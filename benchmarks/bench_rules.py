@@ -15,6 +15,13 @@ from ``../shared/data`` split at random into train and candidate halves (skipped
 Rows already in ``--out`` are kept, so an interrupted run resumes::
 
     python benchmarks/bench_rules.py --reps 200 --out docs/benchmarks/rules.json
+
+``--methods ucbe,pulse_certify --bounds certification --sequence betting`` runs the same grid with
+``select``'s estimator, certification bounds and the betting sequences::
+
+    python benchmarks/bench_rules.py --reps 100 --rules ucbe,lucb,top_two_interval,successive_halving \
+        --methods ucbe,pulse_certify --bounds certification --sequence betting \
+        --out docs/benchmarks/rules_certify_betting.json
 """
 from __future__ import annotations
 
@@ -25,6 +32,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from pulse_jax.confidence import BETTING_GRID
 
 RULES = ("ucbe", "lucb", "top_two", "top_two_interval", "successive_halving")
 METHODS = ("ucbe", "pulse")
@@ -63,9 +72,10 @@ def one_row(name, scores, V, regime, rule, method, args) -> dict:
     s = settings(regime, scores, args.batch_size)
     plugin = pj.top_two(challenger="interval") if rule == "top_two_interval" else rule
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=s["budget"], batch_size=args.batch_size,
-                             refit_every=args.refit_every, rule=plugin)
+                             refit_every=args.refit_every, rule=plugin,
+                             cs_grid=BETTING_GRID if args.sequence == "betting" else 0)
     res = pj.simulate(scores, config, method, V=V, reps=args.reps, seed=args.seed, stop=s["stop"],
-                      params=pj.BanditParams(delta=args.delta))
+                      params=pj.BanditParams(delta=args.delta, cs_simultaneous=1.0 if args.bounds == "all" else 0.0))
     row = {"data": name, "regime": regime, "rule": rule, "method": method, "reps": args.reps,
            "budget": s["budget"], "models": m, "examples": n, "seconds": round(res.seconds, 1)}
     if regime == "fixed_budget":
@@ -117,6 +127,12 @@ def main(argv=None) -> int:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data", default="builtin,cruxeval_o,chembench")
     p.add_argument("--regimes", default="fixed_budget,fixed_confidence")
+    p.add_argument("--rules", default=",".join(RULES))
+    p.add_argument("--methods", default=",".join(METHODS), help="estimators (names), e.g. ucbe,pulse,pulse_certify")
+    p.add_argument("--bounds", default="all", choices=("all", "certification"),
+                   help="BanditParams.cs_simultaneous 1 (all) or 0 (certification)")
+    p.add_argument("--sequence", default="bernstein", choices=("bernstein", "betting"),
+                   help="the confidence sequences: empirical Bernstein or betting (BanditConfig.cs_grid = 1000)")
     p.add_argument("--out", default="results/rules.json")
     args = p.parse_args(argv)
 
@@ -130,8 +146,8 @@ def main(argv=None) -> int:
         if name not in wanted:
             continue
         for regime in args.regimes.split(","):
-            for rule in RULES:
-                for method in METHODS:
+            for rule in args.rules.split(","):
+                for method in args.methods.split(","):
                     if (name, regime, rule, method, args.reps) in have:
                         continue
                     start = time.perf_counter()
@@ -141,9 +157,10 @@ def main(argv=None) -> int:
                     out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
     text = table(rows)
     print(text)
+    command = " ".join(["python benchmarks/bench_rules.py"] + sys.argv[1:] if argv is None else argv)
     out.with_suffix(".md").write_text(
-        "Sampling rules x estimators, paired repetitions; command: `python benchmarks/bench_rules.py "
-        f"--reps {args.reps} --out {args.out}`\n\n" + text + "\n")
+        f"Sampling rules x estimators, paired repetitions; {args.bounds} bounds, {args.sequence} sequences; "
+        f"command: `{command}`\n\n" + text + "\n")
     return 0
 
 

@@ -4,9 +4,15 @@ On the paper-scale factor data (``../shared/data``; 1,000 candidates, B = 64, 40
 the paper's rule and refit period), per data set: UCB-E; PULSE with the paper's lambda, with
 lambda fixed at 1/2 and, with ``--refit-priors``, with refits under a population prior
 (``BanditParams.refit_prior``; one compiled sweep); with ``--configs ...,weights``, PULSE with
-inverse-variance weights of its one-step estimates (``pulse(weighting="inverse_variance")``); and PULSE with *oracle embeddings* -- the factor file's own
-``V``, from which every score was drawn, so only the candidates' ``U`` rows must be learned: a ceiling
-for what better example embeddings could give. Every configuration runs on the same repetition keys.
+inverse-variance weights of its one-step estimates (``pulse(weighting="inverse_variance")``); and PULSE with
+*oracle embeddings* -- the factor file's own ``V``, from which every score was drawn, so only the
+candidates' ``U`` rows must be learned: a ceiling for what better example embeddings could give. The
+other oracles (``--configs oracle_predictions,lambdas,oracle_allocation``): *oracle predictions* (the
+true probabilities from the start: ``init_U`` = the candidates' own rows of the factor file, no refit
+epochs), *oracle lambda* (fixed lambda 0.25 / 0.5 / 0.75 / 1, the best chosen after the fact) and *oracle
+allocation* (each model's share of the cells fixed in advance from the true gaps, ``gap_allocation``,
+for UCB-E and PULSE).
+Every configuration runs on the same repetition keys.
 
 Per configuration: the paper's count (bandit cells, first crossing of 95% accuracy, bootstrap mean;
 ``metrics.paper_budget_to_target``) and this project's strict count (initialization included,
@@ -15,6 +21,8 @@ both (``metrics.paired_savings``, 95% bootstrap intervals).
 
     python benchmarks/paper_scale_configs.py --reps 200 --out docs/benchmarks/paper_scale_configs.json
     python benchmarks/paper_scale_configs.py --certify --reps 100 --out docs/benchmarks/paper_scale_certify.json
+    python benchmarks/paper_scale_configs.py --reps 100 --configs oracle_predictions,lambdas,oracle_allocation \
+        --out docs/benchmarks/paper_scale_oracles.json
 
 ``--certify`` measures the fixed-confidence regime instead: UCB-E, PULSE and ``pulse_certify`` with
 Top-Two (interval challenger) and certification bounds, stopping once certified within the same budget.
@@ -25,6 +33,7 @@ kept in ``--out``, so an interrupted run resumes.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import sys
@@ -32,10 +41,13 @@ import time
 from pathlib import Path
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 
 import pulse_jax as pj
 from pulse_jax import data, factorization, metrics
+from pulse_jax.rules import SamplingRule
+from pulse_jax.ties import PULL, random_argmax, tie_uniform
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decompose_savings import cells_to_top_two  # noqa: E402
@@ -59,6 +71,51 @@ def problem(name, args, **config_options):
     return cand, info, config, V, path
 
 
+def gap_allocation(true_means) -> SamplingRule:
+    """An oracle allocation (a benchmark-local plug-in): each model's share of the cells is fixed in advance
+    at ``w_i \\propto 1 / Delta_i^2`` from the *true* means (``Delta_i`` the gap to the best, the best's
+    own the top-two gap: the allocation behind UCB-E's complexity ``H``), and every step pulls the
+    active model furthest below its share. The recommendation still comes from the estimator.
+    """
+    means = np.asarray(true_means, np.float64)
+    top = np.sort(means)[-2:]
+    gaps = np.maximum(top[1] - means, top[1] - top[0])
+    share = jnp.asarray((1 / gaps ** 2) / np.sum(1 / gaps ** 2), jnp.float32)
+
+    def choose(state, inputs, params):
+        behind = share * jnp.sum(inputs.n_obs).astype(jnp.float32) - inputs.n_obs.astype(jnp.float32)
+        u = tie_uniform(inputs.tie_key, inputs.t, PULL)
+        return random_argmax(u, jnp.where(inputs.active, behind, -jnp.inf), inputs.model_order), state
+
+    return SamplingRule("gap_allocation", choose)
+
+
+def oracle_runs(cand, config, V, path, configs, args) -> dict:
+    """Oracle rows: true predictions (the factor file's own U rows and V, never refit), fixed lambdas (the
+    best is chosen after the fact), and the gap allocation from the true means for UCB-E and PULSE."""
+    runs = {}
+    U_true, V_true = data.load_factors(path)
+    if "oracle_predictions" in configs:
+        rows = [int(name.split("-")[1]) for name in cand.models]     # "model-<row of U>"
+        fixed = dataclasses.replace(config, init_refit_epochs=0, refit_epochs=0)
+        for lam, label in ((math.nan, "paper's lambda"), (1.0, "lambda = 1")):
+            runs[f"PULSE, oracle predictions, {label}"] = pj.simulate(
+                cand.scores, fixed, "pulse", V=V_true, init_U=U_true[rows], reps=args.reps, seed=args.seed,
+                params=pj.BanditParams(fixed_lambda=lam), progress=False)
+    if "lambdas" in configs:
+        lams = [0.25, 0.5, 0.75, 1.0]
+        swept = pj.sweep(cand.scores, config, "pulse", [{"fixed_lambda": lam} for lam in lams], reps=args.reps,
+                         seed=args.seed, V=V, progress=False)
+        runs.update({f"PULSE, lambda = {lam:g}": res for lam, res in zip(lams, swept.results)})
+    if "oracle_allocation" in configs:
+        alloc = dataclasses.replace(config, rule=gap_allocation(np.nanmean(cand.scores, axis=1)))
+        runs["UCB-E, oracle allocation"] = pj.simulate(cand.scores, alloc, "ucbe", reps=args.reps,
+                                                       seed=args.seed, progress=False)
+        runs["PULSE, oracle allocation"] = pj.simulate(cand.scores, alloc, "pulse", V=V, reps=args.reps,
+                                                       seed=args.seed, progress=False)
+    return runs
+
+
 def rows_for(name, args) -> list[dict]:
     cand, info, config, V, path = problem(name, args)
     V_true = data.load_factors(path)[1]
@@ -77,6 +134,7 @@ def rows_for(name, args) -> list[dict]:
     if "oracle" in configs:
         runs["PULSE, oracle embeddings"] = pj.simulate(cand.scores, config, "pulse", V=V_true, reps=args.reps,
                                                        seed=args.seed, progress=False)
+    runs.update(oracle_runs(cand, config, V, path, configs, args))
     base = runs["UCB-E"]
     rows = []
     for label, res in runs.items():
@@ -152,7 +210,9 @@ def main() -> None:
                    help="comma-separated BanditParams.refit_prior values to add as PULSE rows (e.g. 1,10,100)")
     p.add_argument("--configs", default="half,oracle",
                    help="PULSE rows beside the paper's: half (lambda 1/2), oracle (the factor file's V), weights "
-                        "(inverse-variance weights of the thetas)")
+                        "(inverse-variance weights of the thetas), oracle_predictions (the true probabilities, "
+                        "never refit), lambdas (fixed lambda 0.25 .. 1), oracle_allocation (shares fixed from the "
+                        "true gaps, for UCB-E and PULSE)")
     p.add_argument("--certify", action="store_true",
                    help="fixed confidence instead: cells to certify (Top-Two, certification bounds)")
     p.add_argument("--out", default=None)

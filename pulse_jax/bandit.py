@@ -113,6 +113,7 @@ class BanditConfig:
     record_steps: bool = True
     rule: Any = "ucbe"
     interval: str = "cs"
+    cs_grid: int = 0
     stop: Any = "budget"
     snapshot_budgets: tuple = ()
     populations: tuple | None = None
@@ -121,7 +122,7 @@ class BanditConfig:
         require(isinstance(self.record_steps, bool), f"BanditConfig.record_steps must be True or False, got "
                                                      f"{self.record_steps!r}")
         for name in ("n_models", "n_examples", "budget", "batch_size", "init_batches", "refit_every",
-                     "init_refit_epochs", "refit_epochs"):
+                     "init_refit_epochs", "refit_epochs", "cs_grid"):
             value = getattr(self, name)
             require(isinstance(value, (int, np.integer)) and not isinstance(value, bool),
                     f"BanditConfig.{name} must be an integer, got {value!r}")
@@ -143,6 +144,8 @@ class BanditConfig:
                 f"budget={self.budget} is smaller than the initialization, which needs n_models x "
                 f"batch_size x init_batches = {self.init_cells} cells")
         require(self.refit_every >= 0, f"refit_every must be >= 0, got {self.refit_every}")
+        require(self.cs_grid == 0 or self.cs_grid >= 2,
+                f"cs_grid must be 0 (empirical-Bernstein sequences) or >= 2 grid means (betting), got {self.cs_grid}")
         require(self.init_refit_epochs >= 0 and self.refit_epochs >= 0,
                 f"refit epochs must be >= 0, got init_refit_epochs={self.init_refit_epochs}, "
                 f"refit_epochs={self.refit_epochs}")
@@ -392,8 +395,9 @@ def _log_inv_alpha(config: BanditConfig, plugins: Plugins, params):
     return confidence.cs_levels(params.delta, config.n_models, plugins.estimator.n_sequences, params.cs_simultaneous)
 
 
-def _first_state(config: BanditConfig, plugins: Plugins, first, observed, population, rank, params) -> BanditState:
-    """The state after the initial batches ``first`` (``(m, T0 B)`` scores), before any fit."""
+def _first_state(config: BanditConfig, plugins: Plugins, first, observed, population, U, params) -> BanditState:
+    """The state after the initial batches ``first`` (``(m, T0 B)`` scores), before any fit (``U`` the rows
+    the first fit starts from)."""
     m, B, C = config.n_models, config.batch_size, plugins.estimator.n_sequences
     zeros = jnp.zeros(m, jnp.float32)
     ledger = Ledger(jnp.full(m, config.init_cells_per_model, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1),
@@ -405,21 +409,22 @@ def _first_state(config: BanditConfig, plugins: Plugins, first, observed, popula
                   jnp.zeros(slots, jnp.int32))
     # The initial batches enter the confidence sequences as raw scores: no prediction exists yet
     # (for PULSE this is lambda = 0), and each batch is in its sampler's uniform draw order.
-    cs = confidence.cs_init(m, C)
+    cs = confidence.cs_init(m, C, config.cs_grid)
     if plugins.estimator.has_interval:
         rows = jnp.broadcast_to(first[:, None], (m, C) + first.shape[1:])
         cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, population.astype(jnp.float32), rows,
                                       jnp.zeros_like(rows), jnp.ones_like(rows), first, jnp.ones(first.shape, bool),
                                       _log_inv_alpha(config, plugins, params), params.cs_horizon)
     nan = jnp.full((len(config.snapshot_budgets), m), jnp.nan, jnp.float32)
-    return BanditState(ledger, None, jnp.zeros((m, rank), jnp.float32), observed, first, log,
+    return BanditState(ledger, None, U, observed, first, log,
                        jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
                        Snapshots(nan, nan), plugins.rule.init(config), jnp.bool_(False))
 
 
-def init(config: BanditConfig, plugins: Plugins, key, scores, V, params) -> tuple[Episode, BanditState]:
+def init(config: BanditConfig, plugins: Plugins, key, scores, V, params, init_U=None) -> tuple[Episode, BanditState]:
     """Stage 1: the repetition's draws, the initial batches (``scores`` needs only their cells; NaN
-    marks a cell a model has no score for) and the first fit of U."""
+    marks a cell a model has no score for) and the first fit of U, which starts from ``init_U``
+    (``(m, r)``; zeros when None)."""
     estimator = plugins.estimator
     model_order, examples_key, tie_key = draw_keys(key, config.n_models)
     missing = jnp.isnan(scores)
@@ -428,7 +433,8 @@ def init(config: BanditConfig, plugins: Plugins, key, scores, V, params) -> tupl
     first_examples, observed = initial_draws(examples_key, config, missing, population)
     episode = Episode(scores, missing, V, model_order, first_examples, examples_key, tie_key)
     first = jnp.take_along_axis(scores, first_examples, axis=1)
-    state = _first_state(config, plugins, first, observed, population, V.shape[1], params)
+    U = jnp.zeros((config.n_models, V.shape[1]), jnp.float32) if init_U is None else jnp.asarray(init_U, jnp.float32)
+    state = _first_state(config, plugins, first, observed, population, U, params)
     if estimator.uses_predictions:
         settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2,
                               params.refit_prior)
@@ -713,15 +719,21 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     usual. Given a run's own ``chosen`` it repeats that run; given another
     backend's, it computes the same sample path there, so the two backends'
     arithmetic can be compared step for step.
+
+    ``init_U`` (``(m, r)``, optional) is where the candidates' rows start
+    before the first fit (zeros by default): rows known from earlier
+    evaluations, or, with ``init_refit_epochs = refit_epochs = 0``, fixed
+    predictions ``sigmoid(init_U V^T)`` that are never refit (an oracle, when
+    they are the true probabilities' logits).
     """
     estimator = get_estimator(method)
     check_compatible(config, estimator)
     plugins = plugins_of(config, estimator)
 
-    def run(key, scores, V, params=None, choices=None):
+    def run(key, scores, V, params=None, choices=None, init_U=None):
         params = (BanditParams() if params is None else params).as_arrays()
         episode, state = init(config, plugins, key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32),
-                              params)
+                              params, init_U)
         init_best = state.best
         # choices[t] is step t's model (index 0: the padding step t = 0, never a pull).
         choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
@@ -764,17 +776,18 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
     check_compatible(config, estimator)
     plugins = plugins_of(config, estimator)
     if not config.stop.stops_early:
-        return jax.vmap(make_run(config, estimator, follow), in_axes=(0, None, None, 0) + ((0,) if follow else ()))
+        per_rep = jax.vmap(make_run(config, estimator, follow), in_axes=(0, None, None, 0, 0 if follow else None, None))
+        return lambda keys, scores, V, params, choices=None, init_U=None: per_rep(keys, scores, V, params, choices, init_U)
     block = block or STOP_BLOCK_STEPS
     n_blocks = -(-(config.n_steps + 1) // block)
 
-    def run(keys, scores, V, params, choices=None):
+    def run(keys, scores, V, params, choices=None, init_U=None):
         params = params.as_arrays()
         scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
         # The score matrix, its mask and V stay shared (one copy, not one per repetition).
         shared = Episode(None, None, None, 0, 0, 0, 0)
-        episodes, states = jax.vmap(init, in_axes=(None, None, 0, None, None, 0), out_axes=(shared, 0))(
-            config, plugins, keys, scores, V, params)
+        episodes, states = jax.vmap(init, in_axes=(None, None, 0, None, None, 0, None), out_axes=(shared, 0))(
+            config, plugins, keys, scores, V, params, init_U)
         init_best = states.best
         padded = None if choices is None else jnp.pad(jnp.asarray(choices, jnp.int32), ((0, 0), (1, 0)),
                                                       constant_values=-1)

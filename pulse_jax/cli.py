@@ -86,6 +86,10 @@ def _add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, live: 
                    help="all: every model's interval holds at every look at once; certification: only what "
                         "certifying the best needs (a certificate is still wrong at most delta; each upper bound at "
                         "delta/2 on its own, so far fewer cells)")
+    p.add_argument("--sequence", default="bernstein", choices=("bernstein", "betting"),
+                   help="the confidence sequences behind certification: bernstein (predictable-mixture empirical "
+                        "Bernstein) or betting (the exact capital on 1,000 grid means: narrower, more memory "
+                        "per model)")
     p.add_argument("--rule", default="ucbe",
                    help="sampling rule: ucbe (the paper's index), lucb, top_two, top_two_interval (Top-Two with the "
                         "interval challenger), successive_halving, or "
@@ -295,7 +299,14 @@ def _config(args, m: int, n: int, default_budget: int):
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
                         init_batches=args.init_batches, refit_every=args.refit_every,
                         rule=_plugin("sampling rule", args.rule, "--rule"),
-                        stop=_plugin("stopping rule", args.stop, "--stop"))
+                        stop=_plugin("stopping rule", args.stop, "--stop"), cs_grid=_cs_grid(args))
+
+
+def _cs_grid(args) -> int:
+    """``BanditConfig.cs_grid`` of ``--sequence``."""
+    from pulse_jax.confidence import BETTING_GRID
+
+    return BETTING_GRID if args.sequence == "betting" else 0
 
 
 def _for_method(config, estimator):
@@ -678,7 +689,8 @@ def cmd_select(args) -> None:
     require(not out.exists() or out.is_dir(), f"--report {out}: exists and is not a directory")
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
-                             train=train, rank=args.rank, log=args.log, rule=rule, params=_params(args))
+                             train=train, rank=args.rank, log=args.log, rule=rule, params=_params(args),
+                             cs_grid=_cs_grid(args))
     try:
         if selector.spent:
             again = len(selector.pending())

@@ -138,12 +138,18 @@ class ConfSeq(NamedTuple):
     high: chex.Array
     seq_low: chex.Array
     seq_high: chex.Array
+    log_up: chex.Array = None     # (m, C, G) log K+ on the betting grid (G = 0: the empirical-Bernstein sequence)
+    log_down: chex.Array = None   # (m, C, G) log K-
 
 
-def cs_init(n_models: int, n_sequences: int = 1) -> ConfSeq:
+def cs_init(n_models: int, n_sequences: int = 1, grid: int = 0) -> ConfSeq:
+    """Empty sequences; ``grid > 0`` makes them betting sequences on that many grid means
+    (:func:`capital_terms`), ``0`` the predictable-mixture empirical-Bernstein ones."""
     zeros = jnp.zeros((n_models, n_sequences), jnp.float32)
+    capital = jnp.zeros((n_models, n_sequences, grid), jnp.float32)
     return ConfSeq(zeros, zeros, zeros, zeros, zeros, jnp.zeros(n_models, jnp.float32),
-                   jnp.ones(n_models, jnp.float32), zeros, jnp.ones((n_models, n_sequences), jnp.float32))
+                   jnp.ones(n_models, jnp.float32), zeros, jnp.ones((n_models, n_sequences), jnp.float32),
+                   capital, capital)
 
 
 def cs_log_inv_alpha(delta, n_models: int, n_sequences: int = 1):
@@ -205,6 +211,15 @@ def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width
     Every bet uses only earlier draws (of this batch too), so the batch costs
     O(B) vectorized work and equals B sequential one-draw updates.
     """
+    v, s, x, beta, xhat_prev, dev, remaining, ssum = _bets(x_sum, dev_sum, n_seen, seen_sum, population, y, lower,
+                                                          width, scores, valid, log_inv_alpha, horizon)
+    coef = v * beta / width
+    return (jnp.sum(coef * (y + ssum / remaining)), jnp.sum(coef * population / remaining),
+            jnp.sum(v * jnp.square(x - xhat_prev) * _psi(beta)), jnp.sum(x), jnp.sum(dev))
+
+
+def _bets(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha, horizon):
+    """Per draw of a batch: ``(v, s, x, beta, xhat_{s-1}, dev, N - s + 1, Ssum_s)`` (see :func:`cs_batch_terms`)."""
     v = valid.astype(jnp.float32)
     s = (n_seen + 1).astype(jnp.float32) + jnp.arange(y.shape[0], dtype=jnp.float32)   # 1-based draw index
     x = v * jnp.clip((y - lower) / width, 0.0, 1.0)
@@ -217,9 +232,64 @@ def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width
     remaining = jnp.maximum(population - s + 1.0, 1.0)
     sv = v * scores
     ssum = seen_sum + jnp.cumsum(sv) - sv
-    coef = v * beta / width
-    return (jnp.sum(coef * (y + ssum / remaining)), jnp.sum(coef * population / remaining),
-            jnp.sum(v * jnp.square(x - xhat_prev) * _psi(beta)), jnp.sum(x), jnp.sum(dev))
+    return v, s, x, beta, xhat_prev, dev, remaining, ssum
+
+
+#: Grid means of the betting sequences that the CLI's ``--sequence betting`` uses: bounds rounded outwards
+#: by at most 0.001.
+BETTING_GRID = 1000
+
+
+def betting_grid(size: int) -> chex.Array:
+    """The ``size`` candidate means ``mu_g = g / (size - 1)`` at which a betting sequence keeps its capital."""
+    return jnp.linspace(0.0, 1.0, size, dtype=jnp.float32)
+
+
+def capital_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha,
+                  horizon, grid):
+    """One sequence's log-capital increments ``(d log K+, d log K-)`` on ``grid`` for a batch of draws.
+
+    The betting confidence sequence (Waudby-Smith & Ramdas 2023, section 4, with the without-replacement
+    mean of their 2020 paper). For a candidate mean ``mu`` the draw's conditional mean in the
+    ``x`` units of :func:`cs_batch_terms` is ``e_s(mu) = ((N mu - Ssum_s) / (N - s + 1) - a_s) / w_s``,
+    and the two capitals are
+
+        K+_t(mu) = prod_s (1 + beta_s (x_s - e_s(mu))),    K-_t(mu) = prod_s (1 - beta_s (x_s - e_s(mu))),
+
+    with the same predictable bets ``beta_s`` in [0, 1/2] as the empirical-Bernstein sequence (they do
+    not depend on ``mu``). At the true mean both are nonnegative martingales (``x_s`` in [0, 1] and
+    ``e_s`` in [0, 1], so every factor is at least 1/2), so by Ville's inequality ``K+`` ever reaches
+    ``1/alpha`` with probability at most ``alpha``. ``e_s`` rises with ``mu``, so ``K+`` falls and
+    ``K-`` rises with ``mu``: the means ``K+`` rejects form an interval ``[0, L)`` and those ``K-``
+    rejects an interval ``(U, 1]``, and a rejected grid point rejects every mean beyond it. A factor
+    at or below zero (possible only at a mean no draw could have: ``e_s`` outside [0, 1]) sets that
+    capital to zero, which keeps the monotonicity. The product is at least the
+    empirical-Bernstein bound ``exp(beta z - psi(beta) z^2)`` of each factor (``z = x - e``), so the
+    sequence is never looser than that one with ``z`` in place of ``x - xhat``.
+    """
+    v, _, x, beta, _, _, remaining, ssum = _bets(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width,
+                                                 scores, valid, log_inv_alpha, horizon)
+    e = ((population * grid[None, :] - ssum[:, None]) / remaining[:, None] - lower[:, None]) / width[:, None]
+    z = (x[:, None] - e) * (v * beta)[:, None]          # (B, G); 0 for draws that did not happen
+    up, down = 1.0 + z, 1.0 - z
+    log_up = jnp.where(up > 0, jnp.log(jnp.maximum(up, 1e-30)), -jnp.inf)
+    log_down = jnp.where(down > 0, jnp.log(jnp.maximum(down, 1e-30)), -jnp.inf)
+    return jnp.sum(log_up, axis=0), jnp.sum(log_down, axis=0)
+
+
+def capital_bounds(log_up, log_down, log_inv_alpha, grid):
+    """``(L_t, U_t)`` from the log-capitals on ``grid``: ``L`` the highest grid mean below which every grid
+    mean is rejected by ``K+`` (0 if none), ``U`` the lowest above which every one is rejected by ``K-``."""
+    log_low, log_high = _sides(log_inv_alpha)
+    size = grid.shape[0]
+    idx = jnp.arange(size)
+    up_ok = log_up < log_low                 # not rejected as too small
+    first_ok = jnp.min(jnp.where(up_ok, idx, size), axis=-1)
+    low = jnp.where(first_ok > 0, grid[jnp.maximum(first_ok - 1, 0)], 0.0)
+    down_ok = log_down < log_high
+    last_ok = jnp.max(jnp.where(down_ok, idx, -1), axis=-1)
+    high = jnp.where(last_ok < size - 1, grid[jnp.minimum(last_ok + 1, size - 1)], 1.0)
+    return low, high
 
 
 #: Test hook only (the mutation check): divides every half-width. 1 is the valid sequence.
@@ -242,18 +312,36 @@ def cs_bounds(weighted, weight, penalty, log_inv_alpha):
 _sequences_terms = jax.vmap(cs_batch_terms, in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None, None))
 
 
+_sequences_capital = jax.vmap(capital_terms,
+                              in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None, None, None))
+
+
+def _grid_size(cs: ConfSeq) -> int:
+    return 0 if cs.log_up is None else cs.log_up.shape[-1]
+
+
 def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, scores, valid,
               log_inv_alpha, horizon=0.0) -> ConfSeq:
     """Take model ``i``'s batch (``(C, B)`` observations) into its sequences; a no-op when nothing is ``valid``.
     ``log_inv_alpha``: one level, or a ``(low, high)`` pair; the bets are tuned to the upper side's."""
+    bet_level = _sides(log_inv_alpha)[1]
     dA, dD, dP, dx, ddev = _sequences_terms(cs.x_sum[i], cs.dev_sum[i], n_seen, seen_sum, population, y, lower,
-                                            width, scores, valid, _sides(log_inv_alpha)[1], horizon)
+                                            width, scores, valid, bet_level, horizon)
     A, D, P = cs.weighted[i] + dA, cs.weight[i] + dD, cs.penalty[i] + dP
-    low, high = cs_bounds(A, D, P, log_inv_alpha)
+    log_up, log_down = cs.log_up, cs.log_down
+    if _grid_size(cs):
+        grid = betting_grid(_grid_size(cs))
+        d_up, d_down = _sequences_capital(cs.x_sum[i], cs.dev_sum[i], n_seen, seen_sum, population, y, lower, width,
+                                          scores, valid, bet_level, horizon, grid)
+        up, down = cs.log_up[i] + d_up, cs.log_down[i] + d_down
+        low, high = capital_bounds(up, down, log_inv_alpha, grid)
+        log_up, log_down = cs.log_up.at[i].set(up), cs.log_down.at[i].set(down)
+    else:
+        low, high = cs_bounds(A, D, P, log_inv_alpha)
     return ConfSeq(cs.weighted.at[i].set(A), cs.weight.at[i].set(D), cs.penalty.at[i].set(P),
                    cs.x_sum.at[i].add(dx), cs.dev_sum.at[i].add(ddev),
                    cs.low.at[i].max(jnp.max(low)), cs.high.at[i].min(jnp.min(high)),
-                   cs.seq_low.at[i].max(low), cs.seq_high.at[i].min(high))
+                   cs.seq_low.at[i].max(low), cs.seq_high.at[i].min(high), log_up, log_down)
 
 
 def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, scores, valid,
@@ -261,14 +349,23 @@ def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, sc
     """Every model's batch at once (``(m, C, B)`` observations, ``(m, B)`` scores): the initialization.
     ``population`` is a scalar or every model's ``N_i``."""
     population = jnp.broadcast_to(jnp.asarray(population, jnp.float32), cs.low.shape)
+    bet_level = _sides(log_inv_alpha)[1]
     terms = jax.vmap(_sequences_terms, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None, None))(
-        cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid,
-        _sides(log_inv_alpha)[1], horizon)
+        cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, bet_level, horizon)
     A, D, P = cs.weighted + terms[0], cs.weight + terms[1], cs.penalty + terms[2]
-    low, high = cs_bounds(A, D, P, log_inv_alpha)
+    log_up, log_down = cs.log_up, cs.log_down
+    if _grid_size(cs):
+        grid = betting_grid(_grid_size(cs))
+        d_up, d_down = jax.vmap(_sequences_capital, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None))(
+            cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, bet_level, horizon,
+            grid)
+        log_up, log_down = cs.log_up + d_up, cs.log_down + d_down
+        low, high = capital_bounds(log_up, log_down, log_inv_alpha, grid)
+    else:
+        low, high = cs_bounds(A, D, P, log_inv_alpha)
     return ConfSeq(A, D, P, cs.x_sum + terms[3], cs.dev_sum + terms[4], jnp.maximum(cs.low, jnp.max(low, axis=1)),
                    jnp.minimum(cs.high, jnp.min(high, axis=1)), jnp.maximum(cs.seq_low, low),
-                   jnp.minimum(cs.seq_high, high))
+                   jnp.minimum(cs.seq_high, high), log_up, log_down)
 
 
 def first_argmax(x: chex.Array) -> chex.Array:

@@ -121,9 +121,10 @@ class Selector:
         cells (or a ``ScoreMatrix`` whose examples are aligned by id); or
       V: example embeddings (n, r) fitted earlier. PULSE and Naive need one.
       log: path of the JSONL log; an existing log is resumed.
-      batch_size, init_batches, refit_every, rule: as in
+      batch_size, init_batches, refit_every, rule, cs_grid: as in
         :class:`pulse_jax.BanditConfig` (``rule`` a sampling rule or its name;
-        ``"lucb"`` or ``"top_two"`` sample to certify the best model sooner).
+        ``"lucb"`` or ``"top_two"`` sample to certify the best model sooner;
+        ``cs_grid > 0``: betting confidence sequences).
       exploration, delta: as in :class:`pulse_jax.BanditParams`; or pass
         ``params`` (a whole ``BanditParams``) instead.
       seed: the run's seed; rank: for fitting ``train``.
@@ -132,7 +133,7 @@ class Selector:
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
                  batch_size: int = 64, init_batches: int = 1, exploration: float = 1.0, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
-                 log=None, rule="ucbe", params: BanditParams | None = None):
+                 log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0):
         self.models = tuple(str(m) for m in models)
         require(len(set(self.models)) == len(self.models), "models: duplicate model names")
         ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
@@ -140,7 +141,7 @@ class Selector:
         self.example_ids = tuple(ids)
         m, n = len(self.models), len(ids)
         self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
-                                   init_batches=init_batches, refit_every=refit_every, rule=rule)
+                                   init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid)
         self.params = check_params(params if params is not None
                                    else BanditParams(exploration=exploration, delta=delta))
         self.estimator = bandit.get_estimator(method)
@@ -233,6 +234,7 @@ class Selector:
                 "models": list(self.models), "examples": list(self.example_ids), "budget": c.budget,
                 "batch_size": c.batch_size, "init_batches": c.init_batches, "refit_every": c.refit_every,
                 "init_refit_epochs": c.init_refit_epochs, "refit_epochs": c.refit_epochs, "interval": c.interval,
+                "cs_grid": c.cs_grid,
                 "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
                 **self.params.to_dict(),
                 "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None}

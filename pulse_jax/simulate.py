@@ -259,11 +259,15 @@ def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None
     and ``V`` replicated, and no device ever talks to another.
     """
     per_item = (0,) * (2 if follow else 1)
-    batched = bandit.make_batched_run(config, method, follow)
+    run = bandit.make_batched_run(config, method, follow)
+
+    def batched(keys, scores, V, init_U, params, choices=None):
+        return run(keys, scores, V, params, choices, init_U)
+
     if mesh is None or mesh.size == 1:
         return jax.jit(batched)
     P = jax.sharding.PartitionSpec
-    specs = (P("reps"), P(), P()) + (P("reps"),) * len(per_item)
+    specs = (P("reps"), P(), P(), P()) + (P("reps"),) * len(per_item)
     return jax.jit(jax.shard_map(batched, mesh=mesh, in_specs=specs, out_specs=P("reps"),
                                  check_vma=False))   # the scan carries start replicated, become per-device
 
@@ -288,7 +292,7 @@ def rep_keys(seed: int, start: int, count: int) -> jax.Array:
 def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: BanditParams | None = None, V=None,
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
-             stop: str | None = None, follow=None) -> SimulationResult:
+             stop: str | None = None, follow=None, init_U=None) -> SimulationResult:
     """Run ``reps`` repetitions of ``method``: an :class:`pulse_jax.Estimator` or its name ("ucbe",
     "pulse", "naive", or "package.module:attribute"; see :mod:`pulse_jax.registry`).
 
@@ -324,6 +328,10 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         the same seed this repeats that run's sample path, on any backend, so
         two backends' estimates can be compared on one path
         (``benchmarks/backend_agreement.py``).
+      init_U: ``(m, r)`` rows of ``U`` the first fit starts from (zeros by default; see
+        :func:`pulse_jax.bandit.make_run`). With ``init_refit_epochs = refit_epochs = 0`` in
+        ``config`` the predictions stay ``sigmoid(init_U V^T)``: e.g. the true probabilities'
+        factors, an oracle (``benchmarks/paper_scale_configs.py``).
     """
     params = check_params(BanditParams() if params is None else params)
     seed_key(seed)   # refuses a bad seed before anything runs
@@ -333,10 +341,23 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     params = bandit.with_plugin_params(params, bandit.plugins_of(config, estimator))
     if follow is not None:
         follow = _check_follow(follow, reps, config)
+    init_U = _check_init_U(init_U, config, estimator, V)
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
     out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed,
-                                            chunk_size, progress, devices, follow)
+                                            chunk_size, progress, devices, follow, init_U)
     return result_from(out, estimator.name, config, params, seed, scores, seconds, compile_seconds, model_names)
+
+
+def _check_init_U(init_U, config: BanditConfig, estimator, V) -> np.ndarray:
+    """``init_U`` as a finite ``(m, r)`` float32 array (zeros when None), or a one-line error."""
+    if init_U is None:
+        return np.zeros((config.n_models, V.shape[1]), np.float32)
+    require(estimator.uses_predictions, f"init_U: method {estimator.name!r} makes no predictions")
+    arr = np.asarray(init_U, dtype=np.float32)
+    want = (config.n_models, V.shape[1])
+    require(arr.shape == want, f"init_U must have shape (n_models, rank of V) = {want}, got {arr.shape}")
+    require(np.isfinite(arr).all(), "init_U contains NaN or inf")
+    return arr
 
 
 def _check_follow(follow, reps: int, config: BanditConfig) -> np.ndarray:
@@ -389,7 +410,7 @@ def _prepare(scores, config: BanditConfig, method, V, stop):
 
 
 def execute(scores, config: BanditConfig, estimator, V, rep_index, params: BanditParams, seed: int,
-            chunk_size=None, progress=False, devices=None, follow=None):
+            chunk_size=None, progress=False, devices=None, follow=None, init_U=None):
     """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program
     (each following the choices ``follow[k]`` when given: see :func:`simulate`).
 
@@ -417,7 +438,9 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: Bandi
                           follow is not None)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     by_rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("reps"))
-    scores_dev, V_dev = _put(scores, replicated), _put(V, replicated)
+    if init_U is None:
+        init_U = np.zeros((config.n_models, rank), np.float32)
+    scores_dev, V_dev = _put(scores, replicated), (_put(V, replicated), _put(init_U, replicated))
     use_compilation_cache()
     if progress is None:
         progress = _interactive()
@@ -460,9 +483,10 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: Bandi
     return out, time.perf_counter() - start_time, compile_seconds
 
 
-def _with_data(items, scores, V):
-    """The run's arguments: the items' keys, the shared data, then the items' parameters (and choices)."""
-    return (items[0], scores, V) + tuple(items[1:])
+def _with_data(items, scores, side):
+    """The run's arguments: the items' keys, the shared data (scores, V, init_U), then the items'
+    parameters (and choices)."""
+    return (items[0], scores) + tuple(side) + tuple(items[1:])
 
 
 def rep_keys_for(seed: int, reps) -> jax.Array:

@@ -121,10 +121,89 @@ def test_batched_update_equals_a_plain_sequential_numpy_loop(batch, horizon, spl
         assert float(cs.high[0]) == pytest.approx(hi_ref[sl.stop - 1], abs=1e-5)
 
 
+def numpy_betting(y, lower, width, scores, N, log_high, log_low, grid):
+    """The betting sequence one draw at a time, float64, from its definition (docs/confidence.md): the
+    capitals ``K+`` and ``K-`` at every grid mean and ``(L_t, U_t)`` after every draw, where ``L_t`` is
+    the highest grid mean at or below which *every* grid mean has ``K+ >= e^log_low`` and ``U_t`` the
+    mirror image. The bets are the empirical-Bernstein sequence's (at the upper level)."""
+    x_sum = dev_sum = seen = 0.0
+    log_up, log_down = np.zeros(len(grid)), np.zeros(len(grid))
+    lows, highs = [], []
+    for s in range(1, len(y) + 1):
+        x = min(max((y[s - 1] - lower[s - 1]) / width[s - 1], 0.0), 1.0)
+        beta = min(np.sqrt(2 * log_high / ((0.25 + dev_sum) / s * s * np.log1p(s))), 0.5)
+        e = ((N * grid - seen) / (N - s + 1) - lower[s - 1]) / width[s - 1]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            log_up += np.where(1 + beta * (x - e) > 0, np.log(np.maximum(1 + beta * (x - e), 1e-300)), -np.inf)
+            log_down += np.where(1 - beta * (x - e) > 0, np.log(np.maximum(1 - beta * (x - e), 1e-300)), -np.inf)
+        x_sum += x
+        dev_sum += (x - (0.5 + x_sum) / (s + 1)) ** 2
+        seen += scores[s - 1]
+        low = 0.0
+        for g in range(len(grid)):          # the rejected prefix
+            if log_up[g] < log_low:
+                break
+            low = grid[g]
+        high = 1.0
+        for g in reversed(range(len(grid))):
+            if log_down[g] < log_high:
+                break
+            high = grid[g]
+        lows.append(low)
+        highs.append(high)
+    return np.array(lows), np.array(highs)
+
+
+@pytest.mark.parametrize("batch, split", [(1, False), (5, False), (16, True)])
+def test_betting_update_equals_a_plain_sequential_numpy_loop(batch, split):
+    """Batched, vectorized over the grid, equals one draw at a time in float64 at every batch end: the
+    bounds are grid points, so they agree exactly unless a capital sits within float32 rounding of
+    the level (the tolerance of one grid step allows that)."""
+    rng = np.random.default_rng(10 + batch)
+    N, draws, G = 60, 48, 101
+    scores = rng.random(N)
+    order = rng.permutation(N)[:draws]
+    lam = np.repeat(rng.random(draws)[::batch], batch)[:draws]
+    f = rng.random(draws)
+    y = scores[order] - lam * f + lam * 0.4           # AIPW-like proxies with a predictable range
+    lower, width = lam * (0.4 - 1), 1 + lam
+    levels = tuple(float(v) for v in confidence.cs_levels(0.3, 3, 1, 0.0 if split else 1.0))
+    grid = np.linspace(0, 1, G)
+    lows, highs = numpy_betting(y, lower, width, scores[order], N, levels[1], levels[0], grid)
+    cs = confidence.cs_init(1, 1, G)
+    lo_run, hi_run = 0.0, 1.0
+    for start in range(0, draws, batch):
+        sl = slice(start, min(start + batch, draws))
+        pad = batch - (sl.stop - sl.start)
+        arr = lambda a: jnp.asarray(np.pad(a[sl], (0, pad)), jnp.float32)[None]   # noqa: E731
+        cs = confidence.cs_update(cs, 0, jnp.int32(start), jnp.float32(scores[order][:start].sum()), jnp.float32(N),
+                                  arr(y), arr(lower), jnp.asarray(np.pad(width[sl], (0, pad), constant_values=1),
+                                                                   jnp.float32)[None],
+                                  arr(scores[order])[0], jnp.arange(batch) < sl.stop - sl.start, levels)
+        lo_run, hi_run = max(lo_run, lows[sl.stop - 1]), min(hi_run, highs[sl.stop - 1])
+        assert float(cs.low[0]) == pytest.approx(lo_run, abs=1.01 / (G - 1))
+        assert float(cs.high[0]) == pytest.approx(hi_run, abs=1.01 / (G - 1))
+    assert 0.05 < lo_run < hi_run < 0.95          # the sequence did narrow (the comparison has teeth)
+
+
+def test_betting_bounds_are_the_rejected_prefix_and_suffix():
+    """``capital_bounds`` on hand-made capitals: a non-monotone pattern (a rejected point beyond the
+    first kept one) must not move the bound past the first kept grid mean."""
+    grid = confidence.betting_grid(6)           # 0, .2, .4, .6, .8, 1
+    level = 1.0
+    up = jnp.array([3.0, 2.0, 0.5, 2.0, -jnp.inf, -jnp.inf])     # rejected: 0, .2; kept .4; (.6 rejected again)
+    down = jnp.array([-jnp.inf, 0.0, 0.2, 0.9, 1.5, 4.0])        # rejected: .8, 1
+    low, high = confidence.capital_bounds(up, down, level, grid)
+    assert float(low) == pytest.approx(0.2) and float(high) == pytest.approx(0.8)
+    none_low, none_high = confidence.capital_bounds(jnp.zeros(6), jnp.zeros(6), level, grid)
+    assert float(none_low) == 0.0 and float(none_high) == 1.0
+
+
 def _coverage_run(method, V, scores, reps, delta, budget, refit_every=5, batch_size=4, horizon=0.0,
-                  simultaneous=1.0):
+                  simultaneous=1.0, cs_grid=0):
     m, n = scores.shape
-    config = BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch_size, refit_every=refit_every)
+    config = BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch_size, refit_every=refit_every,
+                          cs_grid=cs_grid)
     return simulate(scores, config, method, V=V, reps=reps, seed=11,
                     params=BanditParams(delta=delta, cs_horizon=horizon, cs_simultaneous=simultaneous))
 
@@ -152,7 +231,8 @@ REPS, DELTA, MC_TOL = 1000, 0.2, 0.038
 
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "ucbe_horizon",
-                                  "pulse_adversarial_horizon", "pulse_certify_adversarial"])
+                                  "pulse_adversarial_horizon", "pulse_certify_adversarial", "ucbe_betting",
+                                  "pulse_betting_adversarial"])
 def test_coverage_at_every_look(case):
     """Over 1,000 repetitions, the fraction in which any model's sequence *ever* misses is <= delta."""
     res = _coverage_case(case)
@@ -165,7 +245,8 @@ def test_coverage_at_every_look(case):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "pulse_soft_horizon",
                                   "pulse_certify_good", "pulse_certify_useless", "pulse_certify_adversarial",
-                                  "pulse_certify_soft"])
+                                  "pulse_certify_soft", "pulse_certify_betting_good", "pulse_certify_betting_useless",
+                                  "pulse_certify_betting_adversarial", "pulse_certify_betting_soft"])
 def test_certification_levels_keep_their_guarantees(case):
     """``cs_simultaneous = 0`` over 1,000 repetitions: the event certification rests on (every lower
     bound and the best model's upper bound, at every look) fails in at most delta of them, and each
@@ -190,18 +271,20 @@ def _coverage_case(case, simultaneous=1.0):
         scores = np.clip(binary * 0.7 + np.random.default_rng(1).random(binary.shape) * 0.3, 0, 1).astype(np.float32)
     method = next(name for name in ("ucbe", "pulse_certify", "pulse") if case.startswith(name))
     horizon = 20.0 if case.endswith("horizon") else 0.0     # bets tuned to 20 draws (of 28 per model on average)
+    grid = 201 if "betting" in case else 0                   # the betting sequence on 201 grid means
     return _coverage_run(method, V, scores, REPS, DELTA, budget=5 * 4 + 120, horizon=horizon,
-                         simultaneous=simultaneous)
+                         simultaneous=simultaneous, cs_grid=grid)
 
 
 def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np.log(4.0)), horizon=0.0,
-                               proxy_lambda=None):
+                               proxy_lambda=None, grid=0):
     """Fraction of random draw orders in which one sequence at alpha = 1/4 per side ever misses.
 
     A level where the guarantee (miss rate <= 2 alpha = 0.5) is close to tight, so that a
     sequence that is too narrow shows. Traced afresh on every call (reads ``_NARROWING``).
     ``proxy_lambda``: run it on PULSE's AIPW proxies with this lambda and predictions
     anti-correlated with the scores (``estimators.aipw_proxies``) instead of the raw scores.
+    ``grid > 0``: the betting sequence on that many grid means.
     """
     rng = np.random.default_rng(7)
     population = (rng.random(N) < 0.5).astype(np.float32)
@@ -223,7 +306,7 @@ def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np
             cs = confidence.cs_update(cs, 0, k * batch, jnp.sum(jnp.asarray(population)[flat] * seen),
                                       jnp.float32(N), *rows, s, jnp.ones(batch, bool), log_inv_alpha, horizon)
             return cs, None
-        cs, _ = jax.lax.scan(body, confidence.cs_init(1), (jnp.arange(N // batch), order))
+        cs, _ = jax.lax.scan(body, confidence.cs_init(1, 1, grid), (jnp.arange(N // batch), order))
         return cs.low[0], cs.high[0]
 
     low, high = jax.jit(jax.vmap(one))(jnp.asarray(orders))
@@ -231,15 +314,23 @@ def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np
     return float(np.mean((np.asarray(low) > mu + 1e-5) | (np.asarray(high) < mu - 1e-5)))
 
 
-@pytest.mark.parametrize("horizon, proxy_lambda", [(0.0, None), (10.0, None), (50.0, None), (0.0, 0.5),
-                                                  (50.0, 0.5), (0.0, 1.0)])
-def test_one_sequence_misses_at_most_two_alpha(horizon, proxy_lambda):
+@pytest.mark.parametrize("horizon, proxy_lambda, grid", [(0.0, None, 0), (10.0, None, 0), (50.0, None, 0),
+                                                        (0.0, 0.5, 0), (50.0, 0.5, 0), (0.0, 1.0, 0),
+                                                        (0.0, None, 201), (0.0, 0.5, 201), (0.0, 1.0, 201)])
+def test_one_sequence_misses_at_most_two_alpha(horizon, proxy_lambda, grid):
     """1,000 draw orders; 3 SE of a rate of 0.5 is 0.047. Bets tuned to a horizon (10 or 50 of the 100
     draws) stay valid too, and so does the sequence on AIPW proxies with adversarial predictions
-    (lambda 1/2, pulse_certify's, and 1)."""
-    miss = _single_sequence_miss_rate(horizon=horizon, proxy_lambda=proxy_lambda)
+    (lambda 1/2, pulse_certify's, and 1); the betting sequence (grid 201) on scores and proxies too."""
+    miss = _single_sequence_miss_rate(horizon=horizon, proxy_lambda=proxy_lambda, grid=grid)
     print(f"one sequence, alpha = 1/4 per side: ever missed in {miss:.3f} of the orders")
     assert miss <= 0.5 + 0.047
+
+
+def test_a_betting_sequence_at_too_low_a_level_fails_the_coverage_test():
+    """Mutation check for the betting sequence: rejecting at capital 1.2 instead of 4 must fail."""
+    miss = _single_sequence_miss_rate(log_inv_alpha=float(np.log(1.2)), grid=201)
+    print(f"betting at capital 1.2: ever missed in {miss:.3f} of the orders")
+    assert miss > 0.5 + 0.047
 
 
 def test_a_sequence_twice_too_narrow_fails_the_coverage_test(monkeypatch):

@@ -349,3 +349,36 @@ def test_refit_on_blocks_equals_the_dense_masked_refit():
         np.testing.assert_allclose(np.asarray(sparse), np.asarray(dense), atol=2e-5)
         spreads.append(float(np.mean(np.square(np.asarray(sparse) - np.asarray(sparse).mean(0)))))
     assert spreads[1] < spreads[0]   # the prior pulls the rows together
+
+
+def test_init_U_sets_the_first_rows_and_zero_epochs_keep_them_through_refits():
+    """``init_U`` with no refit epochs: U stays ``init_U`` through the initial fit and every refit, and
+    the ledger's prediction sums are exactly those of ``sigmoid(init_U V^T)`` over each model's
+    unobserved cells (the oracle-prediction path of ``benchmarks/paper_scale_configs.py``)."""
+    from pulse_jax import sampling
+    rng = np.random.default_rng(3)
+    m, n, r = 5, 40, 3
+    U0, V = rng.normal(0, 1, (m, r)).astype(np.float32), rng.normal(0, 1, (n, r)).astype(np.float32)
+    P = 1 / (1 + np.exp(-(U0.astype(np.float64) @ V.T)))
+    scores = (rng.random((m, n)) < P).astype(np.float32)
+    config = BanditConfig(n_models=m, n_examples=n, budget=m * 4 + 40, batch_size=4, refit_every=2,
+                          init_refit_epochs=0, refit_epochs=0)
+    plugins = bandit.plugins_of(config, bandit.get_estimator("pulse"))
+    params = BanditParams().as_arrays()
+    episode, state = bandit.init(config, plugins, jax.random.PRNGKey(0), jax.numpy.asarray(scores),
+                                 jax.numpy.asarray(V), params, init_U=U0)
+    for t in range(1, 6):   # refits at t = 2 and 4
+        state, _ = bandit.step(config, plugins, episode, state, params, t)
+        np.testing.assert_array_equal(np.asarray(state.U), U0)
+        unseen = ~np.asarray(sampling.unpack(state.observed, n)).astype(bool)
+        np.testing.assert_allclose(state.ledger.pred_sum, (P * unseen).sum(1), rtol=0, atol=2e-4)
+    # The default start is zeros: passing zeros changes nothing.
+    cfg = SEEDED_CONFIG
+    zeros = simulate(SEEDED[0], cfg, "pulse", V=SEEDED[2], reps=7, seed=11, chunk_size=7,
+                     init_U=np.zeros((cfg.n_models, SEEDED[2].shape[1])))
+    np.testing.assert_array_equal(zeros.chosen, _seeded_run("pulse").chosen)
+    np.testing.assert_array_equal(zeros.estimates, _seeded_run("pulse").estimates)
+    with pytest.raises(PulseInputError, match=r"init_U must have shape \(n_models, rank of V\) = \(6, 3\)"):
+        simulate(SEEDED[0], cfg, "pulse", V=SEEDED[2], reps=1, init_U=np.zeros((6, 2)))
+    with pytest.raises(PulseInputError, match="init_U: method 'ucbe' makes no predictions"):
+        simulate(SEEDED[0], cfg, "ucbe", reps=1, init_U=np.zeros((6, 3)))

@@ -224,3 +224,9 @@ def test_bounds_option_and_the_select_defaults():
     assert dict(certify.settings)["lambda_rule"] == "constant_lambda(0.5)"
     rule = registry.sampling_rule(sel.rule)
     assert rule.needs_interval and dict(rule.settings)["challenger"] == "interval"
+    # --sequence picks the confidence sequences' family (BanditConfig.cs_grid)
+    bet = parser.parse_args(["simulate", "--scores", "s.csv", "--out", "o", "--sequence", "betting"])
+    bet.batch_size, bet.refit_every = 16, 10
+    assert sim.sequence == "bernstein" and cli._config(bet, 4, 100, 400).cs_grid == 1000
+    bet.sequence = "bernstein"
+    assert cli._config(bet, 4, 100, 400).cs_grid == 0
