@@ -53,9 +53,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rules import datasets  # noqa: E402
 
 METHODS = {"ucbe": "ucbe", "pulse": pj.pulse(), "pulse_proxy_only": pj.pulse(raw_sequence=False),
-           "pulse_certify": pj.pulse_certify()}
+           "pulse_certify": pj.pulse_certify(), "pulse_hedged": pj.pulse_hedged()}
 LABELS = {"pulse": "PULSE", "pulse_proxy_only": "PULSE, proxy sequence alone",
-          "pulse_certify": "pulse_certify (lambda 1/2, proxy sequence alone)"}
+          "pulse_certify": "pulse_certify (lambda 1/2, proxy sequence alone)",
+          "pulse_hedged": "pulse_hedged (lambda 1/2, raw and proxy sequences)"}
 RULES = {"lucb": ("LUCB", "lucb"), "top_two": ("Top-Two (interval)", pj.top_two(challenger="interval"))}
 
 

@@ -23,7 +23,7 @@ _EXPORTS = {
     "pulse_jax.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
     "pulse_jax.errors": ["PulseInputError"],
     "pulse_jax.estimators": ["Estimator", "constant_lambda", "naive_pooling", "paper_lambda", "pulse", "pulse_certify",
-                             "ucbe"],
+                             "pulse_hedged", "ucbe"],
     "pulse_jax.factorization": ["PAPER_INIT_REFIT", "PAPER_REFIT", "adam_settings", "fit_example_embeddings"],
     "pulse_jax.params": ["BanditParams"],
     "pulse_jax.rules": ["RuleInputs", "SamplingRule", "lucb", "successive_halving", "top_two", "ucb_index_rule"],

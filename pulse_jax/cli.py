@@ -98,11 +98,10 @@ def _add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, live: 
 
 
 def _add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, one_method: bool = False) -> None:
-    _add_bandit_options(p, methods_help=(f"the estimator: ucbe, pulse, pulse_certify, naive, or {PLUGIN_HELP} "
-                                         "(default: pulse)"
-                                         if one_method else f"comma-separated estimators: ucbe, pulse, pulse_certify, "
-                                                            f"naive, or "
-                                                            f"{PLUGIN_HELP} (default: ucbe,pulse,naive)"))
+    names = "ucbe, pulse, pulse_certify, pulse_hedged, naive"
+    _add_bandit_options(p, methods_help=(f"the estimator: {names}, or {PLUGIN_HELP} (default: pulse)" if one_method
+                                         else f"comma-separated estimators: {names}, or {PLUGIN_HELP} "
+                                              "(default: ucbe,pulse,naive)"))
     p.set_defaults(method="pulse" if one_method else "ucbe,pulse,naive")
     p.add_argument("--reps", type=int, default=reps, help="repetitions" + ("" if one_method else " per method"))
     p.add_argument("--budget", type=int, default=None, help=budget_help)
@@ -212,14 +211,14 @@ def _add_select(sub) -> None:
                      help="import this module first (e.g. one that registers an lm-eval model class of your own)")
     sel.add_argument("--log", required=True, help="JSONL log; run the same command again to resume")
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
-    _add_bandit_options(sel, methods_help=f"the estimator: pulse_certify (PULSE with lambda 1/2 and one proxy "
-                                          f"sequence), pulse (the paper's), ucbe, naive, or {PLUGIN_HELP} "
-                                          "(default: pulse_certify)",
+    _add_bandit_options(sel, methods_help=f"the estimator: pulse_hedged (PULSE with lambda 1/2, raw and proxy "
+                                          f"sequences), pulse_certify (lambda 1/2, the proxy sequence alone), pulse "
+                                          f"(the paper's), ucbe, naive, or {PLUGIN_HELP} (default: pulse_hedged)",
                         live=True)
     # Live selection wants a certified answer for the fewest paid calls: the configuration that certifies
-    # with the fewest cells on every data set measured (docs/benchmarks/certify_config*.md); simulations
-    # keep the paper's.
-    sel.set_defaults(method="pulse_certify", rule="top_two_interval", bounds="certification")
+    # with the fewest cells, and never more than UCB-E's, on every data set measured
+    # (docs/benchmarks/certify_betting.md); simulations keep the paper's.
+    sel.set_defaults(method="pulse_hedged", rule="top_two_interval", bounds="certification", sequence="betting")
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
     sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
     _add_stopping_options(sel)

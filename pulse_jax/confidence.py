@@ -120,7 +120,9 @@ class ConfSeq(NamedTuple):
 
     A model may run ``C`` sequences on different observations of the same draws
     (PULSE: the raw scores and the AIPW proxies); each is valid on its own, so
-    their intersection is too, at ``alpha = delta / (2 m C)`` per side.
+    their intersection is too, at ``alpha = delta / (2 m C)`` per side. Betting
+    sequences (``log_up`` / ``log_down`` on a grid, :func:`capital_terms`) instead
+    sum the ``C`` capitals (:func:`mixed_capital`), at least as tight.
 
     Fields: ``weighted`` (A), ``weight`` (D), ``penalty`` (P), ``x_sum`` and
     ``dev_sum``, each ``(m, C)``; ``low`` / ``high``, ``(m,)``, the running
@@ -277,6 +279,19 @@ def capital_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width,
     return jnp.sum(log_up, axis=0), jnp.sum(log_down, axis=0)
 
 
+def mixed_capital(log_up, log_down):
+    """The log of the *sum* of a model's ``C`` capitals (axis -2: ``(..., C, G)`` -> ``(..., G)``).
+
+    ``(1/C) sum_c K_c`` is a nonnegative martingale at the true mean too, so rejecting where it
+    reaches ``1/alpha`` -- where ``log sum_c K_c`` reaches ``log(C / alpha)``, the level
+    :func:`cs_levels` already gives each of ``C`` sequences -- is valid at ``alpha``, and it
+    rejects every mean that any one of the ``C`` sequences rejects (the sum is at least the
+    largest term): a hedge between the raw and the proxy bets that costs nothing over their
+    intersection. The sum is still monotone in the mean, so the grid argument holds.
+    """
+    return jax.nn.logsumexp(log_up, axis=-2), jax.nn.logsumexp(log_down, axis=-2)
+
+
 def capital_bounds(log_up, log_down, log_inv_alpha, grid):
     """``(L_t, U_t)`` from the log-capitals on ``grid``: ``L`` the highest grid mean below which every grid
     mean is rejected by ``K+`` (0 if none), ``U`` the lowest above which every one is rejected by ``K-``."""
@@ -335,12 +350,14 @@ def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, sco
                                           scores, valid, bet_level, horizon, grid)
         up, down = cs.log_up[i] + d_up, cs.log_down[i] + d_down
         low, high = capital_bounds(up, down, log_inv_alpha, grid)
+        mix_low, mix_high = capital_bounds(*mixed_capital(up, down), log_inv_alpha, grid)
         log_up, log_down = cs.log_up.at[i].set(up), cs.log_down.at[i].set(down)
     else:
         low, high = cs_bounds(A, D, P, log_inv_alpha)
+        mix_low, mix_high = jnp.max(low), jnp.min(high)
     return ConfSeq(cs.weighted.at[i].set(A), cs.weight.at[i].set(D), cs.penalty.at[i].set(P),
                    cs.x_sum.at[i].add(dx), cs.dev_sum.at[i].add(ddev),
-                   cs.low.at[i].max(jnp.max(low)), cs.high.at[i].min(jnp.min(high)),
+                   cs.low.at[i].max(mix_low), cs.high.at[i].min(mix_high),
                    cs.seq_low.at[i].max(low), cs.seq_high.at[i].min(high), log_up, log_down)
 
 
@@ -361,10 +378,12 @@ def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, sc
             grid)
         log_up, log_down = cs.log_up + d_up, cs.log_down + d_down
         low, high = capital_bounds(log_up, log_down, log_inv_alpha, grid)
+        mix_low, mix_high = capital_bounds(*mixed_capital(log_up, log_down), log_inv_alpha, grid)
     else:
         low, high = cs_bounds(A, D, P, log_inv_alpha)
-    return ConfSeq(A, D, P, cs.x_sum + terms[3], cs.dev_sum + terms[4], jnp.maximum(cs.low, jnp.max(low, axis=1)),
-                   jnp.minimum(cs.high, jnp.min(high, axis=1)), jnp.maximum(cs.seq_low, low),
+        mix_low, mix_high = jnp.max(low, axis=1), jnp.min(high, axis=1)
+    return ConfSeq(A, D, P, cs.x_sum + terms[3], cs.dev_sum + terms[4], jnp.maximum(cs.low, mix_low),
+                   jnp.minimum(cs.high, mix_high), jnp.maximum(cs.seq_low, low),
                    jnp.minimum(cs.seq_high, high), log_up, log_down)
 
 

@@ -378,6 +378,21 @@ def pulse_certify() -> Estimator:
     return pulse(constant_lambda(0.5), None, raw_sequence=False)._replace(name="pulse_certify")
 
 
+@functools.cache
+def pulse_hedged() -> Estimator:
+    """PULSE for certification with betting sequences: lambda fixed at 1/2, raw and proxy sequences.
+
+    Under betting confidence sequences (``BanditConfig.cs_grid > 0``) a model's two capitals are
+    summed (:func:`pulse_jax.confidence.mixed_capital`), which rejects whatever either sequence
+    alone would: the raw bets carry a model through its first batches, where the proxies' range
+    of 1.5 costs more than the predictions save (CRUXEval-O), the proxies' after. It is the
+    estimator of ``pulse-jax select``'s default (with ``--sequence betting``). Under the
+    empirical-Bernstein sequences the two are intersected at half the level each, and
+    :func:`pulse_certify` is the better choice.
+    """
+    return pulse(constant_lambda(0.5), None, raw_sequence=True)._replace(name="pulse_hedged")
+
+
 # ----------------------------------------------------------------------------- Naive
 
 

@@ -151,7 +151,51 @@ def numpy_betting(y, lower, width, scores, N, log_high, log_low, grid):
             high = grid[g]
         lows.append(low)
         highs.append(high)
+    numpy_betting.capitals = log_up, log_down     # the final capitals, for the mixture test
     return np.array(lows), np.array(highs)
+
+
+def _prefix_bounds(log_up, log_down, log_low, log_high, grid):
+    """The rejected prefix / suffix of grid means, as in :func:`numpy_betting`."""
+    low = high = None
+    kept = np.flatnonzero(log_up < log_low)
+    low = 0.0 if len(kept) == 0 or kept[0] == 0 else grid[kept[0] - 1]
+    kept = np.flatnonzero(log_down < log_high)
+    high = 1.0 if len(kept) == 0 or kept[-1] == len(grid) - 1 else grid[kept[-1] + 1]
+    return low, high
+
+
+def test_betting_hedges_a_models_sequences_by_summing_their_capitals():
+    """PULSE's two sequences (raw scores, proxies) under betting: the model's bounds come from the sum
+    of the two capitals at the two-sequence level (``mixed_capital``), each sequence's own bounds
+    from its capital alone; checked against the float64 loop, and never looser than the
+    intersection of the two."""
+    rng = np.random.default_rng(21)
+    N, draws, G = 60, 40, 101
+    scores = (rng.random(N) < 0.6).astype(float)
+    order = rng.permutation(N)[:draws]
+    f = np.clip(scores[order] * 0.6 + 0.2 + 0.1 * rng.random(draws), 0, 1)    # informative predictions
+    lam = 0.5
+    rows = [(scores[order], np.zeros(draws), np.ones(draws)),
+            (scores[order] - lam * f + lam * 0.55, np.full(draws, lam * (0.55 - 1)), np.full(draws, 1 + lam))]
+    levels = tuple(float(v) for v in confidence.cs_levels(0.2, 4, 2, 1.0))
+    grid = np.linspace(0, 1, G)
+    capitals = []
+    for y, lower, width in rows:
+        numpy_betting(y, lower, width, scores[order], N, levels[1], levels[0], grid)
+        capitals.append(numpy_betting.capitals)
+    up = np.logaddexp(capitals[0][0], capitals[1][0])
+    down = np.logaddexp(capitals[0][1], capitals[1][1])
+    want_low, want_high = _prefix_bounds(up, down, levels[0], levels[1], grid)
+    stack = lambda k: jnp.asarray(np.stack([r[k] for r in rows]), jnp.float32)   # noqa: E731
+    cs = confidence.cs_update(confidence.cs_init(1, 2, G), 0, jnp.int32(0), jnp.float32(0.0), jnp.float32(N),
+                              stack(0), stack(1), stack(2), jnp.asarray(scores[order], jnp.float32),
+                              jnp.ones(draws, bool), levels)
+    step = 1.01 / (G - 1)
+    assert float(cs.low[0]) == pytest.approx(want_low, abs=step)
+    assert float(cs.high[0]) == pytest.approx(want_high, abs=step)
+    assert float(cs.low[0]) >= float(cs.seq_low[0].max()) and float(cs.high[0]) <= float(cs.seq_high[0].min())
+    assert float(cs.high[0]) - float(cs.low[0]) < 0.6
 
 
 @pytest.mark.parametrize("batch, split", [(1, False), (5, False), (16, True)])
@@ -246,7 +290,9 @@ def test_coverage_at_every_look(case):
 @pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "pulse_soft_horizon",
                                   "pulse_certify_good", "pulse_certify_useless", "pulse_certify_adversarial",
                                   "pulse_certify_soft", "pulse_certify_betting_good", "pulse_certify_betting_useless",
-                                  "pulse_certify_betting_adversarial", "pulse_certify_betting_soft"])
+                                  "pulse_certify_betting_adversarial", "pulse_certify_betting_soft",
+                                  "pulse_hedged_betting_good", "pulse_hedged_betting_useless",
+                                  "pulse_hedged_betting_adversarial", "pulse_hedged_betting_soft"])
 def test_certification_levels_keep_their_guarantees(case):
     """``cs_simultaneous = 0`` over 1,000 repetitions: the event certification rests on (every lower
     bound and the best model's upper bound, at every look) fails in at most delta of them, and each
@@ -269,7 +315,7 @@ def _coverage_case(case, simultaneous=1.0):
         V = np.zeros_like(v)   # every prediction 1/2
     if "soft" in case:
         scores = np.clip(binary * 0.7 + np.random.default_rng(1).random(binary.shape) * 0.3, 0, 1).astype(np.float32)
-    method = next(name for name in ("ucbe", "pulse_certify", "pulse") if case.startswith(name))
+    method = next(name for name in ("ucbe", "pulse_certify", "pulse_hedged", "pulse") if case.startswith(name))
     horizon = 20.0 if case.endswith("horizon") else 0.0     # bets tuned to 20 draws (of 28 per model on average)
     grid = 201 if "betting" in case else 0                   # the betting sequence on 201 grid means
     return _coverage_run(method, V, scores, REPS, DELTA, budget=5 * 4 + 120, horizon=horizon,
@@ -350,14 +396,18 @@ def test_certified_stopping_is_wrong_at_most_delta():
     scores = (rng.random((3, n)) < p[:, None]).astype(np.float32)
     _, _, v = tiny_problem(seed=4, m=3, n=n, rank=3)
     # simultaneous = 0: the certification levels (upper bounds at delta / (2 C)), same guarantee
-    for method, rule, simultaneous in [("ucbe", "lucb", 1.0), ("pulse", "lucb", 1.0), ("pulse", "ucbe", 1.0),
-                                       ("ucbe", "lucb", 0.0), ("pulse", "lucb", 0.0),
-                                       ("pulse_certify", "top_two_interval", 0.0)]:
-        config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule=rule)
+    # grid > 0: betting sequences (select's default: pulse_hedged, Top-Two, certification levels, betting)
+    for method, rule, simultaneous, grid in [("ucbe", "lucb", 1.0, 0), ("pulse", "lucb", 1.0, 0),
+                                             ("pulse", "ucbe", 1.0, 0), ("ucbe", "lucb", 0.0, 0),
+                                             ("pulse", "lucb", 0.0, 0), ("pulse_certify", "top_two_interval", 0.0, 0),
+                                             ("ucbe", "top_two_interval", 0.0, 201),
+                                             ("pulse_hedged", "top_two_interval", 0.0, 201)]:
+        config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule=rule,
+                              cs_grid=grid)
         res = simulate(scores, config, method, V=v, reps=REPS, seed=3, stop="certified",
                        params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous))
         cert = res.certification()
-        print(method, rule, simultaneous, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])
+        print(method, rule, simultaneous, grid, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])
         assert cert["certified_fraction"] > 0.5
         assert cert["error_rate"] <= DELTA + MC_TOL
         # a stopped run spends nothing after it certified

@@ -217,11 +217,14 @@ def test_bounds_option_and_the_select_defaults():
     assert cli._params(parser.parse_args(["simulate", "--scores", "s.csv", "--out", "o", "--bounds", "certification"])
                        ).cs_simultaneous == 0.0
     sel = parser.parse_args(["select", "--models", "m.txt", "--budget", "10", "--log", "l.jsonl"])
-    assert (sel.method, sel.rule, sel.bounds) == ("pulse_certify", "top_two_interval", "certification")
-    assert cli._params(sel).cs_simultaneous == 0.0
-    certify = registry.estimator(sel.method)
+    assert (sel.method, sel.rule, sel.bounds, sel.sequence) == ("pulse_hedged", "top_two_interval", "certification",
+                                                                "betting")
+    assert cli._params(sel).cs_simultaneous == 0.0 and cli._cs_grid(sel) == 1000
+    hedged = registry.estimator(sel.method)
+    assert hedged.name == "pulse_hedged" and hedged.n_sequences == 2
+    assert dict(hedged.settings)["lambda_rule"] == "constant_lambda(0.5)"
+    certify = registry.estimator("pulse_certify")
     assert certify.name == "pulse_certify" and certify.n_sequences == 1
-    assert dict(certify.settings)["lambda_rule"] == "constant_lambda(0.5)"
     rule = registry.sampling_rule(sel.rule)
     assert rule.needs_interval and dict(rule.settings)["challenger"] == "interval"
     # --sequence picks the confidence sequences' family (BanditConfig.cs_grid)

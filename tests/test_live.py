@@ -244,10 +244,11 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     records = (tmp_path / "run.jsonl").read_text().splitlines()
     header = json.loads(records[0])
     assert header["type"] == "header" and len(records) == 1 + 10 + 50
-    # the defaults: pulse_certify, Top-Two with the interval challenger, certification bounds
-    assert header["method"] == "pulse_certify" and header["method_settings"]["raw_sequence"] is False
+    # the defaults: pulse_hedged, Top-Two with the interval challenger, certification bounds, betting sequences
+    assert header["method"] == "pulse_hedged" and "raw_sequence" not in header["method_settings"]
     assert header["method_settings"]["lambda_rule"] == "constant_lambda(0.5)"
     assert header["cs_simultaneous"] == 0.0 and "top_two" in json.dumps(header["rule"])
+    assert header["cs_grid"] == 1000
     assert "certification levels" in out
     assert cli.main(args) == 0                                # resuming a finished run evaluates nothing
     assert "resuming run.jsonl: 960 cells already evaluated" in capsys.readouterr().out
@@ -255,6 +256,8 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     bad = args[:args.index("--budget") + 1] + ["2000"] + args[args.index("--budget") + 2:]
     assert cli.main(bad) == 2
     assert "different configuration: budget is 960 in the log, 2000 here" in capsys.readouterr().err
+    assert cli.main(args + ["--sequence", "bernstein"]) == 2
+    assert "different configuration: cs_grid is 1000 in the log, 0 here" in capsys.readouterr().err
 
 
 def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
