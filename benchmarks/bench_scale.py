@@ -115,13 +115,16 @@ def child(spec: dict) -> dict:
     import numpy as np
 
     from pulse_jax import bandit
+    from pulse_jax.confidence import BETTING_GRID
     from pulse_jax.simulate import simulate
 
     m, n = spec["models"], spec["examples"]
     scores, V = problem(spec)
+    method, _, family = spec["method"].partition("+")    # "<method>+betting": betting confidence sequences
     config = bandit.BanditConfig(n_models=m, n_examples=n, budget=m * spec["batch"] + spec["bandit_budget"],
-                                 batch_size=spec["batch"], refit_every=spec["refit_every"])
-    res = simulate(scores, config, spec["method"], V=np.asarray(V, np.float32), reps=spec["reps"], seed=0,
+                                 batch_size=spec["batch"], refit_every=spec["refit_every"],
+                                 cs_grid=BETTING_GRID if family == "betting" else 0)
+    res = simulate(scores, config, method, V=np.asarray(V, np.float32), reps=spec["reps"], seed=0,
                    chunk_size=spec.get("chunk"), progress=True)
     compile_s, run_s = res.compile_seconds, res.seconds - res.compile_seconds
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
@@ -159,7 +162,8 @@ def main(argv=None) -> int:
     p.add_argument("--bandit-budget", default="40000")
     p.add_argument("--reps", default="32")
     p.add_argument("--refit-every", type=int, default=100)
-    p.add_argument("--methods", default="ucbe,pulse,naive")
+    p.add_argument("--methods", default="ucbe,pulse,naive",
+                   help="comma-separated; a method name followed by +betting runs betting confidence sequences")
     p.add_argument("--factors", help="draw the candidates from this factor file (e.g. "
                    "../shared/data/openllm_v2_mmlu_pro_factors.npz) instead of a synthetic matrix")
     p.add_argument("--banditeval", action="store_true",

@@ -18,7 +18,9 @@ The ``certify_*`` cases run ``select``'s default interval: UCB-E and ``pulse_cer
 sequence, on the AIPW proxies with lambda 1/2) at certification levels (``cs_simultaneous = 0``).
 There the guarantees are the certification event's (every lower bound and the best model's upper
 bound, at every look: ``cert_event_miss <= delta``) and each model's own interval's
-(``own_miss <= delta``), and each upper sequence runs at ``delta / (2 C)``.
+(``own_miss <= delta``), and each upper sequence runs at ``delta / (2 C)``. The ``betting_*`` cases
+run the same with betting sequences (``cs_grid = 1000``); ``betting_hedged_*`` is ``select``'s
+default (``pulse_hedged``: lambda 1/2, raw and proxy capitals summed, certification levels).
 
     python benchmarks/cs_slack.py --reps 1000 --out docs/benchmarks/cs_slack.json
 
@@ -34,10 +36,13 @@ from pathlib import Path
 import numpy as np
 
 import pulse_jax as pj
+from pulse_jax.confidence import BETTING_GRID
 from pulse_jax.params import BanditParams
 
 CASES = ("ucbe", "pulse_good", "pulse_useless", "pulse_adversarial", "pulse_soft", "certify_ucbe",
-         "certify_good", "certify_useless", "certify_adversarial", "certify_soft")
+         "certify_good", "certify_useless", "certify_adversarial", "certify_soft", "betting_ucbe",
+         "betting_pulse_adversarial", "betting_certify_ucbe", "betting_hedged_good", "betting_hedged_useless",
+         "betting_hedged_adversarial", "betting_hedged_soft")
 
 
 def problem(case: str, models: int, examples: int):
@@ -54,17 +59,25 @@ def problem(case: str, models: int, examples: int):
 
 
 def method_of(case: str):
-    """``(estimator, cs_simultaneous)`` of a case."""
+    """``(estimator, cs_simultaneous, cs_grid)`` of a case (``betting_*``: betting sequences, 1,000 grid means)."""
+    grid = BETTING_GRID if case.startswith("betting_") else 0
+    case = case.removeprefix("betting_")
+    if case.startswith("hedged_"):
+        return pj.pulse_hedged(), 0.0, grid
     if case.startswith("certify_"):
-        return ("ucbe" if case == "certify_ucbe" else pj.pulse_certify()), 0.0
-    return ("ucbe" if case == "ucbe" else "pulse"), 1.0
+        return ("ucbe" if case == "certify_ucbe" else pj.pulse_certify()), 0.0, grid
+    return ("ucbe" if case == "ucbe" else "pulse"), 1.0, grid
+
+
+def simultaneous_of(case: str) -> float:
+    return method_of(case)[1]
 
 
 def measure(case: str, delta: float, reps: int, models: int, examples: int, batch: int, bandit_cells: int) -> dict:
     scores, V = problem(case, models, examples)
+    method, simultaneous, grid = method_of(case)
     config = pj.BanditConfig(n_models=models, n_examples=examples, budget=models * batch + bandit_cells,
-                             batch_size=batch, refit_every=5)
-    method, simultaneous = method_of(case)
+                             batch_size=batch, refit_every=5, cs_grid=grid)
     start = time.perf_counter()
     res = pj.simulate(scores, config, method, V=V, reps=reps, seed=11,
                       params=BanditParams(delta=delta, cs_simultaneous=simultaneous), progress=False)
@@ -100,7 +113,7 @@ def main() -> None:
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in rows:
         raw, proxy = r["seq_miss"].get("raw"), r["seq_miss"].get("proxy")
-        bound = "" if r["case"].startswith("certify") else f"{r['seq_guarantee']:.4f}"
+        bound = "" if simultaneous_of(r["case"]) == 0 else f"{r['seq_guarantee']:.4f}"
         lines.append(f"| {r['case']} | {r['delta']:g} | {r['any_miss']:.3f} +- {r['any_miss_se']:.3f} | "
                      f"{r['cert_event_miss']:.3f} | {r['own_miss']:.3f} | {'' if raw is None else f'{raw:.4f}'} | "
                      f"{'' if proxy is None else f'{proxy:.4f}'} | "

@@ -24,8 +24,12 @@ both (``metrics.paired_savings``, 95% bootstrap intervals).
     python benchmarks/paper_scale_configs.py --reps 100 --configs oracle_predictions,lambdas,oracle_allocation \
         --out docs/benchmarks/paper_scale_oracles.json
 
-``--certify`` measures the fixed-confidence regime instead: UCB-E, PULSE and ``pulse_certify`` with
-Top-Two (interval challenger) and certification bounds, stopping once certified within the same budget.
+``--certify`` measures the fixed-confidence regime instead: UCB-E, PULSE and ``pulse_certify`` (or
+``--certify-methods``) with Top-Two (interval challenger) and certification bounds, stopping once
+certified within the same budget; ``--cs-grid 1000`` with betting confidence sequences::
+
+    python benchmarks/paper_scale_configs.py --certify --reps 100 --bandit-budget 2000000 --cs-grid 1000 \
+        --certify-methods ucbe,pulse_hedged --out docs/benchmarks/paper_scale_certify_betting.json
 
 Prints a table and writes ``--out`` (JSON) and the same path with ``.md``. Each finished data set is
 kept in ``--out``, so an interrupted run resumes.
@@ -155,9 +159,10 @@ def rows_for(name, args) -> list[dict]:
 def certify_rows(name, args) -> list[dict]:
     """Fixed confidence: cells to certify with Top-Two (interval) and certification bounds, within the same
     budget, for UCB-E, PULSE and ``pulse_certify``."""
-    cand, info, config, V, _ = problem(name, args, rule="top_two_interval", stop="certified")
+    cand, info, config, V, _ = problem(name, args, rule="top_two_interval", stop="certified", cs_grid=args.cs_grid)
     rows = []
-    for label, method in (("UCB-E", "ucbe"), ("PULSE", "pulse"), ("pulse_certify", "pulse_certify")):
+    methods = [("UCB-E", "ucbe"), ("PULSE", "pulse"), ("pulse_certify", "pulse_certify"), ("pulse_hedged", "pulse_hedged")]
+    for label, method in (m for m in methods if m[1] in args.certify_methods.split(",")):
         res = pj.simulate(cand.scores, config, method, V=None if method == "ucbe" else V, reps=args.reps,
                           seed=args.seed, params=pj.BanditParams(cs_simultaneous=0.0), progress=False)
         cert = res.certification()
@@ -215,6 +220,10 @@ def main() -> None:
                         "true gaps, for UCB-E and PULSE)")
     p.add_argument("--certify", action="store_true",
                    help="fixed confidence instead: cells to certify (Top-Two, certification bounds)")
+    p.add_argument("--certify-methods", default="ucbe,pulse,pulse_certify",
+                   help="with --certify: of ucbe, pulse, pulse_certify, pulse_hedged")
+    p.add_argument("--cs-grid", type=int, default=0,
+                   help="with --certify: BanditConfig.cs_grid (0: empirical-Bernstein sequences; 1000: betting)")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     out = Path(args.out) if args.out else None
