@@ -289,10 +289,9 @@ def test_coverage_at_every_look(case):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "pulse_soft_horizon",
                                   "pulse_certify_good", "pulse_certify_useless", "pulse_certify_adversarial",
-                                  "pulse_certify_soft", "pulse_certify_betting_good", "pulse_certify_betting_useless",
-                                  "pulse_certify_betting_adversarial", "pulse_certify_betting_soft",
-                                  "pulse_hedged_betting_good", "pulse_hedged_betting_useless",
-                                  "pulse_hedged_betting_adversarial", "pulse_hedged_betting_soft"])
+                                  "pulse_certify_soft", "pulse_certify_betting_adversarial", "pulse_hedged_betting_good",
+                                  "pulse_hedged_betting_useless", "pulse_hedged_betting_adversarial",
+                                  "pulse_hedged_betting_soft"])
 def test_certification_levels_keep_their_guarantees(case):
     """``cs_simultaneous = 0`` over 1,000 repetitions: the event certification rests on (every lower
     bound and the best model's upper bound, at every look) fails in at most delta of them, and each
