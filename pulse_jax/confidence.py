@@ -273,10 +273,24 @@ def capital_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width,
                                                  scores, valid, log_inv_alpha, horizon)
     e = ((population * grid[None, :] - ssum[:, None]) / remaining[:, None] - lower[:, None]) / width[:, None]
     z = (x[:, None] - e) * (v * beta)[:, None]          # (B, G); 0 for draws that did not happen
-    up, down = 1.0 + z, 1.0 - z
-    log_up = jnp.where(up > 0, jnp.log(jnp.maximum(up, 1e-30)), -jnp.inf)
-    log_down = jnp.where(down > 0, jnp.log(jnp.maximum(down, 1e-30)), -jnp.inf)
-    return jnp.sum(log_up, axis=0), jnp.sum(log_down, axis=0)
+    return _log_product(1.0 + z), _log_product(1.0 - z)
+
+
+#: Factors multiplied before one logarithm (see :func:`_log_product`).
+_FACTORS_PER_LOG = 8
+
+
+def _log_product(factors):
+    """``sum_b log(max(f_b, 0))`` over axis 0, as the logs of products of 8 factors each clipped to
+    [0, 2^15]: a product of 8 such factors stays finite in float32, and it takes one logarithm per 8
+    draws, which is what a pull costs at 1,000 grid means. At the true mean every factor lies in
+    [1/2, 3/2], so neither clip binds there; elsewhere both only lower the capital and keep it
+    monotone in the mean (a factor at or below 0 makes it 0, as a capital that went broke)."""
+    b = factors.shape[0]
+    pad = -b % _FACTORS_PER_LOG
+    f = jnp.clip(jnp.pad(factors, ((0, pad), (0, 0)), constant_values=1.0), 0.0, 2.0 ** 15)
+    products = jnp.prod(f.reshape((-1, _FACTORS_PER_LOG) + f.shape[1:]), axis=1)
+    return jnp.sum(jnp.log(products), axis=0)
 
 
 def mixed_capital(log_up, log_down):
@@ -373,9 +387,9 @@ def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, sc
     log_up, log_down = cs.log_up, cs.log_down
     if _grid_size(cs):
         grid = betting_grid(_grid_size(cs))
-        d_up, d_down = jax.vmap(_sequences_capital, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None, None, None))(
-            cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, bet_level, horizon,
-            grid)
+        # One model at a time: all of them at once would hold m x C x B x G numbers.
+        d_up, d_down = jax.lax.map(lambda a: _sequences_capital(*a, bet_level, horizon, grid),
+                                   (cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid))
         log_up, log_down = cs.log_up + d_up, cs.log_down + d_down
         low, high = capital_bounds(log_up, log_down, log_inv_alpha, grid)
         mix_low, mix_high = capital_bounds(*mixed_capital(log_up, log_down), log_inv_alpha, grid)
