@@ -101,7 +101,7 @@ def test_select_names_the_cli_flag_for_missing_side_information(tmp_path, capsys
     (tmp_path / "m.txt").write_text("a\nb\n")
     line = _error_line(capsys, ["select", "--models", str(tmp_path / "m.txt"), "--examples", "50", "--budget", "100",
                                 "--evaluate", "pulse_jax.stand_in:score", "--log", str(tmp_path / "run.jsonl")])
-    assert "--method pulse_certify needs side information: pass --train FILE" in line and "train=" not in line
+    assert "--method pulse_hedged needs side information: pass --train FILE" in line and "train=" not in line
 
 
 @pytest.fixture(scope="module")
