@@ -13,7 +13,8 @@ candidates, the train half for stage 0, rank 100), each candidate observes ``k``
 
 Per candidate, on its *unobserved* cells, the fraction of the raw variance left in one draw's AIPW
 term: with lambda = 1, ``Var(S - f) / Var(S)``, and with the best lambda, ``1 - corr(S, f)^2``.
-Medians over all candidates and over the 20 best (where a bandit spends most of its cells).
+Medians over all candidates and over the 20 best (where a bandit spends most of its cells). Each
+finished data set is kept in ``--out``, so an interrupted run resumes.
 
     python benchmarks/prior_from_train.py --out docs/benchmarks/prior_from_train.json
 """
@@ -135,15 +136,18 @@ def main() -> None:
     p.add_argument("--out", default=None)
     args = p.parse_args()
     start = time.time()
-    rows = []
+    out = Path(args.out) if args.out else None
+    rows = json.loads(out.read_text())["rows"] if out and out.is_file() else []
     for name in args.datasets.split(","):
+        if any(r["data"] == name for r in rows):     # kept from an earlier, interrupted run
+            continue
         rows += measure(name, args)
+        if out:
+            out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
     text = table(rows)
     print(text)
     print(f"{time.time() - start:.0f} s", file=sys.stderr)
-    if args.out:
-        out = Path(args.out)
-        out.write_text(json.dumps({"args": vars(args), "rows": rows}, indent=2))
+    if out:
         command = " ".join(["python benchmarks/prior_from_train.py"] + sys.argv[1:])
         out.with_suffix(".md").write_text(
             "Fraction of one draw's raw variance left in the AIPW term, on each candidate's unobserved cells, "
