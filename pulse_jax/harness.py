@@ -308,6 +308,19 @@ def parse_model_spec(text: str) -> tuple[str, str]:
     return kind, args
 
 
+def _task_manager(TaskManager, task: str, include_path):
+    """lm-eval's task index. With an include path that defines ``task``, that folder alone: indexing
+    lm-eval's thousands of built-in task files takes seconds at every start."""
+    if include_path:
+        try:
+            local = TaskManager(include_path=str(include_path), include_defaults=False)
+        except TypeError:    # an lm-eval without include_defaults
+            local = None
+        if local is not None and task in local.all_tasks:
+            return local
+    return TaskManager(include_path=str(include_path) if include_path else None)
+
+
 class LmEvalScorer:
     """A live scorer that evaluates each asked batch through lm-evaluation-harness.
 
@@ -357,7 +370,7 @@ class LmEvalScorer:
         self.options = dict(evaluate_options or {})
         self.cache_dir = Path(cache_dir) if cache_dir is not None else None
         self.device = device
-        self._task_manager = TaskManager(include_path=str(include_path) if include_path else None)
+        self._task_manager = _task_manager(TaskManager, task, include_path)
         require(task in self._task_manager.all_tasks, f"lm-eval has no task {task!r}"
                 + (f" (include path {include_path})" if include_path else "; pass the folder of its YAML with "
                    "--lm-eval-include"))
