@@ -50,13 +50,15 @@ import pulse_jax as pj
 from pulse_jax import metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_rules import datasets  # noqa: E402
+from bench_rules import datasets, train_priors  # noqa: E402
 
 METHODS = {"ucbe": "ucbe", "pulse": pj.pulse(), "pulse_proxy_only": pj.pulse(raw_sequence=False),
-           "pulse_certify": pj.pulse_certify(), "pulse_hedged": pj.pulse_hedged()}
+           "pulse_certify": pj.pulse_certify(), "pulse_hedged": pj.pulse_hedged(),
+           "pulse_hedged_prior": pj.pulse_hedged()}
 LABELS = {"pulse": "PULSE", "pulse_proxy_only": "PULSE, proxy sequence alone",
           "pulse_certify": "pulse_certify (lambda 1/2, proxy sequence alone)",
-          "pulse_hedged": "pulse_hedged (lambda 1/2, raw and proxy sequences)"}
+          "pulse_hedged": "pulse_hedged (lambda 1/2, raw and proxy sequences)",
+          "pulse_hedged_prior": "pulse_hedged, refits under the train prior (MAP rows)"}
 RULES = {"lucb": ("LUCB", "lucb"), "top_two": ("Top-Two (interval)", pj.top_two(challenger="interval"))}
 
 
@@ -81,6 +83,7 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     sets = datasets(rank=8)
+    priors = train_priors(rank=8) if "pulse_hedged_prior" in args.methods.split(",") else {}
     if args.lambdas:
         return lambda_sweep(sets, args)
     rows, results = [], {}
@@ -94,8 +97,11 @@ def main() -> None:
             config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25,
                                      rule=rule, stop="certified", cs_grid=cs_grid)
             for method in args.methods.split(","):
+                with_prior = method.endswith("_prior")     # the train models' Gaussian, at weight 1
                 res = pj.sweep(scores, config, METHODS[method], grid, reps=args.reps, seed=0,
-                               V=V if method != "ucbe" else None, progress=False)
+                               V=V if method != "ucbe" else None, progress=False,
+                               base=pj.BanditParams(refit_prior=1.0) if with_prior else None,
+                               row_prior=priors.get(data_name) if with_prior else None)
                 for point, r in zip(res.points, res.results):
                     cert = r.certification()
                     key = (data_name, rule_name, point.cs_horizon, point.cs_simultaneous, cs_grid)

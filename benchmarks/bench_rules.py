@@ -57,6 +57,22 @@ def datasets(rank: int):
     return out
 
 
+def train_priors(rank: int):
+    """``name -> RowPrior``: the Gaussian of the train models' stage-0 rows (``pj.row_prior_from_rows``),
+    from the same fits as :func:`datasets`' embeddings."""
+    import pulse_jax as pj
+    from pulse_jax import data
+
+    bench = pj.make_benchmark(seed=0)
+    out = {"builtin": pj.row_prior_from_rows(pj.fit_train_factors(bench.train, rank=rank)[0])}
+    for name, file in (("cruxeval_o", "zeroeval_cruxeval_o.csv"), ("chembench", "chembench.csv")):
+        path = SHARED / file
+        if path.is_file():
+            train, _, _ = data.split_models(data.load(path), seed=0)
+            out[name] = pj.row_prior_from_rows(pj.fit_train_factors(train.scores, rank=rank)[0])
+    return out
+
+
 def settings(regime: str, scores, batch: int) -> dict:
     m, n = scores.shape
     if regime == "fixed_budget":   # a quarter of the cells (the CLI's default), initialization included

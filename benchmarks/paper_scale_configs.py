@@ -2,7 +2,8 @@
 
 On the paper-scale factor data (``../shared/data``; 1,000 candidates, B = 64, 400,000 bandit cells,
 the paper's rule and refit period), per data set: UCB-E; PULSE with the paper's lambda, with
-lambda fixed at 1/2 and, with ``--refit-priors``, with refits under a population prior
+lambda fixed at 1/2, with ``--configs ...,train_prior`` with refits under the train models' Gaussian
+(``pj.row_prior_from_rows``; MAP rows) and, with ``--refit-priors``, with refits under a population prior
 (``BanditParams.refit_prior``; one compiled sweep); with ``--configs ...,weights``, PULSE with
 inverse-variance weights of its one-step estimates (``pulse(weighting="inverse_variance")``); and PULSE with
 *oracle embeddings* -- the factor file's own ``V``, from which every score was drawn, so only the
@@ -61,18 +62,19 @@ FILES = {"mmlu_pro": "openllm_v2_mmlu_pro_factors.npz", "bbh_composite": "openll
 
 
 def problem(name, args, **config_options):
-    """``(candidates, info, config, V, factor file)`` of one data set: the paper's difficulty subset, its
-    bandit configuration (``config_options`` added) and the stage-0 embeddings fitted on the train half."""
+    """``(candidates, info, config, V, factor file, train prior)`` of one data set: the paper's difficulty
+    subset, its bandit configuration (``config_options`` added), the stage-0 embeddings fitted on the train
+    half, and the Gaussian of the train models' stage-0 rows (``pj.row_prior_from_rows``)."""
     path = Path(args.data_dir) / FILES[name]
     train, cand, info = data.paper_scale_problem(path, seed=args.seed, n_candidates=args.candidates,
                                                  delta_top2=args.delta)
     m, n = cand.shape
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * args.batch_size + args.bandit_budget,
                              batch_size=args.batch_size, refit_every=args.refit_every, **config_options)
-    V = np.asarray(pj.fit_example_embeddings(train.scores, rank=min(args.rank, *train.shape),
-                                             settings=factorization.adam_settings(args.stage0_epochs, 0.05, 0.01),
-                                             seed=args.seed))
-    return cand, info, config, V, path
+    U_train, V = pj.fit_train_factors(train.scores, rank=min(args.rank, *train.shape),
+                                      settings=factorization.adam_settings(args.stage0_epochs, 0.05, 0.01),
+                                      seed=args.seed)
+    return cand, info, config, np.asarray(V), path, pj.row_prior_from_rows(U_train)
 
 
 def gap_allocation(true_means) -> SamplingRule:
@@ -121,7 +123,7 @@ def oracle_runs(cand, config, V, path, configs, args) -> dict:
 
 
 def rows_for(name, args) -> list[dict]:
-    cand, info, config, V, path = problem(name, args)
+    cand, info, config, V, path, prior = problem(name, args)
     V_true = data.load_factors(path)[1]
     runs = {"UCB-E": pj.simulate(cand.scores, config, "ucbe", reps=args.reps, seed=args.seed, progress=False)}
     configs = args.configs.split(",")
@@ -135,6 +137,10 @@ def rows_for(name, args) -> list[dict]:
     if "weights" in configs:
         runs["PULSE, inverse-variance weights"] = pj.simulate(cand.scores, config, pj.pulse(weighting="inverse_variance"),
                                                               V=V, reps=args.reps, seed=args.seed, progress=False)
+    if "train_prior" in configs:
+        runs["PULSE, train prior (MAP rows)"] = pj.simulate(cand.scores, config, "pulse", V=V, row_prior=prior,
+                                                            params=pj.BanditParams(refit_prior=1.0), reps=args.reps,
+                                                            seed=args.seed, progress=False)
     if "oracle" in configs:
         runs["PULSE, oracle embeddings"] = pj.simulate(cand.scores, config, "pulse", V=V_true, reps=args.reps,
                                                        seed=args.seed, progress=False)
@@ -159,12 +165,16 @@ def rows_for(name, args) -> list[dict]:
 def certify_rows(name, args) -> list[dict]:
     """Fixed confidence: cells to certify with Top-Two (interval) and certification bounds, within the same
     budget, for UCB-E, PULSE and ``pulse_certify``."""
-    cand, info, config, V, _ = problem(name, args, rule="top_two_interval", stop="certified", cs_grid=args.cs_grid)
+    cand, info, config, V, _, prior = problem(name, args, rule="top_two_interval", stop="certified",
+                                              cs_grid=args.cs_grid)
     rows = []
-    methods = [("UCB-E", "ucbe"), ("PULSE", "pulse"), ("pulse_certify", "pulse_certify"), ("pulse_hedged", "pulse_hedged")]
+    methods = [("UCB-E", "ucbe"), ("PULSE", "pulse"), ("pulse_certify", "pulse_certify"), ("pulse_hedged", "pulse_hedged"),
+               ("pulse_hedged, train prior", "pulse_hedged_prior")]
     for label, method in (m for m in methods if m[1] in args.certify_methods.split(",")):
-        res = pj.simulate(cand.scores, config, method, V=None if method == "ucbe" else V, reps=args.reps,
-                          seed=args.seed, params=pj.BanditParams(cs_simultaneous=0.0), progress=False)
+        with_prior = method.endswith("_prior")
+        res = pj.simulate(cand.scores, config, method.removesuffix("_prior"), V=None if method == "ucbe" else V,
+                          reps=args.reps, seed=args.seed, row_prior=prior if with_prior else None,
+                          params=pj.BanditParams(cs_simultaneous=0.0, refit_prior=float(with_prior)), progress=False)
         cert = res.certification()
         rows.append({"data": name, "realized_gap": info.get("realized_top2_gap"), "configuration": label,
                      "certified_fraction": cert["certified_fraction"], "median_cells": cert["median_cells"],
@@ -215,13 +225,15 @@ def main() -> None:
                    help="comma-separated BanditParams.refit_prior values to add as PULSE rows (e.g. 1,10,100)")
     p.add_argument("--configs", default="half,oracle",
                    help="PULSE rows beside the paper's: half (lambda 1/2), oracle (the factor file's V), weights "
-                        "(inverse-variance weights of the thetas), oracle_predictions (the true probabilities, "
+                        "(inverse-variance weights of the thetas), train_prior (refits under the Gaussian of the "
+                        "train models' rows, pj.row_prior_from_rows), oracle_predictions (the true probabilities, "
                         "never refit), lambdas (fixed lambda 0.25 .. 1), oracle_allocation (shares fixed from the "
                         "true gaps, for UCB-E and PULSE)")
     p.add_argument("--certify", action="store_true",
                    help="fixed confidence instead: cells to certify (Top-Two, certification bounds)")
     p.add_argument("--certify-methods", default="ucbe,pulse,pulse_certify",
-                   help="with --certify: of ucbe, pulse, pulse_certify, pulse_hedged")
+                   help="with --certify: of ucbe, pulse, pulse_certify, pulse_hedged, pulse_hedged_prior (with the "
+                        "train prior)")
     p.add_argument("--cs-grid", type=int, default=0,
                    help="with --certify: BanditConfig.cs_grid (0: empirical-Bernstein sequences; 1000: betting)")
     p.add_argument("--out", default=None)

@@ -203,6 +203,7 @@ class Episode(NamedTuple):
     init_examples: chex.Array  # (m, T0 B) int32: the initial batches
     examples_key: chex.PRNGKey  # stream of the example draws (see sampling.draw_key)
     key: chex.PRNGKey          # per-step tie-breaking stream
+    row_prior: Any = None      # factorization.RowPrior every refit of U is pulled towards (None: the paper's)
 
 
 class PullLog(NamedTuple):
@@ -323,10 +324,11 @@ def observed_blocks(episode: Episode, state: BanditState,
     return init, pulls
 
 
-def adam_refit(epochs: int, learning_rate, l2, shrink=0.0) -> FitSettings:
-    """The bandit's refit schedule: ``epochs`` (static) Adam steps; rate, L2 weight and the population
-    prior's weight (``BanditParams.refit_prior``) may be traced."""
-    return FitSettings(epochs, l2, optax.adam(learning_rate), shrink)
+def adam_refit(epochs: int, learning_rate, l2, shrink=0.0, row_prior=None) -> FitSettings:
+    """The bandit's refit schedule: ``epochs`` (static) Adam steps; rate, L2 weight and the prior's
+    weight (``BanditParams.refit_prior``) may be traced; ``row_prior`` is the episode's
+    :class:`pulse_jax.factorization.RowPrior` (None: the candidates' own mean row)."""
+    return FitSettings(epochs, l2, optax.adam(learning_rate), shrink, row_prior)
 
 
 def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slots: int | None = None,
@@ -421,23 +423,26 @@ def _first_state(config: BanditConfig, plugins: Plugins, first, observed, popula
                        Snapshots(nan, nan), plugins.rule.init(config), jnp.bool_(False))
 
 
-def init(config: BanditConfig, plugins: Plugins, key, scores, V, params, init_U=None) -> tuple[Episode, BanditState]:
+def init(config: BanditConfig, plugins: Plugins, key, scores, V, params, init_U=None,
+         row_prior=None) -> tuple[Episode, BanditState]:
     """Stage 1: the repetition's draws, the initial batches (``scores`` needs only their cells; NaN
     marks a cell a model has no score for) and the first fit of U, which starts from ``init_U``
-    (``(m, r)``; zeros when None)."""
+    (``(m, r)``; zeros when None) and, like every refit, is pulled towards ``row_prior``
+    (a :class:`pulse_jax.factorization.RowPrior`; None: the candidates' mean row) with weight
+    ``params.refit_prior``."""
     estimator = plugins.estimator
     model_order, examples_key, tie_key = draw_keys(key, config.n_models)
     missing = jnp.isnan(scores)
     scores = jnp.where(missing, 0.0, scores)
     population = jnp.sum(~missing, axis=1).astype(jnp.int32)
     first_examples, observed = initial_draws(examples_key, config, missing, population)
-    episode = Episode(scores, missing, V, model_order, first_examples, examples_key, tie_key)
+    episode = Episode(scores, missing, V, model_order, first_examples, examples_key, tie_key, row_prior)
     first = jnp.take_along_axis(scores, first_examples, axis=1)
     U = jnp.zeros((config.n_models, V.shape[1]), jnp.float32) if init_U is None else jnp.asarray(init_U, jnp.float32)
     state = _first_state(config, plugins, first, observed, population, U, params)
     if estimator.uses_predictions:
         settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2,
-                              params.refit_prior)
+                              params.refit_prior, episode.row_prior)
         state = _refit(episode, state, settings, log_slots=0)     # nothing is in the log yet
     state = state._replace(estimator=estimator.init(state.ledger))
     state = state._replace(best=recommend(config, plugins, episode, state, 0))
@@ -516,7 +521,8 @@ def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandi
         return state
 
     def refit_if_live(state):
-        settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2, params.refit_prior)
+        settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2, params.refit_prior,
+                              episode.row_prior)
         dynamic = t is not None and log_slots is None
         filled = factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config)) if dynamic else None
         new = _refit(episode, state, settings, log_slots, filled)
@@ -724,16 +730,18 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     before the first fit (zeros by default): rows known from earlier
     evaluations, or, with ``init_refit_epochs = refit_epochs = 0``, fixed
     predictions ``sigmoid(init_U V^T)`` that are never refit (an oracle, when
-    they are the true probabilities' logits).
+    they are the true probabilities' logits). ``row_prior`` (a
+    :class:`pulse_jax.factorization.RowPrior`, optional) is the Gaussian every
+    refit pulls the rows towards, with weight ``params.refit_prior``.
     """
     estimator = get_estimator(method)
     check_compatible(config, estimator)
     plugins = plugins_of(config, estimator)
 
-    def run(key, scores, V, params=None, choices=None, init_U=None):
+    def run(key, scores, V, params=None, choices=None, init_U=None, row_prior=None):
         params = (BanditParams() if params is None else params).as_arrays()
         episode, state = init(config, plugins, key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32),
-                              params, init_U)
+                              params, init_U, row_prior)
         init_best = state.best
         # choices[t] is step t's model (index 0: the padding step t = 0, never a pull).
         choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
@@ -776,18 +784,20 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
     check_compatible(config, estimator)
     plugins = plugins_of(config, estimator)
     if not config.stop.stops_early:
-        per_rep = jax.vmap(make_run(config, estimator, follow), in_axes=(0, None, None, 0, 0 if follow else None, None))
-        return lambda keys, scores, V, params, choices=None, init_U=None: per_rep(keys, scores, V, params, choices, init_U)
+        per_rep = jax.vmap(make_run(config, estimator, follow),
+                           in_axes=(0, None, None, 0, 0 if follow else None, None, None))
+        return lambda keys, scores, V, params, choices=None, init_U=None, row_prior=None: per_rep(
+            keys, scores, V, params, choices, init_U, row_prior)
     block = block or STOP_BLOCK_STEPS
     n_blocks = -(-(config.n_steps + 1) // block)
 
-    def run(keys, scores, V, params, choices=None, init_U=None):
+    def run(keys, scores, V, params, choices=None, init_U=None, row_prior=None):
         params = params.as_arrays()
         scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
         # The score matrix, its mask and V stay shared (one copy, not one per repetition).
-        shared = Episode(None, None, None, 0, 0, 0, 0)
-        episodes, states = jax.vmap(init, in_axes=(None, None, 0, None, None, 0, None), out_axes=(shared, 0))(
-            config, plugins, keys, scores, V, params, init_U)
+        shared = Episode(None, None, None, 0, 0, 0, 0, None)
+        episodes, states = jax.vmap(init, in_axes=(None, None, 0, None, None, 0, None, None), out_axes=(shared, 0))(
+            config, plugins, keys, scores, V, params, init_U, row_prior)
         init_best = states.best
         padded = None if choices is None else jnp.pad(jnp.asarray(choices, jnp.int32), ((0, 0), (1, 0)),
                                                       constant_values=-1)

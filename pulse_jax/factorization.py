@@ -16,6 +16,7 @@ paper's published settings (Adam; see :data:`PAPER_REFIT`).
 """
 from __future__ import annotations
 
+import math
 from typing import Any, NamedTuple
 
 import chex
@@ -42,6 +43,57 @@ class FitSettings(NamedTuple):
     lam: float
     optimizer: optax.GradientTransformation
     shrink: Any = 0.0
+    row_prior: Any = None
+
+
+class RowPrior(NamedTuple):
+    """A Gaussian prior ``N(mean, precision^-1)`` on every candidate's row ``u_i`` of ``U``.
+
+    In a refit with weight ``kappa`` (``FitSettings.shrink``, ``BanditParams.refit_prior``) the
+    term ``(kappa / 2) sum_i (u_i - mean)^T precision (u_i - mean)`` is added to the data term's
+    sum over observed cells, so ``kappa = 1`` makes the refit the maximum a posteriori row under
+    this prior (:func:`row_prior_from_rows` learns one from a train split's rows). A model seen on
+    a single batch then starts from the population of earlier models instead of from zero. The
+    prior is fixed before the run and the rows are fitted on observed cells only, so every
+    prediction stays predictable and every estimate unbiased, whatever the prior.
+    """
+
+    mean: chex.Array        # (r,)
+    precision: chex.Array   # (r, r), symmetric positive definite
+
+
+def row_prior_from_rows(U_train, ridge: float = 1e-6) -> RowPrior:
+    """The Gaussian with the mean and covariance of ``U_train``'s rows (``(m_train, r)``, e.g. the
+    train split's stage-0 ``U``): ``RowPrior(mean, inv(cov + ridge I))``, float32.
+
+    ``ridge`` keeps the precision finite when the rows span fewer than ``r`` dimensions.
+    """
+    U_train = np.asarray(U_train, np.float64)
+    require(U_train.ndim == 2 and U_train.shape[0] >= 2,
+            f"U_train must be a 2-D array of at least 2 rows, got shape {U_train.shape}")
+    require(np.isfinite(U_train).all(), "U_train contains NaN or inf")
+    require(ridge >= 0 and math.isfinite(ridge), f"ridge must be finite and >= 0, got {ridge}")
+    r = U_train.shape[1]
+    cov = np.cov(U_train, rowvar=False).reshape(r, r) + ridge * np.eye(r)
+    require(np.linalg.matrix_rank(cov) == r,
+            f"the rows' covariance is singular (rank {np.linalg.matrix_rank(cov)} < {r}): pass ridge > 0")
+    precision = np.linalg.inv(cov)
+    return RowPrior(np.asarray(U_train.mean(axis=0), np.float32), np.asarray((precision + precision.T) / 2,
+                                                                             np.float32))
+
+
+def prior_gradient(U: chex.Array, settings: FitSettings) -> chex.Array:
+    """``d/dU`` of the prior term, in the units of a sum over cells.
+
+    Without a :class:`RowPrior`: ``(kappa/2) sum_i ||u_i - ubar||^2`` with ``ubar`` the rows' own
+    mean, whose gradient is ``kappa (u_i - ubar)`` (the mean's own terms cancel). With one:
+    ``kappa precision (u_i - mean)``.
+    """
+    prior = settings.row_prior
+    if prior is None:
+        return settings.shrink * (U - jnp.mean(U, axis=0, keepdims=True))
+    centred = U - prior.mean[None, :]
+    return settings.shrink * jnp.einsum("ir,rs->is", centred, prior.precision, precision=PRECISION)
 
 
 def adam_settings(epochs: int, learning_rate: float, lam: float) -> FitSettings:
@@ -125,8 +177,13 @@ def refit_rows(U: chex.Array, V: chex.Array, scores: chex.Array, mask: chex.Arra
     count = jnp.maximum(jnp.sum(mask), 1).astype(U.dtype)
 
     def objective(u):
-        prior = 0.5 * settings.shrink * jnp.sum(jnp.square(u - jnp.mean(u, axis=0, keepdims=True))) / count
-        return loss(u, V, scores, mask, settings.lam) + prior
+        if settings.row_prior is None:
+            centred = u - jnp.mean(u, axis=0, keepdims=True)
+            prior = 0.5 * settings.shrink * jnp.sum(jnp.square(centred))
+        else:
+            centred = u - settings.row_prior.mean[None, :]
+            prior = 0.5 * settings.shrink * jnp.sum(centred * (centred @ settings.row_prior.precision))
+        return loss(u, V, scores, mask, settings.lam) + prior / count
 
     return _optimise(U, objective, settings)
 
@@ -242,7 +299,8 @@ def refit_rows_on_blocks(U: chex.Array, V: chex.Array, blocks: tuple[CellBlocks,
     term is written out,
 
         dL/du_i = (1/|Omega|) sum_{(i,j) in Omega} (sigmoid(u_i . v_j) - S_ij) v_j + lam/(m + n) u_i
-                  + (kappa / |Omega|) (u_i - ubar)   (``settings.shrink``, 0 by default),
+                  + (kappa / |Omega|) (u_i - ubar)   (``settings.shrink``, 0 by default;
+                                                      ``P (u_i - mean)`` under a :class:`RowPrior`),
 
     as two batched contractions and a ``segment_sum`` per block (a third
     less work than differentiating the loss, which also evaluates it).
@@ -260,9 +318,7 @@ def refit_rows_on_blocks(U: chex.Array, V: chex.Array, blocks: tuple[CellBlocks,
 
     def gradient(u):
         data = _fold(lambda b, g: data_gradient(u, b, g), jnp.zeros_like(u), visits, V)
-        # d/du_i of (kappa/2) sum_k ||u_k - ubar||^2 is kappa (u_i - ubar): the mean's own terms cancel.
-        prior = settings.shrink * (u - jnp.mean(u, axis=0, keepdims=True))
-        return (data + prior) / count + settings.lam / (m + n_examples) * u
+        return (data + prior_gradient(u, settings)) / count + settings.lam / (m + n_examples) * u
 
     return _descend(U, gradient, settings)
 
@@ -349,6 +405,13 @@ def fit_example_embeddings(train, rank: int = DEFAULT_RANK, settings: FitSetting
 
     Host-level convenience around :func:`fit` (validates, then one jitted fit).
     """
+    return fit_train_factors(train, rank, settings, seed)[1]
+
+
+def fit_train_factors(train, rank: int = DEFAULT_RANK, settings: FitSettings = DEFAULT_STAGE0,
+                      seed: int = 0):
+    """Stage 0 as :func:`fit_example_embeddings`, returning both ``(U_train, V)`` as NumPy arrays:
+    the train models' rows feed :func:`row_prior_from_rows`."""
     train = np.asarray(train, dtype=np.float32)
     require(train.ndim == 2, f"train matrix must be 2-D, got shape {train.shape}")
     m, n = train.shape
@@ -357,6 +420,6 @@ def fit_example_embeddings(train, rank: int = DEFAULT_RANK, settings: FitSetting
             f"rank={rank} is not allowed: it must be between 1 and min(train models, examples) = {min(m, n)}")
     mask = ~np.isnan(train)
     require(mask.any(), "train matrix has no observed cell")
-    _, V = jax.jit(fit, static_argnums=(3, 4))(seed_key(seed), jnp.asarray(np.nan_to_num(train)),
-                                               jnp.asarray(mask), int(rank), settings)
-    return V
+    U_train, V = jax.jit(fit, static_argnums=(3, 4))(seed_key(seed), jnp.asarray(np.nan_to_num(train)),
+                                                     jnp.asarray(mask), int(rank), settings)
+    return np.asarray(U_train), V

@@ -261,13 +261,13 @@ def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None
     per_item = (0,) * (2 if follow else 1)
     run = bandit.make_batched_run(config, method, follow)
 
-    def batched(keys, scores, V, init_U, params, choices=None):
-        return run(keys, scores, V, params, choices, init_U)
+    def batched(keys, scores, V, init_U, row_prior, params, choices=None):
+        return run(keys, scores, V, params, choices, init_U, row_prior)
 
     if mesh is None or mesh.size == 1:
         return jax.jit(batched)
     P = jax.sharding.PartitionSpec
-    specs = (P("reps"), P(), P(), P()) + (P("reps"),) * len(per_item)
+    specs = (P("reps"), P(), P(), P(), P()) + (P("reps"),) * len(per_item)
     return jax.jit(jax.shard_map(batched, mesh=mesh, in_specs=specs, out_specs=P("reps"),
                                  check_vma=False))   # the scan carries start replicated, become per-device
 
@@ -292,7 +292,7 @@ def rep_keys(seed: int, start: int, count: int) -> jax.Array:
 def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: BanditParams | None = None, V=None,
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
-             stop: str | None = None, follow=None, init_U=None) -> SimulationResult:
+             stop: str | None = None, follow=None, init_U=None, row_prior=None) -> SimulationResult:
     """Run ``reps`` repetitions of ``method``: an :class:`pulse_jax.Estimator` or its name ("ucbe",
     "pulse", "naive", or "package.module:attribute"; see :mod:`pulse_jax.registry`).
 
@@ -332,6 +332,11 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         :func:`pulse_jax.bandit.make_run`). With ``init_refit_epochs = refit_epochs = 0`` in
         ``config`` the predictions stay ``sigmoid(init_U V^T)``: e.g. the true probabilities'
         factors, an oracle (``benchmarks/paper_scale_configs.py``).
+      row_prior: a :class:`pulse_jax.RowPrior` (``row_prior_from_rows(U_train)``: the Gaussian of a
+        train split's rows) that every refit pulls each candidate's row towards, with weight
+        ``params.refit_prior`` (1: the maximum a posteriori row; it must be > 0). The rows then
+        start from its mean unless ``init_U`` is given. Predictions stay fitted on observed cells
+        only, so estimates and intervals stay valid whatever the prior.
     """
     params = check_params(BanditParams() if params is None else params)
     seed_key(seed)   # refuses a bad seed before anything runs
@@ -341,10 +346,13 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     params = bandit.with_plugin_params(params, bandit.plugins_of(config, estimator))
     if follow is not None:
         follow = _check_follow(follow, reps, config)
+    row_prior = _check_row_prior(row_prior, estimator, V, params)
+    if init_U is None and row_prior is not None:
+        init_U = np.tile(np.asarray(row_prior.mean), (config.n_models, 1))
     init_U = _check_init_U(init_U, config, estimator, V)
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
     out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed,
-                                            chunk_size, progress, devices, follow, init_U)
+                                            chunk_size, progress, devices, follow, init_U, row_prior)
     return result_from(out, estimator.name, config, params, seed, scores, seconds, compile_seconds, model_names)
 
 
@@ -358,6 +366,29 @@ def _check_init_U(init_U, config: BanditConfig, estimator, V) -> np.ndarray:
     require(arr.shape == want, f"init_U must have shape (n_models, rank of V) = {want}, got {arr.shape}")
     require(np.isfinite(arr).all(), "init_U contains NaN or inf")
     return arr
+
+
+def _check_row_prior(row_prior, estimator, V, params: BanditParams):
+    """``row_prior`` as a float32 :class:`pulse_jax.RowPrior` of ``V``'s rank, or a one-line error."""
+    if row_prior is None:
+        return None
+    require(isinstance(row_prior, factorization.RowPrior),
+            f"row_prior must be a pulse_jax.RowPrior (e.g. row_prior_from_rows(U_train)), got "
+            f"{type(row_prior).__name__}")
+    require(estimator.uses_predictions, f"row_prior: method {estimator.name!r} makes no predictions")
+    rank = V.shape[1]
+    mean, precision = np.asarray(row_prior.mean, np.float32), np.asarray(row_prior.precision, np.float32)
+    require(mean.shape == (rank,), f"row_prior.mean must have shape (rank of V,) = ({rank},), got {mean.shape}")
+    require(precision.shape == (rank, rank),
+            f"row_prior.precision must have shape (rank, rank) = ({rank}, {rank}), got {precision.shape}")
+    require(np.isfinite(mean).all() and np.isfinite(precision).all(), "row_prior contains NaN or inf")
+    require(np.allclose(precision, precision.T, rtol=1e-4, atol=1e-6), "row_prior.precision must be symmetric")
+    require(np.linalg.eigvalsh(precision.astype(np.float64)).min() > 0,
+            "row_prior.precision must be positive definite")
+    require(np.any(np.asarray(params.refit_prior) > 0),
+            "row_prior is given but params.refit_prior is 0, so it would change nothing: "
+            "set refit_prior=1 for the maximum a posteriori rows")
+    return factorization.RowPrior(mean, precision)
 
 
 def _check_follow(follow, reps: int, config: BanditConfig) -> np.ndarray:
@@ -410,7 +441,7 @@ def _prepare(scores, config: BanditConfig, method, V, stop):
 
 
 def execute(scores, config: BanditConfig, estimator, V, rep_index, params: BanditParams, seed: int,
-            chunk_size=None, progress=False, devices=None, follow=None, init_U=None):
+            chunk_size=None, progress=False, devices=None, follow=None, init_U=None, row_prior=None):
     """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program
     (each following the choices ``follow[k]`` when given: see :func:`simulate`).
 
@@ -440,7 +471,9 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: Bandi
     by_rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("reps"))
     if init_U is None:
         init_U = np.zeros((config.n_models, rank), np.float32)
-    scores_dev, V_dev = _put(scores, replicated), (_put(V, replicated), _put(init_U, replicated))
+    scores_dev = _put(scores, replicated)
+    V_dev = (_put(V, replicated), _put(init_U, replicated),
+             None if row_prior is None else jax.tree_util.tree_map(lambda a: _put(a, replicated), row_prior))
     use_compilation_cache()
     if progress is None:
         progress = _interactive()
@@ -484,8 +517,8 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: Bandi
 
 
 def _with_data(items, scores, side):
-    """The run's arguments: the items' keys, the shared data (scores, V, init_U), then the items'
-    parameters (and choices)."""
+    """The run's arguments: the items' keys, the shared data (scores, V, init_U, row_prior), then the
+    items' parameters (and choices)."""
     return (items[0], scores) + tuple(side) + tuple(items[1:])
 
 

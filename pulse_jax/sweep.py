@@ -24,7 +24,7 @@ from pulse_jax import bandit, metrics
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import NUMBER_FIELDS, RANGES, BanditParams, _number, check_params, check_value, seed_key
-from pulse_jax.simulate import SimulationResult, _is_count, _prepare, execute, result_from
+from pulse_jax.simulate import SimulationResult, _check_row_prior, _is_count, _prepare, execute, result_from
 
 
 @dataclasses.dataclass
@@ -216,11 +216,12 @@ def _same(a, b) -> bool:
 def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: int = 100, seed: int = 0, *,
           V=None, base: BanditParams | None = None, baseline=None, chunk_size: int | None = None,
           progress: bool | Callable[[int, int, float], None] | None = None, devices=None, stop: str | None = None,
-          model_names=None) -> SweepResult:
+          model_names=None, row_prior=None) -> SweepResult:
     """Run every point of ``grid`` x ``reps`` repetitions as one compiled program.
 
     Args:
-      scores, config, method, V, seed, chunk_size, devices, stop: as in :func:`pulse_jax.simulate`.
+      scores, config, method, V, seed, chunk_size, devices, stop, row_prior: as in :func:`pulse_jax.simulate`
+        (a ``row_prior`` needs ``refit_prior > 0`` at some point of the grid).
       grid: ``{"exploration": [0.25, 1, 4], "refit_lr": [0.03, 0.1]}`` (Cartesian
         product), or a list of dicts / ``BanditParams`` (explicit points).
         Sweepable: every field of :class:`pulse_jax.BanditParams`
@@ -249,8 +250,10 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     P = len(points)
     rep_index = np.tile(np.arange(reps), P)
     stacked = jax.tree_util.tree_map(lambda *vs: np.repeat(np.asarray(vs, np.float32), reps), *points)
+    row_prior = _check_row_prior(row_prior, estimator, V, stacked)
+    init_U = None if row_prior is None else np.tile(row_prior.mean, (config.n_models, 1))
     out, seconds, compile_seconds = execute(scores, config, estimator, V, rep_index, stacked, seed,
-                                            chunk_size, progress, devices)
+                                            chunk_size, progress, devices, None, init_U, row_prior)
     results = []
     for k, point in enumerate(points):
         part = _take(out, slice(k * reps, (k + 1) * reps))

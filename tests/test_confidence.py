@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_problem
-from pulse_jax import BanditConfig, BanditParams, confidence, estimators, registry
+from pulse_jax import BanditConfig, BanditParams, RowPrior, confidence, estimators, registry
 from pulse_jax.estimators import Ledger, Pull
 from pulse_jax.simulate import simulate
 
@@ -244,12 +244,13 @@ def test_betting_bounds_are_the_rejected_prefix_and_suffix():
 
 
 def _coverage_run(method, V, scores, reps, delta, budget, refit_every=5, batch_size=4, horizon=0.0,
-                  simultaneous=1.0, cs_grid=0):
+                  simultaneous=1.0, cs_grid=0, row_prior=None):
     m, n = scores.shape
     config = BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch_size, refit_every=refit_every,
                           cs_grid=cs_grid)
-    return simulate(scores, config, method, V=V, reps=reps, seed=11,
-                    params=BanditParams(delta=delta, cs_horizon=horizon, cs_simultaneous=simultaneous))
+    return simulate(scores, config, method, V=V, reps=reps, seed=11, row_prior=row_prior,
+                    params=BanditParams(delta=delta, cs_horizon=horizon, cs_simultaneous=simultaneous,
+                                        refit_prior=0.0 if row_prior is None else 1.0))
 
 
 @pytest.mark.parametrize("n_sequences", [1, 2])
@@ -291,7 +292,7 @@ def test_coverage_at_every_look(case):
                                   "pulse_certify_good", "pulse_certify_useless", "pulse_certify_adversarial",
                                   "pulse_certify_soft", "pulse_certify_betting_adversarial", "pulse_hedged_betting_good",
                                   "pulse_hedged_betting_useless", "pulse_hedged_betting_adversarial",
-                                  "pulse_hedged_betting_soft"])
+                                  "pulse_hedged_betting_soft", "pulse_hedged_betting_prior_adversarial"])
 def test_certification_levels_keep_their_guarantees(case):
     """``cs_simultaneous = 0`` over 1,000 repetitions: the event certification rests on (every lower
     bound and the best model's upper bound, at every look) fails in at most delta of them, and each
@@ -317,8 +318,12 @@ def _coverage_case(case, simultaneous=1.0):
     method = next(name for name in ("ucbe", "pulse_certify", "pulse_hedged", "pulse") if case.startswith(name))
     horizon = 20.0 if case.endswith("horizon") else 0.0     # bets tuned to 20 draws (of 28 per model on average)
     grid = 201 if "betting" in case else 0                   # the betting sequence on 201 grid means
+    prior = None
+    if "prior" in case:   # a confident train prior centred where the models' logits are flipped
+        average_row = np.linalg.lstsq(v, binary.mean(axis=0) - 0.5, rcond=None)[0]
+        prior = RowPrior(np.float32(-12.0 * average_row), np.float32(20.0 * np.eye(v.shape[1])))
     return _coverage_run(method, V, scores, REPS, DELTA, budget=5 * 4 + 120, horizon=horizon,
-                         simultaneous=simultaneous, cs_grid=grid)
+                         simultaneous=simultaneous, cs_grid=grid, row_prior=prior)
 
 
 def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np.log(4.0)), horizon=0.0,

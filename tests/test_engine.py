@@ -3,10 +3,12 @@ import functools
 
 import jax
 import numpy as np
+import optax
 import pytest
 from conftest import tiny_problem
 from reference import assert_engine_agrees
 
+import pulse_jax as pj
 from pulse_jax import bandit, factorization, ties
 from pulse_jax.simulate import simulate
 from pulse_jax.bandit import BanditConfig
@@ -341,14 +343,59 @@ def test_refit_on_blocks_equals_the_dense_masked_refit():
     block = factorization.CellBlocks(jax.numpy.asarray(rows, jax.numpy.int32), jax.numpy.asarray(cols, jax.numpy.int32),
                                      S[rows[:, None], cols], jax.numpy.asarray(valid))
     spreads = []
-    for shrink in (0.0, 3.0):    # 3.0: the population prior (BanditParams.refit_prior), hand-written gradient
-        settings = factorization.adam_settings(25, 0.1, 0.01)._replace(shrink=shrink)
+    A = rng.normal(0, 1, (r, r))
+    prior = factorization.RowPrior(jax.numpy.asarray(rng.normal(0, 1, r), jax.numpy.float32),
+                                   jax.numpy.asarray(A @ A.T + np.eye(r), jax.numpy.float32))
+    # 3.0: the population prior (BanditParams.refit_prior); then a train prior; hand-written gradients
+    for shrink, row_prior in ((0.0, None), (3.0, None), (3.0, prior)):
+        settings = factorization.adam_settings(25, 0.1, 0.01)._replace(shrink=shrink, row_prior=row_prior)
         dense = factorization.refit_rows(U0, V, S, jax.numpy.asarray(mask), settings)
         sparse = factorization.refit_rows_on_blocks(U0, V, (block,), n, settings)
         # float32, 25 Adam steps of size <= 0.1 from the same start: summation order is the only difference
         np.testing.assert_allclose(np.asarray(sparse), np.asarray(dense), atol=2e-5)
         spreads.append(float(np.mean(np.square(np.asarray(sparse) - np.asarray(sparse).mean(0)))))
     assert spreads[1] < spreads[0]   # the prior pulls the rows together
+
+
+def test_refit_with_a_row_prior_converges_to_the_map_rows():
+    """With weight 1, the refit minimises sum_observed BCE + (1/2) (u - mean)^T P (u - mean) per row:
+    long Adam runs reach the rows a float64 Newton solve of that objective gives."""
+    rng = np.random.default_rng(8)
+    m, n, r = 4, 25, 3
+    V = rng.normal(0, 1, (n, r))
+    S = (rng.random((m, n)) < 0.6).astype(np.float64)
+    mask = rng.random((m, n)) < 0.5
+    A = rng.normal(0, 0.5, (r, r))
+    mean, P = rng.normal(0, 1, r), A @ A.T + 0.5 * np.eye(r)
+    def objective(u, i):
+        z = V @ u
+        return np.sum(mask[i] * (np.logaddexp(0, z) - S[i] * z)) + 0.5 * (u - mean) @ P @ (u - mean)
+
+    want = np.tile(mean, (m, 1))
+    for _ in range(40):   # damped Newton per row (halving until the objective falls), float64
+        for i in range(m):
+            p = 1 / (1 + np.exp(-(V @ want[i])))
+            grad = V.T @ (mask[i] * (p - S[i])) + P @ (want[i] - mean)
+            hess = (V * (mask[i] * p * (1 - p))[:, None]).T @ V + P
+            move, size = np.linalg.solve(hess, grad), 1.0
+            while objective(want[i] - size * move, i) > objective(want[i], i) and size > 1e-6:
+                size /= 2
+            want[i] -= size * move
+    for i in range(m):   # the optimum: zero gradient
+        p = 1 / (1 + np.exp(-(V @ want[i])))
+        assert np.linalg.norm(V.T @ (mask[i] * (p - S[i])) + P @ (want[i] - mean)) < 1e-9
+    f32 = lambda a: jax.numpy.asarray(a, jax.numpy.float32)   # noqa: E731
+    settings = factorization.FitSettings(3000, 0.0, optax.adam(0.02), 1.0, factorization.RowPrior(f32(mean), f32(P)))
+    block = factorization.CellBlocks(jax.numpy.arange(m, dtype=jax.numpy.int32),        # one block per row
+                                     jax.numpy.tile(jax.numpy.arange(n, dtype=jax.numpy.int32), (m, 1)),
+                                     f32(S), jax.numpy.asarray(mask))
+    got = factorization.refit_rows_on_blocks(f32(np.tile(mean, (m, 1))), f32(V), (block,), n, settings)
+    # Adam's last steps are ~lr/10 around the optimum in each coordinate; 5e-3 is well inside the rows' scale.
+    np.testing.assert_allclose(np.asarray(got), want, atol=5e-3)
+    # the weight is a real knob: 0 leaves only the data term, which lands elsewhere
+    free = factorization.refit_rows_on_blocks(f32(np.tile(mean, (m, 1))), f32(V), (block,), n,
+                                              settings._replace(shrink=0.0))
+    assert np.abs(np.asarray(free) - want).max() > 0.1
 
 
 def test_init_U_sets_the_first_rows_and_zero_epochs_keep_them_through_refits():
@@ -382,3 +429,36 @@ def test_init_U_sets_the_first_rows_and_zero_epochs_keep_them_through_refits():
         simulate(SEEDED[0], cfg, "pulse", V=SEEDED[2], reps=1, init_U=np.zeros((6, 2)))
     with pytest.raises(PulseInputError, match="init_U: method 'ucbe' makes no predictions"):
         simulate(SEEDED[0], cfg, "ucbe", reps=1, init_U=np.zeros((6, 3)))
+
+
+def test_a_row_prior_reaches_every_refit_and_bad_priors_are_refused():
+    """A confident prior holds every row at its mean through the initial fit and the refits; a prior is refused, in one line, where it would be ignored or is malformed."""
+    cfg, (scores, train, V) = SEEDED_CONFIG, SEEDED
+    mean = np.array([0.5, -1.0, 2.0], np.float32)
+    prior = pj.RowPrior(mean, np.float32(1e6 * np.eye(3)))
+    plugins = bandit.plugins_of(cfg, bandit.get_estimator("pulse"))
+    params = BanditParams(refit_prior=1.0, init_refit_lr=0.01, refit_lr=0.01).as_arrays()
+    episode, state = bandit.init(cfg, plugins, jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V),
+                                 params, np.tile(mean, (6, 1)), prior)
+    for t in range(1, 10):   # refits at t = 4 and 8
+        state, _ = bandit.step(cfg, plugins, episode, state, params, t)
+        # Adam moves a coordinate by about its learning rate per step whatever the gradient's size, so
+        # at so stiff an optimum it rattles within ~0.01 of it.
+        np.testing.assert_allclose(np.asarray(state.U), np.tile(mean, (6, 1)), atol=0.02)
+    # simulate starts from the mean; a learned prior changes the run (it reaches the refits there too)
+    U_train = factorization.fit_train_factors(train, rank=3)[0]
+    learned = pj.row_prior_from_rows(U_train)
+    run = simulate(scores, cfg, "pulse", V=V, reps=7, seed=11, row_prior=learned, params=BanditParams(refit_prior=1.0))
+    assert not np.array_equal(run.estimates, _seeded_run("pulse").estimates)
+    with pytest.raises(PulseInputError, match="params.refit_prior is 0"):
+        simulate(scores, cfg, "pulse", V=V, reps=1, row_prior=learned)
+    with pytest.raises(PulseInputError, match="row_prior: method 'ucbe' makes no predictions"):
+        simulate(scores, cfg, "ucbe", reps=1, row_prior=learned, params=BanditParams(refit_prior=1.0))
+    with pytest.raises(PulseInputError, match=r"row_prior.mean must have shape \(rank of V,\) = \(3,\)"):
+        simulate(scores, cfg, "pulse", V=V, reps=1, row_prior=pj.RowPrior(np.zeros(2), np.eye(3)),
+                 params=BanditParams(refit_prior=1.0))
+    with pytest.raises(PulseInputError, match="positive definite"):
+        simulate(scores, cfg, "pulse", V=V, reps=1, row_prior=pj.RowPrior(np.zeros(3), -np.eye(3)),
+                 params=BanditParams(refit_prior=1.0))
+    with pytest.raises(PulseInputError, match="covariance is singular"):
+        pj.row_prior_from_rows(np.ones((5, 3)), ridge=0.0)
