@@ -450,6 +450,9 @@ def test_a_row_prior_reaches_every_refit_and_bad_priors_are_refused():
     learned = pj.row_prior_from_rows(U_train)
     run = simulate(scores, cfg, "pulse", V=V, reps=7, seed=11, row_prior=learned, params=BanditParams(refit_prior=1.0))
     assert not np.array_equal(run.estimates, _seeded_run("pulse").estimates)
+    swept = pj.sweep(scores, cfg, "pulse", {"refit_prior": [1.0]}, reps=7, seed=11, V=V, row_prior=learned)
+    np.testing.assert_array_equal(swept.results[0].chosen, run.chosen)   # a sweep passes the prior on as is
+    np.testing.assert_allclose(swept.results[0].estimates, run.estimates, rtol=0, atol=1e-6)
     with pytest.raises(PulseInputError, match="params.refit_prior is 0"):
         simulate(scores, cfg, "pulse", V=V, reps=1, row_prior=learned)
     with pytest.raises(PulseInputError, match="row_prior: method 'ucbe' makes no predictions"):
