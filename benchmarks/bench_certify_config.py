@@ -54,11 +54,14 @@ from bench_rules import datasets, train_priors  # noqa: E402
 
 METHODS = {"ucbe": "ucbe", "pulse": pj.pulse(), "pulse_proxy_only": pj.pulse(raw_sequence=False),
            "pulse_certify": pj.pulse_certify(), "pulse_hedged": pj.pulse_hedged(),
-           "pulse_hedged_prior": pj.pulse_hedged()}
+           "pulse_hedged_prior": pj.pulse_hedged(), "pulse_adaptive": pj.pulse_adaptive(),
+           "pulse_adaptive_uniform": pj.pulse_adaptive(1.0)}
 LABELS = {"pulse": "PULSE", "pulse_proxy_only": "PULSE, proxy sequence alone",
           "pulse_certify": "pulse_certify (lambda 1/2, proxy sequence alone)",
           "pulse_hedged": "pulse_hedged (lambda 1/2, raw and proxy sequences)",
-          "pulse_hedged_prior": "pulse_hedged, refits under the train prior (MAP rows)"}
+          "pulse_hedged_prior": "pulse_hedged, refits under the train prior (MAP rows)",
+          "pulse_adaptive": "pulse_adaptive (adaptive example sampling, Des Raj proxies)",
+          "pulse_adaptive_uniform": "pulse_adaptive(1.0) (the same proxies, uniform draws)"}
 RULES = {"lucb": ("LUCB", "lucb"), "top_two": ("Top-Two (interval)", pj.top_two(challenger="interval"))}
 
 

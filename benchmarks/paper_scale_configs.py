@@ -3,7 +3,8 @@
 On the paper-scale factor data (``../shared/data``; 1,000 candidates, B = 64, 400,000 bandit cells,
 the paper's rule and refit period), per data set: UCB-E; PULSE with the paper's lambda, with
 lambda fixed at 1/2, with ``--configs ...,train_prior`` with refits under the train models' Gaussian
-(``pj.row_prior_from_rows``; MAP rows) and, with ``--refit-priors``, with refits under a population prior
+(``pj.row_prior_from_rows``; MAP rows), with ``--configs ...,adaptive`` ``pulse_adaptive`` (adaptive
+example sampling) and, with ``--refit-priors``, with refits under a population prior
 (``BanditParams.refit_prior``; one compiled sweep); with ``--configs ...,weights``, PULSE with
 inverse-variance weights of its one-step estimates (``pulse(weighting="inverse_variance")``); and PULSE with
 *oracle embeddings* -- the factor file's own ``V``, from which every score was drawn, so only the
@@ -141,6 +142,9 @@ def rows_for(name, args) -> list[dict]:
         runs["PULSE, train prior (MAP rows)"] = pj.simulate(cand.scores, config, "pulse", V=V, row_prior=prior,
                                                             params=pj.BanditParams(refit_prior=1.0), reps=args.reps,
                                                             seed=args.seed, progress=False)
+    if "adaptive" in configs:
+        runs["pulse_adaptive (adaptive example sampling)"] = pj.simulate(cand.scores, config, "pulse_adaptive", V=V,
+                                                                       reps=args.reps, seed=args.seed, progress=False)
     if "oracle" in configs:
         runs["PULSE, oracle embeddings"] = pj.simulate(cand.scores, config, "pulse", V=V_true, reps=args.reps,
                                                        seed=args.seed, progress=False)
@@ -226,7 +230,8 @@ def main() -> None:
     p.add_argument("--configs", default="half,oracle",
                    help="PULSE rows beside the paper's: half (lambda 1/2), oracle (the factor file's V), weights "
                         "(inverse-variance weights of the thetas), train_prior (refits under the Gaussian of the "
-                        "train models' rows, pj.row_prior_from_rows), oracle_predictions (the true probabilities, "
+                        "train models' rows, pj.row_prior_from_rows), adaptive (pulse_adaptive: adaptive example "
+                        "sampling), oracle_predictions (the true probabilities, "
                         "never refit), lambdas (fixed lambda 0.25 .. 1), oracle_allocation (shares fixed from the "
                         "true gaps, for UCB-E and PULSE)")
     p.add_argument("--certify", action="store_true",

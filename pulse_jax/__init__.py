@@ -18,6 +18,7 @@ from importlib import import_module as _import_module
 from importlib import metadata as _metadata
 
 _EXPORTS = {
+    "pulse_jax.adaptive": ["pulse_adaptive"],
     "pulse_jax.bandit": ["BanditConfig", "Kernel", "RunResult", "build_kernel", "make_run"],
     "pulse_jax.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
     "pulse_jax.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],

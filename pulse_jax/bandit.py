@@ -43,7 +43,7 @@ from pulse_jax.bookkeeping import (Certificate, Snapshots, current_estimates, ha
                                    interval_bounds, record_certificate, take_snapshots)
 from pulse_jax.confidence import ConfSeq
 from pulse_jax.errors import require
-from pulse_jax.estimators import Estimator, Ledger, Pull
+from pulse_jax.estimators import DrawDesign, Estimator, Ledger, Pull, draw_design
 from pulse_jax.rules import RuleInputs
 from pulse_jax.stopping import StopInputs
 from pulse_jax.factorization import FitSettings
@@ -532,13 +532,31 @@ def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandi
     return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
 
 
-def draw(config: BanditConfig, episode: Episode, state: BanditState, i, size):
+def draw(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, i, size):
     """Step 3: the batch ``(examples, valid)`` of length B: a uniform ``size``-subset of model i's
-    unobserved examples."""
+    unobserved examples, or, for an estimator with ``draw_weights``, ``size`` of them drawn one
+    after another with probabilities proportional to its weights (:func:`sampling.weighted_draw`)."""
     B, n_obs_i = config.batch_size, state.ledger.n_obs[i]
     key = sampling.draw_key(episode.examples_key, i, n_obs_i)
+    if plugins.estimator.draw_weights is not None:
+        _, _, weights = _draw_weights(plugins, episode, state, i)
+        return sampling.weighted_draw(key, weights, B), jnp.arange(B) < size
     examples = sampling.draw(key, state.observed[i], n_obs_i, state.ledger.population[i], B)
     return examples, jnp.arange(B) < size
+
+
+def _draw_weights(plugins: Plugins, episode: Episode, state: BanditState, i):
+    """Model i's predictions on every example, which of them are unseen, and the estimator's draw
+    weights (0 off the unseen ones): a function of the state alone, so fixed before the draw."""
+    n = episode.V.shape[0]
+    f = jax.nn.sigmoid(jnp.matmul(episode.V, state.U[i], precision=factorization.PRECISION))
+    unseen = ~sampling.unpack(state.observed[i], n) & ~episode.missing[i]
+    return f, unseen, jnp.where(unseen, plugins.estimator.draw_weights(f, unseen), 0.0)
+
+
+def _design(plugins: Plugins, episode: Episode, state: BanditState, i, examples, valid) -> DrawDesign:
+    """The :class:`DrawDesign` of a weighted pull of ``examples`` (recomputed from the same state)."""
+    return draw_design(*_draw_weights(plugins, episode, state, i), examples, valid)
 
 
 def _pull(plugins: Plugins, episode: Episode, state: BanditState, i, size, examples, valid, scores) -> Pull:
@@ -549,7 +567,9 @@ def _pull(plugins: Plugins, episode: Episode, state: BanditState, i, size, examp
         f = jnp.where(valid, f, 0.0)
     else:
         f = jnp.zeros_like(s)
-    return Pull(i, size, jnp.sum(s), jnp.sum(f), s, f, valid)
+    design = _design(plugins, episode, state, i, examples, valid) if plugins.estimator.draw_weights is not None \
+        else None
+    return Pull(i, size, jnp.sum(s), jnp.sum(f), s, f, valid, design)
 
 
 def _add_to_ledger(ledger: Ledger, pull: Pull) -> Ledger:
@@ -610,7 +630,7 @@ def step(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandit
         i = jnp.clip(follow, 0, config.n_models - 1)
         size = jnp.where((follow >= 0) & (t >= 1), room(config, state, i), 0)
     state = refit(config, plugins, episode, state, params, t, size, refit_due(config, plugins, t), log_slots)
-    examples, valid = draw(config, episode, state, i, size)
+    examples, valid = draw(config, plugins, episode, state, i, size)
     state, info = observe(config, plugins, episode, state, params, t, i, size, examples, valid,
                           episode.scores[i, examples])
     return state, _record(config, plugins, state, params, jnp.where(size > 0, i, -1), info)
@@ -658,7 +678,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     """The kernel of ``estimator`` and ``config``'s rule and stopping rule (see :class:`Kernel`)."""
     plugins = plugins_of(config, estimator)
     bind = lambda f: functools.partial(f, config, plugins)   # noqa: E731
-    return Kernel(bind(init), bind(select), bind(refit), functools.partial(draw, config), bind(observe), bind(step),
+    return Kernel(bind(init), bind(select), bind(refit), bind(draw), bind(observe), bind(step),
                   bind(bounds), bind(refit_due))
 
 

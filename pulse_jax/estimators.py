@@ -22,7 +22,10 @@ own state pytree -- that the bandit step calls at fixed points:
 
 Declared capabilities, which the engine, the CLI and the reports follow
 (nothing looks at an estimator's name): ``uses_predictions`` (needs example
-embeddings ``V``; the engine refits the factorization for it) and
+embeddings ``V``; the engine refits the factorization for it), ``draw_weights``
+(the engine draws the model's examples with probabilities proportional to
+these weights instead of uniformly, and hands the estimator the
+:class:`DrawDesign` in ``pull.design``; :mod:`pulse_jax.adaptive`) and
 ``has_interval`` (``proxies`` is given: confidence sequences, certification,
 LUCB-style rules and certified stopping are available). ``settings`` lists
 the static settings as ``(name, value)`` pairs, which logs record.
@@ -79,6 +82,33 @@ class Pull(NamedTuple):
     scores: chex.Array = None   # (B,) S_ij in draw order, 0 past ``size`` (for ``proxies``)
     preds: chex.Array = None    # (B,) f_ij in draw order, 0 past ``size``
     valid: chex.Array = None    # (B,) bool, the first ``size``
+    design: Any = None          # DrawDesign of a weighted draw (estimators with ``draw_weights``), else None
+
+
+class DrawDesign(NamedTuple):
+    """How a weighted pull was drawn (:attr:`Estimator.draw_weights`), all fixed before it.
+
+    Draw ``s`` (0-based) took example ``J_s`` with probability ``weights[s] / (weight_total -
+    sum of weights[:s])`` among the examples still unseen; ``pred_total`` is the sum of the
+    predictions over the examples unseen before the pull (``unseen`` of them), and ``max_low`` /
+    ``max_high`` the largest ``f_j / w_j`` and ``(1 - f_j) / w_j`` over them (the proxies' range).
+    """
+
+    weights: chex.Array       # (B,) w_{J_s}, 0 past ``size``
+    weight_total: chex.Array  # sum of w over the unseen examples before the pull
+    pred_total: chex.Array    # sum of f over them
+    unseen: chex.Array        # how many there were (float)
+    max_low: chex.Array       # max f_j / w_j over them
+    max_high: chex.Array      # max (1 - f_j) / w_j over them
+
+
+def draw_design(preds, unseen, weights, examples, valid) -> DrawDesign:
+    """The :class:`DrawDesign` of a pull of ``examples`` (``valid`` of them) drawn with ``weights``
+    (``(n,)``, 0 off the ``unseen`` examples) from a model with predictions ``preds`` (``(n,)``)."""
+    safe = jnp.where(unseen, weights, 1.0)
+    return DrawDesign(jnp.where(valid, weights[examples], 0.0), jnp.sum(weights), jnp.sum(jnp.where(unseen, preds, 0.0)),
+                      jnp.sum(unseen).astype(jnp.float32), jnp.max(jnp.where(unseen, preds / safe, 0.0)),
+                      jnp.max(jnp.where(unseen, (1.0 - preds) / safe, 0.0)))
 
 
 class PulseInfo(NamedTuple):
@@ -112,6 +142,7 @@ class Estimator(NamedTuple):
     n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
     settings: tuple = ()    # static settings, (name, value) pairs
     traced: tuple = ()      # traced numbers it reads from params.plugin: (name, default, low, high), open range
+    draw_weights: Callable | None = None   # (preds (n,), unseen (n,)) -> draw weights; None: uniform draws
 
     @property
     def has_interval(self) -> bool:

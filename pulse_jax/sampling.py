@@ -133,3 +133,17 @@ def draw(key: chex.PRNGKey, row: chex.Array, n_obs_i: chex.Array, n_examples, sl
     remaining = n_examples - n_obs_i
     ranks = fisher_yates_prefix(fisher_yates_choices(key, remaining, slots))
     return kth_unobserved(row, jnp.minimum(ranks, jnp.maximum(remaining - 1, 0)))
+
+
+def weighted_draw(key: chex.PRNGKey, weights: chex.Array, slots: int) -> chex.Array:
+    """``slots`` examples drawn one after another without replacement, each with probability
+    proportional to ``weights`` (``(n,)``, >= 0; 0 = not drawable) among those not drawn yet.
+
+    The Gumbel-top-k trick: the ``slots`` largest ``log w_j + G_j`` (``G_j`` i.i.d. standard
+    Gumbel), in decreasing order, are distributed exactly as such sequential draws (the
+    Plackett-Luce model; Yellott 1977). Slots past the number of drawable examples hold undrawable
+    ones; the caller's ``valid`` mask covers them.
+    """
+    keys = jnp.where(weights > 0, jnp.log(jnp.where(weights > 0, weights, 1.0)), -jnp.inf)
+    _, examples = jax.lax.top_k(keys + jax.random.gumbel(key, weights.shape), slots)
+    return examples.astype(jnp.int32)

@@ -277,7 +277,8 @@ REPS, DELTA, MC_TOL = 1000, 0.2, 0.038
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "ucbe_horizon",
                                   "pulse_adversarial_horizon", "pulse_certify_adversarial", "ucbe_betting",
-                                  "pulse_betting_adversarial"])
+                                  "pulse_betting_adversarial", "pulse_adaptive_good", "pulse_adaptive_useless",
+                                  "pulse_adaptive_adversarial", "pulse_adaptive_soft"])
 def test_coverage_at_every_look(case):
     """Over 1,000 repetitions, the fraction in which any model's sequence *ever* misses is <= delta."""
     res = _coverage_case(case)
@@ -292,7 +293,8 @@ def test_coverage_at_every_look(case):
                                   "pulse_certify_good", "pulse_certify_useless", "pulse_certify_adversarial",
                                   "pulse_certify_soft", "pulse_certify_betting_adversarial", "pulse_hedged_betting_good",
                                   "pulse_hedged_betting_useless", "pulse_hedged_betting_adversarial",
-                                  "pulse_hedged_betting_soft", "pulse_hedged_betting_prior_adversarial"])
+                                  "pulse_hedged_betting_soft", "pulse_hedged_betting_prior_adversarial",
+                                  "pulse_adaptive_betting_adversarial", "pulse_adaptive_betting_soft"])
 def test_certification_levels_keep_their_guarantees(case):
     """``cs_simultaneous = 0`` over 1,000 repetitions: the event certification rests on (every lower
     bound and the best model's upper bound, at every look) fails in at most delta of them, and each
@@ -315,7 +317,8 @@ def _coverage_case(case, simultaneous=1.0):
         V = np.zeros_like(v)   # every prediction 1/2
     if "soft" in case:
         scores = np.clip(binary * 0.7 + np.random.default_rng(1).random(binary.shape) * 0.3, 0, 1).astype(np.float32)
-    method = next(name for name in ("ucbe", "pulse_certify", "pulse_hedged", "pulse") if case.startswith(name))
+    method = next(name for name in ("ucbe", "pulse_certify", "pulse_hedged", "pulse_adaptive", "pulse")
+                  if case.startswith(name))
     horizon = 20.0 if case.endswith("horizon") else 0.0     # bets tuned to 20 draws (of 28 per model on average)
     grid = 201 if "betting" in case else 0                   # the betting sequence on 201 grid means
     prior = None
@@ -376,6 +379,50 @@ def test_one_sequence_misses_at_most_two_alpha(horizon, proxy_lambda, grid):
     assert miss <= 0.5 + 0.047
 
 
+def _adaptive_sequence_miss_rate(reps=1000, N=100, batch=5, grid=0, share=0.5, mislabel=False):
+    """As :func:`_single_sequence_miss_rate`, on Des Raj's proxies of adaptive draws (``pulse_adaptive``'s
+    design, predictions anti-correlated with the scores): each batch drawn with the residual-sd weights
+    over the unseen examples. ``mislabel``: the proxies computed as if the draws were uniform (a
+    mutation that must fail)."""
+    from pulse_jax import adaptive, sampling
+    from pulse_jax.estimators import draw_design
+    rng = np.random.default_rng(7)
+    population = jnp.asarray((rng.random(N) < 0.5).astype(np.float32))
+    preds = jnp.asarray(np.clip(0.9 - 0.8 * np.asarray(population) + 0.1 * rng.random(N), 0, 1), jnp.float32)
+    weights_of = adaptive.residual_sd_weights(share)
+
+    def one(key):
+        def body(carry, k):
+            cs, seen = carry
+            w = jnp.where(seen, 0.0, weights_of(preds, ~seen))
+            ex = sampling.weighted_draw(jax.random.fold_in(key, k), w, batch)
+            valid = jnp.ones(batch, bool)
+            design = draw_design(preds, ~seen, jnp.where(seen, 0.0, 1.0) if mislabel else w, ex, valid)
+            rows = tuple(r[None] for r in adaptive.desraj_proxies(population[ex], preds[ex], design, valid))
+            cs = confidence.cs_update(cs, 0, k * batch, jnp.sum(population * seen), jnp.float32(N), *rows,
+                                      population[ex], valid, float(np.log(4.0)), 0.0)
+            return (cs, seen.at[ex].set(True)), None
+        (cs, _), _ = jax.lax.scan(body, (confidence.cs_init(1, 1, grid), jnp.zeros(N, bool)), jnp.arange(N // batch))
+        return cs.low[0], cs.high[0]
+
+    low, high = jax.jit(jax.vmap(one))(jax.random.split(jax.random.PRNGKey(11), reps))
+    mu = float(np.mean(population))
+    return float(np.mean((np.asarray(low) > mu + 1e-5) | (np.asarray(high) < mu - 1e-5)))
+
+
+@pytest.mark.parametrize("grid, share", [(0, 0.5), (201, 0.5), (0, 0.2)])
+def test_one_adaptive_sequence_misses_at_most_two_alpha(grid, share):
+    """Des Raj's proxies under adaptive draws at alpha = 1/4 per side: at most 0.5 + 3 SE of 1,000 orders;
+    and proxies that ignore the draw probabilities (biased under these draws) must fail the same test."""
+    miss = _adaptive_sequence_miss_rate(grid=grid, share=share)
+    print(f"adaptive draws, grid {grid}, uniform share {share}: ever missed in {miss:.3f} of the orders")
+    assert miss <= 0.5 + 0.047
+    if grid == 0 and share == 0.2:
+        wrong = _adaptive_sequence_miss_rate(grid=grid, share=share, mislabel=True)
+        print(f"proxies as if uniform: ever missed in {wrong:.3f}")
+        assert wrong > 0.5 + 0.047
+
+
 def test_a_betting_sequence_at_too_low_a_level_fails_the_coverage_test():
     """Mutation check for the betting sequence: rejecting at capital 1.2 instead of 4 must fail."""
     miss = _single_sequence_miss_rate(log_inv_alpha=float(np.log(1.2)), grid=201)
@@ -391,31 +438,30 @@ def test_a_sequence_twice_too_narrow_fails_the_coverage_test(monkeypatch):
     assert miss > 0.5 + 0.047
 
 
+# simultaneous = 0: the certification levels (upper bounds at delta / (2 C)), same guarantee
+# grid > 0: betting sequences (select's default: pulse_hedged, Top-Two, certification levels, betting)
 @pytest.mark.slow
-def test_certified_stopping_is_wrong_at_most_delta():
+@pytest.mark.parametrize("method, rule, simultaneous, grid", [
+    ("ucbe", "lucb", 1.0, 0), ("pulse", "lucb", 1.0, 0), ("pulse", "ucbe", 1.0, 0), ("ucbe", "lucb", 0.0, 0),
+    ("pulse", "lucb", 0.0, 0), ("pulse_certify", "top_two_interval", 0.0, 0), ("ucbe", "top_two_interval", 0.0, 201),
+    ("pulse_hedged", "top_two_interval", 0.0, 201), ("pulse_adaptive", "top_two_interval", 0.0, 201)])
+def test_certified_stopping_is_wrong_at_most_delta(method, rule, simultaneous, grid):
     """Two close models and a large delta, so that certification happens often and errors could show."""
     rng = np.random.default_rng(5)
     n = 60
     p = np.array([0.62, 0.55, 0.45])
     scores = (rng.random((3, n)) < p[:, None]).astype(np.float32)
     _, _, v = tiny_problem(seed=4, m=3, n=n, rank=3)
-    # simultaneous = 0: the certification levels (upper bounds at delta / (2 C)), same guarantee
-    # grid > 0: betting sequences (select's default: pulse_hedged, Top-Two, certification levels, betting)
-    for method, rule, simultaneous, grid in [("ucbe", "lucb", 1.0, 0), ("pulse", "lucb", 1.0, 0),
-                                             ("pulse", "ucbe", 1.0, 0), ("ucbe", "lucb", 0.0, 0),
-                                             ("pulse", "lucb", 0.0, 0), ("pulse_certify", "top_two_interval", 0.0, 0),
-                                             ("ucbe", "top_two_interval", 0.0, 201),
-                                             ("pulse_hedged", "top_two_interval", 0.0, 201)]:
-        config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule=rule,
-                              cs_grid=grid)
-        res = simulate(scores, config, method, V=v, reps=REPS, seed=3, stop="certified",
-                       params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous))
-        cert = res.certification()
-        print(method, rule, simultaneous, grid, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])
-        assert cert["certified_fraction"] > 0.5
-        assert cert["error_rate"] <= DELTA + MC_TOL
-        # a stopped run spends nothing after it certified
-        assert np.all(res.spent[:, -1][res.certified_spent >= 0] == res.certified_spent[res.certified_spent >= 0])
+    config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule=rule,
+                          cs_grid=grid)
+    res = simulate(scores, config, method, V=v, reps=REPS, seed=3, stop="certified",
+                   params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous))
+    cert = res.certification()
+    print(method, rule, simultaneous, grid, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])
+    assert cert["certified_fraction"] > 0.5
+    assert cert["error_rate"] <= DELTA + MC_TOL
+    # a stopped run spends nothing after it certified
+    assert np.all(res.spent[:, -1][res.certified_spent >= 0] == res.certified_spent[res.certified_spent >= 0])
 
 
 def test_exhausted_models_count_as_covered_despite_float32_rounding():

@@ -38,7 +38,7 @@ def _oracle(b, calls=None, lock=None):
     return evaluate
 
 
-@pytest.mark.parametrize("method", ["ucbe", "pulse", "naive"])
+@pytest.mark.parametrize("method", ["ucbe", "pulse", "naive", "pulse_adaptive"])
 def test_ask_tell_replay_makes_the_simulation_engines_choices(bench, method):
     b, V = bench
     sel = _selector(bench, method)
