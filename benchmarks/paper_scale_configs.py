@@ -145,6 +145,9 @@ def rows_for(name, args) -> list[dict]:
     if "adaptive" in configs:
         runs["pulse_adaptive (adaptive example sampling)"] = pj.simulate(cand.scores, config, "pulse_adaptive", V=V,
                                                                        reps=args.reps, seed=args.seed, progress=False)
+    if "adaptive_uniform" in configs:   # the same estimator with uniform draws: what the draws alone give
+        runs["pulse_adaptive(1.0) (uniform draws)"] = pj.simulate(cand.scores, config, pj.pulse_adaptive(1.0), V=V,
+                                                                  reps=args.reps, seed=args.seed, progress=False)
     if "oracle" in configs:
         runs["PULSE, oracle embeddings"] = pj.simulate(cand.scores, config, "pulse", V=V_true, reps=args.reps,
                                                        seed=args.seed, progress=False)
@@ -231,7 +234,8 @@ def main() -> None:
                    help="PULSE rows beside the paper's: half (lambda 1/2), oracle (the factor file's V), weights "
                         "(inverse-variance weights of the thetas), train_prior (refits under the Gaussian of the "
                         "train models' rows, pj.row_prior_from_rows), adaptive (pulse_adaptive: adaptive example "
-                        "sampling), oracle_predictions (the true probabilities, "
+                        "sampling), adaptive_uniform (pulse_adaptive(1.0): its estimator, uniform draws), "
+                        "oracle_predictions (the true probabilities, "
                         "never refit), lambdas (fixed lambda 0.25 .. 1), oracle_allocation (shares fixed from the "
                         "true gaps, for UCB-E and PULSE)")
     p.add_argument("--certify", action="store_true",
