@@ -105,10 +105,18 @@ def test_update_with_an_empty_pull_changes_nothing(name):
                     jnp.array([1.0, 3.0, 1.0, 4.0]), jnp.array([2.0, 1.0, 3.0, 0.5]),
                     jnp.array([1.0, 0.5, 2.0, 0.2]))
     params = BanditParams()
-    state, _ = est.update(est.init(ledger), ledger, Pull(jnp.int32(1), jnp.int32(2), jnp.float32(1.0),
-                                                         jnp.float32(0.7)), 10, params)
-    after, info = est.update(state, ledger, Pull(jnp.int32(2), jnp.int32(0), jnp.float32(5.0), jnp.float32(3.0)), 10,
-                             params)
+
+    def pull(model, size, scores, preds):
+        """A pull with its per-draw arrays (and, for an estimator that weights its draws, their design)."""
+        s, f, valid = jnp.asarray(scores), jnp.asarray(preds), jnp.arange(2) < size
+        design = None
+        if est.draw_weights is not None:
+            all_f, unseen = jnp.asarray([0.3, 0.6, 0.5, 0.9, 0.2]), jnp.ones(5, bool)
+            design = estimators.draw_design(all_f, unseen, est.draw_weights(all_f, unseen), jnp.asarray([1, 3]), valid)
+        return Pull(jnp.int32(model), jnp.int32(size), jnp.sum(s), jnp.sum(f), s, f, valid, design)
+
+    state, _ = est.update(est.init(ledger), ledger, pull(1, 2, [1.0, 0.0], [0.6, 0.9]), 10, params)
+    after, info = est.update(state, ledger, pull(2, 0, [1.0, 1.0], [0.5, 0.5]), 10, params)
     if isinstance(info, estimators.PulseInfo):   # PULSE and its variants report their lambda
         assert np.isnan(float(info.lam))   # an empty pull used no lambda
     else:
