@@ -82,6 +82,15 @@ def row_prior_from_rows(U_train, ridge: float = 1e-6) -> RowPrior:
                                                                              np.float32))
 
 
+def prior_penalty(U: chex.Array, settings: FitSettings) -> chex.Array:
+    """The prior term itself, in the units of a sum over cells (what :func:`prior_gradient` differentiates)."""
+    prior = settings.row_prior
+    if prior is None:
+        return 0.5 * settings.shrink * jnp.sum(jnp.square(U - jnp.mean(U, axis=0, keepdims=True)))
+    centred = U - prior.mean[None, :]
+    return 0.5 * settings.shrink * jnp.sum(centred * (centred @ prior.precision))
+
+
 def prior_gradient(U: chex.Array, settings: FitSettings) -> chex.Array:
     """``d/dU`` of the prior term, in the units of a sum over cells.
 
@@ -177,13 +186,7 @@ def refit_rows(U: chex.Array, V: chex.Array, scores: chex.Array, mask: chex.Arra
     count = jnp.maximum(jnp.sum(mask), 1).astype(U.dtype)
 
     def objective(u):
-        if settings.row_prior is None:
-            centred = u - jnp.mean(u, axis=0, keepdims=True)
-            prior = 0.5 * settings.shrink * jnp.sum(jnp.square(centred))
-        else:
-            centred = u - settings.row_prior.mean[None, :]
-            prior = 0.5 * settings.shrink * jnp.sum(centred * (centred @ settings.row_prior.precision))
-        return loss(u, V, scores, mask, settings.lam) + prior / count
+        return loss(u, V, scores, mask, settings.lam) + prior_penalty(u, settings) / count
 
     return _optimise(U, objective, settings)
 

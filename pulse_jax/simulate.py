@@ -346,10 +346,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     params = bandit.with_plugin_params(params, bandit.plugins_of(config, estimator))
     if follow is not None:
         follow = _check_follow(follow, reps, config)
-    row_prior = _check_row_prior(row_prior, estimator, V, params)
-    if init_U is None and row_prior is not None:
-        init_U = np.tile(np.asarray(row_prior.mean), (config.n_models, 1))
-    init_U = _check_init_U(init_U, config, estimator, V)
+    init_U, row_prior = _start_rows(init_U, row_prior, config, estimator, V, params)
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
     out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed,
                                             chunk_size, progress, devices, follow, init_U, row_prior)
@@ -366,6 +363,14 @@ def _check_init_U(init_U, config: BanditConfig, estimator, V) -> np.ndarray:
     require(arr.shape == want, f"init_U must have shape (n_models, rank of V) = {want}, got {arr.shape}")
     require(np.isfinite(arr).all(), "init_U contains NaN or inf")
     return arr
+
+
+def _start_rows(init_U, row_prior, config: BanditConfig, estimator, V, params):
+    """``(init_U, row_prior)`` checked; the rows start from the prior's mean unless ``init_U`` is given."""
+    row_prior = _check_row_prior(row_prior, estimator, V, params)
+    if init_U is None and row_prior is not None:
+        init_U = np.tile(row_prior.mean, (config.n_models, 1))
+    return _check_init_U(init_U, config, estimator, V), row_prior
 
 
 def _check_row_prior(row_prior, estimator, V, params: BanditParams):

@@ -24,7 +24,7 @@ from pulse_jax import bandit, metrics
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import NUMBER_FIELDS, RANGES, BanditParams, _number, check_params, check_value, seed_key
-from pulse_jax.simulate import SimulationResult, _check_row_prior, _is_count, _prepare, execute, result_from
+from pulse_jax.simulate import SimulationResult, _is_count, _prepare, _start_rows, execute, result_from
 
 
 @dataclasses.dataclass
@@ -250,8 +250,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     P = len(points)
     rep_index = np.tile(np.arange(reps), P)
     stacked = jax.tree_util.tree_map(lambda *vs: np.repeat(np.asarray(vs, np.float32), reps), *points)
-    row_prior = _check_row_prior(row_prior, estimator, V, stacked)
-    init_U = None if row_prior is None else np.tile(row_prior.mean, (config.n_models, 1))
+    init_U, row_prior = _start_rows(None, row_prior, config, estimator, V, stacked)
     out, seconds, compile_seconds = execute(scores, config, estimator, V, rep_index, stacked, seed,
                                             chunk_size, progress, devices, None, init_U, row_prior)
     results = []
