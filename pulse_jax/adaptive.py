@@ -28,7 +28,7 @@ import chex
 import jax.numpy as jnp
 
 from pulse_jax.errors import require
-from pulse_jax.estimators import Estimator, Ledger, Pull, _NO_INFO, _no_refresh, _sample_mean, populations
+from pulse_jax.estimators import Estimator, Ledger, Pull, observed_mean, populations
 
 
 def residual_sd_weights(uniform_share: float):
@@ -80,7 +80,7 @@ def pulse_adaptive(uniform_share: float = 0.5) -> Estimator:
 
     def init(ledger: Ledger):
         m = ledger.n_obs.shape[0]
-        return AdaptiveState(_sample_mean(ledger), jnp.ones(m, jnp.float32))
+        return AdaptiveState(observed_mean(ledger), jnp.ones(m, jnp.float32))
 
     def theta(ledger, pull, n_examples):
         """The pull's one-step estimates of the model's mean, averaged over its draws."""
@@ -96,20 +96,17 @@ def pulse_adaptive(uniform_share: float = 0.5) -> Estimator:
         live = (pull.size > 0).astype(jnp.float32)
         i = pull.model
         return AdaptiveState(state.theta_sum.at[i].add(live * theta(ledger, pull, n_examples)),
-                             state.n_theta.at[i].add(live)), _NO_INFO
+                             state.n_theta.at[i].add(live)), ()
 
     def estimate(state, ledger):
         del ledger
         return state.theta_sum / state.n_theta
 
-    def radius(state, ledger, n_examples, delta):
-        del ledger, n_examples, delta
-        return jnp.full_like(state.theta_sum, jnp.nan)
-
     def proxies(state, ledger, pull, n_examples, params):
         del state, ledger, n_examples, params
         return tuple(r[None] for r in desraj_proxies(pull.scores, pull.preds, pull.design, pull.valid))
 
-    return Estimator("pulse_adaptive", True, init, update, _no_refresh, estimate, radius, proxies, 1,
-                     (("uniform_share", float(uniform_share)),),
+    # No fixed-count radius (the default NaN) and nothing to refresh after a refit (the default).
+    return Estimator(name="pulse_adaptive", uses_predictions=True, init=init, update=update, estimate=estimate,
+                     proxies=proxies, settings=(("uniform_share", float(uniform_share)),),
                      draw_weights=residual_sd_weights(float(uniform_share)))

@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from pulse_jax import confidence, factorization, registry, sampling
+from pulse_jax import confidence, conformance, factorization, registry, sampling
 from pulse_jax.bookkeeping import (Certificate, Snapshots, current_estimates, half_widths,  # noqa: F401
                                    interval_bounds, record_certificate, take_snapshots)
 from pulse_jax.confidence import ConfSeq
@@ -661,7 +661,8 @@ class Kernel(NamedTuple):
     * ``observe(episode, state, params, t, i, size, examples, valid, scores) -> (state, info)``;
     * ``step(episode, state, params, t, log_slots=None, follow=None) -> (state, record)``;
     * ``bounds(state, params) -> (estimates, low, high)``;
-    * ``refit_due(t)``.
+    * ``refit_due(t)``;
+    * ``stop_status(state, params, t) -> (done, claim)``.
     """
 
     init: Any
@@ -672,6 +673,7 @@ class Kernel(NamedTuple):
     step: Any
     bounds: Any
     refit_due: Any
+    stop_status: Any
 
 
 def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
@@ -679,7 +681,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     plugins = plugins_of(config, estimator)
     bind = lambda f: functools.partial(f, config, plugins)   # noqa: E731
     return Kernel(bind(init), bind(select), bind(refit), bind(draw), bind(observe), bind(step),
-                  bind(bounds), bind(refit_due))
+                  bind(bounds), bind(refit_due), bind(stop_status))
 
 
 # ----------------------------------------------------------------------------- run
@@ -713,7 +715,10 @@ def with_plugin_params(params: BanditParams, plugins: Plugins, where: str = "par
 
 
 def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
-    """Refuse, in one line, a rule or stopping rule that needs an interval the method does not have."""
+    """Refuse, in one line, a plug-in that breaks its contract on this run's shapes
+    (:func:`pulse_jax.conformance.check_plugins`), or a rule or stopping rule that needs an interval
+    the method does not have."""
+    conformance.check_plugins(config, estimator)
     if estimator.has_interval:
         return
     for kind, plugin in (("rule", config.rule), ("stop", config.stop)):
@@ -864,7 +869,15 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
 def finished(config: BanditConfig, plugins: Plugins, state: BanditState, params, t):
     """Whether every step from ``t`` on is idle: the run has stopped, or stops at step ``t`` (the
     same check as :func:`select`'s, on the same inputs)."""
-    return state.stopped | plugins.stop.done(_stop_inputs(config, plugins, state, params, t), params)
+    return stop_status(config, plugins, state, params, t)[0]
+
+
+def stop_status(config: BanditConfig, plugins: Plugins, state: BanditState, params, t):
+    """``(done, claim)``: whether the stopping rule stops the run at step ``t`` (or already has), and the
+    ``(m,)`` models its certificate names now (:attr:`pulse_jax.stopping.StoppingRule.claim`). Simulation
+    and live selection both stop through this one check."""
+    looks = _stop_inputs(config, plugins, state, params, t)
+    return state.stopped | plugins.stop.done(looks, params), plugins.stop.claim(looks, params)
 
 
 def _idle_record(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t):

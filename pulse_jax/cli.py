@@ -126,7 +126,11 @@ def _add_input_options(p: argparse.ArgumentParser, *, scores_required: bool) -> 
 
 
 def _add_stopping_options(sel: argparse.ArgumentParser) -> None:
-    sel.add_argument("--no-early-stop", action="store_true", help="spend the whole budget")
+    sel.add_argument("--stop", default=None,
+                     help="stopping rule, checked before every batch: certified (stop once a model is certified "
+                          f"best), budget (spend it all), or {PLUGIN_HELP} (default: certified; budget for a "
+                          "method without an interval)")
+    sel.add_argument("--no-early-stop", action="store_true", help="deprecated: the same as --stop budget")
     sel.add_argument("--grace", type=float, default=None,
                      help="on SIGINT/SIGTERM, wait at most this many seconds for the batches in flight (default: "
                           "until they finish; a second signal abandons them)")
@@ -673,6 +677,11 @@ def cmd_select(args) -> None:
     require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
     (method, estimator), = methods.items()
     rule = _plugin("sampling rule", args.rule, "--rule")
+    if args.no_early_stop:
+        require(args.stop in (None, "budget"), f"--no-early-stop contradicts --stop {args.stop}; give --stop alone")
+        print("pulse-jax: --no-early-stop is deprecated; use --stop budget", file=sys.stderr)
+        args.stop = "budget"
+    stop = None if args.stop is None else _plugin("stopping rule", args.stop, "--stop")
     require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
     saved = Path(args.log).with_name(Path(args.log).name + ".embeddings.npy")   # a resumed run's side information
     require(args.train or saved.exists() or not estimator.uses_predictions,
@@ -689,7 +698,7 @@ def cmd_select(args) -> None:
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
                              train=train, rank=args.rank, log=args.log, rule=rule, params=_params(args),
-                             cs_grid=_cs_grid(args))
+                             cs_grid=_cs_grid(args), stop=stop)
     try:
         if selector.spent:
             again = len(selector.pending())
@@ -697,7 +706,7 @@ def cmd_select(args) -> None:
                   + (f"; {again} batch(es) that were in flight will be asked again" if again else ""))
         try:
             report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
-                              stop_early=not args.no_early_stop, progress=not args.quiet, grace=args.grace)
+                              progress=not args.quiet, grace=args.grace)
         except live.EvaluationError as err:
             raise PulseInputError(f"{err}. The {selector.spent:,} cells evaluated so far are safe in {args.log}; "
                                   "run the same command again to continue") from None
@@ -710,7 +719,7 @@ def cmd_select(args) -> None:
     finally:
         selector.close()
     out.mkdir(parents=True, exist_ok=True)
-    from pulse_jax.report import clean_json
+    from pulse_jax.provenance import clean_json
     import json
 
     (out / "report.md").write_text(report.to_markdown(), encoding="utf-8")

@@ -44,6 +44,8 @@ import jax.numpy as jnp
 
 from pulse_jax import confidence
 from pulse_jax.errors import require
+from pulse_jax.protocols import (DrawWeights, EstimatorEstimate, EstimatorInit, EstimatorProxies, EstimatorRadius,
+                                 EstimatorRefresh, EstimatorUpdate)
 
 
 class Ledger(NamedTuple):
@@ -117,12 +119,45 @@ class PulseInfo(NamedTuple):
     lam: chex.Array   # the lambda the pull used (NaN for a step without a pull)
 
 
-StepInfo = PulseInfo   # the name under which PULSE's per-step record is documented elsewhere
-_NO_INFO = ()
+
+
+def _no_state(ledger):
+    del ledger
+    return ()
+
+
+def _no_update(state, ledger, pull, n_examples, params):
+    del ledger, pull, n_examples, params
+    return state, ()
+
+
+def _no_refresh(state, ledger, n_examples):
+    del ledger, n_examples
+    return state
+
+
+def _observed_mean(state, ledger):
+    del state
+    return observed_mean(ledger)
+
+
+def _no_radius(state, ledger, n_examples, delta):
+    del state, n_examples, delta
+    return jnp.full(ledger.n_obs.shape, jnp.nan, jnp.float32)
 
 
 class Estimator(NamedTuple):
     """A mean estimator as pure functions (see module docstring).
+
+    Build it by keyword; every function has a default, so an estimator writes only what it
+    changes: ``init`` keeps no state (``()``), ``update`` changes nothing, ``refresh`` ignores
+    refits, ``estimate`` is the mean of the observed cells, ``radius`` is NaN (no fixed-count
+    interval) and ``proxies`` is ``None`` (no anytime-valid interval)::
+
+        Estimator(name="shrunk", estimate=my_estimate, proxies=my_proxies)
+
+    The signatures are the protocols of :mod:`pulse_jax.protocols`;
+    :func:`pulse_jax.conformance.check_plugins` checks them on a run's shapes before it compiles.
 
     ``update`` must leave the state unchanged when ``pull.size == 0`` (a step
     that spends nothing). Each estimator masks its own scatters rather than
@@ -132,17 +167,17 @@ class Estimator(NamedTuple):
     """
 
     name: str
-    uses_predictions: bool
-    init: Callable[[Ledger], Any]
-    update: Callable[[Any, Ledger, Pull, int, Any], tuple[Any, Any]]
-    refresh: Callable[[Any, Ledger, int], Any]
-    estimate: Callable[[Any, Ledger], chex.Array]
-    radius: Callable[[Any, Ledger, int, float], chex.Array]
-    proxies: Callable[[Any, Ledger, Pull, int, Any], tuple] | None = None
+    uses_predictions: bool = False
+    init: EstimatorInit = _no_state
+    update: EstimatorUpdate = _no_update
+    refresh: EstimatorRefresh = _no_refresh
+    estimate: EstimatorEstimate = _observed_mean
+    radius: EstimatorRadius = _no_radius
+    proxies: EstimatorProxies | None = None
     n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
     settings: tuple = ()    # static settings, (name, value) pairs
     traced: tuple = ()      # traced numbers it reads from params.plugin: (name, default, low, high), open range
-    draw_weights: Callable | None = None   # (preds (n,), unseen (n,)) -> draw weights; None: uniform draws
+    draw_weights: DrawWeights | None = None   # (preds (n,), unseen (n,)) -> draw weights; None: uniform draws
 
     @property
     def has_interval(self) -> bool:
@@ -150,18 +185,14 @@ class Estimator(NamedTuple):
         return self.proxies is not None
 
 
-def _sample_mean(ledger: Ledger) -> chex.Array:
+def observed_mean(ledger: Ledger) -> chex.Array:
+    """Every model's mean over its observed cells (0 for a model with none)."""
     return ledger.obs_sum / jnp.maximum(ledger.n_obs, 1)
 
 
 def _raw_proxies(pull: Pull):
     """The scores themselves as ``(1, B)`` observations: range [0, 1]."""
     return pull.scores[None], jnp.zeros_like(pull.scores)[None], jnp.ones_like(pull.scores)[None]
-
-
-def _no_refresh(state, ledger, n_examples):
-    del ledger, n_examples
-    return state
 
 
 # ----------------------------------------------------------------------------- UCB-E
@@ -174,21 +205,10 @@ def ucbe() -> Estimator:
     Interval: empirical Bernstein-Serfling (sampling without replacement).
     """
 
-    def init(ledger):
-        del ledger
-        return ()
-
-    def update(state, ledger, pull, n_examples, params):
-        del ledger, pull, n_examples, params
-        return state, _NO_INFO
-
-    def estimate(state, ledger):
-        del state
-        return _sample_mean(ledger)
-
+    # No state of its own, no refresh, and the mean of the observed cells: the defaults.
     def radius(state, ledger, n_examples, delta):
         del state
-        mean = _sample_mean(ledger)
+        mean = observed_mean(ledger)
         variance = ledger.obs_sq_sum / jnp.maximum(ledger.n_obs, 1) - mean * mean
         return confidence.bernstein_serfling_radius(ledger.n_obs, populations(ledger, n_examples), variance, delta)
 
@@ -196,7 +216,7 @@ def ucbe() -> Estimator:
         del state, ledger, n_examples, params
         return _raw_proxies(pull)
 
-    return Estimator("ucbe", False, init, update, _no_refresh, estimate, radius, proxies)
+    return Estimator(name="ucbe", radius=radius, proxies=proxies)
 
 
 # ----------------------------------------------------------------------------- PULSE
@@ -339,7 +359,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         m = ledger.n_obs.shape[0]
         zeros = jnp.zeros(m, jnp.float32)
         first = _first_weight(ledger) if weighted else None   # theta_sum is a weighted sum only when weighted
-        return PulseState(_sample_mean(ledger) * (first if weighted else 1.0), zeros, jnp.zeros(m, jnp.int32), first)
+        return PulseState(observed_mean(ledger) * (first if weighted else 1.0), zeros, jnp.zeros(m, jnp.int32), first)
 
     def lam_for(state, ledger, i, n_unobserved, params):
         """The rule's lambda, or ``params.fixed_lambda`` where that is not NaN (a traced switch)."""
@@ -390,8 +410,8 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
                 ("variance_bound", None if variance_bound is None else float(variance_bound)),
                 *((("raw_sequence", False),) if not raw_sequence else ()),
                 *((("weighting", weighting),) if weighted else ()))
-    return Estimator("pulse", True, init, update, _no_refresh, estimate, radius, proxies,
-                     2 if raw_sequence else 1, settings)
+    return Estimator(name="pulse", uses_predictions=True, init=init, update=update, estimate=estimate, radius=radius,
+                     proxies=proxies, n_sequences=2 if raw_sequence else 1, settings=settings)
 
 
 @functools.cache
@@ -438,14 +458,14 @@ def naive_pooling() -> Estimator:
     """
 
     def init(ledger):
-        return _sample_mean(ledger)
+        return observed_mean(ledger)
 
     def update(mu, ledger, pull, n_examples, params):
         del params
         i = pull.model
         value = (ledger.obs_sum[i] + pull.score_sum + ledger.pred_sum[i] - pull.pred_sum) / populations(
             ledger, n_examples)[i]
-        return mu.at[i].set(jnp.where(pull.size > 0, value, mu[i])), _NO_INFO
+        return mu.at[i].set(jnp.where(pull.size > 0, value, mu[i])), ()
 
     def refresh(mu, ledger, n_examples):
         del mu
@@ -455,9 +475,6 @@ def naive_pooling() -> Estimator:
         del ledger
         return mu
 
-    def radius(mu, ledger, n_examples, delta):
-        del ledger, n_examples, delta
-        return jnp.full_like(mu, jnp.nan)
-
-    return Estimator("naive", True, init, update, refresh, estimate, radius)
-
+    # No interval: the default radius (NaN) and no proxies.
+    return Estimator(name="naive", uses_predictions=True, init=init, update=update, refresh=refresh,
+                     estimate=estimate)

@@ -30,6 +30,11 @@ class Report:
     tied_with_leader: tuple[str, ...]
     evaluated: dict               # model -> example ids, in evaluation order
     simultaneous: bool = True     # False: certification levels (each interval holds alone, not all at once)
+    stop: str = "budget"          # the stopping rule's name
+    stopped: bool = False         # the stopping rule has ended the run
+    claimed: tuple[str, ...] = () # the models the stopping rule's certificate names now
+    certificate: str = ""         # the rule's one-line statement of what is certified (StoppingRule.statement)
+    finished: bool = False        # nothing more will be asked (stopped, budget spent, or every model known exactly)
 
     @property
     def ranking(self) -> list[str]:
@@ -40,11 +45,13 @@ class Report:
         rows = []
         for name in self.ranking:
             i = self.models.index(name)
-            rows.append({"model": name, "estimate": _num(self.estimates[i]), "low": _num(self.low[i]),
-                         "high": _num(self.high[i]), "cells": int(self.n_obs[i]), "pulls": int(self.n_pulls[i])})
+            rows.append({"model": name, "estimate": plain_number(self.estimates[i]), "low": plain_number(self.low[i]),
+                         "high": plain_number(self.high[i]), "cells": int(self.n_obs[i]), "pulls": int(self.n_pulls[i])})
         return {"method": self.method, "seed": self.seed, "spent": self.spent, "budget": self.budget,
                 "delta": self.delta, "leader": self.leader, "separated": self.separated,
-                "tied_with_leader": list(self.tied_with_leader), "ranking": rows,
+                "tied_with_leader": list(self.tied_with_leader), "stop": self.stop, "stopped": self.stopped,
+                "finished": self.finished,
+                "claimed": list(self.claimed), "certificate": self.certificate, "ranking": rows,
                 "evaluated": {k: list(v) for k, v in self.evaluated.items()}}
 
     def to_markdown(self) -> str:
@@ -58,6 +65,9 @@ class Report:
                  + (", simultaneous over the models)." if self.simultaneous else
                     "; certification levels: each holds on its own, and a certified best is wrong at most "
                     f"{self.delta:g} of the time, but not every interval holds at once)."), "",
+                 *((f"Stopping rule `{self.stop}`" + (" (stopped)" if self.stopped else " (finished)" if self.finished
+                                                      else " (running)")
+                    + f": {self.certificate}.", "") if self.certificate else ()),
                  f"| rank | model | estimate | {level} confidence sequence | cells |",
                  "|---:|---|---:|---|---:|"]
         for k, row in enumerate(self.to_dict()["ranking"], start=1):
@@ -71,7 +81,8 @@ class Report:
         return plotting.estimates_with_intervals(self, path)
 
 
-def _num(x):
+def plain_number(x):
+    """A finite number as a Python float; None for NaN, inf or None (strict JSON)."""
     return None if x is None or not np.isfinite(x) else float(x)
 
 

@@ -16,11 +16,6 @@ def budget_grid(result: SimulationResult, points: int = 50) -> np.ndarray:
     return np.unique(np.linspace(cfg.init_cells, cfg.budget, points).round().astype(np.int64))
 
 
-def accuracy_curve(result: SimulationResult, budgets) -> tuple[np.ndarray, np.ndarray]:
-    """Accuracy@budget (fraction of repetitions whose guess is the true best) and its SE."""
-    return result.accuracy_at_budget(budgets)
-
-
 def first_budget_reaching(accuracy: np.ndarray, budgets: np.ndarray, target: float) -> float:
     """Smallest budget from which accuracy stays >= target to the end (NaN if never).
 
@@ -40,7 +35,7 @@ class BudgetToTarget(dict):
 
     ``budget`` is NaN when the accuracy never reaches the target; ``high`` is ``inf`` when more than
     ``level / 2`` of the bootstrap resamples do not reach it within the budget (printed "> budget";
-    strict JSON writers such as ``report.clean_json`` turn it into ``null``).
+    strict JSON writers such as ``provenance.clean_json`` turn it into ``null``).
     """
 
     def __str__(self) -> str:

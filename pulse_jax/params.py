@@ -140,11 +140,11 @@ def check_params(params: BanditParams, where: str = "params") -> BanditParams:
     plugin = params.plugin
     if plugin is not None:
         require(isinstance(plugin, dict), f"{where}.plugin must be a dict {{name: number}}, got {type(plugin).__name__}")
-        plugin = {str(k): _number(k, v, where) for k, v in plugin.items()} or None
+        plugin = {str(k): as_number(k, v, where) for k, v in plugin.items()} or None
     return BanditParams(*(check_value(k, getattr(params, k), where) for k in NUMBER_FIELDS), plugin)
 
 
-def _number(name, value, where) -> float:
+def as_number(name, value, where) -> float:
     try:
         return float(value)
     except (TypeError, ValueError):
@@ -161,7 +161,7 @@ def parse_grid_option(text: str, plugin_names=()) -> tuple[str, list[float]]:
     items = [v.strip() for v in values.split(",") if v.strip()]
     if not items:
         raise PulseInputError(f"--grid {name}: no values given")
-    values = [_number(name, v, f"--grid {name}") if name in plugin_names and name not in RANGES
+    values = [as_number(name, v, f"--grid {name}") if name in plugin_names and name not in RANGES
               else check_value(name, v, f"--grid {name}") for v in items]
     repeated = sorted({v for v in values if values.count(v) > 1 or (math.isnan(v) and sum(map(math.isnan, values)) > 1)})
     if repeated:

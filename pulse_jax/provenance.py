@@ -16,6 +16,8 @@ import shlex
 import sys
 from pathlib import Path
 
+import numpy as np
+
 FILE_NAME = "provenance.json"
 
 
@@ -79,8 +81,21 @@ def collect(*, config=None, params=None, seed=None, inputs=(), method=None, extr
 
 def write(out_dir, record: dict) -> Path:
     """Write ``record`` as ``<out_dir>/provenance.json`` (strict JSON)."""
-    from pulse_jax.report import clean_json
-
     path = Path(out_dir) / FILE_NAME
     path.write_text(json.dumps(clean_json(record), indent=2), encoding="utf-8")
     return path
+
+
+def clean_json(x):
+    """Make ``x`` strict JSON: NumPy scalars to Python, NaN/inf to null."""
+    if isinstance(x, dict):
+        return {str(k): clean_json(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [clean_json(v) for v in x]
+    if isinstance(x, np.ndarray):
+        return clean_json(x.tolist())
+    if isinstance(x, (np.integer,)):
+        return int(x)
+    if isinstance(x, (float, np.floating)):
+        return float(x) if np.isfinite(x) else None
+    return x

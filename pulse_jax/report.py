@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from pulse_jax import metrics, plotting
+from pulse_jax.provenance import clean_json
 from pulse_jax.live_report import Report  # noqa: F401  (the live report; kept importable from here)
 from pulse_jax.simulate import SimulationResult
 
@@ -110,16 +111,3 @@ def write_results(results: dict[str, SimulationResult], out_dir, title: str = ""
     return paths
 
 
-def clean_json(x):
-    """Make ``x`` strict JSON: NumPy scalars to Python, NaN/inf to null."""
-    if isinstance(x, dict):
-        return {str(k): clean_json(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [clean_json(v) for v in x]
-    if isinstance(x, np.ndarray):
-        return clean_json(x.tolist())
-    if isinstance(x, (np.integer,)):
-        return int(x)
-    if isinstance(x, (float, np.floating)):
-        return float(x) if np.isfinite(x) else None
-    return x

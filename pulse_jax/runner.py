@@ -2,8 +2,10 @@
 
 ``run(evaluate, selector)`` asks for batches, evaluates them (optionally
 several at once in a thread pool, for I/O-bound scorers), tells the results
-in ask order (so the outcome never depends on timing), retries failures and
-stops early once the leader is certified.
+in ask order (so the outcome never depends on timing) and retries failures. The
+run ends when the selector asks nothing more: its stopping rule fired (the
+same :class:`pulse_jax.stopping.StoppingRule` a simulation stops by), its
+budget is spent, or every model is known exactly.
 """
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import signal
 import sys
 import threading
 import time
+import warnings
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -44,7 +47,7 @@ class Interrupted(KeyboardInterrupt):
 
 
 def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int = 1,
-        retries: int = 0, retry_wait: float = 1.0, stop_early: bool = True, progress: bool = False,
+        retries: int = 0, retry_wait: float = 1.0, stop_early: bool | None = None, progress: bool = False,
         grace: float | None = None, handle_signals: bool = True) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
@@ -52,9 +55,10 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     I/O-bound scorers); results are told in ask order, so the outcome does not
     depend on timing. An exception from ``evaluate`` is retried ``retries``
     times (waiting ``retry_wait * 2^k`` seconds), then raised as
-    :class:`EvaluationError`; everything told before is in the log. With
-    ``stop_early`` the run ends as soon as the leader is separated from every
-    other model by the simultaneous bounds (see :class:`Selector`).
+    :class:`EvaluationError`; everything told before is in the log. The run
+    stops where ``selector``'s stopping rule says (``Selector(stop=...)``).
+    ``stop_early`` is deprecated: ``False`` is ``selector.use_stop("budget")``,
+    ``True`` keeps the selector's rule.
 
     Interruptions (``handle_signals``, in the main thread): on SIGINT or SIGTERM
     the run stops asking, waits for the batches in flight (at most ``grace``
@@ -68,9 +72,11 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     stop = {"signal": None, "abandon": False}
     paid = {"cells": 0}
     call = _caller(evaluate, selector, retries, retry_wait, paid)
-
-    def separated():
-        return stop_early and selector.initialized and selector.estimator.has_interval and selector.result().separated
+    if stop_early is not None:
+        warnings.warn("run(stop_early=...) is deprecated: give the selector its stopping rule, "
+                      "Selector(stop='budget') or Selector(stop='certified')", DeprecationWarning, stacklevel=2)
+        if not stop_early:
+            selector.use_stop("budget")
 
     def on_signal(signum, frame):
         del frame
@@ -88,7 +94,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
         for request in selector.pending():
             in_flight.append((request, pool.submit(call, request) if pool else None))
         while stop["signal"] is None:
-            while not separated() and len(in_flight) < concurrency and stop["signal"] is None:
+            while len(in_flight) < concurrency and stop["signal"] is None:
                 request = selector.ask()
                 if request is None:
                     break

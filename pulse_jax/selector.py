@@ -21,10 +21,13 @@ and continues; batches in flight when the process died are asked again (the
 only loss). The example embeddings are saved next to the log, so a resumed
 run uses exactly the same side information.
 
-Stopping bound: the kernel's anytime-valid confidence sequences
-(:class:`pulse_jax.confidence.ConfSeq`), simultaneous over the models and
-valid at every look, so checking them after every batch is valid.
-Naive-Pooling has none.
+Stopping: the selector's :class:`pulse_jax.stopping.StoppingRule` (``stop=``),
+checked before every ask by the same :func:`pulse_jax.bandit.stop_status` that
+stops a simulated run, on the kernel's anytime-valid confidence sequences
+(:class:`pulse_jax.confidence.ConfSeq`): they are valid at every look, so
+checking them after every batch is valid. The rule declares what its stop
+certifies, and :meth:`Selector.result` states it. Naive-Pooling has no
+interval, so it spends its budget.
 """
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ from pulse_jax import bandit, confidence, factorization, journal, registry
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import BanditParams, check_params, seed_key
-from pulse_jax.live_report import Report, _num
+from pulse_jax.live_report import Report, plain_number
 
 
 #: A failed log write is retried this many times, waiting ``WRITE_RETRY_WAIT * 2**k`` seconds.
@@ -87,8 +90,14 @@ def _save_atomically(path: Path, array) -> None:
 @functools.lru_cache(maxsize=16)
 def _compiled(config: BanditConfig, estimator):
     """Jitted kernel pieces for one configuration and estimator object, shared by every selector that
-    uses them (parameters are traced: selectors that differ only in them share the programs)."""
-    kernel = bandit.build_kernel(config, estimator)
+    uses them (parameters are traced: selectors that differ only in them share the programs).
+
+    The asking kernel never stops by itself (its stopping rule is the budget's): the selector checks
+    its own rule with ``status`` before each ask, so a replayed log is followed to its end whatever the
+    rule, and a resumed run may change the rule (e.g. spend the rest of the budget after a certificate).
+    """
+    kernel = bandit.build_kernel(dataclasses.replace(config, stop="budget"), estimator)
+    status = jax.jit(bandit.build_kernel(config, estimator).stop_status)
 
     def ask(episode, state, t, params, blocked, reserved, due):
         state, i, size = kernel.select(episode, state, params, t, blocked, reserved)
@@ -104,7 +113,7 @@ def _compiled(config: BanditConfig, estimator):
         estimates, low, high = kernel.bounds(state, params)
         return estimates, state.ledger, low, high
 
-    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary)
+    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary), status
 
 
 class Selector:
@@ -127,24 +136,31 @@ class Selector:
         ``cs_grid > 0``: betting confidence sequences).
       exploration, delta: as in :class:`pulse_jax.BanditParams`; or pass
         ``params`` (a whole ``BanditParams``) instead.
+      stop: the stopping rule (:class:`pulse_jax.stopping.StoppingRule` or its name, as in
+        :class:`pulse_jax.BanditConfig`), checked before every ask: ``"certified"`` stops once a model
+        is certified best; ``"budget"`` spends the whole budget. Default: ``"certified"`` for a method
+        with an interval, ``"budget"`` otherwise.
       seed: the run's seed; rank: for fitting ``train``.
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
                  batch_size: int = 64, init_batches: int = 1, exploration: float = 1.0, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
-                 log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0):
+                 log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None):
         self.models = tuple(str(m) for m in models)
         require(len(set(self.models)) == len(self.models), "models: duplicate model names")
         ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
         require(len(set(map(str, ids))) == len(ids), "examples: duplicate example ids")
         self.example_ids = tuple(ids)
         m, n = len(self.models), len(ids)
+        self.estimator = bandit.get_estimator(method)
+        if stop is None:
+            stop = "certified" if self.estimator.has_interval else "budget"
         self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
-                                   init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid)
+                                   init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid,
+                                   stop=stop)
         self.params = check_params(params if params is not None
                                    else BanditParams(exploration=exploration, delta=delta))
-        self.estimator = bandit.get_estimator(method)
         bandit.check_compatible(self.config, self.estimator)
         self.params = bandit.with_plugin_params(self.params, bandit.plugins_of(self.config, self.estimator))
         seed_key(seed)
@@ -169,11 +185,39 @@ class Selector:
         self._pending: dict[int, Request] = {}
         self._paid: dict[int, dict] = {}   # ticket -> a paid record (model, examples, scores), not yet told
         self._finished = False
-        self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn = _compiled(self.config,
-                                                                                            self.estimator)
-        self._params = self.params.as_arrays()
+        self._stopped = False       # the stopping rule fired (final, like a simulated run's stop)
+        self._replaying = False
+        self._compile()
         if self.log_path is not None:
-            self._open_log()
+            self._replaying = True
+            try:
+                self._open_log()
+            finally:
+                self._replaying = False
+
+    def _compile(self) -> None:
+        (self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn,
+         self._status_fn) = _compiled(self.config, self.estimator)
+        self._params = self.params.as_arrays()
+
+    @property
+    def stop(self):
+        """The stopping rule checked before every ask (:class:`pulse_jax.stopping.StoppingRule`)."""
+        return self.config.stop
+
+    def use_stop(self, stop) -> None:
+        """Check ``stop`` (a stopping rule or its name) before every later ask instead of the current rule.
+
+        Requests already made and the log are unaffected (the log records no stopping rule), so a
+        certified run can go on to spend its budget, and a resumed run may stop by another rule.
+        """
+        config = dataclasses.replace(self.config, stop=stop)
+        bandit.check_compatible(config, self.estimator)
+        self.params = bandit.with_plugin_params(self.params, bandit.plugins_of(config, self.estimator))
+        self.config = config
+        self._stopped = False
+        self._finished = False
+        self._compile()
 
     @property
     def delta(self) -> float:
@@ -368,6 +412,12 @@ class Selector:
                 if not self._init_told[i] and i not in asked:
                     return self._issue(0, i, self._initial_examples[i])
             return None
+        if self._stopped or (not self._replaying and self._stop_status()[0]):
+            # The stopping rule says done: nothing more is asked (the batches in flight are still told).
+            self._stopped = True
+            if not self._pending:
+                self._finished = True
+            return None
         due = bool(self._kernel.refit_due(self._t))
         if due and self._pending:
             return None
@@ -437,6 +487,16 @@ class Selector:
 
     # ------------------------------------------------------------------ results
 
+    def _stop_status(self) -> tuple[bool, np.ndarray]:
+        """``(done, claim)`` of the stopping rule now (before step ``self._t``), as a simulation checks it."""
+        done, claim = self._status_fn(self._state, self._params, jnp.int32(self._t))
+        return bool(done), np.asarray(claim, bool)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the stopping rule has ended the run (no more asks)."""
+        return self._stopped
+
     @property
     def spent(self) -> int:
         return sum(len(v) for v in self._told.values())
@@ -470,9 +530,14 @@ class Selector:
             if separated:
                 leader = int(certified)
             tied = tuple(self.models[j] for j in range(m) if j != leader and not high[j] < low[leader])
+        claim = self._stop_status()[1] if self.initialized else np.zeros(m, bool)
+        names = [self.models[i] for i in np.flatnonzero(claim)]
         return Report(self.method, self.seed, self.models, est, low, high, n_obs,
                       n_pulls, self.spent, c.budget, self.delta, self.models[leader], separated, tied,
-                      self._evaluated(), bool(float(self.params.cs_simultaneous) >= 1.0))
+                      self._evaluated(), bool(float(self.params.cs_simultaneous) >= 1.0), stop=self.stop.name,
+                      stopped=self._stopped, claimed=tuple(names),
+                      certificate=self.stop.statement(names, self.delta, self.params),
+                      finished=self._finished or self.spent >= c.budget)
 
     def paired_difference(self, a: str, b: str) -> dict:
         """``mu_a - mu_b`` with an anytime-valid interval, and the mean of ``S_a - S_b`` on the shared examples.
@@ -494,6 +559,6 @@ class Selector:
         common_mean = None
         if common:
             common_mean = float(np.mean([float(self._told[ia][j]) - float(self._told[ib][j]) for j in common]))
-        return {"models": (a, b), "estimate": _num(report.estimates[ia] - report.estimates[ib]),
-                "low": _num(report.low[ia] - report.high[ib]), "high": _num(report.high[ia] - report.low[ib]),
+        return {"models": (a, b), "estimate": plain_number(report.estimates[ia] - report.estimates[ib]),
+                "low": plain_number(report.low[ia] - report.high[ib]), "high": plain_number(report.high[ia] - report.low[ib]),
                 "n_common": len(common), "common_mean": common_mean}

@@ -284,11 +284,6 @@ def _interactive() -> bool:
         return False
 
 
-def rep_keys(seed: int, start: int, count: int) -> jax.Array:
-    """Keys of repetitions ``start .. start + count - 1``."""
-    return rep_keys_for(seed, np.arange(start, start + count))
-
-
 def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: BanditParams | None = None, V=None,
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
@@ -340,13 +335,13 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     """
     params = check_params(BanditParams() if params is None else params)
     seed_key(seed)   # refuses a bad seed before anything runs
-    require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
+    require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
-    config, estimator, scores, V = _prepare(scores, config, method, V, stop)
+    config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
     params = bandit.with_plugin_params(params, bandit.plugins_of(config, estimator))
     if follow is not None:
         follow = _check_follow(follow, reps, config)
-    init_U, row_prior = _start_rows(init_U, row_prior, config, estimator, V, params)
+    init_U, row_prior = start_rows(init_U, row_prior, config, estimator, V, params)
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
     out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed,
                                             chunk_size, progress, devices, follow, init_U, row_prior)
@@ -365,7 +360,7 @@ def _check_init_U(init_U, config: BanditConfig, estimator, V) -> np.ndarray:
     return arr
 
 
-def _start_rows(init_U, row_prior, config: BanditConfig, estimator, V, params):
+def start_rows(init_U, row_prior, config: BanditConfig, estimator, V, params):
     """``(init_U, row_prior)`` checked; the rows start from the prior's mean unless ``init_U`` is given."""
     row_prior = _check_row_prior(row_prior, estimator, V, params)
     if init_U is None and row_prior is not None:
@@ -411,11 +406,11 @@ def _check_follow(follow, reps: int, config: BanditConfig) -> np.ndarray:
     return arr.astype(np.int32)
 
 
-def _is_count(x) -> bool:
+def is_count(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and x >= 1
 
 
-def _prepare(scores, config: BanditConfig, method, V, stop):
+def prepare_run(scores, config: BanditConfig, method, V, stop):
     """Validate the inputs of a simulation or sweep; returns ``(config, estimator, scores, V)``."""
     require(isinstance(config, BanditConfig), f"config must be a pulse_jax.BanditConfig, got {type(config).__name__}")
     if stop is not None:
@@ -458,7 +453,7 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: Bandi
     total = len(rep_index)
     rank = V.shape[1]
     require(devices is None or len(devices) >= 1, "devices: pass at least one device (or None for all)")
-    require(chunk_size is None or _is_count(chunk_size), f"chunk_size must be a positive integer, got {chunk_size!r}")
+    require(chunk_size is None or is_count(chunk_size), f"chunk_size must be a positive integer, got {chunk_size!r}")
     mesh = repetition_mesh(devices)
     device = mesh.devices.flat[0]
     chunk = int(chunk_size) if chunk_size else default_chunk_size(

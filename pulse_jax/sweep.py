@@ -23,8 +23,8 @@ import numpy as np
 from pulse_jax import bandit, metrics
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import NUMBER_FIELDS, RANGES, BanditParams, _number, check_params, check_value, seed_key
-from pulse_jax.simulate import SimulationResult, _is_count, _prepare, _start_rows, execute, result_from
+from pulse_jax.params import NUMBER_FIELDS, RANGES, BanditParams, as_number, check_params, check_value, seed_key
+from pulse_jax.simulate import SimulationResult, is_count, prepare_run, start_rows, execute, result_from
 
 
 @dataclasses.dataclass
@@ -150,7 +150,7 @@ def grid_points(grid, base: BanditParams | None = None, plugin_names=()) -> tupl
                                       + ", ".join(list(RANGES) + list(plugin_names)))
             values = [values] if np.isscalar(values) else list(values)
             require(len(values) > 0, f"grid: parameter {name!r} has no values")
-            lists.append([_number(name, v, f"grid {name}") if name not in RANGES else check_value(name, v, f"grid {name}")
+            lists.append([as_number(name, v, f"grid {name}") if name not in RANGES else check_value(name, v, f"grid {name}")
                           for v in values])
             axes.append(name)
         points = [_with(base, dict(zip(axes, combo))) for combo in itertools.product(*lists)]
@@ -162,7 +162,7 @@ def grid_points(grid, base: BanditParams | None = None, plugin_names=()) -> tupl
             points.append(check_params(item, f"grid point {k}"))
             continue
         require(isinstance(item, Mapping), f"grid point {k}: expected a dict or BanditParams, got {type(item).__name__}")
-        values = {name: _number(name, v, f"grid point {k}") if name in plugin_names and name not in RANGES
+        values = {name: as_number(name, v, f"grid point {k}") if name in plugin_names and name not in RANGES
                   else check_value(name, v, f"grid point {k}") for name, v in item.items()}
         axes += [a for a in values if a not in axes]
         points.append(_with(base, values))
@@ -238,19 +238,19 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every
     point, so comparisons between points are paired.
     """
-    config, estimator, scores, V = _prepare(scores, config, method, V, stop)
+    config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
     plugins = bandit.plugins_of(config, estimator)
     declared = tuple(name for plugin in plugins for name, *_ in plugin.traced)
     axes, points = grid_points(grid, base, declared)
     points = [bandit.with_plugin_params(p, plugins, f"grid point {k}") for k, p in enumerate(points)]
     seed_key(seed)
-    require(_is_count(reps), f"reps must be a positive integer, got {reps!r}")
+    require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     baseline = _baseline_index(baseline, axes, points)
     P = len(points)
     rep_index = np.tile(np.arange(reps), P)
     stacked = jax.tree_util.tree_map(lambda *vs: np.repeat(np.asarray(vs, np.float32), reps), *points)
-    init_U, row_prior = _start_rows(None, row_prior, config, estimator, V, stacked)
+    init_U, row_prior = start_rows(None, row_prior, config, estimator, V, stacked)
     out, seconds, compile_seconds = execute(scores, config, estimator, V, rep_index, stacked, seed,
                                             chunk_size, progress, devices, None, init_U, row_prior)
     results = []

@@ -65,4 +65,4 @@ def write_slow_scorer(directory, n_models: int = 6, delay: float = 0.02) -> list
     (directory / "models.txt").write_text("\n".join(stand_in.models()[:n_models]) + "\n")
     return [sys.executable, "-m", "pulse_jax.cli", "select", "--models", "models.txt", "--examples", "1000",
             "--budget", "800", "--batch-size", "16", "--method", "ucbe", "--evaluate", "slowscore:score",
-            "--no-early-stop", "--quiet"]
+            "--stop", "budget", "--quiet"]

@@ -31,6 +31,7 @@ def test_the_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
         exec(compile(body, str(PAGE), "exec"), namespace)   # noqa: S102 -- the page's own examples
     printed = capsys.readouterr().out
     assert "mine:" in printed and "UCB-E:" in printed and "epsilon 0.1" in printed and "Leader:" in printed
+    assert "stopped: True after" in printed and "is within 0.1 of the best model" in printed
     for command in commands:
         argv = shlex.split(command)
         assert argv[0] == "pulse-jax"

@@ -34,8 +34,8 @@ def _oracle(b):
 
 def _finished_log(bench, tmp_path, name="run.jsonl"):
     log = tmp_path / name
-    sel = _selector(bench, log)
-    report = run(_oracle(bench[0]), sel, stop_early=False)
+    sel = _selector(bench, log, stop="budget")
+    report = run(_oracle(bench[0]), sel)
     sel.close()
     return log, report
 
@@ -112,11 +112,11 @@ def test_torn_tail_at_every_offset_is_cut_and_resumes_twice(bench, tmp_path, cap
         log.write_bytes(data[:offset])
         whole = data[offset:offset + 1] == b"\n"     # cut just before a newline: the last record is complete
         torn = not data[:offset].endswith(b"\n") and not whole
-        sel = _selector(bench, log)
+        sel = _selector(bench, log, stop="budget")
         message = capsys.readouterr().err
         assert message.count("cut a torn last record") == int(torn)
         assert message.count("lacked its newline; kept it") == int(whole)
-        again = run(_oracle(bench[0]), sel, stop_early=False)
+        again = run(_oracle(bench[0]), sel)
         sel.close()
         assert again.evaluated == report.evaluated
         np.testing.assert_allclose(again.estimates, report.estimates, atol=1e-6)
@@ -213,13 +213,13 @@ def test_a_complete_last_record_without_its_newline_is_kept(bench, tmp_path, cap
     for n_lines in (1, 2, len(ends) // 2, len(ends)):     # header only, first batch, mid-run, the whole log
         log = tmp_path / f"nonl{n_lines}.jsonl"
         log.write_bytes(data[:ends[n_lines - 1]])          # everything up to that line, without its newline
-        sel = _selector(bench, log)
+        sel = _selector(bench, log, stop="budget")
         message = capsys.readouterr().err
         assert "complete but lacked its newline; kept it" in message and "cut a torn" not in message
         assert log.read_bytes() == data[:ends[n_lines - 1] + 1]
         kept = sum(len(json.loads(line)["examples"]) for line in data[:ends[n_lines - 1]].splitlines()[1:])
         assert sel.spent == kept
-        again = run(_oracle(bench[0]), sel, stop_early=False)
+        again = run(_oracle(bench[0]), sel)
         sel.close()
         assert again.evaluated == report.evaluated
     log = tmp_path / "torn.jsonl"                          # one byte short of that: torn, cut

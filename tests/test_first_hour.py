@@ -15,7 +15,7 @@ import pytest
 
 from pulse_jax import cli, data, metrics, synthetic
 from pulse_jax.bandit import BanditConfig
-from pulse_jax.report import clean_json
+from pulse_jax.provenance import clean_json
 from pulse_jax.simulate import simulate
 from pulse_jax.sweep import sweep
 

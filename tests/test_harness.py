@@ -238,7 +238,7 @@ def test_live_select_through_lm_eval_survives_kill_9_without_recomputing(lm_eval
                      "--out", str(tmp_path / "history.csv")]) == 0
     (tmp_path / "models.txt").write_text("\n".join(CANDIDATES) + "\n")
     args = [sys.executable, "-m", "pulse_jax.cli", "select", "--models", "models.txt", "--budget", "140",
-            "--batch-size", "4", "--refit-every", "5", "--rank", "3", "--no-early-stop", "--quiet",
+            "--batch-size", "4", "--refit-every", "5", "--rank", "3", "--stop", "budget", "--quiet",
             "--lm-eval-task", "pulse_arith", "--lm-eval-include", str(lm_eval_run["task_dir"]),
             "--lm-eval-plugin", "lm_eval_models", "--train", "history.csv"]
     calls = tmp_path / "calls.txt"

@@ -69,9 +69,9 @@ def _clean_report(tmp_path_factory, concurrency: int) -> dict:
     return _CLEAN[concurrency]
 
 
-def _selector(small_bench, log):
+def _selector(small_bench, log, **kw):
     b, V = small_bench
-    return Selector(b.models, 200, 6 * 8 + 8 * 12, batch_size=8, V=V, seed=5, refit_every=4, log=log)
+    return Selector(b.models, 200, 6 * 8 + 8 * 12, batch_size=8, V=V, seed=5, refit_every=4, log=log, **kw)
 
 
 def test_a_full_disk_loses_no_paid_batch(small_bench, tmp_path, monkeypatch):
@@ -97,15 +97,15 @@ def test_a_full_disk_loses_no_paid_batch(small_bench, tmp_path, monkeypatch):
     log = tmp_path / "run.jsonl"
     with pytest.raises(LogWriteError, match=r"run.jsonl: cannot write the log \(No space left on device\); the batch "
                                             r"is saved in .*run.jsonl.paid and is taken in by the next run. Free space"):
-        run(scorer, _selector(small_bench, log), stop_early=False)
+        run(scorer, _selector(small_bench, log, stop="budget"))
     assert (tmp_path / "run.jsonl.paid").is_file()
     monkeypatch.setattr(journal.Journal, "append", original)              # the space is back
-    again = _selector(small_bench, log)
-    report = run(scorer, again, stop_early=False)
+    again = _selector(small_bench, log, stop="budget")
+    report = run(scorer, again)
     again.close()
     assert not (tmp_path / "run.jsonl.paid").exists()
     assert len(calls) == len(set(calls)) == report.spent                   # 0 cells paid twice
-    clean = run(lambda m, ids: b.scores[b.models.index(m), ids].tolist(), _selector(small_bench, tmp_path / "c.jsonl"),
-                stop_early=False)
+    clean = run(lambda m, ids: b.scores[b.models.index(m), ids].tolist(), _selector(small_bench, tmp_path / "c.jsonl",
+                                                                                          stop="budget"))
     assert report.evaluated == clean.evaluated
     np.testing.assert_allclose(report.estimates, clean.estimates, atol=1e-6)

@@ -20,3 +20,33 @@ def test_nothing_outside_the_registry_dispatches_on_a_plugin_name():
     hits = [f"{p.name}:{k}" for p in PACKAGE.rglob("*.py") if p.name != "registry.py"
             for k, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if pattern.search(line)]
     assert not hits, hits
+
+
+def _structure():
+    import importlib.util
+
+    path = PACKAGE.parent / "benchmarks" / "structure.py"
+    spec = importlib.util.spec_from_file_location("structure", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_no_import_circles_and_no_private_names_across_modules():
+    """Imports go one way (lazy imports inside functions count too), and no module reaches into
+    another's private names."""
+    facts = _structure().facts()
+    assert facts["import_circles"] == [], facts["import_circles"]
+    assert facts["private_cross_module_names"] == [], facts["private_cross_module_names"]
+
+
+def test_the_structure_check_finds_a_circle_and_a_private_name():
+    """The checker itself can fail: a made-up package with a circle and a private import."""
+    import ast as _ast
+
+    structure = _structure()
+    trees = {"pulse_jax.a": _ast.parse("from pulse_jax.b import _hidden\n"),
+             "pulse_jax.b": _ast.parse("def f():\n    from pulse_jax import a\n")}
+    edges, private = structure.imports(trees)
+    assert structure.cycles(edges) == [["pulse_jax.a", "pulse_jax.b"]]
+    assert private == [("pulse_jax.a", "pulse_jax.b", "_hidden")]

@@ -63,7 +63,7 @@ def test_ask_tell_replay_makes_the_simulation_engines_choices(bench, method):
 
 def test_resume_after_a_crash_at_every_point(bench, tmp_path):
     b, _ = bench
-    full = run(_oracle(b), _selector(bench, budget=8 * B + 8 * 12), stop_early=False)
+    full = run(_oracle(b), _selector(bench, budget=8 * B + 8 * 12, stop="budget"))
     n_tells = 8 + 12
     for crash_after in range(n_tells + 1):
         log = tmp_path / f"run{crash_after}.jsonl"
@@ -73,8 +73,8 @@ def test_resume_after_a_crash_at_every_point(bench, tmp_path):
             request = first.ask()
             first.tell(request, _oracle(b, calls, lock)(request.model, list(request.example_ids)))
         del first
-        resumed = _selector(bench, log=log, budget=8 * B + 8 * 12)
-        report = run(_oracle(b, calls, lock), resumed, stop_early=False)
+        resumed = _selector(bench, log=log, budget=8 * B + 8 * 12, stop="budget")
+        report = run(_oracle(b, calls, lock), resumed)
         assert len(calls) == len(set(calls)) == report.spent  # no cell evaluated twice
         np.testing.assert_allclose(report.estimates, full.estimates, atol=1e-6)
         assert report.evaluated == full.evaluated
@@ -105,7 +105,7 @@ def test_concurrent_runs_are_valid_and_reproducible(bench):
         time.sleep(rng.random() * 0.01)                      # results come back out of order
         return b.scores[b.models.index(model), ids].tolist()
 
-    reports = [run(slow, _selector(bench), concurrency=4, stop_early=False) for _ in range(2)]
+    reports = [run(slow, _selector(bench, stop="budget"), concurrency=4) for _ in range(2)]
     assert reports[0].evaluated == reports[1].evaluated
     np.testing.assert_array_equal(reports[0].estimates, reports[1].estimates)
     assert reports[0].spent == reports[0].budget
@@ -156,7 +156,7 @@ def test_early_stopping_stops_early_and_is_right(method):
                                      ability_spread=1.5)
         sel = Selector(b.models, 2000, 6000, method=method, batch_size=50, delta=0.2, seed=seed, refit_every=5,
                        train=b.train, rank=4)
-        report = run(_oracle(b), sel, stop_early=True)
+        report = run(_oracle(b), sel)
         assert report.separated and not report.tied_with_leader
         wrong += report.leader != b.models[b.best_model]
         spent.append(report.spent)
@@ -174,7 +174,7 @@ def test_evaluate_failures(bench, tmp_path):
             raise TimeoutError("API timeout")
         return _oracle(b)(model, ids)
 
-    report = run(flaky, _selector(bench, log=tmp_path / "retry.jsonl"), retries=2, retry_wait=0.0, stop_early=False)
+    report = run(flaky, _selector(bench, log=tmp_path / "retry.jsonl", stop="budget"), retries=2, retry_wait=0.0)
     assert report.spent == report.budget                      # recovered through retries
 
     def dies(model, ids):
@@ -185,10 +185,10 @@ def test_evaluate_failures(bench, tmp_path):
 
     attempts.clear()
     with pytest.raises(EvaluationError, match="quota exceeded"):
-        run(dies, _selector(bench, log=log), stop_early=False)
-    kept = _selector(bench, log=log)
+        run(dies, _selector(bench, log=log, stop="budget"))
+    kept = _selector(bench, log=log, stop="budget")
     assert kept.spent == 30 * B                                # the 30 batches told are kept
-    report = run(_oracle(b), kept, stop_early=False)
+    report = run(_oracle(b), kept)
     assert report.spent == report.budget
 
     sel = _selector(bench)
@@ -215,7 +215,7 @@ def test_log_from_another_configuration_is_refused(bench, tmp_path):
 def test_budget_already_spent_and_unknown_model(bench, tmp_path):
     b, _ = bench
     log = tmp_path / "run.jsonl"
-    run(_oracle(b), _selector(bench, log=log), stop_early=False)
+    run(_oracle(b), _selector(bench, log=log, stop="budget"))
     again = _selector(bench, log=log)
     assert again.ask() is None
     calls = []
@@ -237,7 +237,7 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     stand_in.main(["train", str(tmp_path / "history.csv")])
     args = ["select", "--models", "models.txt", "--examples", "1000", "--budget", "960", "--batch-size", "16",
             "--refit-every", "10", "--rank", "4", "--evaluate", "pulse_jax.stand_in:score", "--train",
-            "history.csv", "--log", "run.jsonl", "--quiet", "--no-early-stop"]
+            "history.csv", "--log", "run.jsonl", "--quiet", "--stop", "budget"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "Leader:" in out and (tmp_path / "run_report" / "estimates.png").stat().st_size > 1000

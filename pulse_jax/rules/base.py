@@ -27,10 +27,12 @@ stream), so runs on one key share their random numbers.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import NamedTuple
 
 import chex
 import jax.numpy as jnp
+
+from pulse_jax.protocols import RuleChoose, RuleEligible, RuleInit, RuleUpdate
 
 
 class RuleInputs(NamedTuple):
@@ -62,10 +64,10 @@ class SamplingRule(NamedTuple):
     """A sampling rule as pure functions (see the module docstring)."""
 
     name: str
-    choose: Callable[[Any, RuleInputs, Any], tuple[chex.Array, Any]]
-    init: Callable[[Any], Any] = no_state
-    update: Callable[[Any, chex.Array, chex.Array], Any] = keep_state
-    eligible: Callable[[Any], chex.Array] | None = None
+    choose: RuleChoose
+    init: RuleInit = no_state
+    update: RuleUpdate = keep_state
+    eligible: RuleEligible | None = None
     needs_interval: bool = False
     settings: tuple = ()
     traced: tuple = ()

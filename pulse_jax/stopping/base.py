@@ -17,12 +17,27 @@ a simulation stop computing once every repetition of a batch has stopped
 A stopping rule that reads the bounds keeps the guarantee of the confidence
 sequences: they hold at every look at once, so stopping at a data-dependent
 time is valid.
+
+What a stop certifies is the rule's to declare, not the engine's:
+
+* ``claim(inputs, params) -> (m,) bool`` names the models the rule's
+  certificate is about when it stops now (the certified best for
+  :func:`pulse_jax.stopping.when_certified`; no model for the fixed budget);
+* ``statement(names, delta, params) -> str`` says it in one line a user can
+  paste into a paper (host side; ``names`` the claimed models' names).
+
+Simulation and live selection call the same ``done`` on the same
+:class:`StopInputs` (:func:`pulse_jax.bandit.finished`), and the live report
+prints the rule's statement.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, NamedTuple
+from typing import NamedTuple
 
 import chex
+import jax.numpy as jnp
+
+from pulse_jax.protocols import StopClaim, StopDone, StopStatement
 
 
 class StopInputs(NamedTuple):
@@ -38,12 +53,26 @@ class StopInputs(NamedTuple):
     certified_model: chex.Array   # int32 scalar, -1 before
 
 
+def no_claim(inputs: StopInputs, params) -> chex.Array:
+    """The default claim: the rule certifies nothing about any model."""
+    del params
+    return jnp.zeros(inputs.estimates.shape, bool)
+
+
+def no_statement(names, delta, params) -> str:
+    """The default statement of a rule that certifies nothing."""
+    del names, delta, params
+    return "nothing is certified (this stopping rule makes no claim)"
+
+
 class StoppingRule(NamedTuple):
-    """A stopping rule as a pure function (see the module docstring)."""
+    """A stopping rule as pure functions (see the module docstring)."""
 
     name: str
-    done: Callable[[StopInputs, Any], chex.Array]
+    done: StopDone
     needs_interval: bool = False
     settings: tuple = ()
     stops_early: bool = True
     traced: tuple = ()   # (name, default, low, high): numbers read from params.plugin (see pulse_jax.rules.base)
+    claim: StopClaim = no_claim
+    statement: StopStatement = no_statement

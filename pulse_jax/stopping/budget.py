@@ -13,7 +13,12 @@ def _never(inputs, params):
     return jnp.bool_(False)
 
 
+def _statement(names, delta, params):
+    del names, delta, params
+    return "a fixed budget certifies nothing (the leader is the best estimate, not a certified best)"
+
+
 @functools.cache
 def spend_budget() -> StoppingRule:
     """Never stop before the budget is spent."""
-    return StoppingRule("budget", _never, stops_early=False)
+    return StoppingRule("budget", _never, stops_early=False, statement=_statement)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import functools
 
+import jax.numpy as jnp
+
 from pulse_jax.stopping.base import StoppingRule
 
 
@@ -17,7 +19,20 @@ def _certified(inputs, params):
     return inputs.certified
 
 
+def _certified_model(inputs, params):
+    del params
+    return inputs.certified & (jnp.arange(inputs.estimates.shape[0]) == inputs.certified_model)
+
+
+def _statement(names, delta, params):
+    del params
+    if not names:
+        return f"no model is certified best yet (anytime-valid confidence sequences at delta = {delta:g})"
+    return (f"{names[0]} is the best model, with probability at least {1 - delta:g} (delta = {delta:g}; "
+            "anytime-valid confidence sequences, so the data-dependent stop keeps the guarantee)")
+
+
 @functools.cache
 def when_certified() -> StoppingRule:
     """Stop at the first certification (needs a method with an interval)."""
-    return StoppingRule("certified", _certified, needs_interval=True)
+    return StoppingRule("certified", _certified, needs_interval=True, claim=_certified_model, statement=_statement)

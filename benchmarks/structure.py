@@ -1,0 +1,147 @@
+"""Structure facts of the package: largest module, longest function, import circles, private names
+used across modules, ``Any`` annotations. Prints a table and writes JSON.
+
+    python benchmarks/structure.py --out docs/benchmarks/structure.json
+
+Imports are read from the source (``ast``), at module level and inside functions alike, so a
+circle hidden behind a lazy import still counts.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parents[1] / "pulse_jax"
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def modules() -> dict[str, ast.Module]:
+    return {module_name(p): ast.parse(p.read_text(encoding="utf-8")) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _resolve(importer: str, node: ast.ImportFrom, is_package: bool) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".")
+    base = base if is_package else base[:-1]
+    base = base[:len(base) - (node.level - 1)]
+    return ".".join(base + ([node.module] if node.module else []))
+
+
+def imports(trees: dict[str, ast.Module]) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
+    """``(edges, private)``: the package modules each module imports (annotation-only imports under
+    ``TYPE_CHECKING`` left out), and every ``(importer, module, name)`` with a private name."""
+    edges, private = {m: set() for m in trees}, []
+    for name, tree in trees.items():
+        skip = set()
+        for node in ast.walk(tree):   # `if TYPE_CHECKING:` blocks import for annotations only
+            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+                skip.update(id(n) for sub in node.body for n in ast.walk(sub))
+        bound = {}   # local name -> package module it is bound to
+        for node in ast.walk(tree):
+            if id(node) in skip:
+                continue
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    if alias.name in trees:
+                        edges[name].add(alias.name)
+                        if alias.asname:
+                            bound[alias.asname] = alias.name
+            elif isinstance(node, ast.ImportFrom):
+                target = _resolve(name, node, False)
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    if full in trees:
+                        edges[name].add(full)
+                        bound[alias.asname or alias.name] = full
+                    elif target in trees:
+                        edges[name].add(target)
+                        if alias.name.startswith("_") and not alias.name.startswith("__"):
+                            private.append((name, target, alias.name))
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Attribute) and node.attr.startswith("_") and not node.attr.startswith("__")
+                    and isinstance(node.value, ast.Name) and node.value.id in bound):
+                private.append((name, bound[node.value.id], node.attr))
+    for m in edges:
+        edges[m].discard(m)
+        edges[m] = {t for t in edges[m] if not m.startswith(t + ".") and t != "pulse_jax"}
+    return edges, private
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index, low, stack, on, out, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                out.append(sorted(part))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return out
+
+
+def facts() -> dict:
+    trees = modules()
+    sizes = {m: len((PACKAGE.parent / (m.replace(".", "/") + ".py")).read_text().splitlines())
+             if (PACKAGE.parent / (m.replace(".", "/") + ".py")).exists()
+             else len((PACKAGE.parent / m.replace(".", "/") / "__init__.py").read_text().splitlines()) for m in trees}
+    longest = max(((n.end_lineno - n.lineno + 1, f"{m}.{n.name}") for m, t in trees.items() for n in ast.walk(t)
+                   if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))))
+    edges, private = imports(trees)
+    any_count = sum(1 for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.Name) and n.id == "Any")
+    largest = max(sizes.items(), key=lambda kv: kv[1])
+    return {"modules": len(trees), "largest_module": {"name": largest[0], "lines": largest[1]},
+            "longest_function": {"name": longest[1], "lines": longest[0]}, "import_circles": cycles(edges),
+            "private_cross_module_names": sorted({f"{a} -> {b}.{n}" for a, b, n in private}),
+            "any_annotations": any_count}
+
+
+def main(argv=None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", default=None, help="write the facts as JSON here")
+    args = parser.parse_args(argv)
+    f = facts()
+    rows = [("modules", f["modules"]), ("largest module", f"{f['largest_module']['name']} ({f['largest_module']['lines']} lines)"),
+            ("longest function", f"{f['longest_function']['name']} ({f['longest_function']['lines']} lines)"),
+            ("import circles", len(f["import_circles"])),
+            ("private names across modules", len(f["private_cross_module_names"])),
+            ("`Any` in annotations and code", f["any_annotations"])]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k:<{width}}  {v}")
+    for circle in f["import_circles"]:
+        print("  circle:", " <-> ".join(circle))
+    for name in f["private_cross_module_names"]:
+        print("  private:", name)
+    if args.out:
+        Path(args.out).write_text(json.dumps(f, indent=2) + "\n", encoding="utf-8")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,247 @@
+"""A run's plug-ins checked against their protocols before anything compiles.
+
+:func:`check_plugins` calls every function of the estimator, the sampling rule
+and the stopping rule once under :func:`jax.eval_shape`, on the run's own
+sizes (``m`` models, ``n`` examples, batch ``B``), and compares what comes back
+with the contract of :mod:`pulse_jax.protocols`. A broken contract is a
+:class:`pulse_jax.PulseInputError` in one line naming the plug-in, the
+function, and the expected and the actual shape and dtype -- not a JAX error
+from deep inside the compiled step. Nothing is computed: ``eval_shape`` only
+traces, so the check costs milliseconds.
+"""
+from __future__ import annotations
+
+import functools
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pulse_jax.errors import PulseInputError
+
+_FLOAT, _INT, _BOOL = jnp.float32, jnp.int32, jnp.bool_
+
+
+def _struct(shape, dtype):
+    return jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
+
+
+def _spec(dtype, shape) -> str:
+    """JAX's notation: ``float32[8]``, ``int32[]``, ``bool[4,3]``."""
+    return f"{dtype}[{','.join(str(d) for d in shape)}]"
+
+
+def _describe(tree) -> str:
+    """``float32[8]``, ``int32[]``, or a pytree's structure of them."""
+    leaves, treedef = jax.tree_util.tree_flatten(tree)
+    if treedef.num_leaves == 1 and treedef.num_nodes == 1:
+        leaf = leaves[0]
+        if hasattr(leaf, "shape") and hasattr(leaf, "dtype"):
+            return _spec(leaf.dtype, leaf.shape)
+        return type(leaf).__name__
+    return f"{type(tree).__name__} of {[_describe(x) for x in leaves]}"
+
+
+def _fail(kind: str, plugin, function: str, message: str):
+    raise PulseInputError(f"{kind} {getattr(plugin, 'name', plugin)!r}: {function} {message}")
+
+
+def _call(kind, plugin, function, fn, *args):
+    """``eval_shape(fn, *args)``, any exception turned into one line naming the plug-in and the function."""
+    try:
+        return jax.eval_shape(fn, *args)
+    except PulseInputError:
+        raise
+    except Exception as err:   # noqa: BLE001 -- the user's code may raise anything while tracing
+        first = str(err).strip().splitlines()[0] if str(err).strip() else ""
+        _fail(kind, plugin, function, f"fails on this run's shapes: {type(err).__name__}: {first}"[:400])
+
+
+def _expect_array(kind, plugin, function, value, shape, dtypes, what):
+    """``value`` must be one array of ``shape`` whose dtype is one of ``dtypes`` (a kind: 'float', 'int', 'bool')."""
+    ok = isinstance(value, jax.ShapeDtypeStruct) and tuple(value.shape) == tuple(shape) and \
+        _dtype_kind(value.dtype) in dtypes
+    if not ok:
+        expected = " or ".join(_spec(d, shape) for d in dtypes)
+        _fail(kind, plugin, function, f"returned {_describe(value)}; expected {what}: {expected}")
+
+
+def _dtype_kind(dtype) -> str:
+    dtype = np.dtype(dtype)
+    if dtype == np.bool_:
+        return "bool"
+    if np.issubdtype(dtype, np.integer):
+        return "int"
+    if np.issubdtype(dtype, np.floating):
+        return "float"
+    return str(dtype)
+
+
+def _same_structure(kind, plugin, function, before, after, what="the state"):
+    """``after`` must have ``before``'s pytree structure, shapes and dtypes (a scan carries it)."""
+    s0, s1 = jax.tree_util.tree_structure(before), jax.tree_util.tree_structure(after)
+    shapes0 = [(tuple(x.shape), np.dtype(x.dtype)) for x in jax.tree_util.tree_leaves(before)]
+    shapes1 = [(tuple(x.shape), np.dtype(x.dtype)) for x in jax.tree_util.tree_leaves(after)]
+    if s0 != s1 or shapes0 != shapes1:
+        _fail(kind, plugin, function, f"returned {what} as {_describe(after)}; expected it unchanged in structure, "
+                                      f"shape and dtype: {_describe(before)}")
+
+
+def _check_fields(kind: str, plugin, functions: dict, flags: dict) -> None:
+    """The plug-in's static fields: a name, callables where functions go, booleans, settings pairs."""
+    name = getattr(plugin, "name", None)
+    if not isinstance(name, str) or not name:
+        raise PulseInputError(f"{kind}: name must be a non-empty string, got {name!r} (build plug-ins by keyword: "
+                              f"{type(plugin).__name__}(name=..., ...))")
+    for field, optional in functions.items():
+        value = getattr(plugin, field)
+        if not (callable(value) or (optional and value is None)):
+            _fail(kind, plugin, field, f"must be a function{' or None' if optional else ''}, got "
+                                       f"{type(value).__name__} (build plug-ins by keyword to keep fields in place)")
+    for field, expected in flags.items():
+        value = getattr(plugin, field)
+        if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
+            _fail(kind, plugin, field, f"must be {'True or False' if expected is bool else 'an integer'}, got "
+                                       f"{value!r} (build plug-ins by keyword to keep fields in place)")
+    settings = getattr(plugin, "settings", ())
+    if not isinstance(settings, tuple) or not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
+                                                  for p in settings):
+        _fail(kind, plugin, "settings", f"must be a tuple of (name, value) pairs, got {settings!r}"[:300])
+    try:
+        hash(settings)
+    except TypeError:
+        _fail(kind, plugin, "settings", "must hold hashable values (tuples, not lists): the plug-in is a static "
+                                        "argument of the compiled program")
+    traced = getattr(plugin, "traced", ())
+    if not isinstance(traced, tuple) or not all(isinstance(t, tuple) and len(t) == 4 and isinstance(t[0], str)
+                                                for t in traced):
+        _fail(kind, plugin, "traced", f"must be a tuple of (name, default, low, high), got {traced!r}"[:300])
+
+
+def _abstract_params(params):
+    return jax.tree_util.tree_map(lambda v: _struct((), _FLOAT), params)
+
+
+def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, params) -> None:
+    """Every function of ``estimator`` once on abstract inputs of the run's sizes (see the module docstring)."""
+    from pulse_jax.estimators import DrawDesign, Ledger, Pull
+
+    kind = "estimator"
+    _check_fields(kind, estimator, {"init": False, "update": False, "refresh": False, "estimate": False,
+                                    "radius": False, "proxies": True, "draw_weights": True},
+                  {"uses_predictions": bool, "n_sequences": int})
+    if estimator.n_sequences < 1:
+        _fail(kind, estimator, "n_sequences", f"must be >= 1, got {estimator.n_sequences}")
+    m, n, B, C = n_models, n_examples, batch_size, estimator.n_sequences
+    vec_f, vec_i = _struct((m,), _FLOAT), _struct((m,), _INT)
+    ledger = Ledger(vec_i, vec_i, vec_f, vec_f, vec_f, vec_f, vec_i)
+    scalar_f, scalar_i = _struct((), _FLOAT), _struct((), _INT)
+    batch_f = _struct((B,), _FLOAT)
+    design = DrawDesign(batch_f, scalar_f, scalar_f, scalar_f, scalar_f, scalar_f) \
+        if estimator.draw_weights is not None else None
+    pull = Pull(scalar_i, scalar_i, scalar_f, scalar_f, batch_f, batch_f, _struct((B,), _BOOL), design)
+    params = _abstract_params(params)
+
+    state = _call(kind, estimator, "init", estimator.init, ledger)
+    estimate = _call(kind, estimator, "estimate", estimator.estimate, state, ledger)
+    _expect_array(kind, estimator, "estimate", estimate, (m,), ("float",), "one estimate per model")
+    out = _call(kind, estimator, "update", lambda s, l, p, q: estimator.update(s, l, p, n, q), state, ledger, pull,
+                params)
+    if not (isinstance(out, tuple) and len(out) == 2):
+        _fail(kind, estimator, "update", f"returned {_describe(out)}; expected a (state, info) pair")
+    _same_structure(kind, estimator, "update", state, out[0])
+    refreshed = _call(kind, estimator, "refresh", lambda s, l: estimator.refresh(s, l, n), state, ledger)
+    _same_structure(kind, estimator, "refresh", state, refreshed)
+    radius = _call(kind, estimator, "radius", lambda s, l, d: estimator.radius(s, l, n, d), state, ledger, vec_f)
+    _expect_array(kind, estimator, "radius", radius, (m,), ("float",), "one half-width per model")
+    if estimator.proxies is not None:
+        rows = _call(kind, estimator, "proxies", lambda s, l, p, q: estimator.proxies(s, l, p, n, q), state, ledger,
+                     pull, params)
+        if not (isinstance(rows, tuple) and len(rows) == 3):
+            _fail(kind, estimator, "proxies", f"returned {_describe(rows)}; expected a (Y, lower, width) triple")
+        for label, row in zip(("Y", "lower", "width"), rows):
+            _expect_array(kind, estimator, "proxies", row, (C, B), ("float",),
+                          f"{label} with n_sequences x batch_size entries")
+    if estimator.draw_weights is not None:
+        weights = _call(kind, estimator, "draw_weights", estimator.draw_weights, _struct((n,), _FLOAT),
+                        _struct((n,), _BOOL))
+        _expect_array(kind, estimator, "draw_weights", weights, (n,), ("float",), "one weight per example")
+
+
+def check_rule(rule, config, params) -> None:
+    """Every function of the sampling rule once on abstract inputs of the run's sizes."""
+    from pulse_jax.rules.base import RuleInputs
+
+    kind = "sampling rule"
+    _check_fields(kind, rule, {"choose": False, "init": False, "update": False, "eligible": True},
+                  {"needs_interval": bool})
+    m = config.n_models
+    vec_f, vec_i, vec_b = _struct((m,), _FLOAT), _struct((m,), _INT), _struct((m,), _BOOL)
+    key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
+    inputs = RuleInputs(_struct((), _INT), vec_f, vec_f, vec_f, vec_i, vec_i, vec_b, vec_b, vec_i, key)
+    try:
+        state = jax.eval_shape(lambda: rule.init(config))
+    except Exception as err:   # noqa: BLE001
+        _fail(kind, rule, "init", f"fails on this run's configuration: {type(err).__name__}: {err}"[:400])
+    out = _call(kind, rule, "choose", rule.choose, state, inputs, _abstract_params(params))
+    if not (isinstance(out, tuple) and len(out) == 2):
+        _fail(kind, rule, "choose", f"returned {_describe(out)}; expected a (model, state) pair")
+    _expect_array(kind, rule, "choose", out[0], (), ("int",), "the model to pull as an integer scalar")
+    _same_structure(kind, rule, "choose", state, out[1])
+    updated = _call(kind, rule, "update", rule.update, state, _struct((), _INT), _struct((), _INT))
+    _same_structure(kind, rule, "update", state, updated)
+    if rule.eligible is not None:
+        eligible = _call(kind, rule, "eligible", rule.eligible, state)
+        _expect_array(kind, rule, "eligible", eligible, (m,), ("bool",), "one flag per model")
+
+
+def check_stop(stop, config, params) -> None:
+    """``done`` and ``claim`` of the stopping rule once on abstract inputs of the run's sizes."""
+    from pulse_jax.stopping.base import StopInputs
+
+    kind = "stopping rule"
+    _check_fields(kind, stop, {"done": False, "claim": False, "statement": False},
+                  {"needs_interval": bool, "stops_early": bool})
+    m = config.n_models
+    vec_f = _struct((m,), _FLOAT)
+    inputs = StopInputs(_struct((), _INT), _struct((), _INT), config.budget, vec_f, vec_f, vec_f, _struct((), _BOOL),
+                        _struct((), _INT))
+    params = _abstract_params(params)
+    done = _call(kind, stop, "done", stop.done, inputs, params)
+    _expect_array(kind, stop, "done", done, (), ("bool",), "one flag for the run")
+    claim = _call(kind, stop, "claim", stop.claim, inputs, params)
+    _expect_array(kind, stop, "claim", claim, (m,), ("bool",), "one flag per model")
+
+
+def _default_params(plugins):
+    """The default traced numbers, with every traced number the plug-ins declare at its default."""
+    from pulse_jax.params import BanditParams
+
+    declared = {name: float(default) for p in plugins for name, default, *_ in p.traced}
+    return BanditParams(plugin=declared or None)
+
+
+@functools.lru_cache(maxsize=256)
+def _check_hashable(config, estimator) -> None:
+    params = _default_params((estimator, config.rule, config.stop))
+    check_estimator(estimator, config.n_models, config.n_examples, config.batch_size, params)
+    check_rule(config.rule, config, params)
+    check_stop(config.stop, config, params)
+
+
+def check_plugins(config, estimator) -> None:
+    """Check the run's estimator, sampling rule and stopping rule (``config.rule``, ``config.stop``)
+    against their protocols on the run's sizes; raises :class:`pulse_jax.PulseInputError` in one line
+    on a broken contract. Cached per configuration and plug-ins (they are hashable: the compiled
+    program takes them as static arguments)."""
+    plugins = (("estimator", estimator), ("sampling rule", config.rule), ("stopping rule", config.stop))
+    for kind, plugin in plugins:   # fields first: a list where a tuple goes makes the plug-in unhashable
+        _check_fields(kind, plugin, {}, {})
+    try:
+        hash((config, estimator))
+    except TypeError as err:
+        raise PulseInputError(f"plug-ins must be hashable (tuples, not lists or dicts, in their fields): {err}") \
+            from None
+    _check_hashable(config, estimator)
+
+
+__all__ = ["check_estimator", "check_plugins", "check_rule", "check_stop"]
