@@ -61,7 +61,7 @@ def main(argv=None) -> int:
         cells = min(args.cells, (n // 2) // B * B)          # no model exhausted: its width would be 0
         config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * B + m * cells, batch_size=B,
                                  refit_every=args.refit_every)
-        round_robin = pj.BanditParams(exploration=1e9)
+        round_robin = {"rule.exploration": 1e9}
         res = {method: pj.simulate(S, config, method, V=V, reps=args.reps, seed=0, params=round_robin)
                for method in ("ucbe", "pulse")}
         assert (res["ucbe"].n_obs == res["pulse"].n_obs).all()          # the same cells for both

@@ -60,7 +60,7 @@ def _runs(V, V_in_sample):
     """``name -> (estimator, V, params)`` of one rule's rows."""
     certification = BanditParams(cs_simultaneous=0.0)
     return {"all at once": {"UCB-E": ("ucbe", None, None), "PULSE": ("pulse", V, None),
-                            "PULSE, lambda = 1": ("pulse", V, BanditParams(fixed_lambda=1.0)),
+                            "PULSE, lambda = 1": ("pulse", V, {"estimator.fixed_lambda": 1.0}),
                             "PULSE, in-sample predictions": ("pulse", V_in_sample, None)},
             "certification": {"UCB-E": ("ucbe", None, certification), "PULSE": ("pulse", V, certification),
                               "pulse_certify": ("pulse_certify", V, certification),

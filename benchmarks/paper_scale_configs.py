@@ -108,7 +108,7 @@ def oracle_runs(cand, config, V, path, configs, args) -> dict:
         for lam, label in ((math.nan, "paper's lambda"), (1.0, "lambda = 1")):
             runs[f"PULSE, oracle predictions, {label}"] = pj.simulate(
                 cand.scores, fixed, "pulse", V=V_true, init_U=U_true[rows], reps=args.reps, seed=args.seed,
-                params=pj.BanditParams(fixed_lambda=lam), progress=False)
+                params={"estimator.fixed_lambda": lam}, progress=False)
     if "lambdas" in configs:
         lams = [0.25, 0.5, 0.75, 1.0]
         swept = pj.sweep(cand.scores, config, "pulse", [{"fixed_lambda": lam} for lam in lams], reps=args.reps,

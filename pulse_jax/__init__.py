@@ -3,7 +3,7 @@
 Public API::
 
     import pulse_jax as pj
-    pj.simulate(scores, pj.BanditConfig(...), "pulse", V=V, params=pj.BanditParams(exploration=0.5))
+    pj.simulate(scores, pj.BanditConfig(...), "pulse", V=V, params={"rule.exploration": 0.5})
     pj.sweep(scores, config, "pulse", {"exploration": [0.25, 1, 4]}, V=V, reps=200)
     pj.Selector(models, examples, budget, train=history)   # live selection, ask/tell
 
@@ -23,12 +23,13 @@ _EXPORTS = {
     "pulse_jax.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
     "pulse_jax.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
     "pulse_jax.errors": ["PulseInputError"],
-    "pulse_jax.estimators": ["Estimator", "constant_lambda", "naive_pooling", "paper_lambda", "pulse", "pulse_certify",
+    "pulse_jax.estimators": ["Estimator", "PulseParams", "constant_lambda", "naive_pooling", "paper_lambda", "pulse", "pulse_certify",
                              "pulse_hedged", "ucbe"],
     "pulse_jax.factorization": ["PAPER_INIT_REFIT", "PAPER_REFIT", "RowPrior", "adam_settings",
                                 "fit_example_embeddings", "fit_train_factors", "row_prior_from_rows"],
-    "pulse_jax.params": ["BanditParams"],
-    "pulse_jax.rules": ["RuleInputs", "SamplingRule", "lucb", "successive_halving", "top_two", "ucb_index_rule"],
+    "pulse_jax.params": ["BanditParams", "RunParams"],
+    "pulse_jax.rules": ["IndexParams", "RuleInputs", "SamplingRule", "TopTwoParams", "lucb", "successive_halving",
+                        "top_two", "ucb_index_rule"],
     "pulse_jax.stopping": ["StopInputs", "StoppingRule", "spend_budget", "when_certified"],
     "pulse_jax.live_report": ["Report"],
     "pulse_jax.runner": ["EvaluationError", "run"],

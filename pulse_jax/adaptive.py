@@ -32,10 +32,11 @@ from pulse_jax.estimators import Estimator, Ledger, Pull, observed_mean, populat
 
 
 def residual_sd_weights(uniform_share: float):
-    """``(preds, unseen) -> w``: the predicted residual standard deviation mixed with uniform, so each
+    """``(preds, unseen, params) -> w``: the predicted residual standard deviation mixed with uniform, so each
     unseen example's draw probability is at least ``uniform_share`` times the uniform one."""
 
-    def weights(preds, unseen):
+    def weights(preds, unseen, params):
+        del params
         sd = jnp.sqrt(jnp.clip(preds * (1.0 - preds), 1e-12, None))
         mean_sd = jnp.sum(jnp.where(unseen, sd, 0.0)) / jnp.maximum(jnp.sum(unseen), 1)
         return uniform_share * mean_sd + (1.0 - uniform_share) * sd
@@ -78,7 +79,8 @@ def pulse_adaptive(uniform_share: float = 0.5) -> Estimator:
     require(0.0 < float(uniform_share) <= 1.0, f"pulse_adaptive: uniform_share must lie in (0, 1], "
                                                f"got {uniform_share!r}")
 
-    def init(ledger: Ledger):
+    def init(ledger: Ledger, params):
+        del params
         m = ledger.n_obs.shape[0]
         return AdaptiveState(observed_mean(ledger), jnp.ones(m, jnp.float32))
 
@@ -98,8 +100,8 @@ def pulse_adaptive(uniform_share: float = 0.5) -> Estimator:
         return AdaptiveState(state.theta_sum.at[i].add(live * theta(ledger, pull, n_examples)),
                              state.n_theta.at[i].add(live)), ()
 
-    def estimate(state, ledger):
-        del ledger
+    def estimate(state, ledger, params):
+        del ledger, params
         return state.theta_sum / state.n_theta
 
     def proxies(state, ledger, pull, n_examples, params):

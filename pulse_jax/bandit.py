@@ -38,7 +38,7 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from pulse_jax import confidence, conformance, factorization, registry, sampling
+from pulse_jax import confidence, conformance, factorization, protocols, registry, sampling
 from pulse_jax.bookkeeping import (Certificate, Snapshots, current_estimates, half_widths,  # noqa: F401
                                    interval_bounds, record_certificate, take_snapshots)
 from pulse_jax.confidence import ConfSeq
@@ -47,7 +47,7 @@ from pulse_jax.estimators import DrawDesign, Estimator, Ledger, Pull, draw_desig
 from pulse_jax.rules import RuleInputs
 from pulse_jax.stopping import StopInputs
 from pulse_jax.factorization import FitSettings
-from pulse_jax.params import NUMBER_FIELDS, BanditParams
+from pulse_jax.params import BanditParams, RunParams, default_params, from_legacy, run_params
 from pulse_jax.ties import BEST, random_argmax, tie_uniform
 
 
@@ -430,6 +430,7 @@ def init(config: BanditConfig, plugins: Plugins, key, scores, V, params, init_U=
     (``(m, r)``; zeros when None) and, like every refit, is pulled towards ``row_prior``
     (a :class:`pulse_jax.factorization.RowPrior`; None: the candidates' mean row) with weight
     ``params.refit_prior``."""
+    params = _traced_params(plugins, params)
     estimator = plugins.estimator
     model_order, examples_key, tie_key = draw_keys(key, config.n_models)
     missing = jnp.isnan(scores)
@@ -444,15 +445,15 @@ def init(config: BanditConfig, plugins: Plugins, key, scores, V, params, init_U=
         settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2,
                               params.refit_prior, episode.row_prior)
         state = _refit(episode, state, settings, log_slots=0)     # nothing is in the log yet
-    state = state._replace(estimator=estimator.init(state.ledger))
-    state = state._replace(best=recommend(config, plugins, episode, state, 0))
+    state = state._replace(estimator=estimator.init(state.ledger, params.estimator))
+    state = state._replace(best=recommend(config, plugins, episode, state, 0, params))
     state = record_certificate(config, estimator, state, params)
     return episode, take_snapshots(config, estimator, state, params, jnp.int32(-1))
 
 
-def recommend(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, t):
+def recommend(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, t, params):
     """The run's best guess: ``argmax mu_hat`` over the models the rule deems eligible (random ties)."""
-    mu = current_estimates(plugins.estimator, state, config.n_examples)
+    mu = current_estimates(plugins.estimator, state, config.n_examples, params)
     if plugins.rule.eligible is not None:
         mu = jnp.where(plugins.rule.eligible(state.rule), mu, -jnp.inf)
     return random_argmax(tie_uniform(episode.key, t, BEST), mu, episode.model_order)
@@ -476,6 +477,7 @@ def select(config: BanditConfig, plugins: Plugins, episode: Episode, state: Band
     when the rule chooses no model, and once the stopping rule says done. The
     rule's state is kept from step 1 on (at ``t = 0`` nothing happens).
     """
+    params = _traced_params(plugins, params)
     estimator, rule, stop = plugins
     m, ledger = config.n_models, state.ledger
     exhausted = ledger.n_obs >= ledger.population
@@ -483,15 +485,15 @@ def select(config: BanditConfig, plugins: Plugins, episode: Episode, state: Band
     looks = _stop_inputs(config, plugins, state, params, t)
     inputs = RuleInputs(t, looks.estimates, looks.low, looks.high, ledger.n_obs, ledger.n_pulls, active, exhausted,
                         episode.model_order, episode.key)
-    i, rule_state = rule.choose(state.rule, inputs, params)
+    i, rule_state = rule.choose(state.rule, inputs, params.rule)
     valid = (i >= 0) & (i < m)
     i = jnp.clip(i, 0, m - 1).astype(jnp.int32)
-    done = state.stopped | stop.done(looks, params)
+    done = state.stopped | stop.done(looks, params.stop)
     go = valid & active[i] & (t >= 1) & ~done
     moves = (t >= 1) & ~done           # a stopped run changes nothing, its rule's state included
     if rule.eligible is not None:      # the recommendation follows the rule's eligible set when it changes
         changed = moves & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
-        best = recommend(config, plugins, episode, state._replace(rule=rule_state), t)
+        best = recommend(config, plugins, episode, state._replace(rule=rule_state), t, params)
         state = state._replace(best=jnp.where(changed, best, state.best))
     state = state._replace(rule=_where_tree(moves, rule_state, state.rule), stopped=state.stopped | (done & (t >= 1)))
     return state, i, jnp.where(go, room(config, state, i, reserved), 0)
@@ -500,7 +502,7 @@ def select(config: BanditConfig, plugins: Plugins, episode: Episode, state: Band
 def _stop_inputs(config: BanditConfig, plugins: Plugins, state: BanditState, params, t) -> StopInputs:
     """What the rules see at step ``t``: estimates, and the bounds when a rule needs them (else NaN)."""
     estimator, rule, stop = plugins
-    mu = current_estimates(estimator, state, config.n_examples)
+    mu = current_estimates(estimator, state, config.n_examples, params)
     low, high = interval_bounds(estimator, state, config, params) if rule.needs_interval or stop.needs_interval \
         else (jnp.full(config.n_models, jnp.nan, jnp.float32),) * 2
     return StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0, state.certified.model)
@@ -517,6 +519,7 @@ def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandi
     static ``log_slots``, the refit visits only the ``t - 1`` log slots steps
     ``1 .. t - 1`` may have filled.
     """
+    params = _traced_params(plugins, params)
     if not plugins.estimator.uses_predictions or due is False:
         return state
 
@@ -526,40 +529,43 @@ def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandi
         dynamic = t is not None and log_slots is None
         filled = factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config)) if dynamic else None
         new = _refit(episode, state, settings, log_slots, filled)
-        new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.ledger, config.n_examples))
+        new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.ledger, config.n_examples,
+                                                               params.estimator))
         return _where_tree(size > 0, new, state)
 
     return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
 
 
-def draw(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, i, size):
+def draw(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, i, size, params=None):
     """Step 3: the batch ``(examples, valid)`` of length B: a uniform ``size``-subset of model i's
     unobserved examples, or, for an estimator with ``draw_weights``, ``size`` of them drawn one
-    after another with probabilities proportional to its weights (:func:`sampling.weighted_draw`)."""
+    after another with probabilities proportional to its weights (:func:`sampling.weighted_draw`;
+    ``params`` the run's :class:`pulse_jax.RunParams`, the defaults when None)."""
     B, n_obs_i = config.batch_size, state.ledger.n_obs[i]
     key = sampling.draw_key(episode.examples_key, i, n_obs_i)
     if plugins.estimator.draw_weights is not None:
-        _, _, weights = _draw_weights(plugins, episode, state, i)
+        params = _traced_params(plugins, params)
+        _, _, weights = _draw_weights(plugins, episode, state, i, params)
         return sampling.weighted_draw(key, weights, B), jnp.arange(B) < size
     examples = sampling.draw(key, state.observed[i], n_obs_i, state.ledger.population[i], B)
     return examples, jnp.arange(B) < size
 
 
-def _draw_weights(plugins: Plugins, episode: Episode, state: BanditState, i):
+def _draw_weights(plugins: Plugins, episode: Episode, state: BanditState, i, params):
     """Model i's predictions on every example, which of them are unseen, and the estimator's draw
     weights (0 off the unseen ones): a function of the state alone, so fixed before the draw."""
     n = episode.V.shape[0]
     f = jax.nn.sigmoid(jnp.matmul(episode.V, state.U[i], precision=factorization.PRECISION))
     unseen = ~sampling.unpack(state.observed[i], n) & ~episode.missing[i]
-    return f, unseen, jnp.where(unseen, plugins.estimator.draw_weights(f, unseen), 0.0)
+    return f, unseen, jnp.where(unseen, plugins.estimator.draw_weights(f, unseen, params.estimator), 0.0)
 
 
-def _design(plugins: Plugins, episode: Episode, state: BanditState, i, examples, valid) -> DrawDesign:
+def _design(plugins: Plugins, episode: Episode, state: BanditState, i, examples, valid, params) -> DrawDesign:
     """The :class:`DrawDesign` of a weighted pull of ``examples`` (recomputed from the same state)."""
-    return draw_design(*_draw_weights(plugins, episode, state, i), examples, valid)
+    return draw_design(*_draw_weights(plugins, episode, state, i, params), examples, valid)
 
 
-def _pull(plugins: Plugins, episode: Episode, state: BanditState, i, size, examples, valid, scores) -> Pull:
+def _pull(plugins: Plugins, episode: Episode, state: BanditState, i, size, examples, valid, scores, params) -> Pull:
     """The batch as the estimator sees it: scores and the current predictions, zero past ``size``."""
     s = jnp.where(valid, scores, 0.0)
     if plugins.estimator.uses_predictions:
@@ -567,7 +573,7 @@ def _pull(plugins: Plugins, episode: Episode, state: BanditState, i, size, examp
         f = jnp.where(valid, f, 0.0)
     else:
         f = jnp.zeros_like(s)
-    design = _design(plugins, episode, state, i, examples, valid) if plugins.estimator.draw_weights is not None \
+    design = _design(plugins, episode, state, i, examples, valid, params) if plugins.estimator.draw_weights is not None \
         else None
     return Pull(i, size, jnp.sum(s), jnp.sum(f), s, f, valid, design)
 
@@ -600,21 +606,22 @@ def observe(config: BanditConfig, plugins: Plugins, episode: Episode, state: Ban
     ledger, the pull log and the rule take it in, and the recommendation, the
     certificate and the snapshots are brought up to date.
     """
+    params = _traced_params(plugins, params)
     estimator, n, ledger = plugins.estimator, config.n_examples, state.ledger
-    pull = _pull(plugins, episode, state, i, size, examples, valid, scores)
+    pull = _pull(plugins, episode, state, i, size, examples, valid, scores, params)
     cs = state.cs
     if estimator.has_interval:
-        y, lower, width = estimator.proxies(state.estimator, ledger, pull, n, params)
+        y, lower, width = estimator.proxies(state.estimator, ledger, pull, n, params.estimator)
         cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i], ledger.population[i].astype(jnp.float32),
                                   y, lower, width, pull.scores, valid, _log_inv_alpha(config, plugins, params),
                                   params.cs_horizon)
-    est, info = estimator.update(state.estimator, ledger, pull, n, params)   # a no-op when size == 0
+    est, info = estimator.update(state.estimator, ledger, pull, n, params.estimator)   # a no-op when size == 0
     observed = state.observed.at[i].set(sampling.mark(state.observed[i], examples, valid))
     log = _add_to_log(state.log, t, pull, examples) if estimator.uses_predictions else state.log
     spent_before = state.spent
     state = state._replace(ledger=_add_to_ledger(ledger, pull), estimator=est, observed=observed, log=log,
                            spent=state.spent + size, cs=cs, rule=plugins.rule.update(state.rule, i, size))
-    state = state._replace(best=jnp.where(size > 0, recommend(config, plugins, episode, state, t), state.best))
+    state = state._replace(best=jnp.where(size > 0, recommend(config, plugins, episode, state, t, params), state.best))
     state = record_certificate(config, estimator, state, params)
     return take_snapshots(config, estimator, state, params, spent_before), info
 
@@ -624,13 +631,14 @@ def step(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandit
     """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): :func:`select`, :func:`refit`
     when due, :func:`draw`, :func:`observe` the true scores; ``(state, record)``. ``follow`` (a model
     index, -1 for none) replaces the rule's choice; the batch size follows the usual rule."""
+    params = _traced_params(plugins, params)
     if follow is None:
         state, i, size = select(config, plugins, episode, state, params, t)
     else:
         i = jnp.clip(follow, 0, config.n_models - 1)
         size = jnp.where((follow >= 0) & (t >= 1), room(config, state, i), 0)
     state = refit(config, plugins, episode, state, params, t, size, refit_due(config, plugins, t), log_slots)
-    examples, valid = draw(config, plugins, episode, state, i, size)
+    examples, valid = draw(config, plugins, episode, state, i, size, params)
     state, info = observe(config, plugins, episode, state, params, t, i, size, examples, valid,
                           episode.scores[i, examples])
     return state, _record(config, plugins, state, params, jnp.where(size > 0, i, -1), info)
@@ -641,14 +649,15 @@ def _record(config: BanditConfig, plugins: Plugins, state: BanditState, params, 
     if not config.record_estimates:
         return StepRecord(state.best, state.spent, chosen, info, empty, empty, empty)
     low, high = interval_bounds(plugins.estimator, state, config, params, "cs")
-    estimates = current_estimates(plugins.estimator, state, config.n_examples)
+    estimates = current_estimates(plugins.estimator, state, config.n_examples, params)
     return StepRecord(state.best, state.spent, chosen, info, estimates, low, high)
 
 
 def bounds(config: BanditConfig, plugins: Plugins, state: BanditState, params):
     """``(estimates, low, high)`` of every model now (the live report's numbers)."""
+    params = _traced_params(plugins, params)
     low, high = interval_bounds(plugins.estimator, state, config, params)
-    return current_estimates(plugins.estimator, state, config.n_examples), low, high
+    return current_estimates(plugins.estimator, state, config.n_examples, params), low, high
 
 
 class Kernel(NamedTuple):
@@ -657,7 +666,7 @@ class Kernel(NamedTuple):
     * ``init(key, scores, V, params) -> (episode, state)``;
     * ``select(episode, state, params, t, blocked=None, reserved=0) -> (state, i, size)``;
     * ``refit(episode, state, params, t, size, due, log_slots=None) -> state``;
-    * ``draw(episode, state, i, size) -> (examples, valid)``;
+    * ``draw(episode, state, i, size, params=None) -> (examples, valid)``;
     * ``observe(episode, state, params, t, i, size, examples, valid, scores) -> (state, info)``;
     * ``step(episode, state, params, t, log_slots=None, follow=None) -> (state, record)``;
     * ``bounds(state, params) -> (estimates, low, high)``;
@@ -688,30 +697,40 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
 
 
 def get_estimator(method: str | Estimator) -> Estimator:
-    """The estimator named or given by ``method`` (see :mod:`pulse_jax.registry`)."""
-    return registry.estimator(method, "method")
+    """The estimator named or given by ``method`` (see :mod:`pulse_jax.registry`); functions written
+    for the earlier signatures are adapted (:func:`pulse_jax.protocols.adapt_estimator`)."""
+    return protocols.adapt_estimator(registry.estimator(method, "method"))
 
 
-def with_plugin_params(params: BanditParams, plugins: Plugins, where: str = "params") -> BanditParams:
-    """``params`` with ``plugin`` holding every traced number the plug-ins declare (their defaults where
-    not given), each checked against its declared open range; a name no plug-in declares is refused."""
-    declared = {}
-    for plugin in plugins:
-        for name, default, low, high in getattr(plugin, "traced", ()):
-            require(name not in NUMBER_FIELDS and name not in declared,
-                    f"plug-in {plugin.name!r} declares the traced number {name!r}, which another name already uses")
-            declared[name] = (default, low, high, plugin.name)
-    given = dict(params.plugin or {})
-    unknown = sorted(set(given) - set(declared))
-    require(not unknown, f"{where}: {unknown[0] if unknown else ''!r} is not a traced number of this run's plug-ins "
-                         f"({', '.join(declared) if declared else 'they declare none'})")
-    values = {}
-    for name, (default, low, high, owner) in declared.items():
-        value = float(given.get(name, default))
-        require(low < value < high, f"{where}: {name}={value:g} is out of range for {owner}: it must lie in "
-                                    f"({low:g}, {high:g})")
-        values[name] = value
-    return params._replace(plugin=values or None)
+def resolve_params(params, plugins: Plugins, where: str = "params") -> RunParams:
+    """The run's :class:`pulse_jax.RunParams`, validated on the host, from ``None`` (the defaults), a
+    ``RunParams``, a dict ``{name or path: value}`` or a :class:`pulse_jax.BanditParams`
+    (:func:`pulse_jax.params.run_params`)."""
+    return run_params(tuple(plugins), params, where)
+
+
+def with_plugin_params(params, plugins: Plugins, where: str = "params") -> RunParams:
+    """Deprecated: :func:`resolve_params`."""
+    warnings.warn("bandit.with_plugin_params is deprecated; use bandit.resolve_params", DeprecationWarning,
+                  stacklevel=2)
+    return resolve_params(params, plugins, where)
+
+
+def _traced_params(plugins: Plugins, params) -> RunParams:
+    """``params`` as a :class:`RunParams` inside a traced run (no host checks: values may be traced).
+    A :class:`BanditParams` (the engine's numbers, perhaps stacked) gets the plug-ins' defaults,
+    broadcast to the shape of its numbers."""
+    if isinstance(params, RunParams):
+        return params
+    if params is None:
+        return default_params(plugins)
+    if isinstance(params, BanditParams):
+        out = from_legacy(default_params(plugins), params, "params")
+        shape = jnp.shape(params.delta)
+        return out._replace(**{part: jax.tree_util.tree_map(lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32),
+                                                                                      shape), getattr(out, part))
+                               for part in ("estimator", "rule", "stop")})
+    return params
 
 
 def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
@@ -736,12 +755,13 @@ UNROLL_MIN_LOG_CELLS = 20_000
 
 
 def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False):
-    """Return ``run(key, scores, V, params=BanditParams()) -> RunResult`` for one repetition (pure, jittable).
+    """Return ``run(key, scores, V, params=None) -> RunResult`` for one repetition (pure, jittable).
 
     ``scores`` is the (m, n) float32 matrix of true scores in [0, 1]; ``V`` the
     (n, r) example embeddings from the train split (any (n, r) array for UCB-E,
-    which ignores it); ``params`` the traced numbers (:class:`pulse_jax.BanditParams`),
-    so ``jax.vmap`` over them sweeps without recompiling. Rows are never
+    which ignores it); ``params`` the traced numbers, a :class:`pulse_jax.RunParams`
+    (the engine's and each plug-in's; :func:`resolve_params` builds one; None: the
+    defaults), so ``jax.vmap`` over them sweeps without recompiling. Rows are never
     reordered: results index the input rows.
 
     With ``follow=True`` the run is ``run(key, scores, V, params, choices)``: step
@@ -764,7 +784,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     plugins = plugins_of(config, estimator)
 
     def run(key, scores, V, params=None, choices=None, init_U=None, row_prior=None):
-        params = (BanditParams() if params is None else params).as_arrays()
+        params = _traced_params(plugins, params).as_arrays()
         episode, state = init(config, plugins, key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32),
                               params, init_U, row_prior)
         init_best = state.best
@@ -817,7 +837,7 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
     n_blocks = -(-(config.n_steps + 1) // block)
 
     def run(keys, scores, V, params, choices=None, init_U=None, row_prior=None):
-        params = params.as_arrays()
+        params = _traced_params(plugins, params).as_arrays()
         scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
         # The score matrix, its mask and V stay shared (one copy, not one per repetition).
         shared = Episode(None, None, None, 0, 0, 0, 0, None)
@@ -876,8 +896,9 @@ def stop_status(config: BanditConfig, plugins: Plugins, state: BanditState, para
     """``(done, claim)``: whether the stopping rule stops the run at step ``t`` (or already has), and the
     ``(m,)`` models its certificate names now (:attr:`pulse_jax.stopping.StoppingRule.claim`). Simulation
     and live selection both stop through this one check."""
+    params = _traced_params(plugins, params)
     looks = _stop_inputs(config, plugins, state, params, t)
-    return state.stopped | plugins.stop.done(looks, params), plugins.stop.claim(looks, params)
+    return state.stopped | plugins.stop.done(looks, params.stop), plugins.stop.claim(looks, params.stop)
 
 
 def _idle_record(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t):
@@ -911,7 +932,7 @@ def _all_steps(config: BanditConfig, plugins: Plugins, state: BanditState, steps
 
 def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, params, records, init_best) -> RunResult:
     estimator, n = plugins.estimator, config.n_examples
-    radius = estimator.radius(state.estimator, state.ledger, n, params.delta)
+    radius = estimator.radius(state.estimator, state.ledger, n, params.delta, params.estimator)
     radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
     cs_low, cs_high, seq_low, seq_high = state.cs.low, state.cs.high, state.cs.seq_low, state.cs.seq_high
     if not estimator.has_interval:
@@ -920,5 +941,5 @@ def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, para
     # Budgets never reached (an early stop, exhausted models) take the final widths.
     final = half_widths(config, estimator, state, params)
     snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
-    return RunResult(records, init_best, current_estimates(estimator, state, n), radius, state.ledger.n_obs,
+    return RunResult(records, init_best, current_estimates(estimator, state, n, params), radius, state.ledger.n_obs,
                      state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps, seq_low, seq_high)

@@ -1,7 +1,7 @@
 """What a run knows about its models at any time: estimates, simultaneous bounds, the first
 certificate and the interval snapshots.
 
-Pure functions of ``(config, estimator, state, params)``; the bandit step calls them after every
+Pure functions of ``(config, estimator, state, params)`` (``params`` a :class:`pulse_jax.RunParams`); the bandit step calls them after every
 observation, and live selection reads the same numbers. ``state`` is a
 :class:`pulse_jax.bandit.BanditState`.
 """
@@ -30,11 +30,12 @@ class Snapshots(NamedTuple):
     paper: chex.Array   # the paper's fixed-count radius at delta
 
 
-def current_estimates(estimator, state, n_examples: int) -> chex.Array:
+def current_estimates(estimator, state, n_examples: int, params) -> chex.Array:
     """``mu_hat`` of every model; exhausted models (all ``N_i`` examples seen) are known exactly."""
     ledger = state.ledger
     size = populations(ledger, n_examples)
-    return jnp.where(ledger.n_obs >= size, ledger.obs_sum / size, estimator.estimate(state.estimator, ledger))
+    return jnp.where(ledger.n_obs >= size, ledger.obs_sum / size,
+                     estimator.estimate(state.estimator, ledger, params.estimator))
 
 
 def interval_bounds(estimator, state, config, params, interval: str | None = None) -> tuple[chex.Array, chex.Array]:
@@ -51,8 +52,9 @@ def interval_bounds(estimator, state, config, params, interval: str | None = Non
     if (interval or config.interval) == "cs":
         low, high = state.cs.low, state.cs.high
     else:
-        mu = current_estimates(estimator, state, n)
-        r = estimator.radius(state.estimator, ledger, n, confidence.anytime_delta(params.delta, ledger.n_pulls, m))
+        mu = current_estimates(estimator, state, n, params)
+        r = estimator.radius(state.estimator, ledger, n, confidence.anytime_delta(params.delta, ledger.n_pulls, m),
+                             params.estimator)
         low, high = jnp.clip(mu - r, 0.0, 1.0), jnp.clip(mu + r, 0.0, 1.0)
     size = populations(ledger, n)
     exact = ledger.n_obs >= size
@@ -73,7 +75,7 @@ def record_certificate(config, estimator, state, params):
 def half_widths(config, estimator, state, params):
     """Every model's confidence-sequence half-width and the paper's fixed-count radius at delta."""
     low, high = interval_bounds(estimator, state, config, params, "cs")
-    radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta)
+    radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta, params.estimator)
     exhausted = state.ledger.n_obs >= populations(state.ledger, config.n_examples)
     return (high - low) / 2, jnp.where(exhausted, 0.0, radius)
 

@@ -75,7 +75,8 @@ def _add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, live: 
     p.add_argument("--method", help=methods_help)
     p.add_argument("--batch-size", type=int, default=None, help=f"examples per pull, B ({_by_source('batch_size', live)})")
     p.add_argument("--init-batches", type=int, default=1, help="batches per model at initialization (T0)")
-    p.add_argument("--exploration", type=float, default=1.0, help="UCB-E exploration constant a")
+    p.add_argument("--exploration", type=float, default=None,
+                   help="the index rule's exploration constant a (rule.exploration; default 1)")
     p.add_argument("--refit-every", type=int, default=None,
                    help="bandit steps between refits of the factorization (tau); 0 = only the initial fit "
                         f"({_by_source('refit_every', live)})")
@@ -161,9 +162,11 @@ def _add_sweep(sub) -> None:
                         description="Every (grid point, repetition) pair of one method as one compiled program.")
     _add_input_options(sw, scores_required=False)
     sw.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
-                    help="a swept parameter and its values (repeat for a Cartesian product); NAME is one of "
-                         "exploration, delta, init_refit_lr, init_refit_l2, refit_lr, refit_l2, fixed_lambda "
-                         "(nan = the paper's adaptive lambda), cs_horizon or a plug-in's traced number")
+                    help="a swept parameter and its values (repeat for a Cartesian product); NAME is an engine "
+                         "number (delta, init_refit_lr, init_refit_l2, refit_lr, refit_l2, cs_horizon, "
+                         "cs_simultaneous, refit_prior) or a plug-in's, by path or by its field name alone: "
+                         "rule.exploration, estimator.fixed_lambda (nan = the paper's adaptive lambda), "
+                         "rule.leader_fraction, stop.epsilon, ...")
     sw.add_argument("--target", type=float, default=0.95,
                     help="accuracy target of the printed table and the figure (0.9 and 0.95 are always in the JSON)")
     sw.add_argument("--baseline", default=None, metavar="NAME=V,...",
@@ -323,11 +326,14 @@ def _for_method(config, estimator):
                                stop="budget" if config.stop.needs_interval else config.stop)
 
 
-def _params(args):
-    from pulse_jax.params import BanditParams, check_params
+def _params(args) -> dict:
+    """The options' numbers as ``{name: value}`` (the run resolves them against its plug-ins)."""
+    from pulse_jax.params import check_value
 
-    return check_params(BanditParams(exploration=args.exploration, delta=args.delta,
-                                     cs_simultaneous=1.0 if args.bounds == "all" else 0.0), "options")
+    out = {"delta": check_value("delta", args.delta, "--delta"), "cs_simultaneous": 1.0 if args.bounds == "all" else 0.0}
+    if args.exploration is not None:   # the index rule's number (rule.exploration)
+        out["exploration"] = args.exploration
+    return out
 
 
 def _run_all(scores, V, config, methods, args, names):
@@ -476,12 +482,15 @@ def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
     """``--grid`` and ``--baseline`` as ``({name: values}, {name: value} or None)``."""
     from pulse_jax.params import parse_grid_option
 
+    from pulse_jax.params import run_params
+
     require(args.grid, "--grid: give at least one, e.g. --grid exploration=0.25,0.5,1,2")
-    declared = tuple(name for plugin in plugins for name, *_ in plugin.traced)
     grid = {}
     for text in args.grid:
-        name, values = parse_grid_option(text, declared)
+        name, values = parse_grid_option(text)
         require(name not in grid, f"--grid {name}: given twice")
+        for value in values:   # the name is one of this run's numbers, each value in its range
+            run_params(plugins, {name: value}, f"--grid {name}")
         grid[name] = values
     if not args.baseline:
         return grid, None
@@ -490,7 +499,7 @@ def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
         name, sep, value = item.partition("=")
         require(sep, f"--baseline: expected NAME=VALUE[,NAME=VALUE], got {args.baseline!r}")
         name = name.strip()
-        baseline[name] = float(parse_grid_option(f"{name}={value}", declared)[1][0])
+        baseline[name] = float(parse_grid_option(f"{name}={value}")[1][0])
     return grid, baseline
 
 

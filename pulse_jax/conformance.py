@@ -122,7 +122,8 @@ def _abstract_params(params):
 
 
 def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, params) -> None:
-    """Every function of ``estimator`` once on abstract inputs of the run's sizes (see the module docstring)."""
+    """Every function of ``estimator`` once on abstract inputs of the run's sizes (see the module docstring);
+    ``params`` the estimator's own params (their structure)."""
     from pulse_jax.estimators import DrawDesign, Ledger, Pull
 
     kind = "estimator"
@@ -141,17 +142,18 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
     pull = Pull(scalar_i, scalar_i, scalar_f, scalar_f, batch_f, batch_f, _struct((B,), _BOOL), design)
     params = _abstract_params(params)
 
-    state = _call(kind, estimator, "init", estimator.init, ledger)
-    estimate = _call(kind, estimator, "estimate", estimator.estimate, state, ledger)
+    state = _call(kind, estimator, "init", estimator.init, ledger, params)
+    estimate = _call(kind, estimator, "estimate", estimator.estimate, state, ledger, params)
     _expect_array(kind, estimator, "estimate", estimate, (m,), ("float",), "one estimate per model")
     out = _call(kind, estimator, "update", lambda s, l, p, q: estimator.update(s, l, p, n, q), state, ledger, pull,
                 params)
     if not (isinstance(out, tuple) and len(out) == 2):
         _fail(kind, estimator, "update", f"returned {_describe(out)}; expected a (state, info) pair")
     _same_structure(kind, estimator, "update", state, out[0])
-    refreshed = _call(kind, estimator, "refresh", lambda s, l: estimator.refresh(s, l, n), state, ledger)
+    refreshed = _call(kind, estimator, "refresh", lambda s, l, q: estimator.refresh(s, l, n, q), state, ledger, params)
     _same_structure(kind, estimator, "refresh", state, refreshed)
-    radius = _call(kind, estimator, "radius", lambda s, l, d: estimator.radius(s, l, n, d), state, ledger, vec_f)
+    radius = _call(kind, estimator, "radius", lambda s, l, d, q: estimator.radius(s, l, n, d, q), state, ledger, vec_f,
+                   params)
     _expect_array(kind, estimator, "radius", radius, (m,), ("float",), "one half-width per model")
     if estimator.proxies is not None:
         rows = _call(kind, estimator, "proxies", lambda s, l, p, q: estimator.proxies(s, l, p, n, q), state, ledger,
@@ -163,7 +165,7 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
                           f"{label} with n_sequences x batch_size entries")
     if estimator.draw_weights is not None:
         weights = _call(kind, estimator, "draw_weights", estimator.draw_weights, _struct((n,), _FLOAT),
-                        _struct((n,), _BOOL))
+                        _struct((n,), _BOOL), params)
         _expect_array(kind, estimator, "draw_weights", weights, (n,), ("float",), "one weight per example")
 
 
@@ -212,20 +214,14 @@ def check_stop(stop, config, params) -> None:
     _expect_array(kind, stop, "claim", claim, (m,), ("bool",), "one flag per model")
 
 
-def _default_params(plugins):
-    """The default traced numbers, with every traced number the plug-ins declare at its default."""
-    from pulse_jax.params import BanditParams
-
-    declared = {name: float(default) for p in plugins for name, default, *_ in p.traced}
-    return BanditParams(plugin=declared or None)
-
-
 @functools.lru_cache(maxsize=256)
 def _check_hashable(config, estimator) -> None:
-    params = _default_params((estimator, config.rule, config.stop))
-    check_estimator(estimator, config.n_models, config.n_examples, config.batch_size, params)
-    check_rule(config.rule, config, params)
-    check_stop(config.stop, config, params)
+    from pulse_jax.params import default_params
+
+    params = default_params((estimator, config.rule, config.stop))
+    check_estimator(estimator, config.n_models, config.n_examples, config.batch_size, params.estimator)
+    check_rule(config.rule, config, params.rule)
+    check_stop(config.stop, config, params.stop)
 
 
 def check_plugins(config, estimator) -> None:
@@ -233,6 +229,8 @@ def check_plugins(config, estimator) -> None:
     against their protocols on the run's sizes; raises :class:`pulse_jax.PulseInputError` in one line
     on a broken contract. Cached per configuration and plug-ins (they are hashable: the compiled
     program takes them as static arguments)."""
+    from pulse_jax.protocols import adapt_estimator
+
     plugins = (("estimator", estimator), ("sampling rule", config.rule), ("stopping rule", config.stop))
     for kind, plugin in plugins:   # fields first: a list where a tuple goes makes the plug-in unhashable
         _check_fields(kind, plugin, {}, {})
@@ -241,7 +239,7 @@ def check_plugins(config, estimator) -> None:
     except TypeError as err:
         raise PulseInputError(f"plug-ins must be hashable (tuples, not lists or dicts, in their fields): {err}") \
             from None
-    _check_hashable(config, estimator)
+    _check_hashable(config, adapt_estimator(estimator))
 
 
 __all__ = ["check_estimator", "check_plugins", "check_rule", "check_stop"]

@@ -3,22 +3,29 @@
 An estimator is a :class:`Estimator` -- a small set of pure functions over its
 own state pytree -- that the bandit step calls at fixed points:
 
-* ``init(ledger)`` after the initial batch of every model;
+* ``init(ledger, params)`` after the initial batch of every model;
 * ``update(state, ledger, pull, n_examples, params) -> (state, info)`` when
   model ``pull.model`` receives a batch (``ledger`` is the bookkeeping
   *before* the batch, so everything the update takes from it is predictable);
   ``info`` is the estimator's own pytree of per-step numbers (PULSE:
   :class:`PulseInfo`, its lambda; ``()`` for none), which the engine records
   for every step without reading its fields;
-* ``refresh(state, ledger, n_examples)`` right after a factorization refit;
-* ``estimate(state, ledger)`` the current ``mu_hat`` of every model;
-* ``radius(state, ledger, n_examples, delta)`` the half-width of the paper's
+* ``refresh(state, ledger, n_examples, params)`` right after a factorization refit;
+* ``estimate(state, ledger, params)`` the current ``mu_hat`` of every model;
+* ``radius(state, ledger, n_examples, delta, params)`` the half-width of the paper's
   fixed-count ``1 - delta`` interval (NaN where the method has none);
 * ``proxies(state, ledger, pull, n_examples, params)`` the per-draw observations of the
   pull for the anytime-valid confidence sequence (:class:`confidence.ConfSeq`),
   ``(Y, lower, width)`` with ``E[Y_s | past]`` the mean of the model's
   still-unseen scores and ``Y_s`` in ``[lower_s, lower_s + width_s]``; ``None``
   for a method without a valid interval (Naive-Pooling).
+
+``params`` is the estimator's own traced numbers: the pytree its ``params``
+field declares (PULSE: :class:`PulseParams`), with the run's values, so a sweep
+over ``estimator.<field>`` never recompiles. A function written for the
+earlier signatures, without the trailing ``params`` (``init``, ``refresh``,
+``estimate``, ``radius``, ``draw_weights``), still works for one release, with a
+``DeprecationWarning`` (:func:`pulse_jax.protocols.adapt_estimator`).
 
 Declared capabilities, which the engine, the CLI and the reports follow
 (nothing looks at an estimator's name): ``uses_predictions`` (needs example
@@ -31,12 +38,12 @@ LUCB-style rules and certified stopping are available). ``settings`` lists
 the static settings as ``(name, value)`` pairs, which logs record.
 
 All three share the :class:`Ledger` of observed-cell and prediction sums kept
-by the bandit engine, so the statistics exist once. ``params`` is the run's
-:class:`pulse_jax.BanditParams` (traced numbers: a sweep never recompiles).
+by the bandit engine, so the statistics exist once.
 """
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any, Callable, NamedTuple
 
 import chex
@@ -121,8 +128,8 @@ class PulseInfo(NamedTuple):
 
 
 
-def _no_state(ledger):
-    del ledger
+def _no_state(ledger, params):
+    del ledger, params
     return ()
 
 
@@ -131,18 +138,18 @@ def _no_update(state, ledger, pull, n_examples, params):
     return state, ()
 
 
-def _no_refresh(state, ledger, n_examples):
-    del ledger, n_examples
+def _no_refresh(state, ledger, n_examples, params):
+    del ledger, n_examples, params
     return state
 
 
-def _observed_mean(state, ledger):
-    del state
+def _observed_mean(state, ledger, params):
+    del state, params
     return observed_mean(ledger)
 
 
-def _no_radius(state, ledger, n_examples, delta):
-    del state, n_examples, delta
+def _no_radius(state, ledger, n_examples, delta, params):
+    del state, n_examples, delta, params
     return jnp.full(ledger.n_obs.shape, jnp.nan, jnp.float32)
 
 
@@ -176,8 +183,9 @@ class Estimator(NamedTuple):
     proxies: EstimatorProxies | None = None
     n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
     settings: tuple = ()    # static settings, (name, value) pairs
-    traced: tuple = ()      # traced numbers it reads from params.plugin: (name, default, low, high), open range
-    draw_weights: DrawWeights | None = None   # (preds (n,), unseen (n,)) -> draw weights; None: uniform draws
+    traced: tuple = ()      # deprecated: give ``params`` (a NamedTuple of the estimator's numbers) instead
+    draw_weights: DrawWeights | None = None   # (preds (n,), unseen (n,), params) -> draw weights; None: uniform
+    params: tuple = ()      # the estimator's own traced numbers with their defaults (each function receives them)
 
     @property
     def has_interval(self) -> bool:
@@ -206,8 +214,8 @@ def ucbe() -> Estimator:
     """
 
     # No state of its own, no refresh, and the mean of the observed cells: the defaults.
-    def radius(state, ledger, n_examples, delta):
-        del state
+    def radius(state, ledger, n_examples, delta, params):
+        del state, params
         mean = observed_mean(ledger)
         variance = ledger.obs_sq_sum / jnp.maximum(ledger.n_obs, 1) - mean * mean
         return confidence.bernstein_serfling_radius(ledger.n_obs, populations(ledger, n_examples), variance, delta)
@@ -220,6 +228,15 @@ def ucbe() -> Estimator:
 
 
 # ----------------------------------------------------------------------------- PULSE
+
+
+class PulseParams(NamedTuple):
+    """PULSE's number: ``fixed_lambda`` in [0, 1] holds lambda there (an ablation; swept as
+    ``estimator.fixed_lambda``); NaN (default) uses the estimator's own lambda rule."""
+
+    fixed_lambda: float = math.nan
+
+    RANGES = {"fixed_lambda": (0.0, 1.0, True, True, True)}
 
 
 class PulseState(NamedTuple):
@@ -342,11 +359,9 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
     Interval: Freedman radius of Theorem 1 with ``variance_bound`` (default
     ``n^2``, always valid).
 
-    ``raw_sequence``: the anytime-valid interval intersects a confidence
-    sequence on the raw scores with one on the AIPW proxies (True), or runs the
-    proxy sequence alone (False: one sequence, so each runs at twice the level;
-    the initial batch enters it as raw scores, which is the proxy with lambda = 0).
-
+    ``raw_sequence``: the anytime-valid interval intersects a confidence sequence on the raw
+    scores with one on the AIPW proxies (True), or runs the proxy sequence alone (False: one
+    sequence at twice the level; the initial batch enters it as raw scores, the proxy at lambda 0).
     ``weighting``: ``"equal"`` (the paper's running mean) or ``"inverse_variance"``:
     ``sum_k w_k theta_k / sum_k w_k`` with the predictable weights of
     :func:`inverse_variance_weight` (the initial theta's: :func:`_first_weight`).
@@ -355,7 +370,8 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
             f"pulse: weighting must be 'equal' or 'inverse_variance', got {weighting!r}")
     weighted = weighting == "inverse_variance"
 
-    def init(ledger):
+    def init(ledger, params):
+        del params
         m = ledger.n_obs.shape[0]
         zeros = jnp.zeros(m, jnp.float32)
         first = _first_weight(ledger) if weighted else None   # theta_sum is a weighted sum only when weighted
@@ -386,13 +402,14 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
             weight_sum=state.weight_sum.at[i].add(jnp.where(live, w, 0.0)) if weighted else None,
         ), PulseInfo(jnp.where(live, lam, jnp.nan))
 
-    def estimate(state, ledger):
+    def estimate(state, ledger, params):
+        del params
         if weighted:
             return state.theta_sum / jnp.maximum(state.weight_sum, 1e-12)
         return state.theta_sum / jnp.maximum(ledger.n_pulls, 1)
 
-    def radius(state, ledger, n_examples, delta):
-        del state
+    def radius(state, ledger, n_examples, delta, params):
+        del state, params
         return confidence.freedman_radius(ledger.n_pulls, populations(ledger, n_examples), delta, variance_bound)
 
     def proxies(state, ledger, pull, n_examples, params):
@@ -411,7 +428,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
                 *((("raw_sequence", False),) if not raw_sequence else ()),
                 *((("weighting", weighting),) if weighted else ()))
     return Estimator(name="pulse", uses_predictions=True, init=init, update=update, estimate=estimate, radius=radius,
-                     proxies=proxies, n_sequences=2 if raw_sequence else 1, settings=settings)
+                     proxies=proxies, n_sequences=2 if raw_sequence else 1, settings=settings, params=PulseParams())
 
 
 @functools.cache
@@ -457,7 +474,8 @@ def naive_pooling() -> Estimator:
     biased whenever the predictions are, so it has no valid interval (NaN).
     """
 
-    def init(ledger):
+    def init(ledger, params):
+        del params
         return observed_mean(ledger)
 
     def update(mu, ledger, pull, n_examples, params):
@@ -467,12 +485,12 @@ def naive_pooling() -> Estimator:
             ledger, n_examples)[i]
         return mu.at[i].set(jnp.where(pull.size > 0, value, mu[i])), ()
 
-    def refresh(mu, ledger, n_examples):
-        del mu
+    def refresh(mu, ledger, n_examples, params):
+        del mu, params
         return (ledger.obs_sum + ledger.pred_sum) / populations(ledger, n_examples)
 
-    def estimate(mu, ledger):
-        del ledger
+    def estimate(mu, ledger, params):
+        del ledger, params
         return mu
 
     # No interval: the default radius (NaN) and no proxies.

@@ -1,14 +1,27 @@
-"""The traced numbers of a bandit run, apart from its static shape (:class:`BanditParams`).
+"""The traced numbers of a run: the engine's (:class:`BanditParams`) and each plug-in's own.
 
 :class:`pulse_jax.BanditConfig` fixes what changes the compiled program
-(shapes, batch size, epoch counts, which rule); :class:`BanditParams` holds
-the numbers a user sweeps. They enter the program as arrays, so new values
-never recompile, and a stack of them ``vmap``-s (:func:`pulse_jax.sweep`).
+(shapes, batch size, epoch counts, which plug-ins); the numbers a user sweeps
+are traced. A run's numbers are a :class:`RunParams`: ``engine`` (a
+:class:`BanditParams`: delta, learning rates, ...) and the ``estimator``'s, the
+sampling ``rule``'s and the ``stop``'s own params pytrees, each a small
+``NamedTuple`` with its defaults that the plug-in declares in its ``params``
+field and receives in each of its functions (gymnax's per-environment
+``EnvParams``). They enter the program as arrays, so new values never
+recompile, and a stack of them ``vmap``-s (:func:`pulse_jax.sweep`).
+
+A number is named by its path, ``part.field`` (``engine.delta``,
+``rule.exploration``, ``estimator.fixed_lambda``, ``stop.epsilon``), or by its
+field name alone where that is unambiguous (every engine field, and a plug-in
+field no other part of the run has). A plug-in's params class may declare
+``RANGES = {field: (low, high, low_inclusive, high_inclusive, nan_allowed)}``;
+values outside are refused in one line naming the path.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+import warnings
+from typing import Any, Mapping, NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -18,16 +31,13 @@ from pulse_jax.errors import PulseInputError, require
 
 
 class BanditParams(NamedTuple):
-    """Numbers of one run that may change without recompiling (a pytree of scalars).
+    """The engine's numbers of one run, which may change without recompiling (a pytree of scalars).
 
     Attributes:
-      exploration: a in the UCB-E index ``mu_hat_i + sqrt(a / N_i)`` (paper: 1).
       delta: every interval holds with probability at least ``1 - delta``.
       init_refit_lr, init_refit_l2: Adam learning rate and L2 weight of the
         initial refit of U after the first batches (paper: 0.01, 0.01).
       refit_lr, refit_l2: the same for the periodic refits (paper: 0.1, 0.01).
-      fixed_lambda: PULSE's lambda held at this value in [0, 1] (an ablation);
-        NaN (default) uses the estimator's own rule (the paper's plug-in).
       cs_horizon: the draws per model the confidence sequences' bets are tuned
         for. 0 (default) is the anytime schedule (bets shrink like
         ``1 / sqrt(s log(1 + s))`` at draw ``s``); ``t0 > 0`` keeps them near
@@ -46,18 +56,18 @@ class BanditParams(NamedTuple):
         model seen on one batch gets predictions near the candidates' average. 0 (default): the
         paper's refit. Predictions stay fitted on observed cells only, so validity never depends
         on it.
-      plugin: ``{name: value}``, the traced numbers the run's plug-ins declare
-        (their ``traced`` field, e.g. Top-Two's ``leader_fraction``); names
-        left out take the declared defaults (``None``: all of them).
+      exploration, fixed_lambda, plugin: deprecated. They are the plug-ins' own numbers now
+        (``rule.exploration``, ``estimator.fixed_lambda``, any plug-in's by name); given here they
+        are moved there with a ``DeprecationWarning``.
     """
 
-    exploration: Any = 1.0
+    exploration: Any = None
     delta: Any = 0.05
     init_refit_lr: Any = 0.01
     init_refit_l2: Any = 0.01
     refit_lr: Any = 0.1
     refit_l2: Any = 0.01
-    fixed_lambda: Any = math.nan
+    fixed_lambda: Any = None
     cs_horizon: Any = 0.0
     cs_simultaneous: Any = 1.0
     refit_prior: Any = 0.0
@@ -68,35 +78,39 @@ class BanditParams(NamedTuple):
         return jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), self)
 
     def to_dict(self) -> dict:
-        out = {k: _plain(getattr(self, k)) for k in NUMBER_FIELDS}
-        if self.plugin:
-            out["plugin"] = {k: _plain(v) for k, v in sorted(self.plugin.items())}
-        return out
+        return {k: _plain(getattr(self, k)) for k in NUMBER_FIELDS}
 
     def value(self, name: str):
-        """A field's value, or a plug-in parameter's (``plugin[name]``)."""
-        return getattr(self, name) if name in NUMBER_FIELDS else (self.plugin or {})[name]
+        """An engine field's value."""
+        return getattr(self, name)
 
 
-#: The numeric fields of :class:`BanditParams` (all but ``plugin``).
-NUMBER_FIELDS = BanditParams._fields[:-1]
+#: The engine's numbers (the fields of :class:`BanditParams` that are not deprecated).
+NUMBER_FIELDS = ("delta", "init_refit_lr", "init_refit_l2", "refit_lr", "refit_l2", "cs_horizon", "cs_simultaneous",
+                 "refit_prior")
+#: Deprecated fields of :class:`BanditParams`, moved to the plug-ins' params.
+LEGACY_FIELDS = ("exploration", "fixed_lambda")
+PARTS = ("engine", "estimator", "rule", "stop")
 
 
 def plugin_value(params, name: str, default: float):
-    """A plug-in's traced number from ``params.plugin`` (its declared default where the run has none)."""
+    """Deprecated: a number of a plug-in that declares ``traced`` instead of a params class (its params
+    are then a dict ``{name: value}``); a params class's field is read as ``params.name``."""
+    if isinstance(params, Mapping):
+        return params.get(name, default)
     table = getattr(params, "plugin", None)
-    return table[name] if isinstance(table, dict) and name in table else default
+    if isinstance(table, Mapping):
+        return table.get(name, default)
+    return getattr(params, name, default)
 
 
-#: Allowed values per parameter: (low, high, low inclusive, high inclusive, NaN allowed).
+#: Allowed values per engine parameter: (low, high, low inclusive, high inclusive, NaN allowed).
 RANGES = {
-    "exploration": (0.0, math.inf, True, False, False),
     "delta": (0.0, 1.0, False, False, False),
     "init_refit_lr": (0.0, math.inf, False, False, False),
     "init_refit_l2": (0.0, math.inf, True, False, False),
     "refit_lr": (0.0, math.inf, False, False, False),
     "refit_l2": (0.0, math.inf, True, False, False),
-    "fixed_lambda": (0.0, 1.0, True, True, True),
     "cs_horizon": (0.0, math.inf, True, False, False),
     "cs_simultaneous": (0.0, 1.0, True, True, False),
     "refit_prior": (0.0, math.inf, True, False, False),
@@ -108,40 +122,41 @@ def _plain(v):
     return None if math.isnan(v) else v
 
 
-def _describe(name) -> str:
-    lo, hi, lo_in, hi_in, nan_ok = RANGES[name]
+def _describe(bounds) -> str:
+    lo, hi, lo_in, hi_in, nan_ok = bounds
     text = f"{'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}"
-    return text + (" or NaN (the estimator's own rule)" if nan_ok else "")
+    return text + (" or NaN" if nan_ok else "")
 
 
-def check_value(name: str, value, where: str = "") -> float:
-    """``value`` as a float if it is allowed for parameter ``name``; else a one-line error naming it."""
+def check_value(name: str, value, where: str = "", ranges: Mapping | None = None) -> float:
+    """``value`` as a float if it is allowed for parameter ``name`` (``ranges``: the engine's by
+    default); else a one-line error naming it."""
+    ranges = RANGES if ranges is None else ranges
     prefix = f"{where}: " if where else ""
-    if name not in RANGES:
-        raise PulseInputError(f"{prefix}unknown parameter {name!r}; sweepable parameters are "
-                              + ", ".join(RANGES))
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        raise PulseInputError(f"{prefix}{name}={value!r} is not a number") from None
-    lo, hi, lo_in, hi_in, nan_ok = RANGES[name]
+    if name not in ranges:
+        raise PulseInputError(f"{prefix}unknown parameter {name!r}; the engine's parameters are " + ", ".join(ranges))
+    x = as_number(name, value, where)
+    lo, hi, lo_in, hi_in, nan_ok = ranges[name]
     if math.isnan(x):
         if nan_ok:
             return x
     elif (x > lo or (lo_in and x == lo)) and (x < hi or (hi_in and x == hi)):
         return x
-    raise PulseInputError(f"{prefix}{name}={value!r} is out of range; it must lie in {_describe(name)}")
+    raise PulseInputError(f"{prefix}{name}={value!r} is out of range; it must lie in {_describe(ranges[name])}")
 
 
 def check_params(params: BanditParams, where: str = "params") -> BanditParams:
-    """Validate every field (scalars) on the host; returns a BanditParams of floats."""
+    """Validate every engine field (scalars) on the host; returns a BanditParams of floats (the deprecated
+    fields are kept as given, for :func:`run_params` to move)."""
     if not isinstance(params, BanditParams):
         raise PulseInputError(f"{where} must be a pulse_jax.BanditParams, got {type(params).__name__}")
     plugin = params.plugin
     if plugin is not None:
         require(isinstance(plugin, dict), f"{where}.plugin must be a dict {{name: number}}, got {type(plugin).__name__}")
         plugin = {str(k): as_number(k, v, where) for k, v in plugin.items()} or None
-    return BanditParams(*(check_value(k, getattr(params, k), where) for k in NUMBER_FIELDS), plugin)
+    legacy = {k: None if getattr(params, k) is None else as_number(k, getattr(params, k), where) for k in LEGACY_FIELDS}
+    return params._replace(**{k: check_value(k, getattr(params, k), where) for k in NUMBER_FIELDS}, **legacy,
+                           plugin=plugin)
 
 
 def as_number(name, value, where) -> float:
@@ -151,9 +166,181 @@ def as_number(name, value, where) -> float:
         raise PulseInputError(f"{where}: {name}={value!r} is not a number") from None
 
 
+# ----------------------------------------------------------------------------- a run's params
+
+
+def _fields(part) -> tuple[str, ...]:
+    """The number names of one part's params: a NamedTuple's fields, a dict's keys, none for ``()``."""
+    if isinstance(part, Mapping):
+        return tuple(part)
+    return tuple(getattr(part, "_fields", ()))
+
+
+def _get(part, name):
+    return part[name] if isinstance(part, Mapping) else getattr(part, name)
+
+
+def _set(part, name, value):
+    return {**part, name: value} if isinstance(part, Mapping) else part._replace(**{name: value})
+
+
+class RunParams(NamedTuple):
+    """Every traced number of a run: the engine's and each plug-in's own (see the module docstring).
+
+    The engine's fields read through (``params.delta`` is ``params.engine.delta``).
+    """
+
+    engine: BanditParams = BanditParams()
+    estimator: Any = ()
+    rule: Any = ()
+    stop: Any = ()
+
+    delta = property(lambda self: self.engine.delta)
+    init_refit_lr = property(lambda self: self.engine.init_refit_lr)
+    init_refit_l2 = property(lambda self: self.engine.init_refit_l2)
+    refit_lr = property(lambda self: self.engine.refit_lr)
+    refit_l2 = property(lambda self: self.engine.refit_l2)
+    cs_horizon = property(lambda self: self.engine.cs_horizon)
+    cs_simultaneous = property(lambda self: self.engine.cs_simultaneous)
+    refit_prior = property(lambda self: self.engine.refit_prior)
+
+    def as_arrays(self) -> "RunParams":
+        """Every number as a float32 array (what the compiled program takes)."""
+        return jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), self)
+
+    def paths(self) -> tuple[str, ...]:
+        """Every number's path, ``part.field``."""
+        return tuple(f"engine.{f}" for f in NUMBER_FIELDS) + tuple(
+            f"{part}.{f}" for part in PARTS[1:] for f in _fields(getattr(self, part)))
+
+    def path_of(self, name: str, where: str = "params") -> str:
+        """The path a name or path refers to (one-line errors for unknown or ambiguous names)."""
+        if "." in name:
+            part, _, field = name.partition(".")
+            ok = part in PARTS and field in (NUMBER_FIELDS if part == "engine" else _fields(getattr(self, part)))
+            require(ok, f"{where}: unknown parameter {name!r}; this run's are {', '.join(self.paths())}")
+            return name
+        if name in NUMBER_FIELDS:
+            return f"engine.{name}"
+        owners = [f"{part}.{name}" for part in PARTS[1:] if name in _fields(getattr(self, part))]
+        require(len(owners) < 2, f"{where}: {name!r} is a number of several plug-ins ({', '.join(owners)}); "
+                                 "name it by its path")
+        require(owners, f"{where}: unknown parameter {name!r}; this run's are {', '.join(self.paths())}")
+        return owners[0]
+
+    def value(self, name: str):
+        """The value of a number, by name or path."""
+        part, _, field = self.path_of(name).partition(".")
+        return _get(getattr(self, part), field)
+
+    def replace(self, values: Mapping) -> "RunParams":
+        """A copy with ``values`` (``{name or path: value}``) set."""
+        out = self
+        for name, value in values.items():
+            part, _, field = out.path_of(name).partition(".")
+            out = out._replace(**{part: _set(getattr(out, part), field, value)})
+        return out
+
+    def to_dict(self) -> dict:
+        """``{"engine": {...}, "estimator": {...}, "rule": {...}, "stop": {...}}`` of plain floats (NaN: None)."""
+        return {"engine": self.engine.to_dict(),
+                **{part: {f: _plain(_get(getattr(self, part), f)) for f in _fields(getattr(self, part))}
+                   for part in PARTS[1:]}}
+
+
+def declared_params(plugin):
+    """A plug-in's default params: its ``params`` field, or (deprecated) a dict of its ``traced`` numbers."""
+    own = getattr(plugin, "params", ())
+    traced = getattr(plugin, "traced", ())
+    if traced and not _fields(own):
+        warnings.warn(f"plug-in {plugin.name!r}: traced=... is deprecated; declare params=YourParams(...) (a "
+                      "NamedTuple of the plug-in's numbers with their defaults)", DeprecationWarning, stacklevel=3)
+        return {name: float(default) for name, default, *_ in traced}
+    return own
+
+
+def declared_ranges(plugin) -> dict:
+    """``{field: (low, high, low_inclusive, high_inclusive, nan_ok)}`` of a plug-in's numbers (open ranges
+    for the deprecated ``traced`` declarations; unbounded where its params class declares none)."""
+    own = getattr(plugin, "params", ())
+    ranges = {f: (-math.inf, math.inf, False, False, False) for f in _fields(declared_params(plugin))}
+    ranges.update(getattr(type(own), "RANGES", {}) or {})
+    if not _fields(own):
+        ranges.update({name: (float(low), float(high), False, False, False)
+                       for name, _, low, high in getattr(plugin, "traced", ())})
+    return ranges
+
+
+def default_params(plugins) -> RunParams:
+    """The run's defaults: the engine's and each plug-in's declared params, ``plugins`` being
+    ``(estimator, rule, stop)``."""
+    estimator, rule, stop = plugins
+    return RunParams(BanditParams(), declared_params(estimator), declared_params(rule), declared_params(stop))
+
+
+def run_params(plugins, params=None, where: str = "params") -> RunParams:
+    """The run's :class:`RunParams`, validated on the host (plain floats), from ``params``:
+
+    * ``None``: every default;
+    * a :class:`RunParams` whose plug-in parts have the plug-ins' structure;
+    * a mapping ``{name or path: value}`` (e.g. ``{"delta": 0.1, "rule.exploration": 0.5}``) over the defaults;
+    * a :class:`BanditParams`: the engine's numbers, its deprecated ``exploration`` / ``fixed_lambda`` /
+      ``plugin`` moved to the plug-ins that have a number of that name (with a ``DeprecationWarning``).
+
+    Each number is checked against its declared range; a one-line error names the path.
+    """
+    defaults = default_params(plugins)
+    if params is None:
+        params = defaults
+    elif isinstance(params, Mapping):
+        params = defaults.replace({str(k): v for k, v in params.items()})
+    elif isinstance(params, BanditParams):
+        params = from_legacy(defaults, check_params(params, where), where)
+    require(isinstance(params, RunParams), f"{where} must be a pulse_jax.RunParams, a BanditParams or a dict "
+                                           f"{{name: value}}, got {type(params).__name__}")
+    engine = check_params(params.engine, where)
+    require(all(getattr(engine, k) is None for k in LEGACY_FIELDS) and engine.plugin is None,
+            f"{where}.engine: exploration, fixed_lambda and plugin belong to the plug-ins' params "
+            "(rule.exploration, estimator.fixed_lambda)")
+    parts = {}
+    for part, plugin in zip(PARTS[1:], plugins):
+        given, default = getattr(params, part), getattr(defaults, part)
+        require(type(given) is type(default) and _fields(given) == _fields(default),
+                f"{where}.{part} must be the {plugin.name!r} plug-in's params, like {default!r}; got {given!r}")
+        ranges = declared_ranges(plugin)
+        value = default
+        for field in _fields(default):
+            value = _set(value, field, check_value(field, _get(given, field), f"{where}: {part}.{field}", ranges))
+        parts[part] = value
+    return RunParams(engine, **parts)
+
+
+def from_legacy(defaults: RunParams, params: BanditParams, where: str) -> RunParams:
+    """A BanditParams' engine numbers, and its deprecated fields moved to the plug-ins that own them."""
+    moved = {k: getattr(params, k) for k in LEGACY_FIELDS if getattr(params, k) is not None}
+    moved.update(params.plugin or {})
+    engine = params._replace(exploration=None, fixed_lambda=None, plugin=None)
+    out = defaults._replace(engine=engine)
+    if not moved:
+        return out
+    warnings.warn(f"{where}: BanditParams({', '.join(moved)}=...) is deprecated; these are plug-in numbers now: "
+                  "pass params={'rule.exploration': ..., 'estimator.fixed_lambda': ...} or a pulse_jax.RunParams",
+                  DeprecationWarning, stacklevel=4)
+    for name, value in moved.items():
+        owners = [f"{part}.{name}" for part in PARTS[1:] if name in _fields(getattr(out, part))]
+        if not owners and name in LEGACY_FIELDS:
+            continue   # a number this run's plug-ins do not read (e.g. exploration with successive halving)
+        require(owners, f"{where}: {name!r} is not a number of this run's plug-ins; they have "
+                        f"{', '.join(out.paths()[len(NUMBER_FIELDS):]) or 'none'}")
+        out = out.replace({path: value for path in owners})
+    return out
+
+
 def parse_grid_option(text: str, plugin_names=()) -> tuple[str, list[float]]:
-    """``"name=v1,v2,..."`` (the CLI's ``--grid``) as ``(name, values)``, validated (a name in
-    ``plugin_names``, a plug-in's traced number, is range-checked against its declaration later)."""
+    """``"name=v1,v2,..."`` (the CLI's ``--grid``) as ``(name, values)``: numbers, each once. An engine
+    number (``delta`` or ``engine.delta``) is range-checked here; a plug-in's (``rule.exploration``,
+    or its field name alone) against its declaration when the run's plug-ins are known."""
+    del plugin_names
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or not name:
@@ -161,8 +348,9 @@ def parse_grid_option(text: str, plugin_names=()) -> tuple[str, list[float]]:
     items = [v.strip() for v in values.split(",") if v.strip()]
     if not items:
         raise PulseInputError(f"--grid {name}: no values given")
-    values = [as_number(name, v, f"--grid {name}") if name in plugin_names and name not in RANGES
-              else check_value(name, v, f"--grid {name}") for v in items]
+    bare = name[len("engine."):] if name.startswith("engine.") else name
+    values = [check_value(bare, v, f"--grid {name}") if bare in RANGES else as_number(name, v, f"--grid {name}")
+              for v in items]
     repeated = sorted({v for v in values if values.count(v) > 1 or (math.isnan(v) and sum(map(math.isnan, values)) > 1)})
     if repeated:
         raise PulseInputError(f"--grid {name}: the value {repeated[0]:g} is given more than once (each point "

@@ -9,6 +9,9 @@ examples, ``B`` the batch size and ``C`` the estimator's ``n_sequences``.
 """
 from __future__ import annotations
 
+import functools
+import inspect
+import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
 import chex
@@ -16,7 +19,6 @@ import chex
 if TYPE_CHECKING:   # annotations only: this module imports nothing of the package at run time
     from pulse_jax.bandit import BanditConfig
     from pulse_jax.estimators import Ledger, Pull
-    from pulse_jax.params import BanditParams
     from pulse_jax.rules.base import RuleInputs
     from pulse_jax.stopping.base import StopInputs
 
@@ -24,15 +26,17 @@ if TYPE_CHECKING:   # annotations only: this module imports nothing of the packa
 State = Any
 #: An estimator's per-step record: any pytree of scalars (``()`` for none).
 Info = Any
+#: A plug-in's own traced numbers: the pytree its ``params`` field declares, with the run's values.
+Params = Any
 
 
 # ----------------------------------------------------------------------------- estimators
 
 
 class EstimatorInit(Protocol):
-    """``init(ledger) -> state``, after every model's initial batches."""
+    """``init(ledger, params) -> state``, after every model's initial batches."""
 
-    def __call__(self, ledger: Ledger) -> State: ...
+    def __call__(self, ledger: Ledger, params: Params) -> State: ...
 
 
 class EstimatorUpdate(Protocol):
@@ -40,26 +44,27 @@ class EstimatorUpdate(Protocol):
     bookkeeping before the pull; the state must not change when ``pull.size == 0``."""
 
     def __call__(self, state: State, ledger: Ledger, pull: Pull, n_examples: int,
-                 params: BanditParams) -> tuple[State, Info]: ...
+                 params: Params) -> tuple[State, Info]: ...
 
 
 class EstimatorRefresh(Protocol):
-    """``refresh(state, ledger, n_examples) -> state``, right after a refit of the factorization."""
+    """``refresh(state, ledger, n_examples, params) -> state``, right after a refit of the factorization."""
 
-    def __call__(self, state: State, ledger: Ledger, n_examples: int) -> State: ...
+    def __call__(self, state: State, ledger: Ledger, n_examples: int, params: Params) -> State: ...
 
 
 class EstimatorEstimate(Protocol):
-    """``estimate(state, ledger) -> (m,) float``: every model's current mean estimate."""
+    """``estimate(state, ledger, params) -> (m,) float``: every model's current mean estimate."""
 
-    def __call__(self, state: State, ledger: Ledger) -> chex.Array: ...
+    def __call__(self, state: State, ledger: Ledger, params: Params) -> chex.Array: ...
 
 
 class EstimatorRadius(Protocol):
-    """``radius(state, ledger, n_examples, delta) -> (m,) float``: the fixed-count ``1 - delta``
+    """``radius(state, ledger, n_examples, delta, params) -> (m,) float``: the fixed-count ``1 - delta``
     half-width (NaN where the method has none); ``delta`` may be an ``(m,)`` array."""
 
-    def __call__(self, state: State, ledger: Ledger, n_examples: int, delta: chex.Array) -> chex.Array: ...
+    def __call__(self, state: State, ledger: Ledger, n_examples: int, delta: chex.Array,
+                 params: Params) -> chex.Array: ...
 
 
 class EstimatorProxies(Protocol):
@@ -68,13 +73,13 @@ class EstimatorProxies(Protocol):
     ``[lower_s, lower_s + width_s]``."""
 
     def __call__(self, state: State, ledger: Ledger, pull: Pull, n_examples: int,
-                 params: BanditParams) -> tuple[chex.Array, chex.Array, chex.Array]: ...
+                 params: Params) -> tuple[chex.Array, chex.Array, chex.Array]: ...
 
 
 class DrawWeights(Protocol):
-    """``draw_weights(preds, unseen) -> (n,) float``: one model's draw weight per example."""
+    """``draw_weights(preds, unseen, params) -> (n,) float``: one model's draw weight per example."""
 
-    def __call__(self, preds: chex.Array, unseen: chex.Array) -> chex.Array: ...
+    def __call__(self, preds: chex.Array, unseen: chex.Array, params: Params) -> chex.Array: ...
 
 
 # ----------------------------------------------------------------------------- sampling rules
@@ -90,7 +95,7 @@ class RuleChoose(Protocol):
     """``choose(state, inputs, params) -> (model, state)``: an integer scalar (-1: pull nothing) and
     the rule's state, of the same structure as the one it was given."""
 
-    def __call__(self, state: State, inputs: RuleInputs, params: BanditParams) -> tuple[chex.Array, State]: ...
+    def __call__(self, state: State, inputs: RuleInputs, params: Params) -> tuple[chex.Array, State]: ...
 
 
 class RuleUpdate(Protocol):
@@ -111,16 +116,56 @@ class RuleEligible(Protocol):
 class StopDone(Protocol):
     """``done(inputs, params) -> bool scalar``: stop before this step (final)."""
 
-    def __call__(self, inputs: StopInputs, params: BanditParams) -> chex.Array: ...
+    def __call__(self, inputs: StopInputs, params: Params) -> chex.Array: ...
 
 
 class StopClaim(Protocol):
     """``claim(inputs, params) -> (m,) bool``: the models the rule's certificate names now."""
 
-    def __call__(self, inputs: StopInputs, params: BanditParams) -> chex.Array: ...
+    def __call__(self, inputs: StopInputs, params: Params) -> chex.Array: ...
 
 
 class StopStatement(Protocol):
     """``statement(names, delta, params) -> str`` (host side): what is certified, in one line."""
 
-    def __call__(self, names: list[str], delta: float, params: BanditParams) -> str: ...
+    def __call__(self, names: list[str], delta: float, params: Params) -> str: ...
+
+
+# ----------------------------------------------------------------------------- the earlier signatures
+
+#: Positional arguments of the estimator functions that gained a trailing ``params``.
+_ARITY = {"init": 2, "refresh": 4, "estimate": 3, "radius": 5, "draw_weights": 3}
+
+
+def _positional(fn) -> int | None:
+    """How many positional arguments ``fn`` takes (None: any number, or unknown)."""
+    try:
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return None
+    kinds = [p.kind for p in signature.parameters.values()]
+    if inspect.Parameter.VAR_POSITIONAL in kinds:
+        return None
+    return sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds)
+
+
+def _dropping_params(fn):
+    def call(*args):
+        return fn(*args[:-1])
+
+    call.__qualname__ = getattr(fn, "__qualname__", "function")
+    return call
+
+
+@functools.lru_cache(maxsize=256)
+def adapt_estimator(estimator):
+    """``estimator`` with each function written for the earlier signature (no trailing ``params``)
+    wrapped to take it, with a ``DeprecationWarning`` naming them; the same object when none is."""
+    old = [name for name, arity in _ARITY.items()
+           if callable(getattr(estimator, name)) and _positional(getattr(estimator, name)) == arity - 1]
+    if not old:
+        return estimator
+    warnings.warn(f"estimator {estimator.name!r}: {', '.join(old)} without the trailing params argument is "
+                  "deprecated; add it (the estimator's own numbers, pulse_jax.protocols)", DeprecationWarning,
+                  stacklevel=3)
+    return estimator._replace(**{name: _dropping_params(getattr(estimator, name)) for name in old})

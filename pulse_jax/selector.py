@@ -35,6 +35,7 @@ import dataclasses
 import functools
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -46,7 +47,7 @@ from pulse_jax.compilation_cache import use_compilation_cache
 from pulse_jax import bandit, confidence, factorization, journal, registry
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import BanditParams, check_params, seed_key
+from pulse_jax.params import BanditParams, declared_params, default_params, from_legacy, seed_key
 from pulse_jax.live_report import Report, plain_number
 
 
@@ -102,7 +103,7 @@ def _compiled(config: BanditConfig, estimator):
     def ask(episode, state, t, params, blocked, reserved, due):
         state, i, size = kernel.select(episode, state, params, t, blocked, reserved)
         state = kernel.refit(episode, state, params, t, size, due)
-        examples, _ = kernel.draw(episode, state, i, size)
+        examples, _ = kernel.draw(episode, state, i, size, params)
         return state, i, size, examples
 
     def tell(episode, state, t, i, size, examples, scores, params):
@@ -114,6 +115,12 @@ def _compiled(config: BanditConfig, estimator):
         return estimates, state.ledger, low, high
 
     return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary), status
+
+
+def _plugin_numbers(numbers: dict) -> dict:
+    """The estimator's and the rule's own numbers as header fields ``estimator.x``, ``rule.y`` (the
+    stopping rule's are left out: a resumed run may stop by another rule)."""
+    return {f"{part}.{name}": value for part in ("estimator", "rule") for name, value in numbers[part].items()}
 
 
 class Selector:
@@ -134,8 +141,9 @@ class Selector:
         :class:`pulse_jax.BanditConfig` (``rule`` a sampling rule or its name;
         ``"lucb"`` or ``"top_two"`` sample to certify the best model sooner;
         ``cs_grid > 0``: betting confidence sequences).
-      exploration, delta: as in :class:`pulse_jax.BanditParams`; or pass
-        ``params`` (a whole ``BanditParams``) instead.
+      exploration, delta: the index rule's ``exploration`` (``rule.exploration``; the rule's default
+        when None) and the engine's ``delta``; or pass ``params`` instead: a dict ``{name or path:
+        value}``, a :class:`pulse_jax.RunParams`, or a :class:`pulse_jax.BanditParams`.
       stop: the stopping rule (:class:`pulse_jax.stopping.StoppingRule` or its name, as in
         :class:`pulse_jax.BanditConfig`), checked before every ask: ``"certified"`` stops once a model
         is certified best; ``"budget"`` spends the whole budget. Default: ``"certified"`` for a method
@@ -144,7 +152,7 @@ class Selector:
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
-                 batch_size: int = 64, init_batches: int = 1, exploration: float = 1.0, refit_every: int = 1000,
+                 batch_size: int = 64, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
                  log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None):
         self.models = tuple(str(m) for m in models)
@@ -159,10 +167,10 @@ class Selector:
         self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
                                    init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid,
                                    stop=stop)
-        self.params = check_params(params if params is not None
-                                   else BanditParams(exploration=exploration, delta=delta))
+        if params is None:
+            params = {"delta": delta, **({} if exploration is None else {"exploration": exploration})}
         bandit.check_compatible(self.config, self.estimator)
-        self.params = bandit.with_plugin_params(self.params, bandit.plugins_of(self.config, self.estimator))
+        self.params = bandit.resolve_params(params, bandit.plugins_of(self.config, self.estimator))
         seed_key(seed)
         self.method, self.seed = self.estimator.name, int(seed)
         self.log_path = Path(log) if log is not None else None
@@ -213,7 +221,8 @@ class Selector:
         """
         config = dataclasses.replace(self.config, stop=stop)
         bandit.check_compatible(config, self.estimator)
-        self.params = bandit.with_plugin_params(self.params, bandit.plugins_of(config, self.estimator))
+        self.params = bandit.resolve_params(self.params._replace(stop=declared_params(config.stop)),
+                                            bandit.plugins_of(config, self.estimator))
         self.config = config
         self._stopped = False
         self._finished = False
@@ -280,7 +289,8 @@ class Selector:
                 "init_refit_epochs": c.init_refit_epochs, "refit_epochs": c.refit_epochs, "interval": c.interval,
                 "cs_grid": c.cs_grid,
                 "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
-                **self.params.to_dict(),
+                # The engine's numbers and the estimator's and rule's own (the stopping rule may change on resume).
+                **self.params.engine.to_dict(), **_plugin_numbers(self.params.to_dict()),
                 "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None}
 
     # ------------------------------------------------------------------ log
@@ -291,8 +301,24 @@ class Selector:
         if header is None:
             self._journal.append(self._header)
             return
-        journal.check_header(self.log_path, header, self._header)
+        journal.check_header(self.log_path, self._translated(header), self._header)
         self._replay(records)
+
+    def _translated(self, header: dict) -> dict:
+        """A header written before the plug-ins owned their numbers (flat ``exploration``,
+        ``fixed_lambda``, ``plugin``), with those moved where this version keeps them."""
+        if "exploration" not in header:
+            return header
+        legacy = BanditParams(exploration=header.get("exploration"),
+                              fixed_lambda=header.get("fixed_lambda"), plugin=header.get("plugin") or None)
+        plugins = bandit.plugins_of(self.config, self.estimator)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                moved = from_legacy(default_params(plugins), legacy, str(self.log_path)).to_dict()
+            except PulseInputError:
+                return header      # numbers this run's plug-ins lack: the comparison names the difference
+        return {**header, **_plugin_numbers(moved)}
 
     def _replay(self, records):
         path, told_on = self.log_path, {}
@@ -536,7 +562,7 @@ class Selector:
                       n_pulls, self.spent, c.budget, self.delta, self.models[leader], separated, tied,
                       self._evaluated(), bool(float(self.params.cs_simultaneous) >= 1.0), stop=self.stop.name,
                       stopped=self._stopped, claimed=tuple(names),
-                      certificate=self.stop.statement(names, self.delta, self.params),
+                      certificate=self.stop.statement(names, self.delta, self.params.stop),
                       finished=self._finished or self.spent >= c.budget)
 
     def paired_difference(self, a: str, b: str) -> dict:

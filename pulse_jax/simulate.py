@@ -21,7 +21,7 @@ from pulse_jax import bandit, factorization, registry, sampling
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.compilation_cache import use_compilation_cache
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import BanditParams, check_params, seed_key
+from pulse_jax.params import BanditParams, RunParams, check_params, seed_key
 
 #: Memory the default chunk size aims to stay within (bytes).
 DEFAULT_MEMORY_BUDGET = 4 * 1024**3
@@ -59,7 +59,7 @@ class SimulationResult:
     certified_model: np.ndarray | None = None  # (R,) the model certified (-1: never)
     snapshot_cs: np.ndarray | None = None      # (R, K, m) CS half-widths at config.snapshot_budgets
     snapshot_paper: np.ndarray | None = None   # (R, K, m) the paper's radius there
-    params: BanditParams = BanditParams()      # the traced numbers of the run (delta, exploration, ...)
+    params: RunParams = RunParams()            # the traced numbers of the run (engine's and plug-ins')
     # With config.record_estimates: every step's estimates and confidence-sequence bounds, (R, n_steps, m).
     step_estimates: np.ndarray | None = None
     step_low: np.ndarray | None = None
@@ -295,9 +295,10 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
       scores: (m, n) true scores in [0, 1] of the candidates; NaN marks a missing cell (each model's
         benchmark is then the examples it has a score for).
       config: static run parameters; ``config.n_models/n_examples`` must match.
-      params: the traced numbers (:class:`pulse_jax.BanditParams`: exploration,
-        delta, refit learning rates and L2 weights, a fixed lambda); default:
-        the paper's. New values reuse the compiled program.
+      params: the traced numbers: a dict ``{name or path: value}`` over the defaults (e.g.
+        ``{"delta": 0.1, "rule.exploration": 0.5, "estimator.fixed_lambda": 0.5}``), a
+        :class:`pulse_jax.RunParams`, or a :class:`pulse_jax.BanditParams` (the engine's numbers);
+        default: the paper's. New values reuse the compiled program.
       V: (n, r) example embeddings from the train split (required by PULSE and
         Naive-Pooling; see :func:`pulse_jax.factorization.fit_example_embeddings`).
       reps: number of repetitions; seed: base seed.
@@ -333,12 +334,13 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         start from its mean unless ``init_U`` is given. Predictions stay fitted on observed cells
         only, so estimates and intervals stay valid whatever the prior.
     """
-    params = check_params(BanditParams() if params is None else params)
+    if isinstance(params, BanditParams):
+        check_params(params)     # the engine's numbers, refused before anything else
     seed_key(seed)   # refuses a bad seed before anything runs
     require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
-    params = bandit.with_plugin_params(params, bandit.plugins_of(config, estimator))
+    params = bandit.resolve_params(params, bandit.plugins_of(config, estimator))
     if follow is not None:
         follow = _check_follow(follow, reps, config)
     init_U, row_prior = start_rows(init_U, row_prior, config, estimator, V, params)
@@ -368,7 +370,7 @@ def start_rows(init_U, row_prior, config: BanditConfig, estimator, V, params):
     return _check_init_U(init_U, config, estimator, V), row_prior
 
 
-def _check_row_prior(row_prior, estimator, V, params: BanditParams):
+def _check_row_prior(row_prior, estimator, V, params: RunParams):
     """``row_prior`` as a float32 :class:`pulse_jax.RowPrior` of ``V``'s rank, or a one-line error."""
     if row_prior is None:
         return None
@@ -440,7 +442,7 @@ def prepare_run(scores, config: BanditConfig, method, V, stop):
     return config, estimator, scores, V
 
 
-def execute(scores, config: BanditConfig, estimator, V, rep_index, params: BanditParams, seed: int,
+def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunParams, seed: int,
             chunk_size=None, progress=False, devices=None, follow=None, init_U=None, row_prior=None):
     """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program
     (each following the choices ``follow[k]`` when given: see :func:`simulate`).
@@ -528,7 +530,7 @@ def rep_keys_for(seed: int, reps) -> jax.Array:
     return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.asarray(reps))
 
 
-def result_from(out, method_name: str, config: BanditConfig, params: BanditParams, seed: int, scores, seconds: float,
+def result_from(out, method_name: str, config: BanditConfig, params: RunParams, seed: int, scores, seconds: float,
                 compile_seconds: float, model_names=None) -> SimulationResult:
     """A :class:`SimulationResult` from the stacked run outputs (NumPy, leading axis = repetition)."""
     reps = out.init_best.shape[0]

@@ -23,7 +23,7 @@ import numpy as np
 from pulse_jax import bandit, metrics
 from pulse_jax.bandit import BanditConfig
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import NUMBER_FIELDS, RANGES, BanditParams, as_number, check_params, check_value, seed_key
+from pulse_jax.params import BanditParams, RunParams, as_number, seed_key
 from pulse_jax.simulate import SimulationResult, is_count, prepare_run, start_rows, execute, result_from
 
 
@@ -34,7 +34,7 @@ class SweepResult:
     method: str
     config: BanditConfig
     axes: tuple[str, ...]              # the parameters that were swept
-    points: list[BanditParams]
+    points: list[RunParams]
     results: list[SimulationResult]
     baseline: int                      # index of the point that savings are measured against
     seconds: float                     # wall time, compilation included
@@ -133,52 +133,49 @@ def _cells(x):
     return "> budget" if x is None else f"{x:,.0f}"
 
 
-def grid_points(grid, base: BanditParams | None = None, plugin_names=()) -> tuple[tuple[str, ...], list[BanditParams]]:
+def grid_points(grid, base=None, plugins=None) -> tuple[tuple[str, ...], list[RunParams]]:
     """``(axes, points)`` from a grid: a mapping ``{name: values}`` (their Cartesian product, in the
-    order given), a sequence of mappings (an explicit list) or a sequence of ``BanditParams``.
-    Unswept fields take ``base`` (default: the paper's values). A name in ``plugin_names`` is a
-    plug-in's traced number (``BanditParams.plugin``). One-line errors name the parameter."""
-    base = check_params(BanditParams() if base is None else base, "base")
+    order given), a sequence of mappings (an explicit list) or a sequence of ``RunParams`` /
+    ``BanditParams``. A name is a number's path (``engine.delta``, ``rule.exploration``,
+    ``estimator.fixed_lambda``, ``stop.epsilon``) or its field name alone where that is unambiguous.
+    Unswept numbers take ``base`` (anything :func:`pulse_jax.params.run_params` takes; default: the
+    defaults). ``plugins`` is the run's ``(estimator, rule, stop)`` (default: the paper's PULSE with
+    the UCB-E index rule and a fixed budget). Every point is checked against the plug-ins' declared
+    ranges; one-line errors name the number."""
+    if plugins is None:
+        from pulse_jax import estimators, rules, stopping
+
+        plugins = (estimators.pulse(), rules.ucb_index_rule(), stopping.spend_budget())
+    base = bandit.resolve_params(base, plugins, "base")
     require(grid is not None, "grid: pass {parameter: [values, ...]} or a list of points")
     if isinstance(grid, Mapping):
         require(len(grid) > 0, "grid: no parameter given")
-        axes = []
-        lists = []
+        axes, lists = [], []
         for name, values in grid.items():
-            if name not in RANGES and name not in plugin_names:
-                raise PulseInputError(f"grid: unknown parameter {name!r}; sweepable parameters are "
-                                      + ", ".join(list(RANGES) + list(plugin_names)))
+            base.path_of(str(name), "grid")
             values = [values] if np.isscalar(values) else list(values)
             require(len(values) > 0, f"grid: parameter {name!r} has no values")
-            lists.append([as_number(name, v, f"grid {name}") if name not in RANGES else check_value(name, v, f"grid {name}")
-                          for v in values])
-            axes.append(name)
-        points = [_with(base, dict(zip(axes, combo))) for combo in itertools.product(*lists)]
+            lists.append([as_number(name, v, f"grid {name}") for v in values])
+            axes.append(str(name))
+        points = [bandit.resolve_params(base.replace(dict(zip(axes, combo))), plugins, f"grid point {k}")
+                  for k, combo in enumerate(itertools.product(*lists))]
         return tuple(axes), points
     require(isinstance(grid, Sequence) and len(grid) > 0, "grid: an empty list of points")
     points, axes = [], []
     for k, item in enumerate(grid):
-        if isinstance(item, BanditParams):
-            points.append(check_params(item, f"grid point {k}"))
+        where = f"grid point {k}"
+        if isinstance(item, (RunParams, BanditParams)):
+            points.append(bandit.resolve_params(item, plugins, where))
             continue
-        require(isinstance(item, Mapping), f"grid point {k}: expected a dict or BanditParams, got {type(item).__name__}")
-        values = {name: as_number(name, v, f"grid point {k}") if name in plugin_names and name not in RANGES
-                  else check_value(name, v, f"grid point {k}") for name, v in item.items()}
+        require(isinstance(item, Mapping), f"{where}: expected a dict or RunParams, got {type(item).__name__}")
+        values = {str(name): v for name, v in item.items()}
+        for name in values:
+            base.path_of(name, where)
         axes += [a for a in values if a not in axes]
-        points.append(_with(base, values))
-    if not axes:   # BanditParams points: the fields that differ
-        names = list(NUMBER_FIELDS) + sorted({n for p in points for n in (p.plugin or {})})
-        axes = [a for a in names if len({str((p.plugin or {}).get(a) if a not in NUMBER_FIELDS else p.value(a))
-                                          for p in points}) > 1]
+        points.append(bandit.resolve_params(base.replace(values), plugins, where))
+    if not axes:   # RunParams points: the numbers that differ
+        axes = [a for a in points[0].paths() if len({str(_plain(p.value(a))) for p in points}) > 1]
     return tuple(axes), points
-
-
-def _with(base: BanditParams, values: dict) -> BanditParams:
-    """``base`` with ``values`` set: fields directly, plug-in numbers in ``plugin``."""
-    fields = {k: v for k, v in values.items() if k in NUMBER_FIELDS}
-    plugin = {k: v for k, v in values.items() if k not in NUMBER_FIELDS}
-    point = base._replace(**fields)
-    return point._replace(plugin={**(base.plugin or {}), **plugin}) if plugin else point
 
 
 def _baseline_index(baseline, axes, points) -> int | None:
@@ -189,7 +186,10 @@ def _baseline_index(baseline, axes, points) -> int | None:
         require(0 <= baseline < len(points), f"baseline: point {baseline} does not exist ({len(points)} points)")
         return int(baseline)
     require(isinstance(baseline, Mapping), f"baseline: a point index or a dict of values, got {baseline!r}")
-    want = {k: check_value(k, v, "baseline") for k, v in baseline.items()}
+    want = {}
+    for name, value in baseline.items():
+        points[0].path_of(str(name), "baseline")
+        want[str(name)] = as_number(name, value, "baseline")
     for k, p in enumerate(points):
         if all(_same(p.value(name), v) for name, v in want.items()):
             return k
@@ -198,9 +198,9 @@ def _baseline_index(baseline, axes, points) -> int | None:
 
 def _paper_or_best(axes, points, results, plugins) -> tuple[int, str]:
     """The default baseline: the point with the paper's value on every swept axis (the defaults of
-    :class:`BanditParams` and of the plug-ins' traced numbers) when the grid has it; otherwise the point
-    with the highest accuracy averaged over the run (area under its accuracy curve), the first of ties."""
-    paper = bandit.with_plugin_params(BanditParams(), plugins, "the paper's point")
+    the engine's and the plug-ins' numbers) when the grid has it; otherwise the point with the
+    highest accuracy averaged over the run (area under its accuracy curve), the first of ties."""
+    paper = bandit.resolve_params(None, plugins, "the paper's point")
     for k, point in enumerate(points):
         if all(_same(point.value(a), paper.value(a)) for a in axes):
             return k, "the paper's setting"
@@ -222,12 +222,15 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     Args:
       scores, config, method, V, seed, chunk_size, devices, stop, row_prior: as in :func:`pulse_jax.simulate`
         (a ``row_prior`` needs ``refit_prior > 0`` at some point of the grid).
-      grid: ``{"exploration": [0.25, 1, 4], "refit_lr": [0.03, 0.1]}`` (Cartesian
-        product), or a list of dicts / ``BanditParams`` (explicit points).
-        Sweepable: every field of :class:`pulse_jax.BanditParams`
-        (``fixed_lambda=nan`` is the paper's adaptive lambda) and every traced
-        number the run's plug-ins declare (e.g. Top-Two's ``leader_fraction``).
-      base: values of the parameters not in the grid (default: the paper's).
+      grid: ``{"rule.exploration": [0.25, 1, 4], "refit_lr": [0.03, 0.1]}`` (Cartesian
+        product), or a list of dicts / ``RunParams`` (explicit points).
+        Sweepable: every number of the run, named by its path or by its field name
+        alone where that is unambiguous: the engine's (:class:`pulse_jax.BanditParams`)
+        and each plug-in's own (``rule.exploration``, ``rule.leader_fraction``,
+        ``estimator.fixed_lambda`` -- NaN is the paper's adaptive lambda --,
+        ``stop.epsilon``, ...).
+      base: values of the parameters not in the grid (default: the paper's): a dict
+        ``{name: value}``, a ``RunParams`` or a ``BanditParams``.
       baseline: the point savings are measured against: an index or a dict of
         values (default: the paper's setting when the grid has it, else the
         point with the highest accuracy averaged over the run).
@@ -240,9 +243,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     """
     config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
     plugins = bandit.plugins_of(config, estimator)
-    declared = tuple(name for plugin in plugins for name, *_ in plugin.traced)
-    axes, points = grid_points(grid, base, declared)
-    points = [bandit.with_plugin_params(p, plugins, f"grid point {k}") for k, p in enumerate(points)]
+    axes, points = grid_points(grid, base, plugins)
     seed_key(seed)
     require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)

@@ -16,7 +16,6 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax import bandit, sampling, ties
-from pulse_jax import params as pj_params
 
 
 def _sigmoid(z):
@@ -56,9 +55,11 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
     N = avail.sum(1)                      # each model's population
     V = np.asarray(V, np.float64)
     m, n = S.shape
-    params = pj_params.BanditParams() if params is None else params
+    # The run's numbers as the engine resolves them: the engine's, and the rule's own (RunParams).
+    params = bandit.resolve_params(params, bandit.plugins_of(config, bandit.get_estimator(method)))
     init_lr, refit_lr = float(params.init_refit_lr), float(params.refit_lr)
-    B, T, a, tau = config.batch_size, config.budget, float(params.exploration), config.refit_every
+    a = float(params.rule.exploration) if "exploration" in getattr(params.rule, "_fields", ()) else 1.0
+    B, T, tau = config.batch_size, config.budget, config.refit_every
     model_order, examples_key, tie_key = bandit.draw_keys(key, m)
     model_order = np.asarray(model_order)
     uniforms = np.asarray(jax.vmap(lambda t: jnp.stack([ties.tie_uniform(tie_key, t, w) for w in range(5)]))(
@@ -199,8 +200,7 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
                 else challenger
             i = pick if active[pick] else i
         if config.rule.name == "top_two":
-            declared = {name: default for name, default, *_ in config.rule.traced}
-            beta = float((params.plugin or {}).get("leader_fraction", declared["leader_fraction"]))
+            beta = float(params.rule.leader_fraction)
             est = estimates()
             leader = _random_argmax(uniforms[t, 2], est, model_order)
             if dict(config.rule.settings)["challenger"] == "interval":

@@ -45,7 +45,8 @@ def test_desraj_proxies_are_unbiased_by_exact_enumeration(share):
     predictable range; the pull's one-step estimate (the estimator's update) has mean mu exactly."""
     scores, preds, unseen = _population()
     f, s = jnp.asarray(preds, jnp.float32), jnp.asarray(scores, jnp.float32)
-    w = np.asarray(jnp.where(jnp.asarray(unseen), adaptive.residual_sd_weights(share)(f, jnp.asarray(unseen)), 0.0))
+    weights = adaptive.residual_sd_weights(share)(f, jnp.asarray(unseen), ())
+    w = np.asarray(jnp.where(jnp.asarray(unseen), weights, 0.0))
     idx = np.flatnonzero(unseen)
     B = 3
     est = pj.pulse_adaptive(share)
@@ -65,7 +66,7 @@ def test_desraj_proxies_are_unbiased_by_exact_enumeration(share):
         y, low, width = (np.asarray(a, np.float64) for a in adaptive.desraj_proxies(s[ex], f[ex], design, valid))
         assert np.all(y >= low - 1e-5) and np.all(y <= low + width + 1e-5)
         pull = Pull(jnp.int32(0), jnp.int32(B), s[ex].sum(), f[ex].sum(), s[ex], f[ex], valid, design)
-        state, _ = est.update(est.init(ledger), ledger, pull, len(scores), pj.BanditParams())
+        state, _ = est.update(est.init(ledger, est.params), ledger, pull, len(scores), est.params)
         theta_mean += prob * (float(state.theta_sum[0]) - obs)     # the initial theta is obs (1 cell)
     assert theta_mean == pytest.approx(scores.mean(), abs=2e-5)
     # Conditional means after each prefix: sum over the next draw of q * Y, against the unseen mean.

@@ -23,7 +23,7 @@ def _pulse_proxies(scores, preds, observed, order, lam_state, est=None):
                 jnp.asarray(scores[list(order)], jnp.float32), jnp.asarray(preds[list(order)], jnp.float32),
                 jnp.ones(len(order), bool))
     est = est or estimators.pulse()
-    y, lower, width = est.proxies(lam_state, ledger, pull, n, BanditParams())
+    y, lower, width = est.proxies(lam_state, ledger, pull, n, est.params)
     row = est.n_sequences - 1          # the proxies: the last row (after the raw scores, if any)
     return tuple(np.asarray(a[row], np.float64) for a in (y, lower, width))
 
@@ -41,7 +41,8 @@ def test_proxy_conditional_mean_is_the_unseen_mean_by_exact_enumeration(z_histor
     est = registry.estimator(name)
     ledger0 = Ledger(jnp.array([2, 1]), jnp.array([2, 1]), jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]),
                      jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]))
-    state = est.init(ledger0)._replace(z_sum=jnp.array([z_history[0], 0.0]), n_z=jnp.array([z_history[1], 0]))
+    state = est.init(ledger0, est.params)._replace(z_sum=jnp.array([z_history[0], 0.0]),
+                                                    n_z=jnp.array([z_history[1], 0]))
     unobs = [j for j in range(n) if j not in observed]
     rows = {}
     for order in itertools.permutations(unobs, B):           # every ordered batch: uniform sequential draws
@@ -394,7 +395,7 @@ def _adaptive_sequence_miss_rate(reps=1000, N=100, batch=5, grid=0, share=0.5, m
     def one(key):
         def body(carry, k):
             cs, seen = carry
-            w = jnp.where(seen, 0.0, weights_of(preds, ~seen))
+            w = jnp.where(seen, 0.0, weights_of(preds, ~seen, ()))
             ex = sampling.weighted_draw(jax.random.fold_in(key, k), w, batch)
             valid = jnp.ones(batch, bool)
             design = draw_design(preds, ~seen, jnp.where(seen, 0.0, 1.0) if mislabel else w, ex, valid)

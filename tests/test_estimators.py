@@ -53,13 +53,13 @@ def test_lemma1_through_the_estimator_update_with_the_paper_lambda():
         n_obs=jnp.array([len(observed), 2]), n_pulls=jnp.array([3, 1]),
         obs_sum=jnp.array([scores[observed].sum(), 1.0]), obs_sq_sum=jnp.array([scores[observed].sum(), 1.0]),
         pred_sum=jnp.array([preds[unobs].sum(), 0.0]), pred_sq_sum=jnp.array([(preds[unobs] ** 2).sum(), 0.0]))
-    state = est.init(ledger)._replace(theta_sum=jnp.array([1.1, 0.5]), z_sum=jnp.array([2.3, 0.0]),
+    state = est.init(ledger, est.params)._replace(theta_sum=jnp.array([1.1, 0.5]), z_sum=jnp.array([2.3, 0.0]),
                                       n_z=jnp.array([2, 0]))
     increments, lams = [], set()
     for batch in itertools.combinations(unobs, batch_size):
         pull = Pull(jnp.int32(0), jnp.int32(batch_size), jnp.float32(scores[list(batch)].sum()),
                     jnp.float32(preds[list(batch)].sum()))
-        new, info = est.update(state, ledger, pull, n, BanditParams())
+        new, info = est.update(state, ledger, pull, n, est.params)
         increments.append(float(new.theta_sum[0] - state.theta_sum[0]))
         lams.add(round(float(info.lam), 6))
     assert len(lams) == 1 and 0 < lams.pop() < 1   # predictable: same lambda whatever the batch
@@ -104,7 +104,7 @@ def test_update_with_an_empty_pull_changes_nothing(name):
     ledger = Ledger(jnp.array([3, 5, 2, 7]), jnp.array([1, 2, 1, 3]), jnp.array([1.0, 3.0, 1.0, 4.0]),
                     jnp.array([1.0, 3.0, 1.0, 4.0]), jnp.array([2.0, 1.0, 3.0, 0.5]),
                     jnp.array([1.0, 0.5, 2.0, 0.2]))
-    params = BanditParams()
+    params = est.params
 
     def pull(model, size, scores, preds):
         """A pull with its per-draw arrays (and, for an estimator that weights its draws, their design)."""
@@ -112,10 +112,11 @@ def test_update_with_an_empty_pull_changes_nothing(name):
         design = None
         if est.draw_weights is not None:
             all_f, unseen = jnp.asarray([0.3, 0.6, 0.5, 0.9, 0.2]), jnp.ones(5, bool)
-            design = estimators.draw_design(all_f, unseen, est.draw_weights(all_f, unseen), jnp.asarray([1, 3]), valid)
+            weights = est.draw_weights(all_f, unseen, est.params)
+            design = estimators.draw_design(all_f, unseen, weights, jnp.asarray([1, 3]), valid)
         return Pull(jnp.int32(model), jnp.int32(size), jnp.sum(s), jnp.sum(f), s, f, valid, design)
 
-    state, _ = est.update(est.init(ledger), ledger, pull(1, 2, [1.0, 0.0], [0.6, 0.9]), 10, params)
+    state, _ = est.update(est.init(ledger, est.params), ledger, pull(1, 2, [1.0, 0.0], [0.6, 0.9]), 10, params)
     after, info = est.update(state, ledger, pull(2, 0, [1.0, 1.0], [0.5, 0.5]), 10, params)
     if isinstance(info, estimators.PulseInfo):   # PULSE and its variants report their lambda
         assert np.isnan(float(info.lam))   # an empty pull used no lambda
@@ -142,19 +143,19 @@ def test_inverse_variance_weights_are_predictable_and_keep_lemma1():
         obs_sum=jnp.array([scores[observed].sum(), 1.0]), obs_sq_sum=jnp.array([scores[observed].sum(), 1.0]),
         pred_sum=jnp.array([preds[unobs].sum(), 0.0]), pred_sq_sum=jnp.array([(preds[unobs] ** 2).sum(), 0.0]),
         population=jnp.array([n, n]))
-    state = est.init(ledger)._replace(z_sum=jnp.array([2.3, 0.0]), n_z=jnp.array([2, 0]))
+    state = est.init(ledger, est.params)._replace(z_sum=jnp.array([2.3, 0.0]), n_z=jnp.array([2, 0]))
     increments, weights = [], set()
     for batch in itertools.combinations(unobs, batch_size):
         pull = Pull(jnp.int32(0), jnp.int32(batch_size), jnp.float32(scores[list(batch)].sum()),
                     jnp.float32(preds[list(batch)].sum()))
-        new, _ = est.update(state, ledger, pull, n, BanditParams())
+        new, _ = est.update(state, ledger, pull, n, est.params)
         weights.add(round(float(new.weight_sum[0] - state.weight_sum[0]), 3))
         increments.append(float(new.theta_sum[0] - state.theta_sum[0]))
     assert len(weights) == 1
     w = weights.pop()
     assert w > 0 and abs(np.mean(increments) - w * scores.mean()) < 1e-4 * w
     # the initial theta's weight does not look at its own batch: only at how many cells it has
-    a, b = (est.init(ledger._replace(obs_sum=jnp.array([s, 1.0]))).weight_sum[0] for s in (0.0, 2.0))
+    a, b = (est.init(ledger._replace(obs_sum=jnp.array([s, 1.0])), est.params).weight_sum[0] for s in (0.0, 2.0))
     assert float(a) == float(b)
     with pytest.raises(Exception, match="weighting"):
         estimators.pulse(weighting="median")

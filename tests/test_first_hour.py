@@ -135,7 +135,7 @@ def test_simulate_and_sweep_share_one_set_of_defaults_and_record_provenance(tiny
 
     assert sim["versions"]["jax"] == jax.__version__ and sim["versions"]["jaxlib"] and sim["versions"]["pulse-jax"]
     assert sim["backend"] == jax.default_backend() and sim["seed"] == 0 and sim["method"] == ["ucbe"]
-    assert sim["config"]["rule"]["name"] and sim["params"]["exploration"] == 1.0
+    assert sim["config"]["rule"]["name"] and sim["params"]["rule"]["exploration"] == 1.0
     assert "command" in sim and swp["points"] == [{**swp["points"][0]}, {**swp["points"][1]}]
 
 
@@ -213,13 +213,13 @@ def test_bounds_option_and_the_select_defaults():
     parser = cli.build_parser()
     sim = parser.parse_args(["simulate", "--scores", "s.csv", "--out", "o"])
     assert (sim.method, sim.rule, sim.bounds) == ("ucbe,pulse,naive", "ucbe", "all")
-    assert cli._params(sim).cs_simultaneous == 1.0
+    assert cli._params(sim)["cs_simultaneous"] == 1.0 and "exploration" not in cli._params(sim)   # the rule's own
     assert cli._params(parser.parse_args(["simulate", "--scores", "s.csv", "--out", "o", "--bounds", "certification"])
-                       ).cs_simultaneous == 0.0
+                       )["cs_simultaneous"] == 0.0
     sel = parser.parse_args(["select", "--models", "m.txt", "--budget", "10", "--log", "l.jsonl"])
     assert (sel.method, sel.rule, sel.bounds, sel.sequence) == ("pulse_hedged", "top_two_interval", "certification",
                                                                 "betting")
-    assert cli._params(sel).cs_simultaneous == 0.0 and cli._cs_grid(sel) == 1000
+    assert cli._params(sel)["cs_simultaneous"] == 0.0 and cli._cs_grid(sel) == 1000
     hedged = registry.estimator(sel.method)
     assert hedged.name == "pulse_hedged" and hedged.n_sequences == 2
     assert dict(hedged.settings)["lambda_rule"] == "constant_lambda(0.5)"

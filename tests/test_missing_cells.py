@@ -59,15 +59,15 @@ def test_pulse_one_step_estimate_is_unbiased_over_a_ragged_population_by_enumera
     ledger = Ledger(jnp.array([2, 3]), jnp.array([1, 1]), jnp.array([scores[seen].sum(), 1.0]),
                     jnp.array([scores[seen].sum(), 1.0]), jnp.array([preds[unseen].sum(), 0.0]),
                     jnp.array([(preds[unseen] ** 2).sum(), 0.0]), jnp.array([6, 9]))
-    state = est.init(ledger)._replace(z_sum=jnp.array([1.7, 0.0]), n_z=jnp.array([1, 0]))
+    state = est.init(ledger, est.params)._replace(z_sum=jnp.array([1.7, 0.0]), n_z=jnp.array([1, 0]))
     thetas, ys = [], {}
     for batch in itertools.permutations(unseen, 2):
         pull = Pull(jnp.int32(0), jnp.int32(2), jnp.float32(scores[list(batch)].sum()),
                     jnp.float32(preds[list(batch)].sum()), jnp.asarray(scores[list(batch)], jnp.float32),
                     jnp.asarray(preds[list(batch)], jnp.float32), jnp.ones(2, bool))
-        new, _ = est.update(state, ledger, pull, 9, pj.BanditParams())
+        new, _ = est.update(state, ledger, pull, 9, est.params)
         thetas.append(float(new.theta_sum[0] - state.theta_sum[0]))
-        y = np.asarray(est.proxies(state, ledger, pull, 9, pj.BanditParams())[0][1])
+        y = np.asarray(est.proxies(state, ledger, pull, 9, est.params)[0][1])
         for k in range(2):
             ys.setdefault(batch[:k], []).append(y[k])
     assert np.mean(thetas) == pytest.approx(scores.mean(), abs=1e-6)

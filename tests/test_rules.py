@@ -126,18 +126,19 @@ def test_a_plugins_own_traced_number_sweeps_without_recompiling(tmp_path, capsys
         pj.sweep(scores, config, "ucbe", {"leader_fraction": [0.3, 0.6]}, reps=6, seed=1)
         assert len(compiles) == first                           # new values: nothing compiled
     assert result.axes == ("leader_fraction",) and result.values(1) == {"leader_fraction": 0.8}
-    alone = pj.simulate(scores, config, "ucbe", reps=6, params=BanditParams(plugin={"leader_fraction": 0.8}))
+    alone = pj.simulate(scores, config, "ucbe", reps=6, params={"rule.leader_fraction": 0.8})
     np.testing.assert_array_equal(alone.chosen, result.results[1].chosen)
     assert not np.array_equal(result.results[0].chosen, result.results[1].chosen)
     import dataclasses
 
     recorded = dataclasses.replace(config, record_estimates=True)
-    assert_engine_agrees(recorded, "ucbe", scores, V, BanditParams(plugin={"leader_fraction": 0.8}), seeds=(3,))
-    with pytest.raises(PulseInputError, match="'leader_fractoin' is not a traced number of this run's plug-ins "
-                                              r"\(leader_fraction\)"):
-        pj.simulate(scores, config, "ucbe", reps=2, params=BanditParams(plugin={"leader_fractoin": 0.5}))
-    with pytest.raises(PulseInputError, match=r"leader_fraction=1.5 is out of range for top_two: it must lie in "
-                                              r"\(0, 1\)"):
+    params = pj.RunParams(BanditParams(), (), pj.TopTwoParams(leader_fraction=0.8), ())
+    assert_engine_agrees(recorded, "ucbe", scores, V, params, seeds=(3,))
+    with pytest.raises(PulseInputError, match="unknown parameter 'leader_fractoin'; this run's are .*"
+                                              r"rule.leader_fraction, rule.exploration"):
+        pj.simulate(scores, config, "ucbe", reps=2, params={"leader_fractoin": 0.5})
+    with pytest.raises(PulseInputError, match=r"rule.leader_fraction: leader_fraction=1.5 is out of range; it must "
+                                              r"lie in \(0, 1\)"):
         pj.sweep(scores, config, "ucbe", {"leader_fraction": [0.5, 1.5]}, reps=2)
     np.savez(tmp_path / "cand.npz", scores=scores)
     assert cli.main(["sweep", "--scores", str(tmp_path / "cand.npz"), "--method", "ucbe", "--rule", "top_two",

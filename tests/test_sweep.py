@@ -75,7 +75,9 @@ def test_simulate_with_new_parameter_values_compiles_nothing(problem, counted_tr
 @pytest.mark.parametrize("method", ["ucbe", "pulse", "naive"])
 def test_each_sweep_point_equals_simulate_with_its_parameters(problem, method):
     scores, V, config = problem
-    grid = [{"exploration": 0.3, "fixed_lambda": 0.4}, {"exploration": 2.0, "delta": 0.3, "init_refit_lr": 0.05},
+    # fixed_lambda is PULSE's own number (estimator.fixed_lambda); the others are the engine's and the rule's.
+    own = {"estimator.fixed_lambda": 0.4} if method == "pulse" else {}
+    grid = [{"rule.exploration": 0.3, **own}, {"exploration": 2.0, "delta": 0.3, "init_refit_lr": 0.05},
             {"refit_lr": 0.02, "refit_l2": 0.2, "init_refit_l2": 0.001, "refit_prior": 5.0, "cs_simultaneous": 0.0}]
     result = pj.sweep(scores, config, method, grid, reps=5, seed=7, V=V, chunk_size=4)
     for point, res in zip(result.points, result.results):
@@ -130,10 +132,11 @@ def test_bad_grid_input_is_one_line_naming_the_parameter(grid, needle):
 
 
 def test_grid_is_the_cartesian_product_in_the_order_given():
-    axes, points = grid_points({"exploration": [1, 2], "fixed_lambda": [float("nan"), 0.5]})
-    assert axes == ("exploration", "fixed_lambda")
-    assert [(p.exploration, p.fixed_lambda) for p in points][1] == (1.0, 0.5)
-    assert np.isnan(points[0].fixed_lambda) and points[3].exploration == 2.0 and points[0].delta == 0.05
+    axes, points = grid_points({"exploration": [1, 2], "estimator.fixed_lambda": [float("nan"), 0.5]})
+    assert axes == ("exploration", "estimator.fixed_lambda")
+    assert [(p.rule.exploration, p.estimator.fixed_lambda) for p in points][1] == (1.0, 0.5)
+    assert np.isnan(points[0].value("fixed_lambda")) and points[3].value("rule.exploration") == 2.0
+    assert points[0].delta == 0.05 == points[0].engine.delta
 
 
 def test_cli_sweep_writes_table_json_csv_and_figure(problem, tmp_path, capsys):

@@ -8,7 +8,8 @@
 from pulse_jax.rules.base import RuleInputs, SamplingRule, ucb_index
 from pulse_jax.rules.lucb import lucb
 from pulse_jax.rules.successive_halving import successive_halving
-from pulse_jax.rules.top_two import top_two
-from pulse_jax.rules.ucb_index import ucb_index_rule
+from pulse_jax.rules.top_two import TopTwoParams, top_two
+from pulse_jax.rules.ucb_index import IndexParams, ucb_index_rule
 
-__all__ = ["RuleInputs", "SamplingRule", "ucb_index", "ucb_index_rule", "lucb", "top_two", "successive_halving"]
+__all__ = ["IndexParams", "RuleInputs", "SamplingRule", "TopTwoParams", "ucb_index", "ucb_index_rule", "lucb", "top_two",
+           "successive_halving"]

@@ -6,9 +6,9 @@ state pytree (``()`` for a stateless rule), in the optax style:
 * ``init(config) -> state`` once per repetition (``config`` is the static
   :class:`pulse_jax.BanditConfig`: shapes, budget, batch size);
 * ``choose(state, inputs, params) -> (model, state)`` at every step, from
-  the :class:`RuleInputs` of that step and the traced
-  :class:`pulse_jax.BanditParams`; ``model = -1`` (or a model that cannot be
-  pulled now) means "pull nothing this step";
+  the :class:`RuleInputs` of that step and the rule's own traced ``params``
+  (the pytree its ``params`` field declares, with the run's values); ``model =
+  -1`` (or a model that cannot be pulled now) means "pull nothing this step";
 * ``update(state, model, size) -> state`` after a batch of ``size`` cells of
   ``model`` was observed (``size = 0``: nothing was);
 * ``eligible(state) -> (m,) bool`` (optional): the models the run's
@@ -18,10 +18,10 @@ state pytree (``()`` for a stateless rule), in the optax style:
 ``needs_interval`` asks the engine for the simultaneous bounds in
 ``inputs.low`` / ``inputs.high`` (otherwise they are NaN and cost nothing),
 ``settings`` lists the rule's static settings as ``(name, value)`` pairs,
-which logs and results record, and ``traced`` declares the numbers it reads
-from ``params.plugin`` as ``(name, default, low, high)`` (an open range): they
-are traced like every :class:`pulse_jax.BanditParams` field, so a sweep over
-them never recompiles (read them with :func:`pulse_jax.params.plugin_value`). Every random choice takes its uniform from
+which logs and results record, and ``params`` holds the rule's own numbers: a
+small ``NamedTuple`` with their defaults (and, optionally, a ``RANGES`` class
+attribute), traced like the engine's, so a sweep over ``rule.<field>`` never
+recompiles (:mod:`pulse_jax.params`). Every random choice takes its uniform from
 :func:`pulse_jax.ties.tie_uniform` (``inputs.tie_key``, ``inputs.t``, a
 stream), so runs on one key share their random numbers.
 """
@@ -70,7 +70,8 @@ class SamplingRule(NamedTuple):
     eligible: RuleEligible | None = None
     needs_interval: bool = False
     settings: tuple = ()
-    traced: tuple = ()
+    traced: tuple = ()   # deprecated: give ``params`` (a NamedTuple of the rule's numbers) instead
+    params: tuple = ()   # the rule's own traced numbers with their defaults (``choose`` receives them)
 
 
 def ucb_index(inputs: RuleInputs, exploration) -> chex.Array:

@@ -13,7 +13,7 @@ import functools
 import jax.numpy as jnp
 
 from pulse_jax.rules.base import SamplingRule
-from pulse_jax.rules.ucb_index import choose_by_index
+from pulse_jax.rules.ucb_index import IndexParams, choose_by_index
 from pulse_jax.ties import CHALLENGER, LEADER, random_argmax, tie_uniform
 
 
@@ -33,4 +33,5 @@ def _choose(state, inputs, params):
 @functools.cache
 def lucb() -> SamplingRule:
     """LUCB's leader-or-challenger rule (needs a method with an interval)."""
-    return SamplingRule("lucb", _choose, needs_interval=True)
+    # Its fallback is the index rule's choice, so it has the index rule's number.
+    return SamplingRule("lucb", _choose, needs_interval=True, params=IndexParams())

@@ -21,9 +21,10 @@ fixed-confidence and beyond" (EB-TC). At step ``t``:
   certification check (this variant needs an interval);
 * the leader is pulled with probability ``leader_fraction`` (``beta``; a
   uniform of stream ``COIN``), the challenger otherwise. ``leader_fraction`` is
-  a traced number (``params.plugin["leader_fraction"]``, default the factory's
-  argument), so a sweep over it never recompiles. If the one drawn
-  cannot be pulled, the other is; if neither can, the index rule's choice.
+  the rule's own traced number (:class:`TopTwoParams`, swept as
+  ``rule.leader_fraction``; default the factory's argument), so a sweep over it
+  never recompiles. If the one drawn cannot be pulled, the other is; if
+  neither can, the index rule's choice (with ``rule.exploration``).
 
 The estimates are the method's own (PULSE's doubly robust ones with PULSE),
 so the rule plugs into every estimator.
@@ -31,10 +32,11 @@ so the rule plugs into every estimator.
 from __future__ import annotations
 
 import functools
+import math
+from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from pulse_jax.params import plugin_value
 from pulse_jax.rules.base import SamplingRule
 from pulse_jax.rules.ucb_index import choose_by_index
 from pulse_jax.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
@@ -56,6 +58,15 @@ def interval_cost(estimates, low, high, leader):
 
 
 CHALLENGERS = ("transportation", "interval")
+
+
+class TopTwoParams(NamedTuple):
+    """Top-Two's numbers: the leader's share ``beta`` and the fallback index rule's ``exploration``."""
+
+    leader_fraction: float = 0.5
+    exploration: float = 1.0
+
+    RANGES = {"leader_fraction": (0.0, 1.0, False, False, False), "exploration": (0.0, math.inf, True, False, False)}
 
 
 @functools.cache
@@ -80,11 +91,11 @@ def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") ->
             else transportation_cost(inputs.estimates, inputs.n_obs, leader)
         cost = jnp.where(jnp.arange(m) == leader, jnp.inf, cost)
         challenger = random_argmax(tie_uniform(key, t, CHALLENGER), -cost, order)
-        coin = tie_uniform(key, t, COIN) < plugin_value(params, "leader_fraction", beta)
+        coin = tie_uniform(key, t, COIN) < params.leader_fraction
         first, second = jnp.where(coin, leader, challenger), jnp.where(coin, challenger, leader)
         active = inputs.active
         pick = jnp.where(active[first], first, second)
         return jnp.where(active[pick], pick, fallback), state
 
     return SamplingRule("top_two", choose, needs_interval=by_interval, settings=(("challenger", challenger),),
-                        traced=(("leader_fraction", beta, 0.0, 1.0),))
+                        params=TopTwoParams(leader_fraction=beta))

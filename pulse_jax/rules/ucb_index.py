@@ -1,18 +1,29 @@
 """The paper's sampling rule (UCB-E, Audibert et al. 2010): pull ``argmax_i mu_hat_i + sqrt(a / N_i)``.
 
-``a`` is ``params.exploration``; ties are broken uniformly at random
-(stream ``PULL``). It is the default rule of every method.
+``a`` is the rule's own number ``exploration`` (:class:`IndexParams`; swept as
+``rule.exploration``); ties are broken uniformly at random (stream ``PULL``).
+It is the default rule of every method.
 """
 from __future__ import annotations
 
 import functools
+import math
+from typing import NamedTuple
 
 from pulse_jax.rules.base import SamplingRule, ucb_index
 from pulse_jax.ties import PULL, random_argmax, tie_uniform
 
 
+class IndexParams(NamedTuple):
+    """The index rule's number: ``exploration``, the ``a`` of ``mu_hat_i + sqrt(a / N_i)`` (paper: 1)."""
+
+    exploration: float = 1.0
+
+    RANGES = {"exploration": (0.0, math.inf, True, False, False)}
+
+
 def choose_by_index(state, inputs, params):
-    """The index rule's choice (shared by the rules that fall back on it)."""
+    """The index rule's choice (shared by the rules that fall back on it; ``params`` has ``exploration``)."""
     u = tie_uniform(inputs.tie_key, inputs.t, PULL)
     return random_argmax(u, ucb_index(inputs, params.exploration), inputs.model_order), state
 
@@ -20,4 +31,4 @@ def choose_by_index(state, inputs, params):
 @functools.cache
 def ucb_index_rule() -> SamplingRule:
     """UCB-E's index rule (the paper's Algorithm 1, step 1)."""
-    return SamplingRule("ucbe", choose_by_index)
+    return SamplingRule("ucbe", choose_by_index, params=IndexParams())

@@ -73,6 +73,7 @@ class StoppingRule(NamedTuple):
     needs_interval: bool = False
     settings: tuple = ()
     stops_early: bool = True
-    traced: tuple = ()   # (name, default, low, high): numbers read from params.plugin (see pulse_jax.rules.base)
+    traced: tuple = ()   # deprecated: give ``params`` (a NamedTuple of the rule's numbers) instead
     claim: StopClaim = no_claim
     statement: StopStatement = no_statement
+    params: tuple = ()   # the rule's own traced numbers with their defaults (its functions receive them)
