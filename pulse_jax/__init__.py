@@ -18,13 +18,12 @@ from importlib import import_module as _import_module
 from importlib import metadata as _metadata
 
 _EXPORTS = {
-    "pulse_jax.adaptive": ["pulse_adaptive"],
     "pulse_jax.bandit": ["BanditConfig", "Kernel", "RunResult", "build_kernel", "make_run"],
     "pulse_jax.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
     "pulse_jax.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
     "pulse_jax.errors": ["PulseInputError"],
     "pulse_jax.estimators": ["Estimator", "PulseParams", "constant_lambda", "naive_pooling", "paper_lambda", "pulse", "pulse_certify",
-                             "pulse_hedged", "ucbe"],
+                             "pulse_adaptive", "pulse_hedged", "ucbe"],
     "pulse_jax.factorization": ["PAPER_INIT_REFIT", "PAPER_REFIT", "RowPrior", "adam_settings",
                                 "fit_example_embeddings", "fit_train_factors", "row_prior_from_rows"],
     "pulse_jax.params": ["BanditParams", "RunParams"],

@@ -21,12 +21,12 @@ import importlib
 import sys
 from typing import Callable
 
-from pulse_jax import adaptive, estimators, rules, stopping
+from pulse_jax import estimators, rules, stopping
 from pulse_jax.errors import PulseInputError
 
 ESTIMATORS: dict[str, Callable] = {"ucbe": estimators.ucbe, "pulse": estimators.pulse,
                                    "pulse_certify": estimators.pulse_certify, "pulse_hedged": estimators.pulse_hedged,
-                                   "pulse_adaptive": adaptive.pulse_adaptive, "naive": estimators.naive_pooling}
+                                   "pulse_adaptive": estimators.pulse_adaptive, "naive": estimators.naive_pooling}
 SAMPLING_RULES: dict[str, Callable] = {"ucbe": rules.ucb_index_rule, "lucb": rules.lucb, "top_two": rules.top_two,
                                        "top_two_interval": functools.partial(rules.top_two, challenger="interval"),
                                        "successive_halving": rules.successive_halving}

@@ -385,8 +385,8 @@ def _adaptive_sequence_miss_rate(reps=1000, N=100, batch=5, grid=0, share=0.5, m
     design, predictions anti-correlated with the scores): each batch drawn with the residual-sd weights
     over the unseen examples. ``mislabel``: the proxies computed as if the draws were uniform (a
     mutation that must fail)."""
-    from pulse_jax import adaptive, sampling
-    from pulse_jax.estimators import draw_design
+    from pulse_jax import sampling
+    from pulse_jax.estimators import adaptive, draw_design
     rng = np.random.default_rng(7)
     population = jnp.asarray((rng.random(N) < 0.5).astype(np.float32))
     preds = jnp.asarray(np.clip(0.9 - 0.8 * np.asarray(population) + 0.1 * rng.random(N), 0, 1), jnp.float32)

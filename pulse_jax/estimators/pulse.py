@@ -1,233 +1,23 @@
-"""Per-model mean estimators: UCB-E, PULSE and Naive-Pooling.
-
-An estimator is a :class:`Estimator` -- a small set of pure functions over its
-own state pytree -- that the bandit step calls at fixed points:
-
-* ``init(ledger, params)`` after the initial batch of every model;
-* ``update(state, ledger, pull, n_examples, params) -> (state, info)`` when
-  model ``pull.model`` receives a batch (``ledger`` is the bookkeeping
-  *before* the batch, so everything the update takes from it is predictable);
-  ``info`` is the estimator's own pytree of per-step numbers (PULSE:
-  :class:`PulseInfo`, its lambda; ``()`` for none), which the engine records
-  for every step without reading its fields;
-* ``refresh(state, ledger, n_examples, params)`` right after a factorization refit;
-* ``estimate(state, ledger, params)`` the current ``mu_hat`` of every model;
-* ``radius(state, ledger, n_examples, delta, params)`` the half-width of the paper's
-  fixed-count ``1 - delta`` interval (NaN where the method has none);
-* ``proxies(state, ledger, pull, n_examples, params)`` the per-draw observations of the
-  pull for the anytime-valid confidence sequence (:class:`confidence.ConfSeq`),
-  ``(Y, lower, width)`` with ``E[Y_s | past]`` the mean of the model's
-  still-unseen scores and ``Y_s`` in ``[lower_s, lower_s + width_s]``; ``None``
-  for a method without a valid interval (Naive-Pooling).
-
-``params`` is the estimator's own traced numbers: the pytree its ``params``
-field declares (PULSE: :class:`PulseParams`), with the run's values, so a sweep
-over ``estimator.<field>`` never recompiles. A function written for the
-earlier signatures, without the trailing ``params`` (``init``, ``refresh``,
-``estimate``, ``radius``, ``draw_weights``), still works for one release, with a
-``DeprecationWarning`` (:func:`pulse_jax.protocols.adapt_estimator`).
-
-Declared capabilities, which the engine, the CLI and the reports follow
-(nothing looks at an estimator's name): ``uses_predictions`` (needs example
-embeddings ``V``; the engine refits the factorization for it), ``draw_weights``
-(the engine draws the model's examples with probabilities proportional to
-these weights instead of uniformly, and hands the estimator the
-:class:`DrawDesign` in ``pull.design``; :mod:`pulse_jax.adaptive`) and
-``has_interval`` (``proxies`` is given: confidence sequences, certification,
-LUCB-style rules and certified stopping are available). ``settings`` lists
-the static settings as ``(name, value)`` pairs, which logs record.
-
-All three share the :class:`Ledger` of observed-cell and prediction sums kept
-by the bandit engine, so the statistics exist once.
-"""
+"""PULSE: the running mean of doubly robust (AIPW) one-step estimates, with its lambda rules,
+proxies and the certification variants :func:`pulse_certify` and :func:`pulse_hedged`."""
 from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Callable, NamedTuple
+from typing import Callable, NamedTuple
 
 import chex
 import jax.numpy as jnp
 
 from pulse_jax import confidence
 from pulse_jax.errors import require
-from pulse_jax.protocols import (DrawWeights, EstimatorEstimate, EstimatorInit, EstimatorProxies, EstimatorRadius,
-                                 EstimatorRefresh, EstimatorUpdate)
-
-
-class Ledger(NamedTuple):
-    """Per-model sufficient statistics shared by every estimator (shape ``(m,)`` each).
-
-    ``pred_sum`` / ``pred_sq_sum`` are ``F_i = sum_{j in U_i} f_ij`` and
-    ``Phi_i = sum_{j in U_i} f_ij^2`` over the model's *unobserved* examples,
-    under the predictions current at this step (zero for UCB-E). ``population``
-    is ``N_i``, the number of examples model i has a score for (its benchmark:
-    a candidate matrix may have missing cells); ``None`` means every model has
-    all ``n_examples``.
-    """
-
-    n_obs: chex.Array       # N_i, observed cells
-    n_pulls: chex.Array     # K_i, pulls (the initial batch is the first)
-    obs_sum: chex.Array
-    obs_sq_sum: chex.Array
-    pred_sum: chex.Array
-    pred_sq_sum: chex.Array
-    population: chex.Array = None
-
-
-def populations(ledger: Ledger, n_examples) -> chex.Array:
-    """``N_i`` of every model, as float32 ``(m,)``: the ledger's, else ``n_examples`` for all."""
-    size = ledger.population if ledger.population is not None else n_examples
-    return jnp.broadcast_to(jnp.asarray(size, jnp.float32), ledger.n_obs.shape)
-
-
-class Pull(NamedTuple):
-    """One batch drawn for one model: its cells in draw order and their sums (``size`` of them)."""
-
-    model: chex.Array       # int32 scalar
-    size: chex.Array        # B' = |b|, int32 scalar
-    score_sum: chex.Array   # sum_{j in b} S_ij
-    pred_sum: chex.Array    # sum_{j in b} f_ij
-    scores: chex.Array = None   # (B,) S_ij in draw order, 0 past ``size`` (for ``proxies``)
-    preds: chex.Array = None    # (B,) f_ij in draw order, 0 past ``size``
-    valid: chex.Array = None    # (B,) bool, the first ``size``
-    design: Any = None          # DrawDesign of a weighted draw (estimators with ``draw_weights``), else None
-
-
-class DrawDesign(NamedTuple):
-    """How a weighted pull was drawn (:attr:`Estimator.draw_weights`), all fixed before it.
-
-    Draw ``s`` (0-based) took example ``J_s`` with probability ``weights[s] / (weight_total -
-    sum of weights[:s])`` among the examples still unseen; ``pred_total`` is the sum of the
-    predictions over the examples unseen before the pull (``unseen`` of them), and ``max_low`` /
-    ``max_high`` the largest ``f_j / w_j`` and ``(1 - f_j) / w_j`` over them (the proxies' range).
-    """
-
-    weights: chex.Array       # (B,) w_{J_s}, 0 past ``size``
-    weight_total: chex.Array  # sum of w over the unseen examples before the pull
-    pred_total: chex.Array    # sum of f over them
-    unseen: chex.Array        # how many there were (float)
-    max_low: chex.Array       # max f_j / w_j over them
-    max_high: chex.Array      # max (1 - f_j) / w_j over them
-
-
-def draw_design(preds, unseen, weights, examples, valid) -> DrawDesign:
-    """The :class:`DrawDesign` of a pull of ``examples`` (``valid`` of them) drawn with ``weights``
-    (``(n,)``, 0 off the ``unseen`` examples) from a model with predictions ``preds`` (``(n,)``)."""
-    safe = jnp.where(unseen, weights, 1.0)
-    return DrawDesign(jnp.where(valid, weights[examples], 0.0), jnp.sum(weights), jnp.sum(jnp.where(unseen, preds, 0.0)),
-                      jnp.sum(unseen).astype(jnp.float32), jnp.max(jnp.where(unseen, preds / safe, 0.0)),
-                      jnp.max(jnp.where(unseen, (1.0 - preds) / safe, 0.0)))
+from pulse_jax.estimators.base import Estimator, Ledger, observed_mean, populations, raw_proxies
 
 
 class PulseInfo(NamedTuple):
     """What PULSE reports about one pull."""
 
     lam: chex.Array   # the lambda the pull used (NaN for a step without a pull)
-
-
-
-
-def _no_state(ledger, params):
-    del ledger, params
-    return ()
-
-
-def _no_update(state, ledger, pull, n_examples, params):
-    del ledger, pull, n_examples, params
-    return state, ()
-
-
-def _no_refresh(state, ledger, n_examples, params):
-    del ledger, n_examples, params
-    return state
-
-
-def _observed_mean(state, ledger, params):
-    del state, params
-    return observed_mean(ledger)
-
-
-def _no_radius(state, ledger, n_examples, delta, params):
-    del state, n_examples, delta, params
-    return jnp.full(ledger.n_obs.shape, jnp.nan, jnp.float32)
-
-
-class Estimator(NamedTuple):
-    """A mean estimator as pure functions (see module docstring).
-
-    Build it by keyword; every function has a default, so an estimator writes only what it
-    changes: ``init`` keeps no state (``()``), ``update`` changes nothing, ``refresh`` ignores
-    refits, ``estimate`` is the mean of the observed cells, ``radius`` is NaN (no fixed-count
-    interval) and ``proxies`` is ``None`` (no anytime-valid interval)::
-
-        Estimator(name="shrunk", estimate=my_estimate, proxies=my_proxies)
-
-    The signatures are the protocols of :mod:`pulse_jax.protocols`;
-    :func:`pulse_jax.conformance.check_plugins` checks them on a run's shapes before it compiles.
-
-    ``update`` must leave the state unchanged when ``pull.size == 0`` (a step
-    that spends nothing). Each estimator masks its own scatters rather than
-    the engine selecting between old and new state afterwards: a select over
-    whole arrays stops XLA from updating them in place, which made every
-    step copy them.
-    """
-
-    name: str
-    uses_predictions: bool = False
-    init: EstimatorInit = _no_state
-    update: EstimatorUpdate = _no_update
-    refresh: EstimatorRefresh = _no_refresh
-    estimate: EstimatorEstimate = _observed_mean
-    radius: EstimatorRadius = _no_radius
-    proxies: EstimatorProxies | None = None
-    n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
-    settings: tuple = ()    # static settings, (name, value) pairs
-    traced: tuple = ()      # deprecated: give ``params`` (a NamedTuple of the estimator's numbers) instead
-    draw_weights: DrawWeights | None = None   # (preds (n,), unseen (n,), params) -> draw weights; None: uniform
-    params: tuple = ()      # the estimator's own traced numbers with their defaults (each function receives them)
-
-    @property
-    def has_interval(self) -> bool:
-        """Whether the method has an anytime-valid interval (its ``proxies``)."""
-        return self.proxies is not None
-
-
-def observed_mean(ledger: Ledger) -> chex.Array:
-    """Every model's mean over its observed cells (0 for a model with none)."""
-    return ledger.obs_sum / jnp.maximum(ledger.n_obs, 1)
-
-
-def _raw_proxies(pull: Pull):
-    """The scores themselves as ``(1, B)`` observations: range [0, 1]."""
-    return pull.scores[None], jnp.zeros_like(pull.scores)[None], jnp.ones_like(pull.scores)[None]
-
-
-# ----------------------------------------------------------------------------- UCB-E
-
-
-@functools.cache
-def ucbe() -> Estimator:
-    """UCB-E (Audibert et al. 2010): mean of the observed cells.
-
-    Interval: empirical Bernstein-Serfling (sampling without replacement).
-    """
-
-    # No state of its own, no refresh, and the mean of the observed cells: the defaults.
-    def radius(state, ledger, n_examples, delta, params):
-        del state, params
-        mean = observed_mean(ledger)
-        variance = ledger.obs_sq_sum / jnp.maximum(ledger.n_obs, 1) - mean * mean
-        return confidence.bernstein_serfling_radius(ledger.n_obs, populations(ledger, n_examples), variance, delta)
-
-    def proxies(state, ledger, pull, n_examples, params):
-        del state, ledger, n_examples, params
-        return _raw_proxies(pull)
-
-    return Estimator(name="ucbe", radius=radius, proxies=proxies)
-
-
-# ----------------------------------------------------------------------------- PULSE
 
 
 class PulseParams(NamedTuple):
@@ -420,7 +210,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         rows = aipw_proxies(pull.scores, pull.preds, ledger.pred_sum[i], n_unobserved, lam)
         if not raw_sequence:
             return tuple(r[None] for r in rows)
-        return tuple(jnp.stack([r[0], p]) for r, p in zip(_raw_proxies(pull), rows))
+        return tuple(jnp.stack([r[0], p]) for r, p in zip(raw_proxies(pull), rows))
 
     # raw_sequence is recorded only when it is not the default, so logs written without it still resume.
     settings = (("lambda_rule", getattr(lambda_rule, "__qualname__", repr(lambda_rule))),
@@ -459,40 +249,3 @@ def pulse_hedged() -> Estimator:
     :func:`pulse_certify` is the better choice.
     """
     return pulse(constant_lambda(0.5), None, raw_sequence=True)._replace(name="pulse_hedged")
-
-
-# ----------------------------------------------------------------------------- Naive
-
-
-@functools.cache
-def naive_pooling() -> Estimator:
-    """Naive-Pooling: predictions treated as truth,
-
-        mu_hat_i = (sum_{O_i} S + sum_{U_i} f) / n,
-
-    with the current predictions (every model refreshed after a refit). It is
-    biased whenever the predictions are, so it has no valid interval (NaN).
-    """
-
-    def init(ledger, params):
-        del params
-        return observed_mean(ledger)
-
-    def update(mu, ledger, pull, n_examples, params):
-        del params
-        i = pull.model
-        value = (ledger.obs_sum[i] + pull.score_sum + ledger.pred_sum[i] - pull.pred_sum) / populations(
-            ledger, n_examples)[i]
-        return mu.at[i].set(jnp.where(pull.size > 0, value, mu[i])), ()
-
-    def refresh(mu, ledger, n_examples, params):
-        del mu, params
-        return (ledger.obs_sum + ledger.pred_sum) / populations(ledger, n_examples)
-
-    def estimate(mu, ledger, params):
-        del ledger, params
-        return mu
-
-    # No interval: the default radius (NaN) and no proxies.
-    return Estimator(name="naive", uses_predictions=True, init=init, update=update, refresh=refresh,
-                     estimate=estimate)

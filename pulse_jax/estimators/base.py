@@ -1,0 +1,151 @@
+"""The estimator interface: :class:`Estimator`, and the bookkeeping every estimator shares
+(:class:`Ledger`, :class:`Pull`, :class:`DrawDesign`). See :mod:`pulse_jax.estimators`."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import chex
+import jax.numpy as jnp
+
+from pulse_jax.protocols import (DrawWeights, EstimatorEstimate, EstimatorInit, EstimatorProxies, EstimatorRadius,
+                                 EstimatorRefresh, EstimatorUpdate)
+
+
+class Ledger(NamedTuple):
+    """Per-model sufficient statistics shared by every estimator (shape ``(m,)`` each).
+
+    ``pred_sum`` / ``pred_sq_sum`` are ``F_i = sum_{j in U_i} f_ij`` and
+    ``Phi_i = sum_{j in U_i} f_ij^2`` over the model's *unobserved* examples,
+    under the predictions current at this step (zero for UCB-E). ``population``
+    is ``N_i``, the number of examples model i has a score for (its benchmark:
+    a candidate matrix may have missing cells); ``None`` means every model has
+    all ``n_examples``.
+    """
+
+    n_obs: chex.Array       # N_i, observed cells
+    n_pulls: chex.Array     # K_i, pulls (the initial batch is the first)
+    obs_sum: chex.Array
+    obs_sq_sum: chex.Array
+    pred_sum: chex.Array
+    pred_sq_sum: chex.Array
+    population: chex.Array = None
+
+
+def populations(ledger: Ledger, n_examples) -> chex.Array:
+    """``N_i`` of every model, as float32 ``(m,)``: the ledger's, else ``n_examples`` for all."""
+    size = ledger.population if ledger.population is not None else n_examples
+    return jnp.broadcast_to(jnp.asarray(size, jnp.float32), ledger.n_obs.shape)
+
+
+class Pull(NamedTuple):
+    """One batch drawn for one model: its cells in draw order and their sums (``size`` of them)."""
+
+    model: chex.Array       # int32 scalar
+    size: chex.Array        # B' = |b|, int32 scalar
+    score_sum: chex.Array   # sum_{j in b} S_ij
+    pred_sum: chex.Array    # sum_{j in b} f_ij
+    scores: chex.Array = None   # (B,) S_ij in draw order, 0 past ``size`` (for ``proxies``)
+    preds: chex.Array = None    # (B,) f_ij in draw order, 0 past ``size``
+    valid: chex.Array = None    # (B,) bool, the first ``size``
+    design: Any = None          # DrawDesign of a weighted draw (estimators with ``draw_weights``), else None
+
+
+class DrawDesign(NamedTuple):
+    """How a weighted pull was drawn (:attr:`Estimator.draw_weights`), all fixed before it.
+
+    Draw ``s`` (0-based) took example ``J_s`` with probability ``weights[s] / (weight_total -
+    sum of weights[:s])`` among the examples still unseen; ``pred_total`` is the sum of the
+    predictions over the examples unseen before the pull (``unseen`` of them), and ``max_low`` /
+    ``max_high`` the largest ``f_j / w_j`` and ``(1 - f_j) / w_j`` over them (the proxies' range).
+    """
+
+    weights: chex.Array       # (B,) w_{J_s}, 0 past ``size``
+    weight_total: chex.Array  # sum of w over the unseen examples before the pull
+    pred_total: chex.Array    # sum of f over them
+    unseen: chex.Array        # how many there were (float)
+    max_low: chex.Array       # max f_j / w_j over them
+    max_high: chex.Array      # max (1 - f_j) / w_j over them
+
+
+def draw_design(preds, unseen, weights, examples, valid) -> DrawDesign:
+    """The :class:`DrawDesign` of a pull of ``examples`` (``valid`` of them) drawn with ``weights``
+    (``(n,)``, 0 off the ``unseen`` examples) from a model with predictions ``preds`` (``(n,)``)."""
+    safe = jnp.where(unseen, weights, 1.0)
+    return DrawDesign(jnp.where(valid, weights[examples], 0.0), jnp.sum(weights), jnp.sum(jnp.where(unseen, preds, 0.0)),
+                      jnp.sum(unseen).astype(jnp.float32), jnp.max(jnp.where(unseen, preds / safe, 0.0)),
+                      jnp.max(jnp.where(unseen, (1.0 - preds) / safe, 0.0)))
+
+
+def _no_state(ledger, params):
+    del ledger, params
+    return ()
+
+
+def _no_update(state, ledger, pull, n_examples, params):
+    del ledger, pull, n_examples, params
+    return state, ()
+
+
+def _no_refresh(state, ledger, n_examples, params):
+    del ledger, n_examples, params
+    return state
+
+
+def _observed_mean(state, ledger, params):
+    del state, params
+    return observed_mean(ledger)
+
+
+def _no_radius(state, ledger, n_examples, delta, params):
+    del state, n_examples, delta, params
+    return jnp.full(ledger.n_obs.shape, jnp.nan, jnp.float32)
+
+
+class Estimator(NamedTuple):
+    """A mean estimator as pure functions (see module docstring).
+
+    Build it by keyword; every function has a default, so an estimator writes only what it
+    changes: ``init`` keeps no state (``()``), ``update`` changes nothing, ``refresh`` ignores
+    refits, ``estimate`` is the mean of the observed cells, ``radius`` is NaN (no fixed-count
+    interval) and ``proxies`` is ``None`` (no anytime-valid interval)::
+
+        Estimator(name="shrunk", estimate=my_estimate, proxies=my_proxies)
+
+    The signatures are the protocols of :mod:`pulse_jax.protocols`;
+    :func:`pulse_jax.conformance.check_plugins` checks them on a run's shapes before it compiles.
+
+    ``update`` must leave the state unchanged when ``pull.size == 0`` (a step
+    that spends nothing). Each estimator masks its own scatters rather than
+    the engine selecting between old and new state afterwards: a select over
+    whole arrays stops XLA from updating them in place, which made every
+    step copy them.
+    """
+
+    name: str
+    uses_predictions: bool = False
+    init: EstimatorInit = _no_state
+    update: EstimatorUpdate = _no_update
+    refresh: EstimatorRefresh = _no_refresh
+    estimate: EstimatorEstimate = _observed_mean
+    radius: EstimatorRadius = _no_radius
+    proxies: EstimatorProxies | None = None
+    n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
+    settings: tuple = ()    # static settings, (name, value) pairs
+    traced: tuple = ()      # deprecated: give ``params`` (a NamedTuple of the estimator's numbers) instead
+    draw_weights: DrawWeights | None = None   # (preds (n,), unseen (n,), params) -> draw weights; None: uniform
+    params: tuple = ()      # the estimator's own traced numbers with their defaults (each function receives them)
+
+    @property
+    def has_interval(self) -> bool:
+        """Whether the method has an anytime-valid interval (its ``proxies``)."""
+        return self.proxies is not None
+
+
+def observed_mean(ledger: Ledger) -> chex.Array:
+    """Every model's mean over its observed cells (0 for a model with none)."""
+    return ledger.obs_sum / jnp.maximum(ledger.n_obs, 1)
+
+
+def raw_proxies(pull: Pull):
+    """The scores themselves as ``(1, B)`` observations: range [0, 1]."""
+    return pull.scores[None], jnp.zeros_like(pull.scores)[None], jnp.ones_like(pull.scores)[None]

@@ -1,0 +1,30 @@
+"""UCB-E's estimator (Audibert et al. 2010): the mean of the observed cells."""
+from __future__ import annotations
+
+import functools
+
+import jax.numpy as jnp
+
+from pulse_jax import confidence
+from pulse_jax.estimators.base import Estimator, observed_mean, populations, raw_proxies
+
+
+@functools.cache
+def ucbe() -> Estimator:
+    """UCB-E (Audibert et al. 2010): mean of the observed cells.
+
+    Interval: empirical Bernstein-Serfling (sampling without replacement).
+    """
+
+    # No state of its own, no refresh, and the mean of the observed cells: the defaults.
+    def radius(state, ledger, n_examples, delta, params):
+        del state, params
+        mean = observed_mean(ledger)
+        variance = ledger.obs_sq_sum / jnp.maximum(ledger.n_obs, 1) - mean * mean
+        return confidence.bernstein_serfling_radius(ledger.n_obs, populations(ledger, n_examples), variance, delta)
+
+    def proxies(state, ledger, pull, n_examples, params):
+        del state, ledger, n_examples, params
+        return raw_proxies(pull)
+
+    return Estimator(name="ucbe", radius=radius, proxies=proxies)
