@@ -336,11 +336,10 @@ def from_legacy(defaults: RunParams, params: BanditParams, where: str) -> RunPar
     return out
 
 
-def parse_grid_option(text: str, plugin_names=()) -> tuple[str, list[float]]:
+def parse_grid_option(text: str) -> tuple[str, list[float]]:
     """``"name=v1,v2,..."`` (the CLI's ``--grid``) as ``(name, values)``: numbers, each once. An engine
     number (``delta`` or ``engine.delta``) is range-checked here; a plug-in's (``rule.exploration``,
     or its field name alone) against its declaration when the run's plug-ins are known."""
-    del plugin_names
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or not name:
