@@ -47,7 +47,7 @@ from pathlib import Path
 
 
 import pulse_jax as pj
-from pulse_jax import metrics
+from pulse_jax.analysis import metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_rules import datasets, train_priors  # noqa: E402

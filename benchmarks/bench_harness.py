@@ -3,10 +3,10 @@
 1. **Import.** Writes lm-eval ``--log_samples`` folders for ``--models`` models x ``--docs``
    documents (one folder per model, each with a results JSON and a samples JSONL whose lines have
    the fields and sizes of lm-eval 0.4's: the document, the request arguments, the responses,
-   hashes and the metric), then times :func:`pulse_jax.harness.read_lm_eval` on them (target: 100 x
+   hashes and the metric), then times :func:`pulse_jax.io.harness.read_lm_eval` on them (target: 100 x
    10,000 in < 30 s on 2 cores).
 2. **Live overhead.** Scores ``--batches`` batches of ``--batch-size`` documents of a local
-   ``--task-docs``-document multiple-choice task through :class:`pulse_jax.harness.LmEvalScorer`
+   ``--task-docs``-document multiple-choice task through :class:`pulse_jax.io.harness.LmEvalScorer`
    with lm-eval's own ``dummy`` model, and splits the time: inside the model's request methods,
    inside ``lm_eval.simple_evaluate`` (lm-eval's own work: building requests, filters, metrics),
    and in the adapter itself (target: the adapter's own share < 5% of lm-eval's time).
@@ -66,7 +66,7 @@ def write_logs(root: Path, models: int, docs: int, seed: int = 0) -> int:
 
 
 def bench_import(models: int, docs: int, workdir: Path) -> dict:
-    from pulse_jax import harness
+    from pulse_jax.io import harness
 
     root = workdir / "logs"
     start = time.perf_counter()
@@ -99,7 +99,7 @@ metric_list:
 
 def bench_overhead(task_docs: int, batch_size: int, batches: int, workdir: Path) -> dict:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    from pulse_jax import harness
+    from pulse_jax.io import harness
 
     task_dir = workdir / "task"
     task_dir.mkdir()

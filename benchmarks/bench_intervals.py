@@ -32,7 +32,8 @@ FRACTIONS = (0.10, 0.25, 0.50, 1.00)
 def problems(args):
     """(name, scores, V, batch, budget, refit_every) per dataset."""
     import pulse_jax as pj
-    from pulse_jax import data, factorization
+    from pulse_jax import factorization
+    from pulse_jax.io import data
 
     out = []
     for name in args.datasets.split(","):

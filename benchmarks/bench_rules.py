@@ -43,7 +43,7 @@ SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 def datasets(rank: int):
     """``name -> (scores, V, model names)``: the candidates and embeddings fitted on a train split."""
     import pulse_jax as pj
-    from pulse_jax import data
+    from pulse_jax.io import data
 
     bench = pj.make_benchmark(seed=0)
     out = {"builtin": (bench.scores, np.asarray(pj.fit_example_embeddings(bench.train, rank=rank)))}
@@ -61,7 +61,7 @@ def train_priors(rank: int):
     """``name -> RowPrior``: the Gaussian of the train models' stage-0 rows (``pj.row_prior_from_rows``),
     from the same fits as :func:`datasets`' embeddings."""
     import pulse_jax as pj
-    from pulse_jax import data
+    from pulse_jax.io import data
 
     bench = pj.make_benchmark(seed=0)
     out = {"builtin": pj.row_prior_from_rows(pj.fit_train_factors(bench.train, rank=rank)[0])}
@@ -82,7 +82,7 @@ def settings(regime: str, scores, batch: int) -> dict:
 
 def one_row(name, scores, V, regime, rule, method, args) -> dict:
     import pulse_jax as pj
-    from pulse_jax import metrics
+    from pulse_jax.analysis import metrics
 
     m, n = scores.shape
     s = settings(regime, scores, args.batch_size)

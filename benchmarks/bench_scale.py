@@ -14,7 +14,7 @@ per second (cells evaluated in the simulated bandit, initialization included).
     python benchmarks/bench_scale.py ... --banditeval     # add the banditeval package, when installed
 
 ``--factors`` draws the candidates from a factor file as the paper's
-experiments do (``pulse_jax.data.paper_scale_problem``).
+experiments do (``pulse_jax.io.data.paper_scale_problem``).
 """
 from __future__ import annotations
 
@@ -37,7 +37,7 @@ def problem(spec: dict):
     if spec.get("factors"):
         # The paper's setting: candidates drawn from the factor file; V is the file's own example
         # factors (the shape of a stage-0 fit; the cost does not depend on its values).
-        from pulse_jax.data import load_factors, paper_scale_problem
+        from pulse_jax.io.data import load_factors, paper_scale_problem
 
         _, cand, _ = paper_scale_problem(spec["factors"], seed=0, n_candidates=m)
         scores = cand.scores[:, :n]
@@ -114,14 +114,14 @@ def child(spec: dict) -> dict:
     import jax
     import numpy as np
 
-    from pulse_jax import bandit
+    from pulse_jax import engine
     from pulse_jax.confidence import BETTING_GRID
     from pulse_jax.simulate import simulate
 
     m, n = spec["models"], spec["examples"]
     scores, V = problem(spec)
     method, _, family = spec["method"].partition("+")    # "<method>+betting": betting confidence sequences
-    config = bandit.BanditConfig(n_models=m, n_examples=n, budget=m * spec["batch"] + spec["bandit_budget"],
+    config = engine.BanditConfig(n_models=m, n_examples=n, budget=m * spec["batch"] + spec["bandit_budget"],
                                  batch_size=spec["batch"], refit_every=spec["refit_every"],
                                  cs_grid=BETTING_GRID if family == "betting" else 0)
     res = simulate(scores, config, method, V=np.asarray(V, np.float32), reps=spec["reps"], seed=0,

@@ -44,7 +44,7 @@ def main(argv=None) -> int:
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--out", default="results/oracle_variance.json")
     args = p.parse_args(argv)
-    from pulse_jax.data import load_factors
+    from pulse_jax.io.data import load_factors
 
     out = {}
     for name, file in FILES.items():
@@ -86,7 +86,8 @@ def achieved(args_list=None) -> int:
     args = p.parse_args(args_list)
     import jax.numpy as jnp
 
-    from pulse_jax import data, factorization
+    from pulse_jax import factorization
+    from pulse_jax.io import data
 
     out = {}
     for name, file in FILES.items():

@@ -6,7 +6,7 @@ until the accuracy *stays* at or above 0.95. This script reads ``curves.npz`` of
 ``benchmarks/reproduce_paper.py`` (mean accuracy per budget; the first budget is the end of
 initialization) and prints the paper's count per setting and method, as a Markdown table. With
 per-repetition results (a new reproduction run), ``table.md`` also gives the paper's bootstrap mean
-and paired intervals (``pulse_jax.metrics.paper_budget_to_target``, ``paired_savings``).
+and paired intervals (``pulse_jax.analysis.metrics.paper_budget_to_target``, ``paired_savings``).
 
     python benchmarks/paper_count.py docs/paper_full/curves.npz
 """

@@ -51,7 +51,9 @@ import jax.numpy as jnp
 import numpy as np
 
 import pulse_jax as pj
-from pulse_jax import data, factorization, metrics
+from pulse_jax import factorization
+from pulse_jax.io import data
+from pulse_jax.analysis import metrics
 from pulse_jax.rules import SamplingRule
 from pulse_jax.ties import PULL, random_argmax, tie_uniform
 

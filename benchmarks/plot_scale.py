@@ -30,7 +30,7 @@ def main(argv=None):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from pulse_jax.plotting import COLORS, LABELS
+    from pulse_jax.analysis.plotting import COLORS, LABELS
 
     fig, axes = plt.subplots(1, len(args.files), figsize=(4 * len(args.files), 3.4), squeeze=False)
     for ax, path in zip(axes[0], args.files):

@@ -30,7 +30,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import data, factorization
+from pulse_jax import factorization
+from pulse_jax.io import data
 from pulse_jax.params import BanditParams
 
 FILES = {"bbh_composite": "openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz",

@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import bandit, factorization, sampling
+from pulse_jax import engine, factorization, sampling
 from pulse_jax.estimators import ucbe
 from pulse_jax.params import BanditParams
 
@@ -52,7 +52,7 @@ def main(argv=None):
     S = jnp.asarray((rng.random((m, n)) < 0.5).astype(np.float32))
     V = jnp.asarray(rng.normal(0, 0.1, (n, r)).astype(np.float32))
     U = jnp.asarray(rng.normal(0, 0.1, (m, r)).astype(np.float32))
-    config = bandit.BanditConfig(n_models=m, n_examples=n, budget=m * B + B, batch_size=B)
+    config = engine.BanditConfig(n_models=m, n_examples=n, budget=m * B + B, batch_size=B)
     row = sampling.empty_mask(1, n)[0]
 
     def block(K, L):
@@ -66,7 +66,7 @@ def main(argv=None):
     rows = [
         ("one example draw (B examples)", timed(jax.jit(lambda k, w: sampling.draw(k, w, 100, n, B)), key, row)),
         ("reset, UCB-E (m initial draws)",
-         timed(jax.jit(lambda k, s: bandit.build_kernel(config, ucbe()).init(k, s, V[:, :1], BanditParams())[1].ledger.obs_sum), key, S)),
+         timed(jax.jit(lambda k, s: engine.build_kernel(config, ucbe()).init(k, s, V[:, :1], BanditParams())[1].ledger.obs_sum), key, S)),
         # (blocks passed as arguments, not closed over: XLA would constant-fold their gathers)
         (f"initial refit, 50 epochs on {m * B:,} cells",
          timed(jax.jit(lambda u, v, b: factorization.refit_rows_on_blocks(u, v, b, n, factorization.PAPER_INIT_REFIT)),

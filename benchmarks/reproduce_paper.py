@@ -29,9 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
-from pulse_jax import data, factorization, metrics, plotting
-from pulse_jax.bandit import BanditConfig
-from pulse_jax.report import clean_json
+from pulse_jax import factorization
+from pulse_jax.io import data
+from pulse_jax.analysis import metrics, plotting
+from pulse_jax.engine import BanditConfig
+from pulse_jax.analysis.report import clean_json
 from pulse_jax.compilation_cache import enable_compilation_cache
 from pulse_jax.simulate import SimulationResult, simulate
 

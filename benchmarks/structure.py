@@ -106,6 +106,40 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return out
 
 
+PLUGIN_PACKAGES = ("pulse_jax.estimators", "pulse_jax.rules", "pulse_jax.stopping")
+
+
+def engine_reaches_built_ins(edges: dict[str, set[str]]) -> list[str]:
+    """The built-in plug-in modules (and the plug-in packages, which import them) that any
+    ``pulse_jax.engine`` module reaches through its imports, directly or not; the interfaces
+    (``*.base``) are allowed."""
+    seen, todo = set(), [m for m in edges if m == "pulse_jax.engine" or m.startswith("pulse_jax.engine.")]
+    while todo:
+        for t in edges.get(todo.pop(), ()):
+            if t not in seen:
+                seen.add(t)
+                todo.append(t)
+    return sorted(m for m in seen if (m in PLUGIN_PACKAGES or m.rsplit(".", 1)[0] in PLUGIN_PACKAGES)
+                  and not m.endswith(".base"))
+
+
+GROUPS = ("engine", "live", "io", "analysis", "estimators", "rules", "stopping")
+
+
+def group_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The imports between groups: a package under ``pulse_jax`` (``engine``, ``live``, ``io``,
+    ``analysis``, the plug-in kinds) is one node, every other module its own."""
+    def group(m):
+        parts = m.split(".")
+        return parts[1] if len(parts) > 1 and parts[1] in GROUPS else m
+    out = {}
+    for a, targets in edges.items():
+        for b in targets:
+            if group(a) != group(b):
+                out.setdefault(group(a), set()).add(group(b))
+    return out
+
+
 def facts() -> dict:
     trees = modules()
     sizes = {m: len((PACKAGE.parent / (m.replace(".", "/") + ".py")).read_text().splitlines())
@@ -119,7 +153,8 @@ def facts() -> dict:
     return {"modules": len(trees), "largest_module": {"name": largest[0], "lines": largest[1]},
             "longest_function": {"name": longest[1], "lines": longest[0]}, "import_circles": cycles(edges),
             "private_cross_module_names": sorted({f"{a} -> {b}.{n}" for a, b, n in private}),
-            "any_annotations": any_count}
+            "any_annotations": any_count, "engine_reaches_built_ins": engine_reaches_built_ins(edges),
+            "group_circles": cycles(group_edges(edges))}
 
 
 def main(argv=None) -> None:
@@ -131,7 +166,9 @@ def main(argv=None) -> None:
             ("longest function", f"{f['longest_function']['name']} ({f['longest_function']['lines']} lines)"),
             ("import circles", len(f["import_circles"])),
             ("private names across modules", len(f["private_cross_module_names"])),
-            ("`Any` in annotations and code", f["any_annotations"])]
+            ("`Any` in annotations and code", f["any_annotations"]),
+            ("built-in plug-ins the engine imports", len(f["engine_reaches_built_ins"])),
+            ("circles between groups (engine, live, io, analysis, ...)", len(f["group_circles"]))]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")

@@ -18,9 +18,9 @@ from importlib import import_module as _import_module
 from importlib import metadata as _metadata
 
 _EXPORTS = {
-    "pulse_jax.bandit": ["BanditConfig", "Kernel", "RunResult", "build_kernel", "make_run"],
+    "pulse_jax.engine": ["BanditConfig", "Kernel", "RunResult", "build_kernel", "make_run"],
     "pulse_jax.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
-    "pulse_jax.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
+    "pulse_jax.io.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
     "pulse_jax.errors": ["PulseInputError"],
     "pulse_jax.estimators": ["Estimator", "PulseParams", "constant_lambda", "naive_pooling", "paper_lambda", "pulse", "pulse_certify",
                              "pulse_adaptive", "pulse_hedged", "ucbe"],
@@ -30,9 +30,9 @@ _EXPORTS = {
     "pulse_jax.rules": ["IndexParams", "RuleInputs", "SamplingRule", "TopTwoParams", "lucb", "successive_halving",
                         "top_two", "ucb_index_rule"],
     "pulse_jax.stopping": ["StopInputs", "StoppingRule", "spend_budget", "when_certified"],
-    "pulse_jax.live_report": ["Report"],
-    "pulse_jax.runner": ["EvaluationError", "run"],
-    "pulse_jax.selector": ["Request", "Selector"],
+    "pulse_jax.live.report": ["Report"],
+    "pulse_jax.live.runner": ["EvaluationError", "run"],
+    "pulse_jax.live.selector": ["Request", "Selector"],
     "pulse_jax.simulate": ["SimulationResult", "simulate"],
     "pulse_jax.compilation_cache": ["enable_compilation_cache"],
     "pulse_jax.sweep": ["SweepResult", "sweep"],

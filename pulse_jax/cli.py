@@ -294,7 +294,7 @@ def _check_run_args(args) -> None:
 
 
 def _config(args, m: int, n: int, default_budget: int):
-    from pulse_jax.bandit import BanditConfig
+    from pulse_jax.engine import BanditConfig
 
     budget = args.budget if args.budget is not None else default_budget
     if budget > m * n:
@@ -368,7 +368,7 @@ def _say_ties(result):
 
 
 def _finish(results, out, title, inputs=()):
-    from pulse_jax import report
+    from pulse_jax.analysis import report
 
     _say_ties(next(iter(results.values())))
     print(report.comparison_table(results))
@@ -414,7 +414,7 @@ def cmd_demo(args) -> None:
 
 
 def cmd_simulate(args) -> None:
-    from pulse_jax import data
+    from pulse_jax.io import data
 
     _check_run_args(args)
     _resolve_defaults(args, "file")
@@ -441,7 +441,7 @@ def cmd_simulate(args) -> None:
 
 def _check_side_information(args, cand, n) -> None:
     """``--embeddings`` / ``--train`` checked against the candidates without fitting anything."""
-    from pulse_jax import data
+    from pulse_jax.io import data
 
     if args.embeddings:
         _load_embeddings(args.embeddings, cand, n)
@@ -465,7 +465,8 @@ def _load_embeddings(path, cand, n):
 
 def _side_information(args, cand, n):
     """V from --embeddings, or fitted on --train (aligned to the candidates' examples)."""
-    from pulse_jax import data, factorization
+    from pulse_jax import factorization
+    from pulse_jax.io import data
 
     if args.embeddings:
         return _load_embeddings(args.embeddings, cand, n)
@@ -505,7 +506,8 @@ def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
 
 def _sweep_data(args, method, estimator):
     """``(scores, model names, title, default budget, V, input files)`` of a sweep."""
-    from pulse_jax import data, factorization, synthetic
+    from pulse_jax import factorization, synthetic
+    from pulse_jax.io import data
 
     if args.scores is None:
         require(not (args.train or args.embeddings), "--train/--embeddings need --scores (the built-in benchmark "
@@ -571,7 +573,8 @@ def _numbers(text: str, name: str, kind=float) -> tuple:
 
 
 def cmd_tune(args) -> None:
-    from pulse_jax import data, tuning
+    from pulse_jax import tuning
+    from pulse_jax.io import data
 
     from pulse_jax.params import seed_key
 
@@ -645,7 +648,7 @@ def _examples_option(text: str):
 def _lm_eval_scorer(args, models):
     """``(scorer, examples)`` for ``select --lm-eval-task``: the models are lm-eval specs, the examples the
     task's documents (all of them, or the first ``--examples`` / those listed)."""
-    from pulse_jax import harness
+    from pulse_jax.io import harness
 
     scorer = harness.LmEvalScorer(args.lm_eval_task, models, metric=args.lm_eval_metric,
                                   filter=args.lm_eval_filter, include_path=args.lm_eval_include,
@@ -668,7 +671,8 @@ def _lm_eval_scorer(args, models):
 
 
 def cmd_select(args) -> None:
-    from pulse_jax import data, live
+    from pulse_jax import live
+    from pulse_jax.io import data
 
     from pulse_jax.params import seed_key
 
@@ -728,7 +732,7 @@ def cmd_select(args) -> None:
     finally:
         selector.close()
     out.mkdir(parents=True, exist_ok=True)
-    from pulse_jax.provenance import clean_json
+    from pulse_jax.io.provenance import clean_json
     import json
 
     (out / "report.md").write_text(report.to_markdown(), encoding="utf-8")
@@ -739,7 +743,7 @@ def cmd_select(args) -> None:
 
 
 def cmd_import(args) -> None:
-    from pulse_jax import data, harness
+    from pulse_jax.io import data, harness
 
     out = Path(args.out)
     require(not out.is_dir(), f"--out {out}: is a directory; give a .csv file name")
@@ -773,7 +777,7 @@ def main(argv=None) -> int:
         print(f"pulse-jax: error: {where}{err.strerror or err}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
-        from pulse_jax.runner import Interrupted
+        from pulse_jax.live.runner import Interrupted
 
         if isinstance(err, Interrupted):
             print(f"\npulse-jax: {err}", file=sys.stderr)

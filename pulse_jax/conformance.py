@@ -124,7 +124,7 @@ def _abstract_params(params):
 def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, params) -> None:
     """Every function of ``estimator`` once on abstract inputs of the run's sizes (see the module docstring);
     ``params`` the estimator's own params (their structure)."""
-    from pulse_jax.estimators import DrawDesign, Ledger, Pull
+    from pulse_jax.estimators.base import DrawDesign, Ledger, Pull
 
     kind = "estimator"
     _check_fields(kind, estimator, {"init": False, "update": False, "refresh": False, "estimate": False,

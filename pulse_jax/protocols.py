@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import chex
 
 if TYPE_CHECKING:   # annotations only: this module imports nothing of the package at run time
-    from pulse_jax.bandit import BanditConfig
+    from pulse_jax.engine import BanditConfig
     from pulse_jax.estimators import Ledger, Pull
     from pulse_jax.rules.base import RuleInputs
     from pulse_jax.stopping.base import StopInputs

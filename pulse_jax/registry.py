@@ -16,21 +16,21 @@ the plug-in's declared capabilities (``uses_predictions``,
 """
 from __future__ import annotations
 
-import functools
 import importlib
 import sys
 from typing import Callable
 
-from pulse_jax import estimators, rules, stopping
 from pulse_jax.errors import PulseInputError
+from pulse_jax.estimators import base as estimators
+from pulse_jax.rules import base as rules
+from pulse_jax.stopping import base as stopping
 
-ESTIMATORS: dict[str, Callable] = {"ucbe": estimators.ucbe, "pulse": estimators.pulse,
-                                   "pulse_certify": estimators.pulse_certify, "pulse_hedged": estimators.pulse_hedged,
-                                   "pulse_adaptive": estimators.pulse_adaptive, "naive": estimators.naive_pooling}
-SAMPLING_RULES: dict[str, Callable] = {"ucbe": rules.ucb_index_rule, "lucb": rules.lucb, "top_two": rules.top_two,
-                                       "top_two_interval": functools.partial(rules.top_two, challenger="interval"),
-                                       "successive_halving": rules.successive_halving}
-STOPPING_RULES: dict[str, Callable] = {"budget": stopping.spend_budget, "certified": stopping.when_certified}
+# The interfaces only: the built-ins add themselves to their kind's ``BUILT_IN`` table when their
+# package loads (importing ``pulse_jax.rules.base`` loads ``pulse_jax.rules`` first), so nothing
+# that resolves names -- the engine included -- imports a built-in plug-in.
+ESTIMATORS: dict[str, Callable] = estimators.BUILT_IN
+SAMPLING_RULES: dict[str, Callable] = rules.BUILT_IN
+STOPPING_RULES: dict[str, Callable] = stopping.BUILT_IN
 ALIASES = {"ucb": "ucbe", "naive_pooling": "naive", "toptwo": "top_two", "halving": "successive_halving",
            "sh": "successive_halving"}
 

@@ -17,8 +17,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import bandit, factorization, registry, sampling
-from pulse_jax.bandit import BanditConfig
+from pulse_jax import engine, factorization, registry, sampling
+from pulse_jax.analysis import metrics
+from pulse_jax.engine import BanditConfig
 from pulse_jax.compilation_cache import use_compilation_cache
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import BanditParams, RunParams, check_params, seed_key
@@ -76,6 +77,7 @@ class SimulationResult:
     #: float64 averages of float32 scores, so equal rows (or equal sums) give exactly equal means;
     #: 1e-9 only absorbs summation order, and is far below any gap of 1 / n_examples.
     TIE_TOLERANCE = 1e-9
+    CS_TOLERANCE = 1e-5   # float32 bounds vs the float64 truth (see metrics.CS_TOLERANCE)
 
     @property
     def best_model(self) -> int:
@@ -97,31 +99,6 @@ class SimulationResult:
         models = np.asarray(models)
         return (models >= 0) & np.isin(models, self.best_models)
 
-    def correct(self) -> np.ndarray:
-        """(R, n_steps + 1) booleans: is the current guess a best model (ties count as correct)?"""
-        return self.is_best(self.best)
-
-    def best_at_budget(self, budgets) -> np.ndarray:
-        """(R, len(budgets)) best guess with at most ``b`` cells spent (init included).
-
-        Budgets below the initialization give -1 (no guess yet).
-        """
-        require(self.config.record_steps, "this run kept only its summary (BanditConfig(record_steps=False)): "
-                                          "there is no best guess per budget; run with record_steps=True for curves")
-        budgets = np.asarray(budgets)
-        out = np.empty((self.reps, len(budgets)), dtype=np.int64)
-        for r in range(self.reps):
-            k = np.searchsorted(self.spent[r], budgets, side="right") - 1
-            out[r] = np.where(k >= 0, self.best[r, np.maximum(k, 0)], -1)
-        return out
-
-    def accuracy_at_budget(self, budgets) -> tuple[np.ndarray, np.ndarray]:
-        """Accuracy@budget and its standard error across repetitions."""
-        hits = self.is_best(self.best_at_budget(budgets)).astype(np.float64)
-        mean = hits.mean(axis=0)
-        se = hits.std(axis=0, ddof=1) / np.sqrt(self.reps) if self.reps > 1 else np.zeros_like(mean)
-        return mean, se
-
     @property
     def populations(self) -> np.ndarray:
         """(m,) each model's number of scored examples (its benchmark; ragged when cells are missing)."""
@@ -132,73 +109,43 @@ class SimulationResult:
         """(R, m) booleans: was every example of the model observed (its mean known exactly)?"""
         return self.n_obs >= self.populations
 
+    # The metrics themselves live in :mod:`pulse_jax.analysis.metrics` (one home); these methods call them.
+
+    def correct(self) -> np.ndarray:
+        """(R, n_steps + 1) booleans: is the current guess a best model (:func:`metrics.correct`)?"""
+        return metrics.correct(self)
+
+    def best_at_budget(self, budgets) -> np.ndarray:
+        """(R, len(budgets)) best guess with at most ``b`` cells spent (:func:`metrics.best_at_budget`)."""
+        return metrics.best_at_budget(self, budgets)
+
+    def accuracy_at_budget(self, budgets) -> tuple[np.ndarray, np.ndarray]:
+        """Accuracy@budget and its standard error (:func:`metrics.accuracy_at_budget`)."""
+        return metrics.accuracy_at_budget(self, budgets)
+
     def coverage(self) -> np.ndarray:
-        """(m,) fraction of repetitions whose final paper interval (estimate +- radius) covers each mean.
-
-        A model observed in full is known exactly and counts as covered: its
-        float32 mean differs from the float64 truth by rounding only.
-        """
-        lo, hi = self.estimates - self.radius, self.estimates + self.radius
-        inside = (lo <= self.true_means) & (self.true_means <= hi)
-        return (inside | self.exhausted()).mean(axis=0)
-
-    #: float32 slack when comparing a confidence sequence with the float64 truth: the bounds are
-    #: ratios of float32 sums of <= n terms; 1e-5 is above their rounding at n <= 10^5 and far
-    #: below any width that matters (a CS half-width is >= 1e-3 before a model is exhausted).
-    CS_TOLERANCE = 1e-5
+        """(m,) coverage of the final paper intervals (:func:`metrics.coverage`)."""
+        return metrics.coverage(self)
 
     def cs_covers(self) -> np.ndarray:
-        """(R, m) booleans: did model i's confidence sequence cover its mean at *every* look?
-
-        The stored bounds are the running intersection (max of the lower bounds,
-        min of the upper ones over all looks), so they miss at the end exactly
-        when some look missed. Naive-Pooling has none (all False).
-        """
-        if self.cs_low is None:
-            return np.zeros(self.n_obs.shape, bool)
-        tol = self.CS_TOLERANCE
-        return (self.cs_low - tol <= self.true_means) & (self.true_means <= self.cs_high + tol)
+        """(R, m) did each confidence sequence cover at every look (:func:`metrics.cs_covers`)?"""
+        return metrics.cs_covers(self)
 
     def cs_sequence_covers(self) -> np.ndarray:
-        """(R, m, C) booleans: did each of a model's C confidence sequences (PULSE: the raw scores, then the
-        AIPW proxies) cover its mean at every look, on its own? (All False without an interval.)"""
-        if self.cs_seq_low is None or not np.isfinite(self.cs_seq_low).all():
-            return np.zeros(self.n_obs.shape + (1,), bool)
-        tol, mu = self.CS_TOLERANCE, self.true_means[None, :, None]
-        return (self.cs_seq_low - tol <= mu) & (mu <= self.cs_seq_high + tol)
+        """(R, m, C) the same for each of a model's sequences (:func:`metrics.cs_sequence_covers`)."""
+        return metrics.cs_sequence_covers(self)
 
     def anytime_coverage(self) -> float:
-        """Fraction of repetitions in which every model's confidence sequence covered its mean at every
-        look: the simultaneous guarantee is that this is at least ``1 - delta``."""
-        return float(self.cs_covers().all(axis=1).mean())
+        """Simultaneous anytime coverage (:func:`metrics.anytime_coverage`)."""
+        return metrics.anytime_coverage(self)
 
     def certification_coverage(self) -> float:
-        """Fraction of repetitions in which every model's lower bound and a best model's upper bound
-        held at every look: the event the certification guarantee rests on, at least ``1 - delta``
-        whatever ``BanditParams.cs_simultaneous`` (``docs/confidence.md``). Off it, no wrong model
-        can be certified."""
-        if self.cs_low is None:
-            return 0.0
-        tol, mu = self.CS_TOLERANCE, self.true_means
-        best = int(np.argmax(mu))
-        lows = (self.cs_low - tol <= mu).all(axis=1)
-        return float((lows & (mu[best] <= self.cs_high[:, best] + tol)).mean())
+        """The event certification rests on (:func:`metrics.certification_coverage`)."""
+        return metrics.certification_coverage(self)
 
     def certification(self) -> dict:
-        """Certified stopping: how often, how soon, how often wrong.
-
-        ``cells`` are the budgets (initialization included) at which each
-        repetition first certified a model; ``error_rate`` counts certified
-        models that are not a best model, over all repetitions (the guarantee:
-        at most ``delta``).
-        """
-        spent = np.asarray(self.certified_spent if self.certified_spent is not None else np.full(self.reps, -1))
-        model = np.asarray(self.certified_model if self.certified_model is not None else np.full(self.reps, -1))
-        done = spent >= 0
-        wrong = done & ~self.is_best(model)
-        return {"certified_fraction": float(done.mean()), "cells": spent[done],
-                "median_cells": float(np.median(spent[done])) if done.any() else float("nan"),
-                "error_rate": float(wrong.mean()), "errors": int(wrong.sum())}
+        """Certified stopping: how often, how soon, how often wrong (:func:`metrics.certification`)."""
+        return metrics.certification(self)
 
 
 def device_memory_budget(device=None) -> int:
@@ -259,7 +206,7 @@ def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None
     and ``V`` replicated, and no device ever talks to another.
     """
     per_item = (0,) * (2 if follow else 1)
-    run = bandit.make_batched_run(config, method, follow)
+    run = engine.make_batched_run(config, method, follow)
 
     def batched(keys, scores, V, init_U, row_prior, params, choices=None):
         return run(keys, scores, V, params, choices, init_U, row_prior)
@@ -325,7 +272,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         two backends' estimates can be compared on one path
         (``benchmarks/backend_agreement.py``).
       init_U: ``(m, r)`` rows of ``U`` the first fit starts from (zeros by default; see
-        :func:`pulse_jax.bandit.make_run`). With ``init_refit_epochs = refit_epochs = 0`` in
+        :func:`pulse_jax.engine.make_run`). With ``init_refit_epochs = refit_epochs = 0`` in
         ``config`` the predictions stay ``sigmoid(init_U V^T)``: e.g. the true probabilities'
         factors, an oracle (``benchmarks/paper_scale_configs.py``).
       row_prior: a :class:`pulse_jax.RowPrior` (``row_prior_from_rows(U_train)``: the Gaussian of a
@@ -340,7 +287,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
-    params = bandit.resolve_params(params, bandit.plugins_of(config, estimator))
+    params = engine.resolve_params(params, engine.plugins_of(config, estimator))
     if follow is not None:
         follow = _check_follow(follow, reps, config)
     init_U, row_prior = start_rows(init_U, row_prior, config, estimator, V, params)
@@ -417,8 +364,8 @@ def prepare_run(scores, config: BanditConfig, method, V, stop):
     require(isinstance(config, BanditConfig), f"config must be a pulse_jax.BanditConfig, got {type(config).__name__}")
     if stop is not None:
         config = dataclasses.replace(config, stop=registry.stopping_rule(stop, "stop"))
-    estimator = bandit.get_estimator(method)
-    bandit.check_compatible(config, estimator)
+    estimator = engine.get_estimator(method)
+    engine.check_compatible(config, estimator)
     scores = np.asarray(scores, dtype=np.float32)
     require(scores.ndim == 2, f"scores must be a 2-D (models x examples) matrix, got shape {scores.shape}")
     require(scores.shape == (config.n_models, config.n_examples),

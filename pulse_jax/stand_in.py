@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         print("\n".join(models()))
         return 0
     if argv[:1] == ["train"] and len(argv) == 2:
-        from pulse_jax.data import ScoreMatrix, save_csv
+        from pulse_jax.io.data import ScoreMatrix, save_csv
 
         bench = benchmark()
         save_csv(ScoreMatrix(bench.train.astype(float), bench.train_models,

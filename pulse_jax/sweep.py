@@ -20,8 +20,9 @@ from typing import Callable, Mapping, Sequence
 import jax
 import numpy as np
 
-from pulse_jax import bandit, metrics
-from pulse_jax.bandit import BanditConfig
+from pulse_jax import engine
+from pulse_jax.analysis import metrics
+from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.params import BanditParams, RunParams, as_number, seed_key
 from pulse_jax.simulate import SimulationResult, is_count, prepare_run, start_rows, execute, result_from
@@ -73,7 +74,7 @@ class SweepResult:
         """``sweep.json``, ``sweep.csv``, ``sweep.png`` (budget to ``figure_target``, default the
         highest target, over the grid) and ``provenance.json`` (``inputs``: the files the data came from)
         in ``out_dir``; ``rows`` reuses a :meth:`table` already computed."""
-        from pulse_jax import provenance
+        from pulse_jax.io import provenance
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
@@ -96,7 +97,7 @@ class SweepResult:
             writer.writeheader()
             writer.writerows(rows)
         if figure:
-            from pulse_jax import plotting
+            from pulse_jax.analysis import plotting
 
             paths["figure"] = plotting.sweep_figure(self, rows, out / "sweep.png",
                                                     target=figure_target or max(targets))
@@ -146,7 +147,7 @@ def grid_points(grid, base=None, plugins=None) -> tuple[tuple[str, ...], list[Ru
         from pulse_jax import estimators, rules, stopping
 
         plugins = (estimators.pulse(), rules.ucb_index_rule(), stopping.spend_budget())
-    base = bandit.resolve_params(base, plugins, "base")
+    base = engine.resolve_params(base, plugins, "base")
     require(grid is not None, "grid: pass {parameter: [values, ...]} or a list of points")
     if isinstance(grid, Mapping):
         require(len(grid) > 0, "grid: no parameter given")
@@ -157,7 +158,7 @@ def grid_points(grid, base=None, plugins=None) -> tuple[tuple[str, ...], list[Ru
             require(len(values) > 0, f"grid: parameter {name!r} has no values")
             lists.append([as_number(name, v, f"grid {name}") for v in values])
             axes.append(str(name))
-        points = [bandit.resolve_params(base.replace(dict(zip(axes, combo))), plugins, f"grid point {k}")
+        points = [engine.resolve_params(base.replace(dict(zip(axes, combo))), plugins, f"grid point {k}")
                   for k, combo in enumerate(itertools.product(*lists))]
         return tuple(axes), points
     require(isinstance(grid, Sequence) and len(grid) > 0, "grid: an empty list of points")
@@ -165,14 +166,14 @@ def grid_points(grid, base=None, plugins=None) -> tuple[tuple[str, ...], list[Ru
     for k, item in enumerate(grid):
         where = f"grid point {k}"
         if isinstance(item, (RunParams, BanditParams)):
-            points.append(bandit.resolve_params(item, plugins, where))
+            points.append(engine.resolve_params(item, plugins, where))
             continue
         require(isinstance(item, Mapping), f"{where}: expected a dict or RunParams, got {type(item).__name__}")
         values = {str(name): v for name, v in item.items()}
         for name in values:
             base.path_of(name, where)
         axes += [a for a in values if a not in axes]
-        points.append(bandit.resolve_params(base.replace(values), plugins, where))
+        points.append(engine.resolve_params(base.replace(values), plugins, where))
     if not axes:   # RunParams points: the numbers that differ
         axes = [a for a in points[0].paths() if len({str(_plain(p.value(a))) for p in points}) > 1]
     return tuple(axes), points
@@ -200,7 +201,7 @@ def _paper_or_best(axes, points, results, plugins) -> tuple[int, str]:
     """The default baseline: the point with the paper's value on every swept axis (the defaults of
     the engine's and the plug-ins' numbers) when the grid has it; otherwise the point with the
     highest accuracy averaged over the run (area under its accuracy curve), the first of ties."""
-    paper = bandit.resolve_params(None, plugins, "the paper's point")
+    paper = engine.resolve_params(None, plugins, "the paper's point")
     for k, point in enumerate(points):
         if all(_same(point.value(a), paper.value(a)) for a in axes):
             return k, "the paper's setting"
@@ -242,7 +243,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     point, so comparisons between points are paired.
     """
     config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
-    plugins = bandit.plugins_of(config, estimator)
+    plugins = engine.plugins_of(config, estimator)
     axes, points = grid_points(grid, base, plugins)
     seed_key(seed)
     require(is_count(reps), f"reps must be a positive integer, got {reps!r}")

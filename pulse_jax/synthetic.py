@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from pulse_jax.data import top2_subset
+from pulse_jax.io.data import top2_subset
 from pulse_jax.errors import require
 
 

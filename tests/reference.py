@@ -2,7 +2,7 @@
 
 Written from the derivations in docs/confidence.md, independently of the engine: it shares only the
 random numbers (the Fisher-Yates choices of each draw, the model order, the
-tie-breaking uniforms), which it takes from ``pulse_jax.bandit.draw_keys``,
+tie-breaking uniforms), which it takes from ``pulse_jax.engine.draw_keys``,
 ``pulse_jax.sampling.fisher_yates_choices`` and ``tie_uniforms``. Everything
 else -- the swaps that turn choices into a batch, selection, the three
 estimators, the lambda rule, the masked BCE gradient and Adam -- is
@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import bandit, sampling, ties
+from pulse_jax import engine, sampling, ties
 
 
 def _sigmoid(z):
@@ -47,7 +47,7 @@ def _random_argmax(u, values, order):
     return int(order[np.argmax(np.cumsum(tied) > k)])
 
 
-def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, params=None):
+def reference_run(scores, V, config: engine.BanditConfig, method: str, key, params=None):
     """Return a dict of per-step records and final estimates, like ``RunResult``."""
     S = np.asarray(scores, np.float64)
     avail = ~np.isnan(S)                  # missing cells (NaN) are not part of a model's benchmark
@@ -56,11 +56,11 @@ def reference_run(scores, V, config: bandit.BanditConfig, method: str, key, para
     V = np.asarray(V, np.float64)
     m, n = S.shape
     # The run's numbers as the engine resolves them: the engine's, and the rule's own (RunParams).
-    params = bandit.resolve_params(params, bandit.plugins_of(config, bandit.get_estimator(method)))
+    params = engine.resolve_params(params, engine.plugins_of(config, engine.get_estimator(method)))
     init_lr, refit_lr = float(params.init_refit_lr), float(params.refit_lr)
     a = float(params.rule.exploration) if "exploration" in getattr(params.rule, "_fields", ()) else 1.0
     B, T, tau = config.batch_size, config.budget, config.refit_every
-    model_order, examples_key, tie_key = bandit.draw_keys(key, m)
+    model_order, examples_key, tie_key = engine.draw_keys(key, m)
     model_order = np.asarray(model_order)
     uniforms = np.asarray(jax.vmap(lambda t: jnp.stack([ties.tie_uniform(tie_key, t, w) for w in range(5)]))(
         jnp.arange(config.n_steps + 1)))
@@ -290,7 +290,7 @@ def assert_engine_agrees(config, method: str, scores, V, params, seeds=(0, 1)) -
     count and certificate exactly; estimates, lambda and bounds within 2e-5 (a float32 engine against a
     float64 loop: estimates are means of O(1) terms, the sequences float32 sums of O(n) terms, refits
     5-20 Adam steps; 2e-5 is far below any gap that could flip a choice on the test problems)."""
-    run = jax.jit(bandit.make_run(config, method))
+    run = jax.jit(engine.make_run(config, method))
     for seed in seeds:
         key = jax.random.PRNGKey(seed)
         out = run(key, scores, V, params)

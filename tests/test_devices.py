@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from conftest import tiny_problem
 
-from pulse_jax.bandit import BanditConfig
+from pulse_jax.engine import BanditConfig
 from pulse_jax.simulate import simulate
 
 SCRIPT = """
@@ -16,7 +16,7 @@ import json, sys
 import jax
 sys.path.insert(0, {tests!r})
 from conftest import tiny_problem
-from pulse_jax.bandit import BanditConfig
+from pulse_jax.engine import BanditConfig
 from pulse_jax.simulate import simulate
 assert len(jax.devices()) == 4, jax.devices()
 scores, _, V = tiny_problem(seed=4, m=6, n=40)
@@ -56,7 +56,7 @@ import json, sys
 import numpy as np
 sys.path.insert(0, {tests!r})
 from conftest import tiny_problem
-from pulse_jax.bandit import BanditConfig
+from pulse_jax.engine import BanditConfig
 from pulse_jax.simulate import simulate
 scores, _, V = tiny_problem(seed=5, m=6, n=40)
 config = BanditConfig(n_models=6, n_examples=40, budget=6 * 4 + 120, batch_size=4, refit_every=5,

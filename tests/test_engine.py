@@ -9,9 +9,9 @@ from conftest import tiny_problem
 from reference import assert_engine_agrees
 
 import pulse_jax as pj
-from pulse_jax import bandit, factorization, ties
+from pulse_jax import engine, factorization, ties
 from pulse_jax.simulate import simulate
-from pulse_jax.bandit import BanditConfig
+from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
 from pulse_jax.params import BanditParams
 
@@ -54,7 +54,7 @@ REFERENCE_RUNS = ([(method, case, "ucbe-rule") for method in METHODS for case in
 
 @pytest.mark.parametrize("method,case,rule", REFERENCE_RUNS)
 def test_engine_matches_numpy_reference_step_for_step(method, case, rule, monkeypatch):
-    monkeypatch.setattr(bandit, "UNROLL_MIN_LOG_CELLS", 0)   # unroll whenever the phases allow it
+    monkeypatch.setattr(engine.drivers, "UNROLL_MIN_LOG_CELLS", 0)   # unroll whenever the phases allow it
     m, n, extra, batch, tau = CASES[case]
     rule_name, stop, delta = RULES[rule]
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=m, n=n)
@@ -69,7 +69,7 @@ def test_reference_cases_cover_both_refit_paths():
     for case, (m, n, extra, batch, tau) in CASES.items():
         config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
         phases[case] = (config.n_steps + 1) // tau
-    assert phases["plain"] <= bandit.MAX_UNROLLED_PHASES < phases["exhausts-models-partial-batches"]
+    assert phases["plain"] <= engine.MAX_UNROLLED_PHASES < phases["exhausts-models-partial-batches"]
 
 
 def test_random_argmax_is_uniform_over_ties_exactly():
@@ -222,14 +222,14 @@ def test_following_a_runs_choices_repeats_it_and_follows_any_path():
 
 
 def test_following_works_on_the_unrolled_refit_path(monkeypatch):
-    monkeypatch.setattr(bandit, "UNROLL_MIN_LOG_CELLS", 0)
+    monkeypatch.setattr(engine.drivers, "UNROLL_MIN_LOG_CELLS", 0)
     m, n, extra, batch, tau = CASES["plain"]
     scores, _, V = tiny_problem(seed=0, m=m, n=n)
     config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
-    assert (config.n_steps + 1) // tau <= bandit.MAX_UNROLLED_PHASES
+    assert (config.n_steps + 1) // tau <= engine.MAX_UNROLLED_PHASES
     key = jax.random.PRNGKey(3)
-    free = jax.jit(bandit.make_run(config, "pulse"))(key, scores, V, _params())
-    follow = jax.jit(bandit.make_run(config, "pulse", follow=True))
+    free = jax.jit(engine.make_run(config, "pulse"))(key, scores, V, _params())
+    follow = jax.jit(engine.make_run(config, "pulse", follow=True))
     again = follow(key, scores, V, _params(), free.steps.chosen)
     np.testing.assert_array_equal(np.asarray(again.steps.chosen), np.asarray(free.steps.chosen))
     np.testing.assert_allclose(np.asarray(again.steps.info.lam), np.asarray(free.steps.info.lam), atol=1e-6)
@@ -410,12 +410,12 @@ def test_init_U_sets_the_first_rows_and_zero_epochs_keep_them_through_refits():
     scores = (rng.random((m, n)) < P).astype(np.float32)
     config = BanditConfig(n_models=m, n_examples=n, budget=m * 4 + 40, batch_size=4, refit_every=2,
                           init_refit_epochs=0, refit_epochs=0)
-    plugins = bandit.plugins_of(config, bandit.get_estimator("pulse"))
+    plugins = engine.plugins_of(config, engine.get_estimator("pulse"))
     params = BanditParams().as_arrays()
-    episode, state = bandit.init(config, plugins, jax.random.PRNGKey(0), jax.numpy.asarray(scores),
+    episode, state = engine.init(config, plugins, jax.random.PRNGKey(0), jax.numpy.asarray(scores),
                                  jax.numpy.asarray(V), params, init_U=U0)
     for t in range(1, 6):   # refits at t = 2 and 4
-        state, _ = bandit.step(config, plugins, episode, state, params, t)
+        state, _ = engine.step(config, plugins, episode, state, params, t)
         np.testing.assert_array_equal(np.asarray(state.U), U0)
         unseen = ~np.asarray(sampling.unpack(state.observed, n)).astype(bool)
         np.testing.assert_allclose(state.ledger.pred_sum, (P * unseen).sum(1), rtol=0, atol=2e-4)
@@ -436,12 +436,12 @@ def test_a_row_prior_reaches_every_refit_and_bad_priors_are_refused():
     cfg, (scores, train, V) = SEEDED_CONFIG, SEEDED
     mean = np.array([0.5, -1.0, 2.0], np.float32)
     prior = pj.RowPrior(mean, np.float32(1e6 * np.eye(3)))
-    plugins = bandit.plugins_of(cfg, bandit.get_estimator("pulse"))
+    plugins = engine.plugins_of(cfg, engine.get_estimator("pulse"))
     params = BanditParams(refit_prior=1.0, init_refit_lr=0.01, refit_lr=0.01).as_arrays()
-    episode, state = bandit.init(cfg, plugins, jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V),
+    episode, state = engine.init(cfg, plugins, jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V),
                                  params, np.tile(mean, (6, 1)), prior)
     for t in range(1, 10):   # refits at t = 4 and 8
-        state, _ = bandit.step(cfg, plugins, episode, state, params, t)
+        state, _ = engine.step(cfg, plugins, episode, state, params, t)
         # Adam moves a coordinate by about its learning rate per step whatever the gradient's size, so
         # at so stiff an optimum it rattles within ~0.01 of it.
         np.testing.assert_allclose(np.asarray(state.U), np.tile(mean, (6, 1)), atol=0.02)

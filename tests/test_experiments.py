@@ -4,8 +4,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from pulse_jax import data, metrics, plotting, tuning
-from pulse_jax.bandit import BanditConfig
+from pulse_jax import tuning
+from pulse_jax.io import data
+from pulse_jax.analysis import metrics, plotting
+from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
 from pulse_jax.simulate import SimulationResult
 

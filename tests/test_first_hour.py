@@ -13,9 +13,11 @@ import textwrap
 import numpy as np
 import pytest
 
-from pulse_jax import cli, data, metrics, synthetic
-from pulse_jax.bandit import BanditConfig
-from pulse_jax.provenance import clean_json
+from pulse_jax import cli, synthetic
+from pulse_jax.io import data
+from pulse_jax.analysis import metrics
+from pulse_jax.engine import BanditConfig
+from pulse_jax.io.provenance import clean_json
 from pulse_jax.simulate import simulate
 from pulse_jax.sweep import sweep
 

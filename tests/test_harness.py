@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pulse_jax import cli, harness
+from pulse_jax import cli
+from pulse_jax.io import harness
 from pulse_jax.errors import PulseInputError
 
 TESTS = Path(__file__).resolve().parent

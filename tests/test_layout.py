@@ -38,6 +38,19 @@ def test_no_import_circles_and_no_private_names_across_modules():
     facts = _structure().facts()
     assert facts["import_circles"] == [], facts["import_circles"]
     assert facts["private_cross_module_names"] == [], facts["private_cross_module_names"]
+    assert facts["group_circles"] == [], facts["group_circles"]   # engine, live, io, analysis: one way too
+
+
+def test_the_engine_imports_no_built_in_plugin():
+    """The engine knows the plug-in interfaces only; the catalogue adds itself (``BUILT_IN`` tables)."""
+    assert _structure().facts()["engine_reaches_built_ins"] == []
+
+
+def test_the_engine_check_sees_an_indirect_import_of_a_built_in():
+    structure = _structure()
+    edges = {"pulse_jax.engine.kernel": {"pulse_jax.registry"}, "pulse_jax.registry": {"pulse_jax.rules.lucb"},
+             "pulse_jax.rules.lucb": {"pulse_jax.rules.base"}}
+    assert structure.engine_reaches_built_ins(edges) == ["pulse_jax.rules.lucb"]
 
 
 def test_the_structure_check_finds_a_circle_and_a_private_name():
@@ -50,3 +63,24 @@ def test_the_structure_check_finds_a_circle_and_a_private_name():
     edges, private = structure.imports(trees)
     assert structure.cycles(edges) == [["pulse_jax.a", "pulse_jax.b"]]
     assert private == [("pulse_jax.a", "pulse_jax.b", "_hidden")]
+
+
+def test_earlier_module_paths_still_import_with_a_deprecation_warning():
+    """``pulse_jax.bandit``, ``pulse_jax.selector``, ... are the moved modules themselves, for one release."""
+    import subprocess
+    import sys
+
+    code = ("import warnings; warnings.simplefilter('always')\n"
+            "import importlib, pulse_jax.moved as m\n"
+            "for old, new in m.MOVED.items():\n"
+            "    with warnings.catch_warnings(record=True) as w:\n"
+            "        warnings.simplefilter('always')\n"
+            "        mod = importlib.import_module(old)\n"
+            "    assert mod is importlib.import_module(new), old\n"
+            "    assert any(issubclass(x.category, DeprecationWarning) and new in str(x.message) for x in w), old\n"
+            "from pulse_jax.bandit import make_run, BanditConfig\n"
+            "from pulse_jax import engine\n"
+            "assert make_run is engine.make_run\n"
+            "print('ok', len(m.MOVED))\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.startswith("ok 12"), out.stderr[-2000:]

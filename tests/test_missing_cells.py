@@ -8,7 +8,8 @@ import pytest
 
 import pulse_jax as pj
 from conftest import tiny_problem
-from pulse_jax import bandit, cli, data, estimators
+from pulse_jax import engine, cli, estimators
+from pulse_jax.io import data
 from pulse_jax.errors import PulseInputError
 from pulse_jax.estimators import Ledger, Pull
 from reference import reference_run
@@ -30,7 +31,7 @@ def test_engine_matches_numpy_reference_on_a_ragged_matrix(method, exhaust):
     budget = sum(sizes) if exhaust else 5 * 4 + 60            # exhaust: partial last batches, all N_i seen
     config = pj.BanditConfig(n_models=5, n_examples=30, budget=budget, batch_size=4, refit_every=3,
                              record_estimates=True, init_refit_epochs=20, refit_epochs=5, populations=sizes)
-    run = jax.jit(bandit.make_run(config, method))
+    run = jax.jit(engine.make_run(config, method))
     for seed in (0, 1):
         key = jax.random.PRNGKey(seed)
         out = run(key, S.astype(np.float32), V)

@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import pulse_jax as pj
-from pulse_jax import bandit, journal
+from pulse_jax import engine
+from pulse_jax.live import journal
 from pulse_jax.errors import PulseInputError
 from pulse_jax.params import run_params
 from sweep_compiles import count_compiles
@@ -172,7 +173,7 @@ def test_kernel_functions_take_run_params_or_the_engines_bandit_params():
     """The pure kernel accepts a RunParams, or a (stacked) BanditParams with the plug-ins' defaults."""
     scores, _, V = tiny_problem(seed=9, m=4, n=60)
     config = pj.BanditConfig(n_models=4, n_examples=60, budget=4 * 4 + 40, batch_size=4)
-    run = bandit.make_run(config, "pulse")
+    run = engine.make_run(config, "pulse")
     key = jax.random.PRNGKey(2)
     a = run(key, scores, V, pj.BanditParams(delta=0.2))
     b = run(key, scores, V, run_params(PULSE, {"delta": 0.2}))

@@ -8,8 +8,8 @@ import pytest
 from conftest import tiny_problem
 from reference import assert_engine_agrees
 
-from pulse_jax import bandit, registry, rules
-from pulse_jax.bandit import BanditConfig
+from pulse_jax import engine, registry, rules
+from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
 from pulse_jax.params import BanditParams
 from pulse_jax.rules.successive_halving import schedule
@@ -48,8 +48,8 @@ def test_top_two_pulls_the_leader_at_its_leader_fraction():
     for beta in (0.2, 0.8):
         config = BanditConfig(n_models=6, n_examples=1000, budget=6 * 4 + 400, batch_size=4,
                               rule=rules.top_two(beta), record_estimates=True)
-        run = bandit.make_run(config, "ucbe")
-        init = jax.vmap(lambda k: bandit.build_kernel(config, registry.estimator("ucbe")).init(
+        run = engine.make_run(config, "ucbe")
+        init = jax.vmap(lambda k: engine.build_kernel(config, registry.estimator("ucbe")).init(
             k, scores, V, BanditParams())[1].ledger)(jax.random.split(jax.random.PRNGKey(0), 16))
         out = jax.jit(jax.vmap(run, in_axes=(0, None, None)))(jax.random.split(jax.random.PRNGKey(0), 16), scores, V)
         before = np.concatenate([np.asarray(init.obs_sum / init.n_obs)[:, None],
@@ -86,7 +86,7 @@ def test_successive_halving_spends_exactly_its_schedule(m):
     config = BanditConfig(n_models=m, n_examples=n, budget=m * batch + bandit_cells, batch_size=batch,
                           rule="successive_halving")
     for method in ("ucbe", "pulse"):
-        out = jax.jit(bandit.make_run(config, method))(jax.random.PRNGKey(1), scores, V)
+        out = jax.jit(engine.make_run(config, method))(jax.random.PRNGKey(1), scores, V)
         chosen = np.asarray(out.steps.chosen)
         pulls = np.bincount(chosen[chosen >= 0], minlength=m)
         expected, total = _expected_pulls(m, bandit_cells, batch)
@@ -106,7 +106,7 @@ def test_rule_interface_contracts():
         rules.top_two(1.5)
     config = BanditConfig(n_models=3, n_examples=10, budget=30, batch_size=2, rule="lucb")
     with pytest.raises(PulseInputError, match="naive.*no valid interval.*lucb"):
-        bandit.make_run(config, "naive")
+        engine.make_run(config, "naive")
     assert math.ceil(math.log2(5)) == schedule(5, 100, 4)[1]
 
 

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 from conftest import tiny_problem
 
-from pulse_jax import factorization, metrics, synthetic
-from pulse_jax.bandit import BanditConfig
+from pulse_jax import factorization, synthetic
+from pulse_jax.analysis import metrics
+from pulse_jax.engine import BanditConfig
 from pulse_jax.params import BanditParams
 from pulse_jax.simulate import simulate
 

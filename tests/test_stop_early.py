@@ -5,7 +5,7 @@ import pytest
 from conftest import tiny_problem
 
 import pulse_jax as pj
-from pulse_jax import bandit
+from pulse_jax import engine
 
 
 def _stacked(reps, **kw):
@@ -26,8 +26,8 @@ def test_blocked_run_equals_the_scan_on_every_repetition(method, rule):
     reps = 12
     keys = jax.random.split(jax.random.PRNGKey(7), reps)
     params = _stacked(reps, delta=0.5)
-    scan = jax.jit(jax.vmap(bandit.make_run(config, method), in_axes=(0, None, None, 0)))(keys, scores, V, params)
-    blocked = jax.jit(bandit.make_batched_run(config, method, block=8))(keys, scores, V, params)
+    scan = jax.jit(jax.vmap(engine.make_run(config, method), in_axes=(0, None, None, 0)))(keys, scores, V, params)
+    blocked = jax.jit(engine.make_batched_run(config, method, block=8))(keys, scores, V, params)
     certified = np.asarray(scan.certified.spent)
     if rule != "successive_halving":   # (its schedule is not built to certify; equality is what counts)
         assert (certified >= 0).mean() >= 0.5 and certified.max() < config.budget   # the case the loop is for
@@ -45,14 +45,14 @@ def test_simulate_certified_stops_computing_and_agrees(monkeypatch):
     scores, _, V = tiny_problem(seed=5, m=5, n=200)
     config = pj.BanditConfig(n_models=5, n_examples=200, budget=5 * 200, batch_size=4, rule="lucb")
     seen = set()
-    original = bandit.step
+    original = engine.step
 
     def reporting(config, plugins, episode, state, params, t, *rest):
         jax.debug.callback(lambda t: seen.add(int(t)), t)
         return original(config, plugins, episode, state, params, t, *rest)
 
-    monkeypatch.setattr(bandit, "step", reporting)
-    monkeypatch.setattr(bandit, "STOP_BLOCK_STEPS", 16)
+    monkeypatch.setattr(engine.drivers, "step", reporting)
+    monkeypatch.setattr(engine.drivers, "STOP_BLOCK_STEPS", 16)
     pj.simulate.__globals__["compiled_runner"].cache_clear()
     stopped = pj.simulate(scores, config, "ucbe", reps=16, seed=3, stop="certified", chunk_size=16,
                           params=pj.BanditParams(delta=0.5))

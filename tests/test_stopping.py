@@ -5,7 +5,7 @@ import pytest
 
 import pulse_jax as pj
 from pulse_jax import cli, factorization, synthetic
-from pulse_jax.bandit import BanditConfig
+from pulse_jax.engine import BanditConfig
 from pulse_jax.live import Selector, run
 from pulse_jax.simulate import simulate
 

@@ -8,7 +8,7 @@ import pytest
 
 import pulse_jax as pj
 from conftest import tiny_problem
-from pulse_jax import bandit, cli
+from pulse_jax import engine, cli
 from pulse_jax.errors import PulseInputError
 from pulse_jax.sweep import grid_points
 
@@ -30,7 +30,7 @@ def problem():
 def counted_traces(monkeypatch):
     """Count how often the run function is traced (each trace precedes one compilation)."""
     traces = []
-    original = bandit.make_run
+    original = engine.make_run
 
     def counting(config, method="pulse", *rest):
         run = original(config, method, *rest)
@@ -40,7 +40,7 @@ def counted_traces(monkeypatch):
             return run(*args)
         return traced
 
-    monkeypatch.setattr(bandit, "make_run", counting)
+    monkeypatch.setattr(engine.drivers, "make_run", counting)
     simulate_module.compiled_runner.cache_clear()
     yield traces
     simulate_module.compiled_runner.cache_clear()

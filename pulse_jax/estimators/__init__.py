@@ -41,14 +41,15 @@ the static settings as ``(name, value)`` pairs, which logs record.
 All three share the :class:`Ledger` of observed-cell and prediction sums kept
 by the bandit engine, so the statistics exist once.
 """
-from pulse_jax.estimators.adaptive import pulse_adaptive
-from pulse_jax.estimators.base import (DrawDesign, Estimator, Ledger, Pull, draw_design, observed_mean,
+# Imported in the order the names list (each built-in adds itself to BUILT_IN on import).
+from pulse_jax.estimators.base import (DrawDesign, Estimator, Ledger, Pull, draw_design, observed_mean,  # isort: skip
                                        populations, raw_proxies)
-from pulse_jax.estimators.naive import naive_pooling
-from pulse_jax.estimators.pulse import (LambdaRule, PulseInfo, PulseParams, PulseState, aipw_proxies,
+from pulse_jax.estimators.ucbe import ucbe  # isort: skip
+from pulse_jax.estimators.pulse import (LambdaRule, PulseInfo, PulseParams, PulseState, aipw_proxies,  # isort: skip
                                         constant_lambda, inverse_variance_weight, paper_lambda, pulse, pulse_certify,
                                         pulse_hedged, pulse_theta)
-from pulse_jax.estimators.ucbe import ucbe
+from pulse_jax.estimators.adaptive import pulse_adaptive  # isort: skip
+from pulse_jax.estimators.naive import naive_pooling  # isort: skip
 
 __all__ = ["DrawDesign", "Estimator", "LambdaRule", "Ledger", "Pull", "PulseInfo", "PulseParams", "PulseState",
            "aipw_proxies", "constant_lambda", "draw_design", "inverse_variance_weight", "naive_pooling",

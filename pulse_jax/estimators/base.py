@@ -10,6 +10,10 @@ import jax.numpy as jnp
 from pulse_jax.protocols import (DrawWeights, EstimatorEstimate, EstimatorInit, EstimatorProxies, EstimatorRadius,
                                  EstimatorRefresh, EstimatorUpdate)
 
+#: The built-in estimators by name. Each built-in's own file adds itself; the names resolve in
+#: :mod:`pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
+BUILT_IN: dict = {}
+
 
 class Ledger(NamedTuple):
     """Per-model sufficient statistics shared by every estimator (shape ``(m,)`` each).

@@ -11,7 +11,7 @@ import jax.numpy as jnp
 
 from pulse_jax import confidence
 from pulse_jax.errors import require
-from pulse_jax.estimators.base import Estimator, Ledger, observed_mean, populations, raw_proxies
+from pulse_jax.estimators.base import BUILT_IN, Estimator, Ledger, observed_mean, populations, raw_proxies
 
 
 class PulseInfo(NamedTuple):
@@ -249,3 +249,8 @@ def pulse_hedged() -> Estimator:
     :func:`pulse_certify` is the better choice.
     """
     return pulse(constant_lambda(0.5), None, raw_sequence=True)._replace(name="pulse_hedged")
+
+
+BUILT_IN["pulse"] = pulse
+BUILT_IN["pulse_certify"] = pulse_certify
+BUILT_IN["pulse_hedged"] = pulse_hedged

@@ -5,11 +5,12 @@
 * :func:`top_two` -- Top-Two with the empirical-best leader and transportation-cost challenger (EB-TC);
 * :func:`successive_halving` -- fixed-budget successive halving.
 """
-from pulse_jax.rules.base import RuleInputs, SamplingRule, ucb_index
-from pulse_jax.rules.lucb import lucb
-from pulse_jax.rules.successive_halving import successive_halving
-from pulse_jax.rules.top_two import TopTwoParams, top_two
-from pulse_jax.rules.ucb_index import IndexParams, ucb_index_rule
+# Imported in the order the names list (each built-in adds itself to BUILT_IN on import).
+from pulse_jax.rules.base import RuleInputs, SamplingRule, ucb_index  # isort: skip
+from pulse_jax.rules.ucb_index import IndexParams, ucb_index_rule  # isort: skip
+from pulse_jax.rules.lucb import lucb  # isort: skip
+from pulse_jax.rules.top_two import TopTwoParams, top_two  # isort: skip
+from pulse_jax.rules.successive_halving import successive_halving  # isort: skip
 
 __all__ = ["IndexParams", "RuleInputs", "SamplingRule", "TopTwoParams", "ucb_index", "ucb_index_rule", "lucb", "top_two",
            "successive_halving"]

@@ -34,6 +34,10 @@ import jax.numpy as jnp
 
 from pulse_jax.protocols import RuleChoose, RuleEligible, RuleInit, RuleUpdate
 
+#: The built-in sampling rules by name. Each built-in's own file adds itself; the names resolve in
+#: :mod:`pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
+BUILT_IN: dict = {}
+
 
 class RuleInputs(NamedTuple):
     """What a sampling rule sees at step ``t`` (arrays of shape ``(m,)`` unless noted)."""

@@ -12,7 +12,7 @@ import functools
 
 import jax.numpy as jnp
 
-from pulse_jax.rules.base import SamplingRule
+from pulse_jax.rules.base import BUILT_IN, SamplingRule
 from pulse_jax.rules.ucb_index import IndexParams, choose_by_index
 from pulse_jax.ties import CHALLENGER, LEADER, random_argmax, tie_uniform
 
@@ -35,3 +35,6 @@ def lucb() -> SamplingRule:
     """LUCB's leader-or-challenger rule (needs a method with an interval)."""
     # Its fallback is the index rule's choice, so it has the index rule's number.
     return SamplingRule("lucb", _choose, needs_interval=True, params=IndexParams())
+
+
+BUILT_IN["lucb"] = lucb

@@ -37,7 +37,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from pulse_jax.rules.base import SamplingRule
+from pulse_jax.rules.base import BUILT_IN, SamplingRule
 from pulse_jax.rules.ucb_index import choose_by_index
 from pulse_jax.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
 
@@ -99,3 +99,7 @@ def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") ->
 
     return SamplingRule("top_two", choose, needs_interval=by_interval, settings=(("challenger", challenger),),
                         params=TopTwoParams(leader_fraction=beta))
+
+
+BUILT_IN["top_two"] = top_two
+BUILT_IN["top_two_interval"] = functools.partial(top_two, challenger="interval")

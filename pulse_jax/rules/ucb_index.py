@@ -10,7 +10,7 @@ import functools
 import math
 from typing import NamedTuple
 
-from pulse_jax.rules.base import SamplingRule, ucb_index
+from pulse_jax.rules.base import BUILT_IN, SamplingRule, ucb_index
 from pulse_jax.ties import PULL, random_argmax, tie_uniform
 
 
@@ -32,3 +32,6 @@ def choose_by_index(state, inputs, params):
 def ucb_index_rule() -> SamplingRule:
     """UCB-E's index rule (the paper's Algorithm 1, step 1)."""
     return SamplingRule("ucbe", choose_by_index, params=IndexParams())
+
+
+BUILT_IN["ucbe"] = ucb_index_rule

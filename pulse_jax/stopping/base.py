@@ -27,7 +27,7 @@ What a stop certifies is the rule's to declare, not the engine's:
   paste into a paper (host side; ``names`` the claimed models' names).
 
 Simulation and live selection call the same ``done`` on the same
-:class:`StopInputs` (:func:`pulse_jax.bandit.finished`), and the live report
+:class:`StopInputs` (:func:`pulse_jax.engine.finished`), and the live report
 prints the rule's statement.
 """
 from __future__ import annotations
@@ -38,6 +38,10 @@ import chex
 import jax.numpy as jnp
 
 from pulse_jax.protocols import StopClaim, StopDone, StopStatement
+
+#: The built-in stopping rules by name. Each built-in's own file adds itself; the names resolve in
+#: :mod:`pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
+BUILT_IN: dict = {}
 
 
 class StopInputs(NamedTuple):

@@ -11,7 +11,7 @@ import functools
 
 import jax.numpy as jnp
 
-from pulse_jax.stopping.base import StoppingRule
+from pulse_jax.stopping.base import BUILT_IN, StoppingRule
 
 
 def _certified(inputs, params):
@@ -36,3 +36,6 @@ def _statement(names, delta, params):
 def when_certified() -> StoppingRule:
     """Stop at the first certification (needs a method with an interval)."""
     return StoppingRule("certified", _certified, needs_interval=True, claim=_certified_model, statement=_statement)
+
+
+BUILT_IN["certified"] = when_certified

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from conftest import write_slow_scorer
 
-from pulse_jax import journal
+from pulse_jax.live import journal
 from pulse_jax.live import LogWriteError, Selector, run
 
 

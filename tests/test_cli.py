@@ -6,8 +6,9 @@ import sys
 import numpy as np
 import pytest
 
-from pulse_jax import cli, data, factorization
-from pulse_jax.bandit import BanditConfig
+from pulse_jax import cli, factorization
+from pulse_jax.io import data
+from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
 from pulse_jax.simulate import simulate
 

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import write_slow_scorer
-from pulse_jax import factorization, journal, synthetic
+from pulse_jax import factorization, synthetic
+from pulse_jax.live import journal
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import Selector, run
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from pulse_jax import cli, factorization, synthetic
-from pulse_jax.bandit import BanditConfig
+from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import EvaluationError, Selector, run
 from pulse_jax.simulate import simulate

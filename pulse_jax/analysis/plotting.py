@@ -1,0 +1,187 @@
+"""Figures (matplotlib, Agg backend): readable defaults, colour-blind-safe palette."""
+from __future__ import annotations
+
+import sys
+import textwrap
+from pathlib import Path
+
+import matplotlib
+
+if "ipykernel" not in sys.modules:   # scripts and CI: no display; notebooks keep their inline backend
+    matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from pulse_jax.analysis import metrics  # noqa: E402
+
+# Okabe & Ito (2008) colour-blind-safe palette.
+COLORS = {"pulse": "#0072B2", "ucbe": "#E69F00", "naive": "#CC79A7"}
+LABELS = {"pulse": "PULSE", "ucbe": "UCB-E", "naive": "Naive-Pooling"}
+
+
+def _save(fig, path):
+    """Write the figure to ``path`` (format from the suffix: .png, .pdf, ...) and close it."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return Path(path)
+
+
+def accuracy_vs_budget(results, path, title: str = "", points: int = 60, bandit_only: bool = False):
+    """Accuracy@budget with +-1 SE bands for each result; writes ``path`` (PNG or PDF by suffix)."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    for res in results:
+        budgets = metrics.budget_grid(res, points)
+        acc, se = res.accuracy_at_budget(budgets)
+        x = budgets - (res.config.init_cells if bandit_only else 0)
+        color = COLORS.get(res.method)
+        ax.plot(x, acc, color=color, lw=2, label=f"{LABELS.get(res.method, res.method)} ({res.reps} reps)")
+        ax.fill_between(x, np.clip(acc - se, 0, 1), np.clip(acc + se, 0, 1), color=color, alpha=0.25, lw=0)
+    ax.set_xlabel("bandit budget (cells evaluated after initialization)" if bandit_only
+                  else "budget (cells evaluated, initialization included)")
+    ax.set_ylabel("Accuracy@budget (P[guess = true best])")
+    ax.set_ylim(0, 1.02)
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right")
+    if title:
+        ax.set_title("\n".join(textwrap.wrap(title, 70)), fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def estimates_with_intervals(report, path):
+    """A live selection's estimates with their intervals, best first (PNG or PDF by suffix)."""
+    order = [report.models.index(name) for name in report.ranking][:40]
+    fig, ax = plt.subplots(figsize=(6.4, 0.3 * len(order) + 1.5), dpi=120)
+    y = np.arange(len(order))[::-1]
+    est = report.estimates[order]
+    # Lines, not error bars: PULSE's estimate (the mean of its one-step estimates) need not lie
+    # inside the confidence sequence, whose centre is a different weighted mean.
+    ax.hlines(y, report.low[order], report.high[order], color=COLORS["ucbe"], alpha=0.6, lw=4, zorder=0,
+              label=f"{1 - report.delta:.0%} confidence sequence (simultaneous, every look)")
+    ax.plot(est, y, "o", color=COLORS["pulse"], label="estimate")
+    ax.set_yticks(y, [report.models[i] for i in order], fontsize=8)
+    ax.set_xlabel("estimated mean score")
+    ax.set_xlim(0, 1)
+    ax.grid(axis="x", alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(f"{report.method}: {report.spent:,} of {report.budget:,} cells; leader {report.leader}", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def budget_to_target_bars(panels: dict, path, target: float = 0.95):
+    """Budget to reach ``target`` accuracy per method (bootstrap interval), one panel per setting.
+
+    ``panels``: ``{setting name: {method: metrics.budget_to_target(...) dict}}``. Bars of
+    methods after the first (the baseline) carry their savings relative to it.
+    """
+    names = list(panels)
+    fig, axes = plt.subplots(1, len(names), figsize=(3.2 * len(names) + 0.6, 3.6), dpi=120, squeeze=False)
+    for ax, name in zip(axes[0], names):
+        found = panels[name]
+        methods = list(found)
+        base = found[methods[0]]["budget"]
+        for x, k in enumerate(methods):
+            b = found[k]["budget"]
+            height = b if np.isfinite(b) else 0.0
+            lo, hi = found[k].get("low", np.nan), found[k].get("high", np.nan)
+            err = [[max(height - lo, 0)], [max(hi - height, 0)]] if np.isfinite(lo) and np.isfinite(hi) else None
+            ax.bar(x, height, color=COLORS.get(k), yerr=err, capsize=4, label=LABELS.get(k, k))
+            if not np.isfinite(b):
+                ax.text(x, 0, "not\nreached", ha="center", va="bottom", fontsize=8)
+            elif k != methods[0] and np.isfinite(base):
+                ax.text(x, height, f"{metrics.savings(b, base):+.0f}%", ha="center", va="bottom", fontsize=8)
+        ax.set_xticks(range(len(methods)), [LABELS.get(k, k) for k in methods], fontsize=8)
+        ax.set_title(name, fontsize=9)
+        ax.grid(axis="y", alpha=0.3)
+    axes[0][0].set_ylabel(f"budget to {target:.0%} accuracy (cells)")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def effective_budget_plot(results, path):
+    """Budget each method needs to match the first result's accuracy at each budget (the baseline, e.g.
+    UCB-E: the diagonal)."""
+    base, *others = results
+    budgets = metrics.budget_grid(base, 60)
+    fig, ax = plt.subplots(figsize=(5.2, 4.2), dpi=120)
+    ax.plot(budgets, budgets, color=COLORS.get(base.method), lw=2, label=LABELS.get(base.method, base.method))
+    for res in others:
+        eff = metrics.effective_budget(res, base, budgets)
+        ax.plot(budgets, eff, color=COLORS.get(res.method), lw=2, label=LABELS.get(res.method, res.method))
+    ax.set_xlabel(f"{LABELS.get(base.method, base.method)} budget (cells)")
+    ax.set_ylabel("budget needed for the same accuracy (cells)")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="upper left")
+    fig.tight_layout()
+    return _save(fig, path)
+
+
+def sweep_figure(sweep, rows, path, target: float = 0.95):
+    """Budget to ``target`` accuracy over a sweep, with bootstrap intervals.
+
+    One varying parameter: budget against its values (error bars). Two or
+    more: a heatmap over the first two, one panel per combination of the
+    rest, each cell annotated with the budget and its interval ("not
+    reached" where the target was never held within the budget).
+    """
+    tag = f"{target * 100:g}"
+    varying = [a for a in sweep.axes if len({str(r[a]) for r in rows}) > 1] or list(sweep.axes[:1])
+    show = lambda v: "rule" if v is None else f"{v:g}"   # noqa: E731 -- fixed_lambda NaN = the rule's lambda
+
+    def budget(row):
+        b = row[f"budget_to_{tag}"]
+        return np.nan if b is None else b
+
+    if len(varying) == 1:
+        a = varying[0]
+        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120, layout="constrained")
+        xs = np.arange(len(rows))
+        ys = np.array([budget(r) for r in rows])
+        lo = np.array([np.nan if r[f"budget_to_{tag}_low"] is None else r[f"budget_to_{tag}_low"] for r in rows])
+        hi = np.array([np.nan if r[f"budget_to_{tag}_high"] is None else r[f"budget_to_{tag}_high"] for r in rows])
+        ax.errorbar(xs, ys, yerr=[np.nan_to_num(ys - lo), np.nan_to_num(hi - ys)], fmt="o-",
+                    color=COLORS.get(sweep.method, "k"), capsize=4)
+        for x, y, r in zip(xs, ys, rows):
+            if not np.isfinite(y):
+                ax.annotate("not reached", (x, 0.5), xycoords=("data", "axes fraction"), ha="center", fontsize=8)
+        ax.set_xticks(xs, [show(r[a]) for r in rows])
+        ax.set_xlabel(a)
+        ax.set_ylabel(f"cells to {tag}% accuracy (initialization included)")
+    else:
+        a, b = varying[:2]
+        rest = varying[2:]
+        a_vals = sorted({r[a] for r in rows}, key=lambda v: -1 if v is None else v)
+        b_vals = sorted({r[b] for r in rows}, key=lambda v: -1 if v is None else v)
+        groups = {}
+        for r in rows:
+            groups.setdefault(tuple(r[c] for c in rest), []).append(r)
+        fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups) + 1, 4.2), dpi=120, squeeze=False,
+                                 layout="constrained")
+        finite = [budget(r) for r in rows if np.isfinite(budget(r))]
+        vmin, vmax = (min(finite), max(finite)) if finite else (0, 1)
+        image = None
+        for ax, (key, group) in zip(axes[0], groups.items()):
+            grid = np.full((len(b_vals), len(a_vals)), np.nan)
+            for r in group:
+                i, j = b_vals.index(r[b]), a_vals.index(r[a])
+                grid[i, j] = budget(r)
+                lo, hi = r[f"budget_to_{tag}_low"], r[f"budget_to_{tag}_high"]
+                text = ("not\nreached" if not np.isfinite(grid[i, j]) else
+                        f"{grid[i, j]:,.0f}\n[{'-' if lo is None else f'{lo:,.0f}'}, "
+                        f"{'beyond' if hi is None else f'{hi:,.0f}'}]")
+                dark = np.isfinite(grid[i, j]) and vmax > vmin and (grid[i, j] - vmin) / (vmax - vmin) > 0.6
+                ax.text(j, i, text, ha="center", va="center", fontsize=6.5, color="white" if dark else "black")
+            image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis_r", vmin=vmin, vmax=vmax, aspect="auto",
+                              origin="lower")
+            ax.set_xticks(range(len(a_vals)), [show(v) for v in a_vals])
+            ax.set_yticks(range(len(b_vals)), [show(v) for v in b_vals])
+            ax.set_xlabel(a)
+            ax.set_ylabel(b)
+            if rest:
+                ax.set_title(", ".join(f"{c} = {show(v)}" for c, v in zip(rest, key)), fontsize=9)
+        fig.colorbar(image, ax=axes[0].tolist(), label=f"cells to {tag}% accuracy")
+    fig.suptitle(f"{LABELS.get(sweep.method, sweep.method)}: budget to {tag}% accuracy over the sweep\n"
+                 f"({sweep.results[0].reps} repetitions per point, 95% bootstrap intervals)", fontsize=9)
+    return _save(fig, path)

@@ -1,0 +1,115 @@
+"""Summaries of simulations for people: a method comparison (text table, results directory)."""
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from pulse_jax.analysis import metrics, plotting
+from pulse_jax.io.provenance import clean_json
+
+if TYPE_CHECKING:   # annotations only: analysis reads results, simulate makes them
+    from pulse_jax.simulate import SimulationResult
+
+
+def report_budgets(config, points: int = 6) -> np.ndarray:
+    """A few budgets from just after initialization to the full budget."""
+    return np.unique(np.linspace(config.init_cells + config.bandit_budget / points, config.budget,
+                                 points).round().astype(np.int64))
+
+
+def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) -> str:
+    """Accuracy@budget (+- SE) per method, then the budget to reach each target and the savings against
+    the first method given (the baseline: ``ucbe`` in the CLI's default order)."""
+    any_result = next(iter(results.values()))
+    budgets = report_budgets(any_result.config)
+    names = [plotting.LABELS.get(k, k) for k in results]
+    lines = [f"{'budget (cells)':>16} | " + " | ".join(f"{n:>15}" for n in names)]
+    lines.append("-" * len(lines[0]))
+    curves = {k: r.accuracy_at_budget(budgets) for k, r in results.items()}
+    for j, b in enumerate(budgets):
+        cells = [f"{curves[k][0][j]:.3f} +- {curves[k][1][j]:.3f}" for k in results]
+        lines.append(f"{b:>16,} | " + " | ".join(f"{c:>15}" for c in cells))
+    for target in targets:
+        found = {k: metrics.budget_to_target(r, target, n_boot=200) for k, r in results.items()}
+        baseline = next(iter(results))
+        base = found[baseline]["budget"]
+        cells = []
+        for k in results:
+            b = found[k]["budget"]
+            text = "not reached" if not np.isfinite(b) else f"{int(b):,}"
+            if k != baseline and np.isfinite(b) and np.isfinite(base):
+                text += f" ({metrics.savings(b, base):+.0f}%)"
+            cells.append(text)
+        lines.append(f"{'to ' + format(target, '.0%') + ' acc.':>16} | " + " | ".join(f"{c:>15}" for c in cells))
+    cells = []
+    for r in results.values():
+        cert = metrics.cells_to_certify(r, n_boot=200) if r.cs_low is not None and np.isfinite(r.cs_low).all() else None
+        if cert is None:
+            cells.append("no interval")
+        elif np.isfinite(cert["median"]):
+            cells.append(f"{cert['median']:,.0f} ({cert['certified_fraction']:.0%})")
+        else:
+            cells.append(f"{cert['certified_fraction']:.0%} certified")
+    lines.append(f"{'certified best':>16} | " + " | ".join(f"{c:>15}" for c in cells))
+    return "\n".join(lines)
+
+
+def summary(results: dict[str, SimulationResult]) -> dict:
+    any_result = next(iter(results.values()))
+    cfg = any_result.config
+    budgets = metrics.budget_grid(any_result, 50)
+    out = {"config": {k: v for k, v in dataclasses.asdict(cfg).items() if not isinstance(v, (tuple, list, dict))},
+           "init_cells": cfg.init_cells, "n_steps": cfg.n_steps,
+           "best_model": any_result.best_model, "n_best": any_result.n_best,
+           "best_models": any_result.best_models.tolist(),
+           "best_model_name": any_result.model_names[any_result.best_model] if any_result.model_names else None,
+           "methods": {}}
+    out["params"] = any_result.params.to_dict()
+    for k, r in results.items():
+        acc, se = r.accuracy_at_budget(budgets)
+        out["methods"][k] = {
+            "reps": r.reps, "seed": r.seed, "seconds": round(r.seconds, 3),
+            "compile_seconds": round(r.compile_seconds, 3),
+            "budgets": budgets.tolist(), "accuracy": acc.tolist(), "accuracy_se": se.tolist(),
+            "budget_to_90": metrics.budget_to_target(r, 0.9, n_boot=200),
+            "budget_to_95": metrics.budget_to_target(r, 0.95, n_boot=200),
+            "final_accuracy": float(r.correct()[:, -1].mean()),
+            "final_coverage_min": float(np.nanmin(r.coverage())) if np.isfinite(r.radius).all() else None,
+        }
+        if r.cs_low is not None and np.isfinite(r.cs_low).all():
+            out["methods"][k]["confidence_sequence"] = {
+                "anytime_coverage": r.anytime_coverage(),
+                "median_final_half_width": float(np.median((r.cs_high - r.cs_low) / 2)),
+                "cells_to_certify": metrics.cells_to_certify(r, n_boot=200)}
+    return out
+
+
+def write_results(results: dict[str, SimulationResult], out_dir, title: str = "", inputs=()) -> dict[str, Path]:
+    """Write ``summary.json``, ``<method>.npz``, ``accuracy.png`` and ``provenance.json`` (``inputs``: the
+    files the scores and side information came from) into ``out_dir``."""
+    from pulse_jax.io import provenance
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    first = next(iter(results.values()))
+    paths = {"provenance": provenance.write(out_dir, provenance.collect(
+        config=first.config, params=first.params, seed=first.seed, inputs=inputs, method=list(results),
+        extra={"configs": {k: provenance.describe_config(r.config) for k, r in results.items()},
+               "reps": {k: r.reps for k, r in results.items()}}))}
+    paths["summary"] = out_dir / "summary.json"
+    paths["summary"].write_text(json.dumps(clean_json(summary(results)), indent=2))
+    for k, r in results.items():
+        paths[k] = out_dir / f"{k}.npz"
+        np.savez_compressed(paths[k], best=r.best, spent=r.spent, chosen=r.chosen, lam=r.lam, estimates=r.estimates,
+                            radius=r.radius, n_obs=r.n_obs, n_pulls=r.n_pulls, true_means=r.true_means,
+                            cs_low=r.cs_low, cs_high=r.cs_high, certified_spent=r.certified_spent,
+                            certified_model=r.certified_model,
+                            models=np.array(r.model_names or [], dtype=str))
+    paths["plot"] = plotting.accuracy_vs_budget(list(results.values()), out_dir / "accuracy.png", title=title)
+    return paths
+
+

@@ -1,0 +1,54 @@
+"""The bandit engine: one pure ``step`` over an explicit state, run as a ``lax.scan``.
+
+Reading order, one module each:
+
+* :mod:`~pulse_jax.engine.config` -- :class:`BanditConfig` (static: shapes, batch size, which
+  plug-ins) and the run's :class:`Plugins`; the traced numbers are a :class:`pulse_jax.RunParams`
+  (the engine's :class:`pulse_jax.BanditParams` and each plug-in's own);
+* :mod:`~pulse_jax.engine.state` -- :class:`Episode` (drawn once per repetition) and
+  :class:`BanditState` (everything a step changes);
+* :mod:`~pulse_jax.engine.kernel` -- :func:`build_kernel`, whose ``init`` draws the initial
+  batches and whose ``step`` is one bandit pull composed of ``select``, ``refit``, ``draw`` and
+  ``observe`` (the live selector calls these separately, on the same kernel);
+* :mod:`~pulse_jax.engine.drivers` -- :func:`make_run` (the whole run for one PRNG key) and
+  :func:`make_batched_run` (a batch that stops computing once every repetition has stopped);
+* :mod:`~pulse_jax.engine.bookkeeping` -- estimates, bounds, certificates, snapshots.
+
+The engine imports the plug-in interfaces (``pulse_jax.estimators.base``, ``rules.base``,
+``stopping.base``), never a built-in plug-in: names resolve through :mod:`pulse_jax.registry`. ``make_run(config, method)`` returns a pure function of
+``(key, scores, V, params)``, so
+``jax.jit(jax.vmap(run, in_axes=(0, None, None, None)))(keys, scores, V, params)``
+runs every repetition at once, and ``in_axes=(0, None, None, 0)`` runs a
+sweep over parameter values as well (:func:`pulse_jax.sweep`).
+
+Sampling without replacement (:mod:`pulse_jax.sampling`): each model's
+observed examples are a packed bit mask carried in the state, and a pull of
+``B'`` examples is an exact uniform ``B'``-subset of the unobserved ones,
+drawn in ``O(B log B + n / 32)`` work with no per-repetition permutation.
+Refits work on the observed cells only: the initial batches plus a log of
+every pull and its scores, kept in the state as (model, batch) blocks, so the
+state holds everything observed and the episode stays constant.
+
+Common random numbers: a model's draws depend only on the repetition key,
+the model's row and how many of its examples were seen, never on the method,
+so UCB-E, PULSE and Naive-Pooling with the same key see the same initial
+batches, and the same k-th batch of a model whenever both pull it k times.
+"""
+
+from pulse_jax.engine.bookkeeping import Certificate, Snapshots
+from pulse_jax.engine.config import (INTERVALS, BanditConfig, Plugins, check_compatible, get_estimator,
+                                     log_chunk_slots, plugins_of, refit_due, refit_period, resolve_params,
+                                     traced_params, with_plugin_params)
+from pulse_jax.engine.drivers import (MAX_UNROLLED_PHASES, STOP_BLOCK_STEPS, UNROLL_MIN_LOG_CELLS, make_batched_run,
+                                      make_run)
+from pulse_jax.engine.kernel import (Kernel, adam_refit, bounds, build_kernel, draw, finished, init, observe,
+                                     recommend, refit, room, select, step, stop_status)
+from pulse_jax.engine.state import (BanditState, Episode, PullLog, RunResult, StepRecord, draw_keys, initial_draws,
+                                    observed_blocks)
+
+__all__ = ["BanditConfig", "BanditState", "Certificate", "Episode", "INTERVALS", "Kernel", "MAX_UNROLLED_PHASES",
+           "Plugins", "PullLog", "RunResult", "STOP_BLOCK_STEPS", "Snapshots", "StepRecord", "UNROLL_MIN_LOG_CELLS",
+           "adam_refit", "bounds", "build_kernel", "check_compatible", "draw", "draw_keys", "finished",
+           "get_estimator", "init", "initial_draws", "log_chunk_slots", "make_batched_run", "make_run", "observe",
+           "observed_blocks", "plugins_of", "recommend", "refit", "refit_due", "refit_period", "resolve_params",
+           "room", "select", "step", "stop_status", "traced_params", "with_plugin_params"]

@@ -1,0 +1,243 @@
+"""Static settings of a run and the run's plug-ins: :class:`BanditConfig`, :class:`Plugins`, and the
+checks and conversions every kernel entry shares (names resolve through :mod:`pulse_jax.registry`,
+which imports the plug-in interfaces only)."""
+from __future__ import annotations
+
+import dataclasses
+import warnings
+from typing import Any, NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pulse_jax import conformance, protocols, registry
+from pulse_jax.errors import require
+from pulse_jax.estimators.base import Estimator
+from pulse_jax.params import BanditParams, RunParams, default_params, from_legacy, run_params
+
+
+INTERVALS = ("cs", "paper")
+
+
+@dataclasses.dataclass(frozen=True)
+class BanditConfig:
+    """Static parameters of one bandit run (hashable; changing them recompiles).
+
+    The numbers a user sweeps (exploration, delta, learning rates, L2 weights,
+    a fixed lambda) are *not* here: they are :class:`pulse_jax.BanditParams`,
+    traced arrays, so new values reuse the compiled program.
+
+    Attributes:
+      n_models, n_examples: shape of the candidate score matrix (m, n).
+      budget: total cells T, the initialization cells included.
+      batch_size: B, examples per pull (paper: 64).
+      init_batches: T0, batches per model at initialization (paper: 1).
+      refit_every: tau, bandit steps between factorization refits (paper:
+        1000); 0 disables refits after the initial one.
+      init_refit_epochs, refit_epochs: Adam steps of the initial and of each
+        periodic refit of U (paper: 50 and 10).
+      record_steps: keep a record per step (best guess, cells spent, model
+        pulled, the estimator's info). ``False`` keeps only the summary: the
+        records hold the final state alone (one "step"), so a fixed-confidence
+        study's memory does not grow with the budget; the per-budget curves
+        (``SimulationResult.best_at_budget`` and what uses it) are then refused.
+      record_estimates: also record every model's estimate and bounds after
+        every step (for tests and diagnostics; ``n_steps x m`` memory per repetition).
+      rule: the sampling rule, a :class:`pulse_jax.rules.SamplingRule` or its
+        name (:mod:`pulse_jax.registry`): ``"ucbe"`` the paper's index
+        ``mu_hat_i + sqrt(a / N_i)`` (default), ``"lucb"``, ``"top_two"``,
+        ``"successive_halving"``, or ``"package.module:attribute"``.
+      interval: the bounds behind certification and the LUCB rule. ``"cs"``
+        (default): the anytime-valid confidence sequences of
+        :class:`pulse_jax.confidence.ConfSeq`, simultaneous over the models.
+        ``"paper"``: the paper's fixed-count radius (Freedman for PULSE,
+        Bernstein-Serfling for UCB-E) at ``delta / (m k (k + 1))`` for a
+        model's k-th pull (a union bound over models and pulls).
+      stop: the stopping rule, a :class:`pulse_jax.stopping.StoppingRule` or
+        its name: ``"budget"`` spends the whole budget (default),
+        ``"certified"`` stops once the leader's lower bound exceeds every
+        other model's upper bound (the fixed-confidence mode).
+      snapshot_budgets: budgets (cells, initialization included) at which to
+        record every model's interval half-widths (for benchmarks).
+      populations: for a candidate matrix with missing cells, each model's
+        number of scored examples ``N_i`` (set by :func:`pulse_jax.simulate`
+        from the matrix; ``None``: every model has all ``n_examples``). Only the
+        scan length depends on it; the run reads the populations from the
+        scores (NaN = missing).
+    """
+
+    n_models: int
+    n_examples: int
+    budget: int
+    batch_size: int = 64
+    init_batches: int = 1
+    refit_every: int = 1000
+    init_refit_epochs: int = 50
+    refit_epochs: int = 10
+    record_estimates: bool = False
+    record_steps: bool = True
+    rule: Any = "ucbe"
+    interval: str = "cs"
+    cs_grid: int = 0
+    stop: Any = "budget"
+    snapshot_budgets: tuple = ()
+    populations: tuple | None = None
+
+    def __post_init__(self):
+        require(isinstance(self.record_steps, bool), f"BanditConfig.record_steps must be True or False, got "
+                                                     f"{self.record_steps!r}")
+        for name in ("n_models", "n_examples", "budget", "batch_size", "init_batches", "refit_every",
+                     "init_refit_epochs", "refit_epochs", "cs_grid"):
+            value = getattr(self, name)
+            require(isinstance(value, (int, np.integer)) and not isinstance(value, bool),
+                    f"BanditConfig.{name} must be an integer, got {value!r}")
+            object.__setattr__(self, name, int(value))
+        require(self.n_models >= 2, f"need at least 2 candidate models, got n_models={self.n_models}")
+        require(self.n_examples >= 1, f"need at least 1 example, got n_examples={self.n_examples}")
+        cells = self.n_models * self.n_examples
+        if self.budget > cells:   # more than every cell: the rest could only be empty steps
+            warnings.warn(f"budget={self.budget} is more than the matrix's {cells} cells; clipped to {cells}",
+                          stacklevel=3)
+            object.__setattr__(self, "budget", cells)
+        require(self.n_examples >= 1, f"need at least 1 example, got n_examples={self.n_examples}")
+        require(self.batch_size >= 1, f"batch_size must be >= 1, got {self.batch_size}")
+        require(self.init_batches >= 1, f"init_batches must be >= 1, got {self.init_batches}")
+        require(self.init_cells_per_model <= self.n_examples,
+                f"batch_size x init_batches = {self.init_cells_per_model} is larger than the number "
+                f"of examples ({self.n_examples}); lower batch_size or init_batches")
+        require(self.budget >= self.init_cells,
+                f"budget={self.budget} is smaller than the initialization, which needs n_models x "
+                f"batch_size x init_batches = {self.init_cells} cells")
+        require(self.refit_every >= 0, f"refit_every must be >= 0, got {self.refit_every}")
+        require(self.cs_grid == 0 or self.cs_grid >= 2,
+                f"cs_grid must be 0 (empirical-Bernstein sequences) or >= 2 grid means (betting), got {self.cs_grid}")
+        require(self.init_refit_epochs >= 0 and self.refit_epochs >= 0,
+                f"refit epochs must be >= 0, got init_refit_epochs={self.init_refit_epochs}, "
+                f"refit_epochs={self.refit_epochs}")
+        require(self.budget < 2**31 and self.n_models * self.n_examples < 2**31,
+                "problem too large for 32-bit cell counters")
+        object.__setattr__(self, "rule", registry.sampling_rule(self.rule, "BanditConfig.rule"))
+        object.__setattr__(self, "stop", registry.stopping_rule(self.stop, "BanditConfig.stop"))
+        require(self.interval in INTERVALS, f"interval must be one of {', '.join(INTERVALS)}, got {self.interval!r}")
+        object.__setattr__(self, "snapshot_budgets", tuple(int(b) for b in self.snapshot_budgets))
+        if self.populations is not None:
+            sizes = tuple(int(p) for p in self.populations)
+            require(len(sizes) == self.n_models, f"populations: {len(sizes)} entries for {self.n_models} models")
+            short = [i for i, p in enumerate(sizes) if not self.init_cells_per_model <= p <= self.n_examples]
+            require(not short, f"model row {short[0] if short else 0} has "
+                               f"{sizes[short[0]] if short else 0} scored examples; the initialization needs "
+                               f"batch_size x init_batches = {self.init_cells_per_model} (and at most n_examples)")
+            object.__setattr__(self, "populations", None if all(p == self.n_examples for p in sizes) else sizes)
+
+    @property
+    def init_cells_per_model(self) -> int:
+        return self.batch_size * self.init_batches
+
+    @property
+    def init_cells(self) -> int:
+        return self.n_models * self.init_cells_per_model
+
+    @property
+    def bandit_budget(self) -> int:
+        return self.budget - self.init_cells
+
+    @property
+    def n_steps(self) -> int:
+        """Scan length: enough steps to spend the whole bandit budget.
+
+        Full batches need ceil(bandit_budget / B) steps. A pull is smaller
+        than B only when it exhausts a model (or the budget); that can add one
+        step per model the budget can exhaust.
+        """
+        b, n, n0 = self.bandit_budget, self.n_examples, self.init_cells_per_model
+        steps = -(-b // self.batch_size)
+        if self.populations is not None:   # every model whose last batch is partial can add a step
+            steps += sum(1 for p in self.populations if p > n0 and (p - n0) % self.batch_size)
+        elif n > n0 and (n - n0) % self.batch_size:
+            steps += min(self.n_models, b // (n - n0) + 1)
+        return steps
+
+
+def log_chunk_slots(config: BanditConfig) -> int:
+    """Pull-log slots a refit visits at a time: the refit period (refits fall on its multiples, so
+    the chunks a refit visits are exactly the filled ones), times enough to hold >= 256 cells."""
+    tau = max(config.refit_every, 1)
+    return tau * -(-256 // (tau * config.batch_size))
+
+
+class Plugins(NamedTuple):
+    """The run's plug-ins: estimator, sampling rule, stopping rule (static, hashable)."""
+
+    estimator: Estimator
+    rule: Any
+    stop: Any
+
+
+def plugins_of(config: BanditConfig, estimator: Estimator) -> Plugins:
+    return Plugins(estimator, config.rule, config.stop)
+
+
+def refit_period(config: BanditConfig, plugins: Plugins) -> int:
+    """Bandit steps between refits: ``config.refit_every`` for estimators that use predictions, else 0."""
+    return config.refit_every if plugins.estimator.uses_predictions else 0
+
+
+def refit_due(config: BanditConfig, plugins: Plugins, t):
+    """Every ``refit_every`` steps, at the start of the step (after the choice, before the draw), as in
+    the paper's Algorithm 1; never for estimators without predictions. A Python bool for a Python
+    ``t``, a traced bool for a traced one."""
+    tau = refit_period(config, plugins)
+    if not tau:
+        return False
+    return (t % tau == 0) & (t > 0)
+
+
+def get_estimator(method: str | Estimator) -> Estimator:
+    """The estimator named or given by ``method`` (see :mod:`pulse_jax.registry`); functions written
+    for the earlier signatures are adapted (:func:`pulse_jax.protocols.adapt_estimator`)."""
+    return protocols.adapt_estimator(registry.estimator(method, "method"))
+
+
+def resolve_params(params, plugins: Plugins, where: str = "params") -> RunParams:
+    """The run's :class:`pulse_jax.RunParams`, validated on the host, from ``None`` (the defaults), a
+    ``RunParams``, a dict ``{name or path: value}`` or a :class:`pulse_jax.BanditParams`
+    (:func:`pulse_jax.params.run_params`)."""
+    return run_params(tuple(plugins), params, where)
+
+
+def with_plugin_params(params, plugins: Plugins, where: str = "params") -> RunParams:
+    """Deprecated: :func:`resolve_params`."""
+    warnings.warn("bandit.with_plugin_params is deprecated; use pulse_jax.engine.resolve_params", DeprecationWarning,
+                  stacklevel=2)
+    return resolve_params(params, plugins, where)
+
+
+def traced_params(plugins: Plugins, params) -> RunParams:
+    """``params`` as a :class:`RunParams` inside a traced run (no host checks: values may be traced).
+    A :class:`BanditParams` (the engine's numbers, perhaps stacked) gets the plug-ins' defaults,
+    broadcast to the shape of its numbers."""
+    if isinstance(params, RunParams):
+        return params
+    if params is None:
+        return default_params(plugins)
+    if isinstance(params, BanditParams):
+        out = from_legacy(default_params(plugins), params, "params")
+        shape = jnp.shape(params.delta)
+        return out._replace(**{part: jax.tree_util.tree_map(lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32),
+                                                                                      shape), getattr(out, part))
+                               for part in ("estimator", "rule", "stop")})
+    return params
+
+
+def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
+    """Refuse, in one line, a plug-in that breaks its contract on this run's shapes
+    (:func:`pulse_jax.conformance.check_plugins`), or a rule or stopping rule that needs an interval
+    the method does not have."""
+    conformance.check_plugins(config, estimator)
+    if estimator.has_interval:
+        return
+    for kind, plugin in (("rule", config.rule), ("stop", config.stop)):
+        require(not plugin.needs_interval,
+                f"method {estimator.name!r} has no valid interval, so it cannot use {kind}={plugin.name!r} "
+                "(it needs the confidence bounds)")

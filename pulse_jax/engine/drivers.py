@@ -1,0 +1,191 @@
+"""The drivers: a whole run for one PRNG key (:func:`make_run`, a ``lax.scan`` of the kernel's step)
+and a batch of runs that stops computing once every repetition has stopped (:func:`make_batched_run`)."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths
+from pulse_jax.engine.config import (BanditConfig, Plugins, check_compatible, get_estimator, plugins_of,
+                                     refit_period, traced_params)
+from pulse_jax.engine.kernel import finished, idle_record, init, step
+from pulse_jax.engine.state import BanditState, Episode, RunResult
+from pulse_jax.estimators.base import Estimator
+
+
+#: Up to this many refit phases, and with a pull log of at least this many cells, ``make_run``
+#: unrolls the phases so that each refit works on a log slice of static, growing size (cheaper
+#: refits, longer compilation); otherwise one scan, whose refits all see the whole log (cheap
+#: when the log is small).
+MAX_UNROLLED_PHASES = 8
+UNROLL_MIN_LOG_CELLS = 20_000
+
+
+def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False):
+    """Return ``run(key, scores, V, params=None) -> RunResult`` for one repetition (pure, jittable).
+
+    ``scores`` is the (m, n) float32 matrix of true scores in [0, 1]; ``V`` the
+    (n, r) example embeddings from the train split (any (n, r) array for UCB-E,
+    which ignores it); ``params`` the traced numbers, a :class:`pulse_jax.RunParams`
+    (the engine's and each plug-in's; :func:`resolve_params` builds one; None: the
+    defaults), so ``jax.vmap`` over them sweeps without recompiling. Rows are never
+    reordered: results index the input rows.
+
+    With ``follow=True`` the run is ``run(key, scores, V, params, choices)``: step
+    ``t`` pulls model ``choices[t - 1]`` (-1: none) instead of the rule's choice,
+    and everything else (draws, estimates, refits, intervals) is computed as
+    usual. Given a run's own ``chosen`` it repeats that run; given another
+    backend's, it computes the same sample path there, so the two backends'
+    arithmetic can be compared step for step.
+
+    ``init_U`` (``(m, r)``, optional) is where the candidates' rows start
+    before the first fit (zeros by default): rows known from earlier
+    evaluations, or, with ``init_refit_epochs = refit_epochs = 0``, fixed
+    predictions ``sigmoid(init_U V^T)`` that are never refit (an oracle, when
+    they are the true probabilities' logits). ``row_prior`` (a
+    :class:`pulse_jax.factorization.RowPrior`, optional) is the Gaussian every
+    refit pulls the rows towards, with weight ``params.refit_prior``.
+    """
+    estimator = get_estimator(method)
+    check_compatible(config, estimator)
+    plugins = plugins_of(config, estimator)
+
+    def run(key, scores, V, params=None, choices=None, init_U=None, row_prior=None):
+        params = traced_params(plugins, params).as_arrays()
+        episode, state = init(config, plugins, key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32),
+                              params, init_U, row_prior)
+        init_best = state.best
+        # choices[t] is step t's model (index 0: the padding step t = 0, never a pull).
+        choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
+
+        def steps(state, ts, log_slots=None):
+            def one(s, t):
+                s, record = step(config, plugins, episode, s, params, t, log_slots,
+                                 None if choices is None else choices[t])
+                return s, (record if config.record_steps else None)
+            return jax.lax.scan(one, state, ts)
+
+        state, records = _all_steps(config, plugins, state, steps)
+        if not config.record_steps:   # the summary only: the final state's record as the one "step"
+            records = jax.tree_util.tree_map(lambda a: a[None], idle_record(config, plugins, episode, state, params,
+                                                                             jnp.int32(0)))
+        return _run_result(config, plugins, state, params, records, init_best)
+
+    return run
+
+
+#: Steps per block of a run that stops early (see :func:`make_batched_run`): a stopped batch wastes at
+#: most one block, and each block costs one check of whether the whole batch has stopped.
+STOP_BLOCK_STEPS = 64
+
+
+def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False,
+                     block: int | None = None):
+    """``run(keys, scores, V, params[, choices]) -> RunResult`` for a batch of repetitions (leading axis).
+
+    With a stopping rule that fixes no budget (``config.stop.stops_early``, e.g. ``"certified"``)
+    the steps run in blocks of ``block`` inside a ``lax.while_loop`` that ends once every
+    repetition of the batch has stopped (or spent its budget, or seen every cell): wall time
+    follows the cells actually spent, not the budget. The steps are the same pure :func:`step`
+    as :func:`make_run`'s scan, on the same ``t``, so every record equals the scan's; the steps
+    that never ran are filled with the record of an idle step of the final state (what the scan
+    computes for them: a stopped run changes nothing). Otherwise this is
+    ``vmap(make_run(config, method, follow))``.
+    """
+    estimator = get_estimator(method)
+    check_compatible(config, estimator)
+    plugins = plugins_of(config, estimator)
+    if not config.stop.stops_early:
+        per_rep = jax.vmap(make_run(config, estimator, follow),
+                           in_axes=(0, None, None, 0, 0 if follow else None, None, None))
+        return lambda keys, scores, V, params, choices=None, init_U=None, row_prior=None: per_rep(
+            keys, scores, V, params, choices, init_U, row_prior)
+    block = block or STOP_BLOCK_STEPS
+    n_blocks = -(-(config.n_steps + 1) // block)
+
+    def run(keys, scores, V, params, choices=None, init_U=None, row_prior=None):
+        params = traced_params(plugins, params).as_arrays()
+        scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
+        # The score matrix, its mask and V stay shared (one copy, not one per repetition).
+        shared = Episode(None, None, None, 0, 0, 0, 0, None)
+        episodes, states = jax.vmap(init, in_axes=(None, None, 0, None, None, 0, None, None), out_axes=(shared, 0))(
+            config, plugins, keys, scores, V, params, init_U, row_prior)
+        init_best = states.best
+        padded = None if choices is None else jnp.pad(jnp.asarray(choices, jnp.int32), ((0, 0), (1, 0)),
+                                                      constant_values=-1)
+
+        def steps_of_block(states, b):
+            def one(states, t):
+                t = jnp.where(t <= config.n_steps, t, 0)     # past the last step: the no-op step 0
+                follow_t = None if padded is None else padded[:, t]
+                return jax.vmap(step, in_axes=(None, None, shared, 0, 0, None, None, 0 if follow else None))(
+                    config, plugins, episodes, states, params, t, None, follow_t)
+            return jax.lax.scan(one, states, b * block + jnp.arange(block))
+
+        shapes = jax.eval_shape(steps_of_block, states, 0)[1]
+        width = n_blocks * block if config.record_steps else 0    # summary only: no per-step buffer
+        buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], width) + a.shape[2:], a.dtype), shapes)
+
+        def running(carry):
+            b, states, _ = carry
+            return (b < n_blocks) & ~jnp.all(jax.vmap(finished, in_axes=(None, None, 0, 0, None))(
+                config, plugins, states, params, jnp.maximum(b * block, 1)))
+
+        def body(carry):
+            b, states, buffer = carry
+            states, records = steps_of_block(states, b)
+            if config.record_steps:
+                records = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), records)
+                buffer = jax.tree_util.tree_map(
+                    lambda buf, r: jax.lax.dynamic_update_slice_in_dim(buf, r, b * block, axis=1), buffer, records)
+            return b + 1, states, buffer
+
+        b, states, buffer = jax.lax.while_loop(running, body, (jnp.int32(0), states, buffer))
+        idle = jax.vmap(idle_record, in_axes=(None, None, shared, 0, 0, None))(config, plugins, episodes, states,
+                                                                                params, jnp.int32(0))
+        ran = jnp.arange(width) < b * block
+        records = jax.tree_util.tree_map(
+            lambda buf, i: jnp.where(ran.reshape((1, -1) + (1,) * (buf.ndim - 2)), buf, i[:, None])[:, 1:config.n_steps + 1],
+            buffer, idle) if config.record_steps else jax.tree_util.tree_map(lambda i: i[:, None], idle)
+        return jax.vmap(_run_result, in_axes=(None, None, 0, 0, 0, 0))(config, plugins, states, params, records,
+                                                                        init_best)
+
+    return run
+
+
+def _all_steps(config: BanditConfig, plugins: Plugins, state: BanditState, steps):
+    """Run steps ``1 .. n_steps`` with ``steps(state, ts, log_slots) -> (state, records)``."""
+    n_steps, tau = config.n_steps, refit_period(config, plugins)
+    if not tau:
+        return steps(state, 1 + jnp.arange(n_steps))
+    # Phases of tau steps, t in [p tau, (p+1) tau): each opens with its refit
+    # (phase 0 opens with the no-op t = 0 instead), then the shorter last phase.
+    n_phases = (n_steps + 1) // tau
+    if n_phases <= MAX_UNROLLED_PHASES and n_steps * config.batch_size >= UNROLL_MIN_LOG_CELLS:
+        # Unrolled: phase p's refit sees only the p tau log slots filled so far (static
+        # shapes), so the refits cost in proportion to the cells observed, not the budget.
+        parts = []
+        for p in range(n_phases):
+            state, part = steps(state, p * tau + jnp.arange(tau), max(p * tau, 1))
+            parts.append(part)
+        state, tail = steps(state, n_phases * tau + jnp.arange(n_steps + 1 - n_phases * tau), max(n_phases * tau, 1))
+        return state, jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[1:], *parts, tail)
+    # One scan over t = 0 .. n_steps (t = 0 is the no-op padding step): the step body is
+    # compiled once, and each refit is a real `lax.cond` on the unbatched t.
+    state, records = steps(state, jnp.arange(n_steps + 1))
+    return state, jax.tree_util.tree_map(lambda a: a[1:], records)
+
+
+def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, params, records, init_best) -> RunResult:
+    estimator, n = plugins.estimator, config.n_examples
+    radius = estimator.radius(state.estimator, state.ledger, n, params.delta, params.estimator)
+    radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
+    cs_low, cs_high, seq_low, seq_high = state.cs.low, state.cs.high, state.cs.seq_low, state.cs.seq_high
+    if not estimator.has_interval:
+        cs_low = cs_high = jnp.full(config.n_models, jnp.nan, jnp.float32)
+        seq_low = seq_high = jnp.full(seq_low.shape, jnp.nan, jnp.float32)
+    # Budgets never reached (an early stop, exhausted models) take the final widths.
+    final = half_widths(config, estimator, state, params)
+    snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
+    return RunResult(records, init_best, current_estimates(estimator, state, n, params), radius, state.ledger.n_obs,
+                     state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps, seq_low, seq_high)

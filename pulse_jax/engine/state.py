@@ -1,0 +1,139 @@
+"""What a run carries: the per-repetition constants (:class:`Episode`), the state every step rewrites
+(:class:`BanditState`), what a step and a run return, and the repetition's random draws."""
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import chex
+import jax
+import jax.numpy as jnp
+
+from pulse_jax import factorization, sampling
+from pulse_jax.confidence import ConfSeq
+from pulse_jax.engine.bookkeeping import Certificate, Snapshots
+from pulse_jax.engine.config import BanditConfig
+from pulse_jax.estimators.base import Ledger
+
+
+class Episode(NamedTuple):
+    """Per-repetition constants drawn at reset (never written afterwards)."""
+
+    scores: chex.Array         # (m, n) true scores S, 0 where missing; live selection: the initial batches only
+    missing: chex.Array        # (m, n) bool: cells a model has no score for (not part of its benchmark)
+    V: chex.Array              # (n, r) frozen example embeddings
+    model_order: chex.Array    # (m,) int32: this repetition's shuffled order of the models
+    init_examples: chex.Array  # (m, T0 B) int32: the initial batches
+    examples_key: chex.PRNGKey  # stream of the example draws (see sampling.draw_key)
+    key: chex.PRNGKey          # per-step tie-breaking stream
+    row_prior: Any = None      # factorization.RowPrior every refit of U is pulled towards (None: the paper's)
+
+
+class PullLog(NamedTuple):
+    """Every bandit pull and its scores, by step (slot ``t - 1`` for step ``t``); kept by methods that refit."""
+
+    models: chex.Array    # (S,) int32 model pulled
+    examples: chex.Array  # (S, B) int32 its batch
+    scores: chex.Array    # (S, B) float32 the scores observed (0 past the size)
+    sizes: chex.Array     # (S,) int32 cells of the batch that count (0: no pull)
+
+
+class BanditState(NamedTuple):
+    """Everything that changes during a run, and everything observed so far."""
+
+    ledger: Ledger        # per-model observed / predicted sums
+    estimator: Any        # the estimator's own state
+    U: chex.Array         # (m, r) current model factors
+    observed: chex.Array  # (m, ceil(n / 32)) uint32: packed mask of the observed cells
+    init_scores: chex.Array  # (m, T0 B) scores of the initial batches
+    log: PullLog          # the bandit's observed cells as blocks, for refits
+    spent: chex.Array     # cells spent, initialization included
+    best: chex.Array      # current best guess (row index)
+    cs: ConfSeq           # anytime-valid confidence sequences, one per model
+    certified: "Certificate"
+    snapshots: "Snapshots"
+    rule: Any = ()        # the sampling rule's own state
+    stopped: Any = False  # the stopping rule has fired (final: a stopped run pulls nothing more)
+
+
+class StepRecord(NamedTuple):
+    best: chex.Array        # argmax of mu_hat after the step (row index)
+    spent: chex.Array       # cells spent after the step, initialization included
+    chosen: chex.Array      # model pulled (-1 when the step spent nothing)
+    info: Any               # the estimator's own per-step pytree (PULSE: PulseInfo, its lambda; () for none)
+    estimates: chex.Array   # (m,) when config.record_estimates, else ()
+    low: chex.Array         # (m,) confidence-sequence bounds when config.record_estimates, else ()
+    high: chex.Array
+
+
+class RunResult(NamedTuple):
+    """Output of one repetition. Model indices are rows of the input matrix."""
+
+    steps: StepRecord          # per step, leading axis n_steps
+    init_best: chex.Array      # best guess after initialization
+    estimates: chex.Array      # (m,) final mu_hat
+    radius: chex.Array         # (m,) half-width of the paper's 1 - delta interval (NaN: none)
+    n_obs: chex.Array          # (m,) observed cells per model
+    n_pulls: chex.Array        # (m,) pulls per model, the initial batch included
+    cs_low: chex.Array         # (m,) running intersection of the confidence sequence (NaN: none)
+    cs_high: chex.Array
+    certified: Certificate     # first certification (-1: never within the budget)
+    snapshots: Snapshots       # half-widths at config.snapshot_budgets
+    cs_seq_low: chex.Array = None   # (m, C) each confidence sequence's own running bounds (PULSE: raw, proxies)
+    cs_seq_high: chex.Array = None
+
+
+# ----------------------------------------------------------------------------- draws
+
+
+def draw_keys(key: chex.PRNGKey, n_models: int):
+    """A repetition's random streams: ``(model_order, examples_key, tie_key)``.
+
+    Depend on the key and the number of models only (never on the method),
+    which is what makes comparisons between methods paired. Exposed so that a
+    reference implementation can replay the same draws.
+    """
+    k_models, k_examples, k_ties = (jax.random.fold_in(key, i) for i in range(3))
+    return jax.random.permutation(k_models, n_models).astype(jnp.int32), k_examples, k_ties
+
+
+def initial_draws(examples_key: chex.PRNGKey, config: "BanditConfig", missing: chex.Array | None = None,
+                  population: chex.Array | None = None) -> tuple[chex.Array, chex.Array]:
+    """Stage 1's examples, ``(m, T0 B)``, and the packed mask of them: T0 ordinary draws per model.
+
+    ``missing`` (``(m, n)`` booleans) marks cells a model has no score for: they
+    start marked, so they are never drawn; ``population`` is each model's count
+    of scored examples. Without them every model has all ``n`` examples.
+    """
+    m, n, B = config.n_models, config.n_examples, config.batch_size
+    mask = sampling.empty_mask(m, n)
+    if missing is not None:
+        mask = mask | sampling.pack(missing)
+    population = jnp.full(m, n, jnp.int32) if population is None else population
+
+    def one_model(i, row, size):
+        picked = []
+        for b in range(config.init_batches):
+            ex = sampling.draw(sampling.draw_key(examples_key, i, b * B), row, b * B, size, B)
+            row = sampling.mark(row, ex, jnp.ones(B, bool))
+            picked.append(ex)
+        return jnp.concatenate(picked), row
+
+    return jax.vmap(one_model)(jnp.arange(m, dtype=jnp.int32), mask, population)
+
+
+def observed_blocks(episode: Episode, state: BanditState,
+                    log_slots: int | None = None) -> tuple[factorization.CellBlocks, ...]:
+    """Every observed cell as blocks: the initial batches (one block per model), then the pull log.
+
+    ``log_slots`` (static) keeps only the first slots of the log, when the
+    caller knows no later step has happened yet (0: the initial batches only).
+    """
+    m, n0 = episode.init_examples.shape
+    rows = jnp.arange(m, dtype=jnp.int32)
+    init = factorization.CellBlocks(rows, episode.init_examples, state.init_scores, jnp.ones((m, n0), bool))
+    if log_slots == 0:
+        return (init,)
+    log = state.log if log_slots is None else jax.tree_util.tree_map(lambda a: a[:log_slots], state.log)
+    pulls = factorization.CellBlocks(log.models, log.examples, log.scores,
+                                     jnp.arange(log.examples.shape[1]) < log.sizes[:, None])
+    return init, pulls

@@ -1,0 +1,15 @@
+"""Live selection: pick the best real model, one batch of real evaluations at a time.
+
+The pieces live in their own modules; this one gathers them:
+
+* :class:`Selector` (:mod:`pulse_jax.live.selector`): ask/tell on the simulation's own kernel;
+* :func:`run` (:mod:`pulse_jax.live.runner`): drives a selector with ``evaluate(model, example_ids) -> scores``;
+* :mod:`pulse_jax.live.journal`: the durable JSONL log and its verified replay;
+* :class:`Report` (:mod:`pulse_jax.live.report`): ranking, confidence sequences, separation.
+"""
+from pulse_jax.live.journal import LOG_VERSION
+from pulse_jax.live.report import Report
+from pulse_jax.live.runner import EvaluationError, Interrupted, run
+from pulse_jax.live.selector import LogWriteError, Request, Selector
+
+__all__ = ["Selector", "Request", "Report", "run", "EvaluationError", "Interrupted", "LogWriteError", "LOG_VERSION"]

@@ -1,0 +1,90 @@
+"""A live selection's report for people: ranking, confidence sequences, separation, audit trail.
+
+Imports neither the simulation engine nor matplotlib (``plot`` loads it when called), so live
+selection stands alone.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+
+@dataclasses.dataclass
+class Report:
+    """A selector's state for people: ranking, intervals, separation, audit trail."""
+
+    method: str
+    seed: int
+    models: tuple[str, ...]
+    estimates: np.ndarray
+    low: np.ndarray              # confidence sequence: valid at every look (for every model at once if simultaneous)
+    high: np.ndarray
+    n_obs: np.ndarray
+    n_pulls: np.ndarray
+    spent: int
+    budget: int
+    delta: float
+    leader: str
+    separated: bool | None       # None: the method has no valid interval (Naive-Pooling)
+    tied_with_leader: tuple[str, ...]
+    evaluated: dict               # model -> example ids, in evaluation order
+    simultaneous: bool = True     # False: certification levels (each interval holds alone, not all at once)
+    stop: str = "budget"          # the stopping rule's name
+    stopped: bool = False         # the stopping rule has ended the run
+    claimed: tuple[str, ...] = () # the models the stopping rule's certificate names now
+    certificate: str = ""         # the rule's one-line statement of what is certified (StoppingRule.statement)
+    finished: bool = False        # nothing more will be asked (stopped, budget spent, or every model known exactly)
+
+    @property
+    def ranking(self) -> list[str]:
+        order = np.argsort(-np.nan_to_num(self.estimates, nan=-np.inf), kind="stable")
+        return [self.models[i] for i in order]
+
+    def to_dict(self) -> dict:
+        rows = []
+        for name in self.ranking:
+            i = self.models.index(name)
+            rows.append({"model": name, "estimate": plain_number(self.estimates[i]), "low": plain_number(self.low[i]),
+                         "high": plain_number(self.high[i]), "cells": int(self.n_obs[i]), "pulls": int(self.n_pulls[i])})
+        return {"method": self.method, "seed": self.seed, "spent": self.spent, "budget": self.budget,
+                "delta": self.delta, "leader": self.leader, "separated": self.separated,
+                "tied_with_leader": list(self.tied_with_leader), "stop": self.stop, "stopped": self.stopped,
+                "finished": self.finished,
+                "claimed": list(self.claimed), "certificate": self.certificate, "ranking": rows,
+                "evaluated": {k: list(v) for k, v in self.evaluated.items()}}
+
+    def to_markdown(self) -> str:
+        level = f"{1 - self.delta:.0%}"
+        lines = [f"# Model selection ({self.method}, seed {self.seed})", "",
+                 f"{self.spent:,} of {self.budget:,} cells evaluated. Leader: **{self.leader}**; "
+                 + ("separated from every other model" if self.separated else
+                    "not yet separated; tied with the leader: " + ", ".join(self.tied_with_leader)
+                    if self.separated is not None else "no valid interval for this method")
+                 + f" ({level} confidence sequences, valid at every look"
+                 + (", simultaneous over the models)." if self.simultaneous else
+                    "; certification levels: each holds on its own, and a certified best is wrong at most "
+                    f"{self.delta:g} of the time, but not every interval holds at once)."), "",
+                 *((f"Stopping rule `{self.stop}`" + (" (stopped)" if self.stopped else " (finished)" if self.finished
+                                                      else " (running)")
+                    + f": {self.certificate}.", "") if self.certificate else ()),
+                 f"| rank | model | estimate | {level} confidence sequence | cells |",
+                 "|---:|---|---:|---|---:|"]
+        for k, row in enumerate(self.to_dict()["ranking"], start=1):
+            lines.append(f"| {k} | {row['model']} | {_fmt(row['estimate'])} | [{_fmt(row['low'])}, "
+                         f"{_fmt(row['high'])}] | {row['cells']} |")
+        return "\n".join(lines) + "\n"
+
+    def plot(self, path):
+        from pulse_jax.analysis import plotting   # matplotlib only when a figure is asked for
+
+        return plotting.estimates_with_intervals(self, path)
+
+
+def plain_number(x):
+    """A finite number as a Python float; None for NaN, inf or None (strict JSON)."""
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+def _fmt(x):
+    return "n/a" if x is None else f"{x:.3f}"

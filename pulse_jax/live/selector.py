@@ -1,0 +1,591 @@
+"""Ask/tell best-model selection on real evaluations, on the simulation's own kernel.
+
+``Selector`` drives the pure pieces of :func:`pulse_jax.engine.build_kernel`
+(``init``, ``select``, ``refit``, ``draw``, ``observe``) one batch at a time,
+so a selector fed the scores of a full matrix makes exactly the choices of
+``simulate(..., seed)``'s first repetition. The told scores go into the
+kernel's state (its pull log); nothing else is written.
+
+Pending batches (``ask`` several times before ``tell``): a model has at most
+one batch in flight, and ``ask`` skips models with one; a refit step waits
+until nothing is in flight. Hence, for every batch, the observed set, the
+predictions, lambda and the inclusion probability are fixed when it is asked
+-- before its scores exist -- which is all Lemma 1 and the confidence
+sequences need: each stays valid whatever the order in which results come
+back.
+
+Durability (:mod:`pulse_jax.live.journal`): every told batch is appended to a
+JSONL log and fsynced before it changes the selector. A selector created with
+an existing log replays it, checks every replayed request against the log,
+and continues; batches in flight when the process died are asked again (the
+only loss). The example embeddings are saved next to the log, so a resumed
+run uses exactly the same side information.
+
+Stopping: the selector's :class:`pulse_jax.stopping.StoppingRule` (``stop=``),
+checked before every ask by the same :func:`pulse_jax.engine.stop_status` that
+stops a simulated run, on the kernel's anytime-valid confidence sequences
+(:class:`pulse_jax.confidence.ConfSeq`): they are valid at every look, so
+checking them after every batch is valid. The rule declares what its stop
+certifies, and :meth:`Selector.result` states it. Naive-Pooling has no
+interval, so it spends its budget.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+import warnings
+from pathlib import Path
+from typing import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pulse_jax.compilation_cache import use_compilation_cache
+from pulse_jax import engine, confidence, factorization, registry
+from pulse_jax.live import journal
+from pulse_jax.engine import BanditConfig
+from pulse_jax.errors import PulseInputError, require
+from pulse_jax.params import BanditParams, declared_params, default_params, from_legacy, seed_key
+from pulse_jax.live.report import Report, plain_number
+
+
+#: A failed log write is retried this many times, waiting ``WRITE_RETRY_WAIT * 2**k`` seconds.
+WRITE_RETRIES, WRITE_RETRY_WAIT = 2, 0.05
+
+
+class LogWriteError(PulseInputError):
+    """The log cannot be written (e.g. a full disk); the paid batch was saved beside it when possible."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Request:
+    """One batch to evaluate: ``model`` on ``example_ids``."""
+
+    ticket: int                 # running number of the ask
+    step: int                   # bandit step t (0 for initialization batches)
+    model: str
+    model_index: int
+    example_ids: tuple
+    example_index: tuple[int, ...]
+
+
+def _save_atomically(path: Path, array) -> None:
+    """Write ``array`` to ``path`` through a temporary file and a rename, so a failed write (a full disk)
+    leaves no truncated ``.npy`` behind; a failure is one line naming the file and the fix."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(path.name + ".partial")
+    try:
+        with open(partial, "wb") as handle:
+            np.save(handle, array)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except OSError as err:
+        partial.unlink(missing_ok=True)
+        raise PulseInputError(f"{path}: cannot save the embeddings beside the log ({err.strerror or err}); free "
+                              "space there or give --log in another folder, then run the same command again") from None
+
+
+@functools.lru_cache(maxsize=16)
+def _compiled(config: BanditConfig, estimator):
+    """Jitted kernel pieces for one configuration and estimator object, shared by every selector that
+    uses them (parameters are traced: selectors that differ only in them share the programs).
+
+    The asking kernel never stops by itself (its stopping rule is the budget's): the selector checks
+    its own rule with ``status`` before each ask, so a replayed log is followed to its end whatever the
+    rule, and a resumed run may change the rule (e.g. spend the rest of the budget after a certificate).
+    """
+    kernel = engine.build_kernel(dataclasses.replace(config, stop="budget"), estimator)
+    status = jax.jit(engine.build_kernel(config, estimator).stop_status)
+
+    def ask(episode, state, t, params, blocked, reserved, due):
+        state, i, size = kernel.select(episode, state, params, t, blocked, reserved)
+        state = kernel.refit(episode, state, params, t, size, due)
+        examples, _ = kernel.draw(episode, state, i, size, params)
+        return state, i, size, examples
+
+    def tell(episode, state, t, i, size, examples, scores, params):
+        valid = jnp.arange(config.batch_size) < size
+        return kernel.observe(episode, state, params, t, i, size, examples, valid, scores)[0]
+
+    def summary(state, params):
+        estimates, low, high = kernel.bounds(state, params)
+        return estimates, state.ledger, low, high
+
+    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary), status
+
+
+def _plugin_numbers(numbers: dict) -> dict:
+    """The estimator's and the rule's own numbers as header fields ``estimator.x``, ``rule.y`` (the
+    stopping rule's are left out: a resumed run may stop by another rule)."""
+    return {f"{part}.{name}": value for part in ("estimator", "rule") for name, value in numbers[part].items()}
+
+
+class Selector:
+    """Ask/tell best-model identification with PULSE, UCB-E or Naive-Pooling.
+
+    Args:
+      models: candidate names (unique).
+      examples: the number of examples, or their ids (unique).
+      budget: total cells, initialization included.
+      method: the estimator: an :class:`pulse_jax.Estimator` (e.g.
+        ``pulse(variance_bound=...)`` or your own) or its name, "pulse"
+        (default), "ucbe", "naive", "package.module:attribute".
+      train: side information, a (n_train, n) matrix with NaN for missing
+        cells (or a ``ScoreMatrix`` whose examples are aligned by id); or
+      V: example embeddings (n, r) fitted earlier. PULSE and Naive need one.
+      log: path of the JSONL log; an existing log is resumed.
+      batch_size, init_batches, refit_every, rule, cs_grid: as in
+        :class:`pulse_jax.BanditConfig` (``rule`` a sampling rule or its name;
+        ``"lucb"`` or ``"top_two"`` sample to certify the best model sooner;
+        ``cs_grid > 0``: betting confidence sequences).
+      exploration, delta: the index rule's ``exploration`` (``rule.exploration``; the rule's default
+        when None) and the engine's ``delta``; or pass ``params`` instead: a dict ``{name or path:
+        value}``, a :class:`pulse_jax.RunParams`, or a :class:`pulse_jax.BanditParams`.
+      stop: the stopping rule (:class:`pulse_jax.stopping.StoppingRule` or its name, as in
+        :class:`pulse_jax.BanditConfig`), checked before every ask: ``"certified"`` stops once a model
+        is certified best; ``"budget"`` spends the whole budget. Default: ``"certified"`` for a method
+        with an interval, ``"budget"`` otherwise.
+      seed: the run's seed; rank: for fitting ``train``.
+    """
+
+    def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
+                 batch_size: int = 64, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
+                 delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
+                 log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None):
+        self.models = tuple(str(m) for m in models)
+        require(len(set(self.models)) == len(self.models), "models: duplicate model names")
+        ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
+        require(len(set(map(str, ids))) == len(ids), "examples: duplicate example ids")
+        self.example_ids = tuple(ids)
+        m, n = len(self.models), len(ids)
+        self.estimator = engine.get_estimator(method)
+        if stop is None:
+            stop = "certified" if self.estimator.has_interval else "budget"
+        self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
+                                   init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid,
+                                   stop=stop)
+        if params is None:
+            params = {"delta": delta, **({} if exploration is None else {"exploration": exploration})}
+        engine.check_compatible(self.config, self.estimator)
+        self.params = engine.resolve_params(params, engine.plugins_of(self.config, self.estimator))
+        seed_key(seed)
+        self.method, self.seed = self.estimator.name, int(seed)
+        self.log_path = Path(log) if log is not None else None
+        # Lock the log before reading anything of it (sidecar included): a second process stops here.
+        self._journal = journal.Journal(self.log_path) if self.log_path is not None else None
+        self.V = self._side_information(train, V, rank)
+        self._header = self._make_header()
+
+        use_compilation_cache()
+        self._key = jax.random.fold_in(seed_key(self.seed), 0)   # = simulate()'s repetition 0
+        _, examples_key, _ = engine.draw_keys(self._key, m)
+        self._initial_examples = np.asarray(engine.initial_draws(examples_key, self.config)[0])
+        self._initial_scores = np.zeros((m, n), np.float32)   # the initial batches, until init runs
+        self._init_told = np.zeros(m, bool)
+        # model row -> {example column: score}, in evaluation order: the audit trail and paired differences
+        self._told: dict[int, dict[int, float]] = {i: {} for i in range(m)}
+        self._episode = self._state = None
+        self._asks = 0              # requests issued
+        self._t = 1                 # next bandit step
+        self._pending: dict[int, Request] = {}
+        self._paid: dict[int, dict] = {}   # ticket -> a paid record (model, examples, scores), not yet told
+        self._finished = False
+        self._stopped = False       # the stopping rule fired (final, like a simulated run's stop)
+        self._replaying = False
+        self._compile()
+        if self.log_path is not None:
+            self._replaying = True
+            try:
+                self._open_log()
+            finally:
+                self._replaying = False
+
+    def _compile(self) -> None:
+        (self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn,
+         self._status_fn) = _compiled(self.config, self.estimator)
+        self._params = self.params.as_arrays()
+
+    @property
+    def stop(self):
+        """The stopping rule checked before every ask (:class:`pulse_jax.stopping.StoppingRule`)."""
+        return self.config.stop
+
+    def use_stop(self, stop) -> None:
+        """Check ``stop`` (a stopping rule or its name) before every later ask instead of the current rule.
+
+        Requests already made and the log are unaffected (the log records no stopping rule), so a
+        certified run can go on to spend its budget, and a resumed run may stop by another rule.
+        """
+        config = dataclasses.replace(self.config, stop=stop)
+        engine.check_compatible(config, self.estimator)
+        self.params = engine.resolve_params(self.params._replace(stop=declared_params(config.stop)),
+                                            engine.plugins_of(config, self.estimator))
+        self.config = config
+        self._stopped = False
+        self._finished = False
+        self._compile()
+
+    @property
+    def delta(self) -> float:
+        return float(self.params.delta)
+
+    # ------------------------------------------------------------------ setup
+
+    def _side_information(self, train, V, rank):
+        if not self.estimator.uses_predictions:
+            return np.zeros((self.config.n_examples, 1), np.float32)
+        sidecar = self._sidecar()
+        if sidecar is not None and sidecar.is_file() and self.log_path.is_file() and self.log_path.stat().st_size:
+            # resume with exactly the embeddings of the first run; refuse settings that contradict them
+            try:
+                first = np.load(sidecar, allow_pickle=False)
+            except (OSError, ValueError) as err:
+                raise PulseInputError(f"{sidecar}: cannot read the embeddings saved with the log: {err}") from None
+            require(first.ndim == 2 and first.shape[0] == self.config.n_examples and np.isfinite(first).all(),
+                    f"{sidecar}: not the (n_examples={self.config.n_examples}, rank) embeddings of this run")
+            if V is not None:
+                require(np.shape(V) == first.shape and np.allclose(np.asarray(V, np.float32), first),
+                        f"V differs from the embeddings {self.log_path} was started with ({sidecar})")
+            elif rank != first.shape[1]:
+                raise PulseInputError(f"rank {rank} differs from rank {first.shape[1]}, which {self.log_path} was "
+                                      f"started with ({sidecar}); use --rank {first.shape[1]} to resume")
+            return first.astype(np.float32)
+        require(train is not None or V is not None,
+                f"method {self.estimator.name!r} needs side information: pass train= (historical scores on "
+                "the same examples) or V= (example embeddings)")
+        if V is None:
+            from pulse_jax.io.data import ScoreMatrix
+
+            if isinstance(train, ScoreMatrix):
+                position = {str(e): k for k, e in enumerate(train.examples)}
+                missing = [e for e in self.example_ids if str(e) not in position]
+                require(not missing, f"{train.source}: no column for examples {missing[:3]} "
+                                     f"({len(missing)} missing)")
+                train = train.scores[:, [position[str(e)] for e in self.example_ids]]
+            train = np.asarray(train, np.float32)
+            require(train.ndim == 2 and train.shape[1] == self.config.n_examples,
+                    f"train must have one column per example ({self.config.n_examples}), got shape {train.shape}")
+            V = factorization.fit_example_embeddings(train, rank=rank, seed=self.seed)
+        V = np.asarray(V, np.float32)
+        require(V.ndim == 2 and V.shape[0] == self.config.n_examples and np.isfinite(V).all(),
+                f"V must be a finite (n_examples={self.config.n_examples}, rank) array, got shape {V.shape}")
+        if sidecar is not None:
+            _save_atomically(sidecar, V)
+        return V
+
+    def _sidecar(self):
+        return None if self.log_path is None else self.log_path.with_name(self.log_path.name + ".embeddings.npy")
+
+    def _make_header(self) -> dict:
+        """Everything that decides the run's requests: a resume with any difference is refused, naming it."""
+        c = self.config
+        return {"type": "header", "version": journal.LOG_VERSION, "method": self.method,
+                "method_settings": registry.describe(self.estimator)["settings"], "seed": self.seed,
+                "models": list(self.models), "examples": list(self.example_ids), "budget": c.budget,
+                "batch_size": c.batch_size, "init_batches": c.init_batches, "refit_every": c.refit_every,
+                "init_refit_epochs": c.init_refit_epochs, "refit_epochs": c.refit_epochs, "interval": c.interval,
+                "cs_grid": c.cs_grid,
+                "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
+                # The engine's numbers and the estimator's and rule's own (the stopping rule may change on resume).
+                **self.params.engine.to_dict(), **_plugin_numbers(self.params.to_dict()),
+                "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None}
+
+    # ------------------------------------------------------------------ log
+
+    def _open_log(self):
+        """Lock the log, cut a torn tail, and replay what it holds (or start it with the header)."""
+        header, records = self._journal.open()
+        if header is None:
+            self._journal.append(self._header)
+            return
+        journal.check_header(self.log_path, self._translated(header), self._header)
+        self._replay(records)
+
+    def _translated(self, header: dict) -> dict:
+        """A header written before the plug-ins owned their numbers (flat ``exploration``,
+        ``fixed_lambda``, ``plugin``), with those moved where this version keeps them."""
+        if "exploration" not in header:
+            return header
+        legacy = BanditParams(exploration=header.get("exploration"),
+                              fixed_lambda=header.get("fixed_lambda"), plugin=header.get("plugin") or None)
+        plugins = engine.plugins_of(self.config, self.estimator)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", DeprecationWarning)
+            try:
+                moved = from_legacy(default_params(plugins), legacy, str(self.log_path)).to_dict()
+            except PulseInputError:
+                return header      # numbers this run's plug-ins lack: the comparison names the difference
+        return {**header, **_plugin_numbers(moved)}
+
+    def _replay(self, records):
+        path, told_on = self.log_path, {}
+        for number, record in records:
+            where = f"{path}: line {number}"
+            for field, kind in (("ticket", int), ("step", int), ("asks_issued", int), ("model", str),
+                                ("examples", list), ("scores", list)):
+                value = record.get(field)
+                require(isinstance(value, kind) and not isinstance(value, bool),
+                        f"{where}: field {field!r} is missing or not a{'n' if kind is int else ''} "
+                        f"{kind.__name__} (was the log edited?)")
+            if record.get("type") == "paid":
+                self._paid[record["ticket"]] = record
+                continue
+            require(record["ticket"] not in told_on, f"{where}: ticket {record['ticket']} was already told on "
+                                                     f"line {told_on.get(record['ticket'])} (a duplicated line)")
+            require(record["model"] in self.models, f"{where}: unknown model {record['model']!r}")
+            require(0 <= record["ticket"] < record["asks_issued"],
+                    f"{where}: ticket {record['ticket']} was never asked (asks_issued {record['asks_issued']})")
+            while self._asks < record["asks_issued"]:
+                if self.ask() is None:
+                    raise PulseInputError(f"{where}: this selector cannot reproduce the logged requests (was the "
+                                          "log edited?)")
+            request = self._pending.get(record["ticket"])
+            if (request is None or request.model != record["model"]
+                    or list(request.example_ids) != record["examples"]):
+                raise PulseInputError(f"{where}: logged batch (model {record['model']!r}, ticket "
+                                      f"{record['ticket']}) differs from what this selector asks; the log belongs "
+                                      "to another run")
+            self._apply(request, self._validate(request, record["scores"], where))
+            told_on[record["ticket"]] = number
+
+    def paid_scores(self, request: Request):
+        """The scores of ``request`` if they were paid for and logged before the run stopped (else None):
+        a resumed run tells them without asking the scorer again."""
+        record = self._paid.get(request.ticket)
+        if record is None or record["model"] != request.model or record["examples"] != list(request.example_ids):
+            return None
+        return self._validate(request, record["scores"], f"{self.log_path}: paid batch {request.ticket}")
+
+    def log_paid(self, request: Request, scores) -> None:
+        """Log the scores of a batch in flight as paid (not told): a resumed run tells them where an
+        uninterrupted run would have, without paying for them again."""
+        scores = self._validate(request, scores)
+        if self.log_path is not None:
+            self._write({"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
+                         "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
+        self._paid[request.ticket] = {"model": request.model, "examples": list(request.example_ids),
+                                      "scores": scores.tolist()}
+
+    def _write(self, record: dict) -> None:
+        """Append ``record`` to the log, retrying a failed write; if the log cannot be written, save the
+        batch beside it (the next run takes it in) and stop with one line naming the log and the fix."""
+        failure = None
+        for attempt in range(WRITE_RETRIES + 1):
+            try:
+                self._journal.append(record)
+                return
+            except OSError as err:
+                failure = err
+                time.sleep(WRITE_RETRY_WAIT * 2**attempt)
+        paid = {**record, "type": "paid"}
+        try:
+            saved = f"; the batch is saved in {self._journal.save_aside([paid])} and is taken in by the next run"
+        except OSError:
+            saved = "; the batch could not be saved either and will be asked again"
+        raise LogWriteError(f"{self.log_path}: cannot write the log ({failure.strerror or failure}){saved}. Free "
+                            "space there, then run the same command again") from None
+
+    def close(self) -> None:
+        """Release the log's lock (a finished or abandoned run); the log stays resumable."""
+        if getattr(self, "_journal", None) is not None:
+            self._journal.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ ask / tell
+
+    @property
+    def initialized(self) -> bool:
+        return self._state is not None
+
+    def pending(self) -> list[Request]:
+        """Requests asked but not told, in ask order."""
+        return [self._pending[k] for k in sorted(self._pending)]
+
+    def _blocked(self) -> np.ndarray:
+        blocked = np.zeros(len(self.models), bool)
+        for request in self._pending.values():
+            blocked[request.model_index] = True
+        return blocked
+
+    def _issue(self, step: int, i: int, index: np.ndarray) -> Request:
+        request = Request(self._asks, step, self.models[i], i, tuple(self.example_ids[j] for j in index),
+                          tuple(int(j) for j in index))
+        self._pending[self._asks] = request
+        self._asks += 1
+        return request
+
+    def ask(self) -> Request | None:
+        """The next batch to evaluate, or None when nothing can be asked now.
+
+        None means: the budget is spent or every model is known exactly (the
+        run is over), or the next request must wait for batches in flight (a
+        refit step, or every remaining model already has a batch in flight).
+        """
+        if self._finished:
+            return None
+        config = self.config
+        if not self.initialized:
+            asked = {r.model_index for r in self._pending.values()}
+            for i in range(len(self.models)):
+                if not self._init_told[i] and i not in asked:
+                    return self._issue(0, i, self._initial_examples[i])
+            return None
+        if self._stopped or (not self._replaying and self._stop_status()[0]):
+            # The stopping rule says done: nothing more is asked (the batches in flight are still told).
+            self._stopped = True
+            if not self._pending:
+                self._finished = True
+            return None
+        due = bool(self._kernel.refit_due(self._t))
+        if due and self._pending:
+            return None
+        reserved = sum(len(r.example_index) for r in self._pending.values())
+        state, i, size, examples = self._ask_fn(self._episode, self._state, jnp.int32(self._t), self._params,
+                                                jnp.asarray(self._blocked()), jnp.int32(reserved), jnp.bool_(due))
+        i, size = int(i), int(size)
+        unobserved = config.n_examples - int(self._state.ledger.n_obs[i]) if size else 0
+        if size == 0 or size < min(config.batch_size, unobserved):
+            # No full batch fits: stop here rather than shorten it (the stopping bound needs full batches).
+            if not self._pending:
+                self._finished = True
+            return None
+        self._state = state
+        request = self._issue(self._t, i, np.asarray(examples)[:size])
+        self._t += 1
+        return request
+
+    def tell(self, request: Request, scores) -> None:
+        """Record the scores of ``request`` (one per example, in [0, 1]); logged before it counts."""
+        require(isinstance(request, Request) and request.ticket in self._pending,
+                f"tell: unknown or already told request {getattr(request, 'ticket', request)!r}")
+        scores = self._validate(request, scores)
+        if self.log_path is not None:
+            self._write({"type": "tell", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
+                         "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
+        self._paid.pop(request.ticket, None)
+        self._apply(request, scores)
+
+    def _validate(self, request: Request, scores, where: str | None = None) -> np.ndarray:
+        where = where or f"model {request.model!r}, request {request.ticket}"
+        if scores is None:
+            raise PulseInputError(f"{where}: the scorer returned None; it must return one score in [0, 1] for "
+                                  f"each of the {len(request.example_ids)} examples, in order")
+        if isinstance(scores, (list, tuple)) and any(isinstance(v, (bool, str)) or v is None for v in scores):
+            raise PulseInputError(f"{where}: scores are not numbers in [0, 1]: {list(scores)!r}"[:300])
+        try:
+            values = np.asarray(scores, dtype=np.float64).reshape(-1)
+        except (TypeError, ValueError):
+            raise PulseInputError(f"{where}: scores are not numbers: {scores!r}"[:300]) from None
+        require(values.size == len(request.example_ids),
+                f"{where}: got {values.size} scores for {len(request.example_ids)} examples")
+        bad = np.nonzero(~np.isfinite(values) | (values < 0) | (values > 1))[0]
+        if len(bad):
+            k = bad[0]
+            raise PulseInputError(f"{where}: score for example {request.example_ids[k]!r} is {values[k]}, "
+                                  "not a number in [0, 1]")
+        return values.astype(np.float32)
+
+    def _apply(self, request: Request, scores: np.ndarray):
+        del self._pending[request.ticket]
+        i, index = request.model_index, np.asarray(request.example_index)
+        self._told[i].update(zip(index.tolist(), scores.tolist()))
+        if request.step == 0:
+            self._initial_scores[i, index] = scores
+            self._init_told[i] = True
+            if self._init_told.all():
+                self._episode, self._state = self._init_fn(self._key, jnp.asarray(self._initial_scores),
+                                                           jnp.asarray(self.V), self._params)
+            return
+        padded = np.zeros(self.config.batch_size, np.int32)
+        padded[:len(index)] = index
+        values = np.zeros(self.config.batch_size, np.float32)
+        values[:len(index)] = scores
+        self._state = self._tell_fn(self._episode, self._state, jnp.int32(request.step), jnp.int32(i),
+                                    jnp.int32(len(index)), jnp.asarray(padded), jnp.asarray(values), self._params)
+
+    # ------------------------------------------------------------------ results
+
+    def _stop_status(self) -> tuple[bool, np.ndarray]:
+        """``(done, claim)`` of the stopping rule now (before step ``self._t``), as a simulation checks it."""
+        done, claim = self._status_fn(self._state, self._params, jnp.int32(self._t))
+        return bool(done), np.asarray(claim, bool)
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the stopping rule has ended the run (no more asks)."""
+        return self._stopped
+
+    @property
+    def spent(self) -> int:
+        return sum(len(v) for v in self._told.values())
+
+    def _evaluated(self) -> dict:
+        """Model name -> the example ids it was evaluated on, in evaluation order."""
+        return {name: [self.example_ids[j] for j in self._told[i]] for i, name in enumerate(self.models)}
+
+    def result(self) -> Report:
+        """Ranking, estimates with intervals, separation and the audit trail, at any time."""
+        c, m = self.config, len(self.models)
+        if self.initialized:
+            est, ledger, low, high = self._summary_fn(self._state, self._params)
+            est, n_obs, n_pulls = np.asarray(est, np.float64), np.asarray(ledger.n_obs), np.asarray(ledger.n_pulls)
+            low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
+        else:   # during initialization: sample means of what has been seen, no bound yet
+            n_obs = np.array([len(self._told[i]) for i in range(m)])
+            n_pulls = (n_obs > 0).astype(int)
+            sums = self._initial_scores.sum(axis=1)
+            est = np.where(n_obs > 0, sums / np.maximum(n_obs, 1), np.nan)
+            low, high = np.zeros(m), np.ones(m)
+        if not self.estimator.has_interval:
+            low, high = np.full(m, np.nan), np.full(m, np.nan)
+        seen = np.where(n_obs > 0, est, -np.inf)
+        leader = int(np.argmax(seen))
+        if not self.estimator.has_interval:
+            separated, tied = None, ()
+        else:
+            ok, certified = confidence.certify(jnp.asarray(low), jnp.asarray(high))
+            separated = bool(ok) and self.initialized
+            if separated:
+                leader = int(certified)
+            tied = tuple(self.models[j] for j in range(m) if j != leader and not high[j] < low[leader])
+        claim = self._stop_status()[1] if self.initialized else np.zeros(m, bool)
+        names = [self.models[i] for i in np.flatnonzero(claim)]
+        return Report(self.method, self.seed, self.models, est, low, high, n_obs,
+                      n_pulls, self.spent, c.budget, self.delta, self.models[leader], separated, tied,
+                      self._evaluated(), bool(float(self.params.cs_simultaneous) >= 1.0), stop=self.stop.name,
+                      stopped=self._stopped, claimed=tuple(names),
+                      certificate=self.stop.statement(names, self.delta, self.params.stop),
+                      finished=self._finished or self.spent >= c.budget)
+
+    def paired_difference(self, a: str, b: str) -> dict:
+        """``mu_a - mu_b`` with an anytime-valid interval, and the mean of ``S_a - S_b`` on the shared examples.
+
+        The interval is the difference of the two confidence sequences,
+        ``[low_a - high_b, high_a - low_b]``: it holds at every look, for every
+        pair at once, with probability >= 1 - delta when the sequences are
+        simultaneous (``cs_simultaneous = 1``). At certification levels
+        (``cs_simultaneous = 0``) one pair's interval holds on its own with
+        probability >= 1 - delta (1 + 1/m): each model's lower sides fail with at
+        most delta / (2 m), each upper side with at most delta / 2.
+        ``common_mean`` (over the examples both models have
+        seen) is descriptive only: it carries no guarantee of its own.
+        """
+        require(a in self.models and b in self.models, f"unknown model {a if a not in self.models else b!r}")
+        ia, ib = self.models.index(a), self.models.index(b)
+        report = self.result()
+        common = sorted(set(self._told[ia]) & set(self._told[ib]))
+        common_mean = None
+        if common:
+            common_mean = float(np.mean([float(self._told[ia][j]) - float(self._told[ib][j]) for j in common]))
+        return {"models": (a, b), "estimate": plain_number(report.estimates[ia] - report.estimates[ib]),
+                "low": plain_number(report.low[ia] - report.high[ib]), "high": plain_number(report.high[ia] - report.low[ib]),
+                "n_common": len(common), "common_mean": common_mean}
