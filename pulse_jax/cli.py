@@ -109,6 +109,7 @@ def _add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str,
     p.add_argument("--stop", default="budget",
                    help="stopping rule: budget (spend it all), certified (stop once a model is certified best), "
                         f"or {PLUGIN_HELP}; methods without an interval spend the budget")
+    _add_certificate_options(p)
     p.add_argument("--chunk-size", type=int, default=None,
                    help="repetitions per compiled batch (default: sized from memory)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -126,11 +127,57 @@ def _add_input_options(p: argparse.ArgumentParser, *, scores_required: bool) -> 
     p.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x rank)")
 
 
+def _add_certificate_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--epsilon", type=float, default=None,
+                       help="stop once a model is certified within EPSILON of the best mean (the stopping rule "
+                            "epsilon_good; replaces --stop)")
+    group.add_argument("--top-k", type=int, default=None, metavar="K",
+                       help="stop once the K best models are certified as a set (the stopping rule top_k; the "
+                            "upper bounds are raised to the level K of them need)")
+    group.add_argument("--tie-group", type=int, default=None, metavar="SIZE",
+                       help="stop once the best model is certified to be one of at most SIZE models (the stopping "
+                            "rule tie_group; 1 is exact-best certification)")
+
+
+def _certificate(args):
+    """``(stop, numbers)`` of ``--epsilon`` / ``--top-k`` / ``--tie-group``; ``(None, {})`` without them."""
+    from pulse_jax import stopping
+
+    given = [(flag, value) for flag, value in (("--epsilon", args.epsilon), ("--top-k", args.top_k),
+                                                ("--tie-group", args.tie_group)) if value is not None]
+    if not given:
+        return None, {}
+    (flag, value), = given
+    require(args.stop in (None, "budget"), f"{flag} sets the stopping rule; drop --stop {args.stop}")
+    if flag == "--epsilon":
+        require(0 <= value < 1, f"--epsilon must be in [0, 1), got {value:g}")
+        return stopping.epsilon_good(), {"stop.epsilon": value}
+    require(value >= 1, f"{flag} must be >= 1, got {value}")
+    if flag == "--top-k":
+        return stopping.top_k(value), {}
+    return stopping.tie_group(), {"stop.size": float(value)}
+
+
+def _certificate_levels(args, numbers: dict, stop, n_models: int) -> dict:
+    """The numbers with ``cs_simultaneous`` raised to what ``stop``'s claim needs (top-k: log k / log m)."""
+    import math
+
+    k = stop.upper_models
+    need = math.log(k) / math.log(n_models) if 1 < k < n_models else 0.0
+    if numbers["cs_simultaneous"] < need:
+        print(f"note: --top-k {k} rests on {k} models' upper bounds; cs_simultaneous raised from "
+              f"{numbers['cs_simultaneous']:g} to log {k} / log {n_models} = {need:.3f}", file=sys.stderr)
+        numbers = {**numbers, "cs_simultaneous": need}
+    return numbers
+
+
 def _add_stopping_options(sel: argparse.ArgumentParser) -> None:
     sel.add_argument("--stop", default=None,
                      help="stopping rule, checked before every batch: certified (stop once a model is certified "
                           f"best), budget (spend it all), or {PLUGIN_HELP} (default: certified; budget for a "
                           "method without an interval)")
+    _add_certificate_options(sel)
     sel.add_argument("--no-early-stop", action="store_true", help="deprecated: the same as --stop budget")
     sel.add_argument("--grace", type=float, default=None,
                      help="on SIGINT/SIGTERM, wait at most this many seconds for the batches in flight (default: "
@@ -305,7 +352,8 @@ def _config(args, m: int, n: int, default_budget: int):
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
                         init_batches=args.init_batches, refit_every=args.refit_every,
                         rule=_plugin("sampling rule", args.rule, "--rule"),
-                        stop=_plugin("stopping rule", args.stop, "--stop"), cs_grid=_cs_grid(args))
+                        stop=_certificate(args)[0] or _plugin("stopping rule", args.stop, "--stop"),
+                        cs_grid=_cs_grid(args))
 
 
 def _cs_grid(args) -> int:
@@ -326,13 +374,17 @@ def _for_method(config, estimator):
                                stop="budget" if config.stop.needs_interval else config.stop)
 
 
-def _params(args) -> dict:
-    """The options' numbers as ``{name: value}`` (the run resolves them against its plug-ins)."""
+def _params(args, config=None) -> dict:
+    """The options' numbers as ``{name: value}`` (the run resolves them against its plug-ins); with the
+    run's ``config``, the certificate's numbers too when its stopping rule is the certificate's."""
     from pulse_jax.params import check_value
 
     out = {"delta": check_value("delta", args.delta, "--delta"), "cs_simultaneous": 1.0 if args.bounds == "all" else 0.0}
     if args.exploration is not None:   # the index rule's number (rule.exploration)
         out["exploration"] = args.exploration
+    stop, numbers = _certificate(args)
+    if config is not None and stop is not None and config.stop is stop:
+        out = _certificate_levels(args, {**out, **numbers}, stop, config.n_models)
     return out
 
 
@@ -341,7 +393,8 @@ def _run_all(scores, V, config, methods, args, names):
 
     results = {}
     for name, estimator in methods.items():
-        results[name] = simulate(scores, _for_method(config, estimator), estimator, params=_params(args),
+        method_config = _for_method(config, estimator)
+        results[name] = simulate(scores, method_config, estimator, params=_params(args, method_config),
                                  V=V if estimator.uses_predictions else None, reps=args.reps,
                                    seed=args.seed, chunk_size=args.chunk_size, progress=not args.quiet,
                                    model_names=names)
@@ -549,8 +602,8 @@ def cmd_sweep(args) -> None:
     print(title)
     print(f"sweep of {method}: {points} points x {args.reps} repetitions = {points * args.reps:,} runs as one "
           f"program; budget {config.budget:,} cells, batch {config.batch_size}, refit every {config.refit_every}")
-    result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=_params(args), baseline=baseline,
-                   chunk_size=args.chunk_size, progress=not args.quiet, model_names=names)
+    result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=_params(args, config),
+                   baseline=baseline, chunk_size=args.chunk_size, progress=not args.quiet, model_names=names)
     targets = tuple(sorted({0.9, 0.95, args.target}))
     rows = result.table(targets)
     _say_ties(result.results[0])
@@ -694,7 +747,10 @@ def cmd_select(args) -> None:
         require(args.stop in (None, "budget"), f"--no-early-stop contradicts --stop {args.stop}; give --stop alone")
         print("pulse-jax: --no-early-stop is deprecated; use --stop budget", file=sys.stderr)
         args.stop = "budget"
-    stop = None if args.stop is None else _plugin("stopping rule", args.stop, "--stop")
+    certificate, numbers = _certificate(args)
+    stop = certificate or (None if args.stop is None else _plugin("stopping rule", args.stop, "--stop"))
+    numbers = _params(args) if certificate is None else _certificate_levels(args, {**_params(args), **numbers},
+                                                                             certificate, len(models))
     require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
     saved = Path(args.log).with_name(Path(args.log).name + ".embeddings.npy")   # a resumed run's side information
     require(args.train or saved.exists() or not estimator.uses_predictions,
@@ -710,7 +766,7 @@ def cmd_select(args) -> None:
     require(not out.exists() or out.is_dir(), f"--report {out}: exists and is not a directory")
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
-                             train=train, rank=args.rank, log=args.log, rule=rule, params=_params(args),
+                             train=train, rank=args.rank, log=args.log, rule=rule, params=numbers,
                              cs_grid=_cs_grid(args), stop=stop)
     try:
         if selector.spent:

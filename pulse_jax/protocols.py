@@ -15,6 +15,7 @@ import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
 import chex
+import numpy as np
 
 if TYPE_CHECKING:   # annotations only: this module imports nothing of the package at run time
     from pulse_jax.engine import BanditConfig
@@ -129,6 +130,13 @@ class StopStatement(Protocol):
     """``statement(names, delta, params) -> str`` (host side): what is certified, in one line."""
 
     def __call__(self, names: list[str], delta: float, params: Params) -> str: ...
+
+
+class StopHolds(Protocol):
+    """``holds(claimed, true_means, params) -> bool`` (host side, NumPy): is the claim true? Simulations
+    count the claims that are not (at most ``delta`` of the stopped runs, if the rule is valid)."""
+
+    def __call__(self, claimed: np.ndarray, true_means: np.ndarray, params: Params) -> bool: ...
 
 
 # ----------------------------------------------------------------------------- the earlier signatures

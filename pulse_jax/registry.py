@@ -32,7 +32,8 @@ ESTIMATORS: dict[str, Callable] = estimators.BUILT_IN
 SAMPLING_RULES: dict[str, Callable] = rules.BUILT_IN
 STOPPING_RULES: dict[str, Callable] = stopping.BUILT_IN
 ALIASES = {"ucb": "ucbe", "naive_pooling": "naive", "toptwo": "top_two", "halving": "successive_halving",
-           "sh": "successive_halving"}
+           "sh": "successive_halving", "epsilon": "epsilon_good",
+           "topk": "top_k", "tie_groups": "tie_group"}
 
 _KINDS = {"estimator": (ESTIMATORS, estimators.Estimator, "method"),
           "sampling rule": (SAMPLING_RULES, rules.SamplingRule, "rule"),

@@ -68,6 +68,8 @@ class SimulationResult:
     step_info: dict | None = None              # the estimator's per-step info, field -> (R, n_steps) array
     cs_seq_low: np.ndarray | None = None       # (R, m, C) each confidence sequence on its own (PULSE: raw, proxies)
     cs_seq_high: np.ndarray | None = None
+    stopped: np.ndarray | None = None          # (R,) the stopping rule fired
+    claimed: np.ndarray | None = None          # (R, m) what its claim named then (config.stop.holds checks it)
 
     @property
     def reps(self) -> int:
@@ -146,6 +148,14 @@ class SimulationResult:
     def certification(self) -> dict:
         """Certified stopping: how often, how soon, how often wrong (:func:`metrics.certification`)."""
         return metrics.certification(self)
+
+    def claims(self) -> dict:
+        """What the stopping rule claimed: how often, how soon, how often wrong (:func:`metrics.claims`)."""
+        return metrics.claims(self)
+
+    def certificate(self, rep: int = 0) -> str:
+        """Repetition ``rep``'s certificate in one line a paper can quote (the stopping rule's statement)."""
+        return metrics.certificate(self, rep)
 
 
 def device_memory_budget(device=None) -> int:
@@ -288,6 +298,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     reps = int(reps)
     config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
     params = engine.resolve_params(params, engine.plugins_of(config, estimator))
+    engine.check_levels(config, engine.plugins_of(config, estimator), params)
     if follow is not None:
         follow = _check_follow(follow, reps, config)
     init_U, row_prior = start_rows(init_U, row_prior, config, estimator, V, params)
@@ -495,6 +506,7 @@ def result_from(out, method_name: str, config: BanditConfig, params: RunParams, 
         cs_seq_low=np.asarray(out.cs_seq_low, np.float64), cs_seq_high=np.asarray(out.cs_seq_high, np.float64),
         certified_spent=np.asarray(out.certified.spent, np.int64),
         certified_model=np.asarray(out.certified.model, np.int64),
+        stopped=np.asarray(out.stopped, bool), claimed=np.asarray(out.claimed, bool),
         snapshot_cs=np.asarray(out.snapshots.cs, np.float64), snapshot_paper=np.asarray(out.snapshots.paper, np.float64),
         params=params,
         **({"step_estimates": np.asarray(out.steps.estimates), "step_low": np.asarray(out.steps.low),

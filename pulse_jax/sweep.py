@@ -245,6 +245,8 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
     plugins = engine.plugins_of(config, estimator)
     axes, points = grid_points(grid, base, plugins)
+    for k, point in enumerate(points):
+        engine.check_levels(config, plugins, point, f"grid point {k}")
     seed_key(seed)
     require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)

@@ -117,6 +117,34 @@ def certification(result: SimulationResult) -> dict:
             "error_rate": float(wrong.mean()), "errors": int(wrong.sum())}
 
 
+def claims(result: SimulationResult) -> dict:
+    """What the run's stopping rule claimed when it fired (epsilon-good, top-k, tie group, ...):
+    ``stopped_fraction``, the ``cells`` each stopped repetition spent (initialization included), their
+    median, and ``error_rate``: repetitions whose claim is false (``config.stop.holds``) over all
+    repetitions -- at most ``delta`` for a valid rule."""
+    stop = result.config.stop
+    stopped = np.zeros(result.reps, bool) if result.stopped is None else np.asarray(result.stopped, bool)
+    claimed = np.zeros((result.reps, result.true_means.shape[0]), bool) if result.claimed is None \
+        else np.asarray(result.claimed, bool)
+    own = result.params.stop
+    wrong = np.array([bool(s) and not stop.holds(c, result.true_means, own) for s, c in zip(stopped, claimed)])
+    cells = result.spent[:, -1][stopped]
+    return {"stop": stop.name, "stopped_fraction": float(stopped.mean()), "cells": cells,
+            "median_cells": float(np.median(cells)) if stopped.any() else float("nan"),
+            "mean_cells": float(cells.mean()) if stopped.any() else float("nan"),
+            "error_rate": float(wrong.mean()), "errors": int(wrong.sum())}
+
+
+def certificate(result: SimulationResult, rep: int = 0) -> str:
+    """Repetition ``rep``'s claim as the stopping rule states it, with the run's delta."""
+    stop = result.config.stop
+    claimed = np.zeros(result.true_means.shape[0], bool) if result.claimed is None else result.claimed[rep]
+    names = result.model_names or tuple(f"model {i}" for i in range(result.true_means.shape[0]))
+    fired = result.stopped is not None and bool(result.stopped[rep])
+    return stop.statement([names[i] for i in np.flatnonzero(claimed)] if fired else [],
+                          float(result.params.delta), result.params.stop)
+
+
 def budget_grid(result: SimulationResult, points: int = 50) -> np.ndarray:
     """Evenly spaced budgets from the end of initialization to the full budget."""
     cfg = result.config

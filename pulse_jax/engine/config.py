@@ -4,6 +4,7 @@ which imports the plug-in interfaces only)."""
 from __future__ import annotations
 
 import dataclasses
+import math
 import warnings
 from typing import Any, NamedTuple
 
@@ -241,3 +242,21 @@ def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
         require(not plugin.needs_interval,
                 f"method {estimator.name!r} has no valid interval, so it cannot use {kind}={plugin.name!r} "
                 "(it needs the confidence bounds)")
+
+
+def check_levels(config: BanditConfig, plugins: Plugins, params: RunParams, where: str = "params") -> None:
+    """Refuse, in one line, a stopping rule whose claim rests on more upper bounds than the run's
+    levels pay for: ``k = stop.upper_models`` upper bounds need ``cs_simultaneous >= log k / log m``
+    (:func:`pulse_jax.confidence.cs_levels`), and the claim needs ``k < n_models``. Host side, on
+    concrete numbers (every point of a sweep)."""
+    k, m = plugins.stop.upper_models, config.n_models
+    if k <= 1:
+        return
+    require(k < m, f"stopping rule {plugins.stop.name!r} certifies {k} models as a set, so it needs more than {k} "
+                   f"candidates; got {m}")
+    need = math.log(k) / math.log(m)
+    s = np.asarray(params.cs_simultaneous, np.float64)
+    require(bool(np.all(s >= need - 1e-6)),
+            f"{where}: stopping rule {plugins.stop.name!r} rests on {k} models' upper bounds, so "
+            f"cs_simultaneous must be >= log {k} / log {m} = {need:.3f} (got {float(np.min(s)):g}); "
+            f"raise it (1 bounds every model at once)")

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths
 from pulse_jax.engine.config import (BanditConfig, Plugins, check_compatible, get_estimator, plugins_of,
                                      refit_period, traced_params)
-from pulse_jax.engine.kernel import finished, idle_record, init, step
+from pulse_jax.engine.kernel import finished, idle_record, init, step, stop_status
 from pulse_jax.engine.state import BanditState, Episode, RunResult
 from pulse_jax.estimators.base import Estimator
 
@@ -141,6 +141,8 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
             return b + 1, states, buffer
 
         b, states, buffer = jax.lax.while_loop(running, body, (jnp.int32(0), states, buffer))
+        states = jax.vmap(_settle, in_axes=(None, None, 0, 0, None))(config, plugins, states, params,
+                                                                      jnp.maximum(b * block, 1))
         idle = jax.vmap(idle_record, in_axes=(None, None, shared, 0, 0, None))(config, plugins, episodes, states,
                                                                                 params, jnp.int32(0))
         ran = jnp.arange(width) < b * block
@@ -151,6 +153,15 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
                                                                         init_best)
 
     return run
+
+
+def _settle(config: BanditConfig, plugins: Plugins, state: BanditState, params, t) -> BanditState:
+    """A blocked run that ended early, as the scan leaves it: a repetition whose rule fires at step ``t``
+    (the loop found every repetition done there, so that step never ran) records the stop and the
+    claim the scan's step ``t`` would have recorded. Past the last step nothing fires."""
+    done, claim = stop_status(config, plugins, state, params, t)
+    fires = done & ~state.stopped & (t <= config.n_steps)
+    return state._replace(stopped=state.stopped | fires, claimed=jnp.where(fires, claim, state.claimed))
 
 
 def _all_steps(config: BanditConfig, plugins: Plugins, state: BanditState, steps):
@@ -188,4 +199,5 @@ def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, para
     final = half_widths(config, estimator, state, params)
     snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
     return RunResult(records, init_best, current_estimates(estimator, state, n, params), radius, state.ledger.n_obs,
-                     state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps, seq_low, seq_high)
+                     state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps, seq_low, seq_high, state.stopped,
+                     state.claimed)

@@ -87,7 +87,7 @@ def _first_state(config: BanditConfig, plugins: Plugins, first, observed, popula
     nan = jnp.full((len(config.snapshot_budgets), m), jnp.nan, jnp.float32)
     return BanditState(ledger, None, U, observed, first, log,
                        jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
-                       Snapshots(nan, nan), plugins.rule.init(config), jnp.bool_(False))
+                       Snapshots(nan, nan), plugins.rule.init(config), jnp.bool_(False), jnp.zeros(m, bool))
 
 
 def init(config: BanditConfig, plugins: Plugins, key, scores, V, params, init_U=None,
@@ -162,7 +162,10 @@ def select(config: BanditConfig, plugins: Plugins, episode: Episode, state: Band
         changed = moves & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
         best = recommend(config, plugins, episode, state._replace(rule=rule_state), t, params)
         state = state._replace(best=jnp.where(changed, best, state.best))
-    state = state._replace(rule=_where_tree(moves, rule_state, state.rule), stopped=state.stopped | (done & (t >= 1)))
+    fires = done & ~state.stopped & (t >= 1)   # the claim is the one made when the rule fires
+    claimed = jnp.where(fires, stop.claim(looks, params.stop), state.claimed)
+    state = state._replace(rule=_where_tree(moves, rule_state, state.rule), stopped=state.stopped | (done & (t >= 1)),
+                           claimed=claimed)
     return state, i, jnp.where(go, room(config, state, i, reserved), 0)
 
 

@@ -53,6 +53,7 @@ class BanditState(NamedTuple):
     snapshots: "Snapshots"
     rule: Any = ()        # the sampling rule's own state
     stopped: Any = False  # the stopping rule has fired (final: a stopped run pulls nothing more)
+    claimed: Any = None   # (m,) bool: the models the stopping rule's claim named when it fired
 
 
 class StepRecord(NamedTuple):
@@ -80,6 +81,8 @@ class RunResult(NamedTuple):
     snapshots: Snapshots       # half-widths at config.snapshot_budgets
     cs_seq_low: chex.Array = None   # (m, C) each confidence sequence's own running bounds (PULSE: raw, proxies)
     cs_seq_high: chex.Array = None
+    stopped: chex.Array = None      # the stopping rule fired (bool)
+    claimed: chex.Array = None      # (m,) bool: what its claim named then (all False: it never fired)
 
 
 # ----------------------------------------------------------------------------- draws

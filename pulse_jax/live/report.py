@@ -35,6 +35,7 @@ class Report:
     claimed: tuple[str, ...] = () # the models the stopping rule's certificate names now
     certificate: str = ""         # the rule's one-line statement of what is certified (StoppingRule.statement)
     finished: bool = False        # nothing more will be asked (stopped, budget spent, or every model known exactly)
+    groups: tuple = ()            # tie groups, best first (pulse_jax.stopping.groups)
 
     @property
     def ranking(self) -> list[str]:
@@ -51,7 +52,9 @@ class Report:
                 "delta": self.delta, "leader": self.leader, "separated": self.separated,
                 "tied_with_leader": list(self.tied_with_leader), "stop": self.stop, "stopped": self.stopped,
                 "finished": self.finished,
-                "claimed": list(self.claimed), "certificate": self.certificate, "ranking": rows,
+                "claimed": list(self.claimed), "certificate": self.certificate,
+                "groups": [list(g) for g in self.groups], "groups_ordered_with_guarantee": self.simultaneous,
+                "ranking": rows,
                 "evaluated": {k: list(v) for k, v in self.evaluated.items()}}
 
     def to_markdown(self) -> str:
@@ -68,12 +71,22 @@ class Report:
                  *((f"Stopping rule `{self.stop}`" + (" (stopped)" if self.stopped else " (finished)" if self.finished
                                                       else " (running)")
                     + f": {self.certificate}.", "") if self.certificate else ()),
+                 *((self._groups_line(), "") if len(self.groups) > 1 else ()),
                  f"| rank | model | estimate | {level} confidence sequence | cells |",
                  "|---:|---|---:|---|---:|"]
         for k, row in enumerate(self.to_dict()["ranking"], start=1):
             lines.append(f"| {k} | {row['model']} | {_fmt(row['estimate'])} | [{_fmt(row['low'])}, "
                          f"{_fmt(row['high'])}] | {row['cells']} |")
         return "\n".join(lines) + "\n"
+
+    def _groups_line(self) -> str:
+        shown = " > ".join("{" + ", ".join(g) + "}" for g in self.groups)
+        return (f"Tie groups, best first (a group's first model is above every model of the later groups): "
+                f"{shown}. "
+                + (f"These orderings hold with probability at least {1 - self.delta:g} (every interval holds at "
+                   "once)." if self.simultaneous else
+                   "At certification levels only the first group is certified (the best model is in it); "
+                   "`--bounds all` certifies every group's place."))
 
     def plot(self, path):
         from pulse_jax.analysis import plotting   # matplotlib only when a figure is asked for

@@ -44,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.compilation_cache import use_compilation_cache
-from pulse_jax import engine, confidence, factorization, registry
+from pulse_jax import confidence, engine, factorization, registry, stopping
 from pulse_jax.live import journal
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError, require
@@ -172,6 +172,7 @@ class Selector:
             params = {"delta": delta, **({} if exploration is None else {"exploration": exploration})}
         engine.check_compatible(self.config, self.estimator)
         self.params = engine.resolve_params(params, engine.plugins_of(self.config, self.estimator))
+        engine.check_levels(self.config, engine.plugins_of(self.config, self.estimator), self.params)
         seed_key(seed)
         self.method, self.seed = self.estimator.name, int(seed)
         self.log_path = Path(log) if log is not None else None
@@ -214,16 +215,22 @@ class Selector:
         """The stopping rule checked before every ask (:class:`pulse_jax.stopping.StoppingRule`)."""
         return self.config.stop
 
-    def use_stop(self, stop) -> None:
-        """Check ``stop`` (a stopping rule or its name) before every later ask instead of the current rule.
+    def use_stop(self, stop, params=None) -> None:
+        """Check ``stop`` (a stopping rule or its name) before every later ask instead of the current rule;
+        ``params`` its numbers (``{"epsilon": 0.02}`` or ``{"stop.epsilon": 0.02}``; default: its own).
 
         Requests already made and the log are unaffected (the log records no stopping rule), so a
         certified run can go on to spend its budget, and a resumed run may stop by another rule.
         """
         config = dataclasses.replace(self.config, stop=stop)
         engine.check_compatible(config, self.estimator)
-        self.params = engine.resolve_params(self.params._replace(stop=declared_params(config.stop)),
-                                            engine.plugins_of(config, self.estimator))
+        plugins = engine.plugins_of(config, self.estimator)
+        new = engine.resolve_params(self.params._replace(stop=declared_params(config.stop)), plugins)
+        if params:
+            new = engine.resolve_params(new.replace({k if "." in k else f"stop.{k}": v for k, v in params.items()}),
+                                        plugins, "use_stop params")
+        engine.check_levels(config, plugins, new)
+        self.params = new
         self.config = config
         self._stopped = False
         self._finished = False
@@ -564,7 +571,13 @@ class Selector:
                       self._evaluated(), bool(float(self.params.cs_simultaneous) >= 1.0), stop=self.stop.name,
                       stopped=self._stopped, claimed=tuple(names),
                       certificate=self.stop.statement(names, self.delta, self.params.stop),
-                      finished=self._finished or self.spent >= c.budget)
+                      finished=self._finished or self.spent >= c.budget, groups=self._groups(est, low, high))
+
+    def _groups(self, est, low, high) -> tuple:
+        """The models in groups whose intervals overlap, best first (none for a method without an interval)."""
+        if not self.estimator.has_interval or not self.initialized:
+            return ()
+        return tuple(tuple(self.models[i] for i in g) for g in stopping.groups(est, low, high))
 
     def paired_difference(self, a: str, b: str) -> dict:
         """``mu_a - mu_b`` with an anytime-valid interval, and the mean of ``S_a - S_b`` on the shared examples.

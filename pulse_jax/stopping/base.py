@@ -24,7 +24,14 @@ What a stop certifies is the rule's to declare, not the engine's:
   certificate is about when it stops now (the certified best for
   :func:`pulse_jax.stopping.when_certified`; no model for the fixed budget);
 * ``statement(names, delta, params) -> str`` says it in one line a user can
-  paste into a paper (host side; ``names`` the claimed models' names).
+  paste into a paper (host side; ``names`` the claimed models' names);
+* ``holds(claimed, true_means, params) -> bool`` says whether a claim is true
+  (host side; simulations count the false ones, :func:`pulse_jax.analysis.metrics.claims`);
+* ``upper_models``: how many models' upper bounds the claim rests on. A claim
+  about the best model needs every lower bound and the best model's upper bound
+  (1, what certification levels, ``cs_simultaneous < 1``, pay for); a top-k set
+  needs the k best models' upper bounds, so it needs ``cs_simultaneous >=
+  log k / log m`` (:func:`pulse_jax.engine.check_levels` refuses less).
 
 Simulation and live selection call the same ``done`` on the same
 :class:`StopInputs` (:func:`pulse_jax.engine.finished`), and the live report
@@ -37,7 +44,7 @@ from typing import NamedTuple
 import chex
 import jax.numpy as jnp
 
-from pulse_jax.protocols import StopClaim, StopDone, StopStatement
+from pulse_jax.protocols import StopClaim, StopDone, StopHolds, StopStatement
 
 #: The built-in stopping rules by name. Each built-in's own file adds itself; the names resolve in
 #: :mod:`pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
@@ -63,6 +70,30 @@ def no_claim(inputs: StopInputs, params) -> chex.Array:
     return jnp.zeros(inputs.estimates.shape, bool)
 
 
+#: Models whose true means differ from the best by at most this tie for the best (float64 means of
+#: float32 scores: equal rows give equal means; 1e-9 absorbs summation order only).
+TIE_TOLERANCE = 1e-9
+
+
+def no_claim_holds(claimed, true_means, params) -> bool:
+    """The default check: a rule that claims nothing is never wrong."""
+    del claimed, true_means, params
+    return True
+
+
+def best_claim_holds(claimed, true_means, params) -> bool:
+    """A claim of one model as the best holds when that model ties for the best true mean."""
+    del params
+    return bool(claimed.sum() == 1 and true_means[claimed].max() >= true_means.max() - TIE_TOLERANCE)
+
+
+def others_max(values: chex.Array) -> chex.Array:
+    """``(m,)``: for each model the largest value among the *other* models (the top two suffice)."""
+    top = jnp.argmax(values)
+    second = jnp.max(jnp.where(jnp.arange(values.shape[0]) == top, -jnp.inf, values))
+    return jnp.where(jnp.arange(values.shape[0]) == top, second, values[top])
+
+
 def no_statement(names, delta, params) -> str:
     """The default statement of a rule that certifies nothing."""
     del names, delta, params
@@ -81,3 +112,5 @@ class StoppingRule(NamedTuple):
     claim: StopClaim = no_claim
     statement: StopStatement = no_statement
     params: tuple = ()   # the rule's own traced numbers with their defaults (its functions receive them)
+    holds: StopHolds = no_claim_holds
+    upper_models: int = 1   # models whose upper bounds the claim rests on (see the module docstring)
