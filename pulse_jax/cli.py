@@ -43,12 +43,15 @@ def _uses_predictions(methods: dict) -> bool:
     return any(e.uses_predictions for e in methods.values())
 
 
-#: The defaults of a run, by where the scores come from; ``demo``, ``simulate``, ``sweep`` and ``select``
-#: share them. The built-in benchmark (40 x 1,000) is small: small batches and frequent refits. A file
-#: gets the paper's settings (B = 64, a refit every 1,000 steps).
+#: The defaults of a run, by where the scores come from; ``demo``, ``simulate`` and ``sweep`` share them.
+#: The built-in benchmark (40 x 1,000) is small: small batches and frequent refits. A file gets the
+#: paper's settings (B = 64, a refit every 1,000 steps). ``select`` certifies with the fewest cells at
+#: the smallest batch measured (``docs/benchmarks/batch_effect.md``; ``docs/confidence.md``, "Batch
+#: size and the challenger"), so it asks for small batches.
 RUN_DEFAULTS = {
     "built-in": {"batch_size": 16, "refit_every": 25, "rank": 8},
     "file": {"batch_size": 64, "refit_every": 1000, "rank": 16},
+    "live": {"batch_size": 8, "refit_every": 1000, "rank": 16},
 }
 #: Bandit cells after initialization on the built-in benchmark; a file gets a quarter of its cells.
 BUILTIN_BANDIT_CELLS = 6400
@@ -56,7 +59,8 @@ BUILTIN_BANDIT_CELLS = 6400
 
 def _by_source(key: str, live: bool = False) -> str:
     b, f = RUN_DEFAULTS["built-in"][key], RUN_DEFAULTS["file"][key]
-    return f"default: {f:,}" if live else f"default: {b:,} on the built-in benchmark, {f:,} on a file"
+    return f"default: {RUN_DEFAULTS['live'][key]:,}" if live else \
+        f"default: {b:,} on the built-in benchmark, {f:,} on a file"
 
 
 class _HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -730,7 +734,7 @@ def cmd_select(args) -> None:
     from pulse_jax.params import seed_key
 
     seed_key(args.seed, "--seed")
-    _resolve_defaults(args, "file")
+    _resolve_defaults(args, "live")
     models = _read_lines(args.models, "--models")
     require((args.evaluate is None) != (args.lm_eval_task is None),
             "give one way to score: --evaluate package.module:function or --lm-eval-task TASK")

@@ -205,10 +205,7 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
             leader = _random_argmax(uniforms[t, 2], est, model_order)
             if dict(config.rule.settings)["challenger"] == "interval":
                 lo, hi = bounds()
-                half = (hi - lo) / 2
-                scale = half[leader] + half
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    cost = np.where(scale > 0, np.maximum(est[leader] - est, 0.0) / scale, np.inf)
+                cost = lo[leader] - hi   # how far j's upper bound lies below the leader's lower bound
             else:
                 nn = np.maximum(n_obs, 1).astype(np.float64)
                 cost = np.maximum(est[leader] - est, 0.0) / np.sqrt(1 / nn[leader] + 1 / nn)

@@ -10,6 +10,7 @@ import numpy as np
 
 from pulse_jax.analysis import metrics, plotting
 from pulse_jax.io.provenance import clean_json
+from pulse_jax.stopping.base import no_claim
 
 if TYPE_CHECKING:   # annotations only: analysis reads results, simulate makes them
     from pulse_jax.simulate import SimulationResult
@@ -55,6 +56,15 @@ def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) 
         else:
             cells.append(f"{cert['certified_fraction']:.0%} certified")
     lines.append(f"{'certified best':>16} | " + " | ".join(f"{c:>15}" for c in cells))
+    claiming = {r.config.stop.name for r in results.values() if r.config.stop.claim is not no_claim}
+    if claiming:   # what the stopping rules claimed: how often they stopped, and how soon
+        cells = []
+        for r in results.values():
+            c = metrics.claims(r)
+            cells.append("no claim" if r.config.stop.claim is no_claim else
+                         f"{c['median_cells']:,.0f} ({c['stopped_fraction']:.0%})" if c["stopped_fraction"] else
+                         "0% stopped")
+        lines.append(f"{'stopped: ' + '/'.join(sorted(claiming)):>16} | " + " | ".join(f"{c:>15}" for c in cells))
     return "\n".join(lines)
 
 

@@ -153,7 +153,7 @@ class Selector:
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
-                 batch_size: int = 64, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
+                 batch_size: int = 8, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
                  log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None):
         self.models = tuple(str(m) for m in models)

@@ -11,14 +11,14 @@ fixed-confidence and beyond" (EB-TC). At step ``t``:
       W(L, j) = (mu_hat_L - mu_hat_j)_+ / sqrt(1 / N_L + 1 / N_j),
 
   the evidence that ``L`` beats ``j`` (the common variance cancels in the argmin);
-  with ``challenger="interval"`` the same evidence measured in the run's own
+  with ``challenger="interval"`` the evidence measured in the run's own
   simultaneous bounds,
 
-      W(L, j) = (mu_hat_L - mu_hat_j)_+ / (w_L + w_j),   w = (high - low) / 2,
+      W(L, j) = low_L - high_j,
 
-  which is below 1 exactly while the two intervals still overlap around the
-  gap, so the challenger is the model furthest from being excluded by the
-  certification check (this variant needs an interval);
+  negative exactly while j is not yet excluded by the certification check, so
+  the challenger is the model furthest from being excluded (this variant needs
+  an interval; ``docs/confidence.md``, "Batch size and the challenger");
 * the leader is pulled with probability ``leader_fraction`` (``beta``; a
   uniform of stream ``COIN``), the challenger otherwise. ``leader_fraction`` is
   the rule's own traced number (:class:`TopTwoParams`, swept as
@@ -50,11 +50,16 @@ def transportation_cost(estimates, n_obs, leader):
 
 
 def interval_cost(estimates, low, high, leader):
-    """``W(L, j)`` in units of the two half-widths (``inf`` where both intervals have width 0)."""
-    half = (high - low) / 2
-    gap = jnp.maximum(estimates[leader] - estimates, 0.0)
-    scale = half[leader] + half
-    return jnp.where(scale > 0, gap / jnp.where(scale > 0, scale, 1.0), jnp.inf)
+    """``W(L, j) = low_L - high_j``: how far model j's upper bound lies below the leader's lower bound.
+
+    Negative while j is not yet excluded by the certification check, positive once it is, so the
+    challenger (the argmin) is the model furthest from being excluded, in the run's own bounds. The
+    bounds are not symmetric around the estimates (betting sequences, models near exhaustion), so
+    a cost built from the estimates and the half-widths can rank an excluded model first and spend
+    pulls on it; this one cannot while any model is still in the way. ``estimates`` is unused (kept
+    for the signature of the challenger costs)."""
+    del estimates
+    return low[leader] - high
 
 
 CHALLENGERS = ("transportation", "interval")

@@ -1,0 +1,170 @@
+"""Real leaderboards: cells to certify the exact best, an epsilon-good model and the top 3, and the
+paper's fixed-budget protocol, on every real matrix in ``../shared/data``.
+
+Data: CRUXEval-O and ChemBench (candidate halves; embeddings fitted on the train halves, as in
+``bench_rules.py``) and draws from both paper-scale factor files (``factor:<file>:<m>x<n>``: m
+candidates and n random examples; embeddings from 400 train models on the same examples). For each
+data set and method (UCB-E and ``select``'s ``pulse_hedged``) with ``select``'s configuration (Top-Two
+with the interval challenger, certification bounds, betting sequences, delta 0.05, the whole matrix
+allowed) it runs, on the same seeds:
+
+* ``epsilon`` in {0, 0.005, 0.01, 0.02} with the ``epsilon_good`` stopping rule, one compiled sweep
+  (epsilon 0 is exact-best certification);
+* ``top_k(3)`` (the upper bounds raised to ``cs_simultaneous = log 3 / log m``);
+* the fixed-budget protocol: a quarter of the cells, accuracy at that budget.
+
+and reports mean cells with the paired saving of each epsilon against exact certification, and of
+``pulse_hedged`` against UCB-E, each with a paired bootstrap 95% interval, and the wrong claims.
+
+    python benchmarks/real_data.py --reps 200 --out docs/benchmarks/real_data.json
+
+Resumable: rows already in ``--out`` are kept. Prints a table and writes JSON (and ``.md``).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from batch_effect import factor_subset, paired  # noqa: E402
+from bench_rules import SHARED, datasets  # noqa: E402
+
+DEFAULT_DATA = ("cruxeval_o,chembench,factor:openllm_v2_mmlu_pro_factors.npz:200x1300,"
+                "factor:openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz:200x1300")
+EPSILONS = (0.0, 0.005, 0.01, 0.02)
+
+
+def _config(m, n, batch, stop):
+    import pulse_jax as pj
+    from pulse_jax.confidence import BETTING_GRID
+
+    return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=batch, refit_every=1000,
+                           rule=pj.top_two(challenger="interval"), cs_grid=BETTING_GRID, stop=stop)
+
+
+def certify_rows(name, scores, V, method, args) -> list[dict]:
+    import pulse_jax as pj
+
+    m, n = scores.shape
+    side = V if method != "ucbe" else None
+    base = {"delta": 0.05, "cs_simultaneous": 0.0}
+    t = time.time()
+    swept = pj.sweep(scores, _config(m, n, args.batch_size, "epsilon_good"), method, {"stop.epsilon": list(EPSILONS)},
+                     reps=args.reps, seed=args.seed, V=side, base=base, progress=False)
+    rows = []
+    for eps, res in zip(EPSILONS, swept.results):
+        c = res.claims()
+        rows.append({"target": f"epsilon {eps:g}" if eps else "exact best", "epsilon": eps,
+                     "cells": res.spent[:, -1].tolist(), "stopped": c["stopped_fraction"], "wrong": c["error_rate"]})
+    need = math.log(3) / math.log(m)
+    top3 = pj.simulate(scores, _config(m, n, args.batch_size, pj.top_k(3)), method, V=side, reps=args.reps,
+                       seed=args.seed, params={**base, "cs_simultaneous": need}, progress=False)
+    c = top3.claims()
+    rows.append({"target": "top 3", "cells": top3.spent[:, -1].tolist(), "stopped": c["stopped_fraction"],
+                 "wrong": c["error_rate"]})
+    seconds = round(time.time() - t, 1)
+    return [{"data": name, "shape": f"{m} x {n}", "method": method, "seconds": seconds, **r} for r in rows]
+
+
+def fixed_budget_row(name, scores, V, method, args) -> dict:
+    import pulse_jax as pj
+
+    m, n = scores.shape
+    config = pj.BanditConfig(n_models=m, n_examples=n, budget=max(m * args.batch_size, m * n // 4),
+                             batch_size=args.batch_size, refit_every=1000)
+    res = pj.simulate(scores, config, method, V=V if method != "ucbe" else None, reps=args.reps, seed=args.seed,
+                      progress=False)
+    acc, se = res.accuracy_at_budget([config.budget])
+    return {"data": name, "shape": f"{m} x {n}", "method": method, "target": "fixed budget (25%)",
+            "budget": config.budget, "accuracy": float(acc[0]), "accuracy_se": float(se[0]),
+            "hits": res.is_best(res.best[:, -1]).astype(float).tolist()}
+
+
+def table(rows) -> str:
+    lines = ["| data | m x n | top-2 gap | target | UCB-E cells | `pulse_hedged` cells | "
+             "`pulse_hedged`: fewer cells than UCB-E [95% CI] | UCB-E: fewer cells than exact [95% CI] | "
+             "`pulse_hedged`: fewer than exact [95% CI] | stopped / wrong |", "|" + "---|" * 10]
+    for r in [r for r in rows if r["method"] == "ucbe"]:
+        twin = next((x for x in rows if x["data"] == r["data"] and x["target"] == r["target"]
+                     and x["method"] == "pulse_hedged"), None)
+        if "accuracy" in r:
+            acc = f"{r['accuracy']:.3f} +- {r['accuracy_se']:.3f}"
+            other = f"{twin['accuracy']:.3f} +- {twin['accuracy_se']:.3f}" if twin else ""
+            lines.append(f"| {r['data']} | {r['shape']} | {r.get('gap', 0):.3f} | {r['target']}, accuracy at "
+                         f"{r['budget']:,} cells | {acc} | {other} | | | | |")
+            continue
+
+        def vs_exact(row):
+            exact = next(x for x in rows if x["data"] == row["data"] and x["method"] == row["method"]
+                         and x["target"] == "exact best")
+            if row is exact:
+                return ""
+            s, lo, hi = paired(row["cells"], exact["cells"])
+            return f"{s:.0f}% [{lo:.0f}, {hi:.0f}]"
+
+        pulse = ""
+        if twin:
+            s, lo, hi = paired(twin["cells"], r["cells"])
+            pulse = f"{s:.0f}% [{lo:.0f}, {hi:.0f}]"
+        lines.append(f"| {r['data']} | {r['shape']} | {r.get('gap', 0):.3f} | {r['target']} | "
+                     f"{np.mean(r['cells']):,.0f} | {np.mean(twin['cells']):,.0f} | {pulse} | {vs_exact(r)} | "
+                     f"{vs_exact(twin) if twin else ''} | {r['stopped']:.0%} / {r['wrong']:.3f}"
+                     + (f", {twin['stopped']:.0%} / {twin['wrong']:.3f}" if twin else "") + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=200)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--rank", type=int, default=8)
+    p.add_argument("--batch-size", type=int, default=16)
+    p.add_argument("--data", default=DEFAULT_DATA)
+    p.add_argument("--methods", default="ucbe,pulse_hedged")
+    p.add_argument("--out", default="docs/benchmarks/real_data.json")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    rows = json.loads(out.read_text())["rows"] if out.is_file() else []
+    done = {(r["data"], r["method"], r["target"]) for r in rows}
+    wanted = args.data.split(",")
+    real = datasets(args.rank) if any(not d.startswith("factor:") for d in wanted) else {}
+    for name in wanted:
+        if name.startswith("factor:"):
+            if not (SHARED / name.split(":")[1]).is_file():
+                print(f"skipping {name}: absent", file=sys.stderr)
+                continue
+            scores, V = factor_subset(name, args.rank)
+        elif name in real:
+            scores, V = real[name]
+        else:
+            continue
+        means = np.sort(scores.mean(1))[::-1]
+        for method in args.methods.split(","):
+            new = []
+            if (name, method, "exact best") not in done:
+                new += certify_rows(name, scores, V, method, args)
+            if (name, method, "fixed budget (25%)") not in done:
+                new.append(fixed_budget_row(name, scores, V, method, args))
+            for r in new:
+                r["gap"] = float(means[0] - means[1])
+                print(f"{name} {method} {r['target']}: "
+                      + (f"{np.mean(r['cells']):,.0f} cells" if "cells" in r else f"accuracy {r['accuracy']:.3f}"),
+                      flush=True)
+            rows += new
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(json.dumps({"command": "python benchmarks/real_data.py "
+                                       + " ".join(argv if argv is not None else sys.argv[1:]), "rows": rows}, indent=1))
+    text = table(rows)
+    print(text)
+    out.with_suffix(".md").write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
