@@ -60,13 +60,13 @@ def factor_subset(spec: str, rank: int, seed: int = 0):
     return pool, np.asarray(pj.fit_example_embeddings(history, rank=rank))
 
 
-def run_one(scores, V, method, batch, reps, seed) -> dict:
+def run_one(scores, V, method, batch, reps, seed, challenger="interval") -> dict:
     import pulse_jax as pj
     from pulse_jax.confidence import BETTING_GRID
 
     m, n = scores.shape
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=batch, refit_every=1000,
-                             rule=pj.top_two(challenger="interval"), cs_grid=BETTING_GRID, stop="certified")
+                             rule=pj.top_two(challenger=challenger), cs_grid=BETTING_GRID, stop="certified")
     t = time.time()
     res = pj.simulate(scores, config, method, V=V if method != "ucbe" else None, reps=reps, seed=seed,
                       params={"delta": 0.05, "cs_simultaneous": 0.0}, progress=False)
@@ -112,6 +112,8 @@ def main(argv=None) -> int:
     p.add_argument("--data", default=DEFAULT_DATA)
     p.add_argument("--methods", default="ucbe,pulse_hedged")
     p.add_argument("--batches", default="8,16,32,64")
+    p.add_argument("--challenger", default="interval", help="Top-Two's challenger cost: interval (select's) or "
+                   "interval_symmetric (the gap in half-widths, to measure the difference)")
     p.add_argument("--out", default="docs/benchmarks/batch_effect.json")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -134,7 +136,7 @@ def main(argv=None) -> int:
                 if (name, method, batch) in done:
                     continue
                 row = {"data": name, "shape": f"{scores.shape[0]} x {scores.shape[1]}",
-                       **run_one(scores, V, method, batch, args.reps, args.seed)}
+                       **run_one(scores, V, method, batch, args.reps, args.seed, args.challenger)}
                 rows.append(row)
                 print(f"{name} {method} B={batch}: {row['mean_cells']:,.0f} cells ({row['seconds']} s)", flush=True)
                 out.parent.mkdir(parents=True, exist_ok=True)

@@ -62,7 +62,19 @@ def interval_cost(estimates, low, high, leader):
     return low[leader] - high
 
 
-CHALLENGERS = ("transportation", "interval")
+def symmetric_interval_cost(estimates, low, high, leader):
+    """``W(L, j) = (mu_hat_L - mu_hat_j)_+ / (w_L + w_j)``, ``w = (high - low) / 2``: the gap in units
+    of the half-widths, as if each interval were centred on its estimate. Kept to measure why
+    :func:`interval_cost` measures exclusion directly (``docs/confidence.md``, "Batch size and the
+    challenger"): with asymmetric bounds it ranks excluded models first."""
+    half = (high - low) / 2
+    gap = jnp.maximum(estimates[leader] - estimates, 0.0)
+    scale = half[leader] + half
+    return jnp.where(scale > 0, gap / jnp.where(scale > 0, scale, 1.0), jnp.inf)
+
+
+CHALLENGERS = ("transportation", "interval", "interval_symmetric")
+COSTS = {"interval": interval_cost, "interval_symmetric": symmetric_interval_cost}
 
 
 class TopTwoParams(NamedTuple):
@@ -85,14 +97,15 @@ def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") ->
         raise PulseInputError(f"top_two: leader_fraction must lie in (0, 1), got {leader_fraction!r}")
     if challenger not in CHALLENGERS:
         raise PulseInputError(f"top_two: challenger must be one of {', '.join(CHALLENGERS)}, got {challenger!r}")
-    by_interval = challenger == "interval"
+    by_interval = challenger in COSTS
+    interval_cost_of = COSTS.get(challenger)
 
     def choose(state, inputs, params):
         fallback, _ = choose_by_index(state, inputs, params)
         t, key, order = inputs.t, inputs.tie_key, inputs.model_order
         m = inputs.estimates.shape[0]
         leader = random_argmax(tie_uniform(key, t, LEADER), inputs.estimates, order)
-        cost = interval_cost(inputs.estimates, inputs.low, inputs.high, leader) if by_interval \
+        cost = interval_cost_of(inputs.estimates, inputs.low, inputs.high, leader) if by_interval \
             else transportation_cost(inputs.estimates, inputs.n_obs, leader)
         cost = jnp.where(jnp.arange(m) == leader, jnp.inf, cost)
         challenger = random_argmax(tie_uniform(key, t, CHALLENGER), -cost, order)
