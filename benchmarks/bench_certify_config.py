@@ -83,8 +83,12 @@ def main() -> None:
                         help="BanditConfig.cs_grid values: 0, the empirical-Bernstein sequences; G > 0, betting "
                              "sequences on G grid means")
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
+    parser.add_argument("--challenger", default="interval",
+                        help="Top-Two's challenger cost: interval (select's) or interval_symmetric")
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    RULES["top_two"] = ("Top-Two (interval)" if args.challenger == "interval" else f"Top-Two ({args.challenger})",
+                        pj.top_two(challenger=args.challenger))
     sets = datasets(rank=8)
     priors = train_priors(rank=8) if "pulse_hedged_prior" in args.methods.split(",") else {}
     if args.lambdas:
@@ -144,7 +148,7 @@ def lambda_sweep(sets, args) -> None:
         scores, V = sets[data_name]
         m, n = scores.shape
         config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25,
-                                 rule="top_two_interval", stop="certified")
+                                 rule=RULES["top_two"][1], stop="certified")
         base = pj.BanditParams(cs_simultaneous=0.0)
         ucbe = pj.simulate(scores, config, "ucbe", reps=args.reps, seed=0, params=base, progress=False)
         swept = pj.sweep(scores, config, pj.pulse(raw_sequence=False), {"fixed_lambda": lambdas}, reps=args.reps,
