@@ -151,7 +151,7 @@ def select(config: BanditConfig, plugins: Plugins, episode: Episode, state: Band
     active = ~exhausted if blocked is None else ~exhausted & ~blocked
     looks = _stop_inputs(config, plugins, state, params, t)
     inputs = RuleInputs(t, looks.estimates, looks.low, looks.high, ledger.n_obs, ledger.n_pulls, active, exhausted,
-                        episode.model_order, episode.key, jnp.asarray(stop.slack(params.stop), jnp.float32))
+                        episode.model_order, episode.key)
     i, rule_state = rule.choose(state.rule, inputs, params.rule)
     valid = (i >= 0) & (i < m)
     i = jnp.clip(i, 0, m - 1).astype(jnp.int32)

@@ -52,8 +52,6 @@ class RuleInputs(NamedTuple):
     exhausted: chex.Array    # bool: every example of the model is observed
     model_order: chex.Array  # the repetition's shuffled model order (for random ties)
     tie_key: chex.PRNGKey    # the repetition's stream of per-step uniforms
-    slack: chex.Array = 0.0  # how far above the leader's lower bound a model still counts as excluded
-                             # (the stopping rule's StoppingRule.slack: epsilon for epsilon-good; 0 else)
 
 
 def no_state(config) -> tuple:

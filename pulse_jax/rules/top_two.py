@@ -14,11 +14,10 @@ fixed-confidence and beyond" (EB-TC). At step ``t``:
   with ``challenger="interval"`` the evidence measured in the run's own
   simultaneous bounds,
 
-      W(L, j) = low_L + slack - high_j,
+      W(L, j) = low_L - high_j,
 
   negative exactly while j is not yet excluded by the certification check, so
-  the challenger is the model furthest from being excluded (``slack`` is the
-  stopping rule's: epsilon for epsilon-good, 0 otherwise) (this variant needs
+  the challenger is the model furthest from being excluded (this variant needs
   an interval; ``docs/confidence.md``, "Batch size and the challenger");
 * the leader is pulled with probability ``leader_fraction`` (``beta``; a
   uniform of stream ``COIN``), the challenger otherwise. ``leader_fraction`` is
@@ -50,10 +49,8 @@ def transportation_cost(estimates, n_obs, leader):
     return gap / jnp.sqrt(1.0 / n[leader] + 1.0 / n)
 
 
-def interval_cost(estimates, low, high, leader, slack=0.0):
-    """``W(L, j) = low_L + slack - high_j``: how far model j's upper bound lies below the leader's lower
-    bound (plus the stopping rule's slack: epsilon for epsilon-good, whose claim no longer needs a model
-    within epsilon of being excluded).
+def interval_cost(estimates, low, high, leader):
+    """``W(L, j) = low_L - high_j``: how far model j's upper bound lies below the leader's lower bound.
 
     Negative while j is not yet excluded by the certification check, positive once it is, so the
     challenger (the argmin) is the model furthest from being excluded, in the run's own bounds. The
@@ -62,15 +59,14 @@ def interval_cost(estimates, low, high, leader, slack=0.0):
     pulls on it; this one cannot while any model is still in the way. ``estimates`` is unused (kept
     for the signature of the challenger costs)."""
     del estimates
-    return low[leader] + slack - high
+    return low[leader] - high
 
 
-def symmetric_interval_cost(estimates, low, high, leader, slack=0.0):
+def symmetric_interval_cost(estimates, low, high, leader):
     """``W(L, j) = (mu_hat_L - mu_hat_j)_+ / (w_L + w_j)``, ``w = (high - low) / 2``: the gap in units
     of the half-widths, as if each interval were centred on its estimate. Kept to measure why
     :func:`interval_cost` measures exclusion directly (``docs/confidence.md``, "Batch size and the
     challenger"): with asymmetric bounds it ranks excluded models first."""
-    del slack
     half = (high - low) / 2
     gap = jnp.maximum(estimates[leader] - estimates, 0.0)
     scale = half[leader] + half
@@ -109,7 +105,7 @@ def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") ->
         t, key, order = inputs.t, inputs.tie_key, inputs.model_order
         m = inputs.estimates.shape[0]
         leader = random_argmax(tie_uniform(key, t, LEADER), inputs.estimates, order)
-        cost = interval_cost_of(inputs.estimates, inputs.low, inputs.high, leader, inputs.slack) if by_interval \
+        cost = interval_cost_of(inputs.estimates, inputs.low, inputs.high, leader) if by_interval \
             else transportation_cost(inputs.estimates, inputs.n_obs, leader)
         cost = jnp.where(jnp.arange(m) == leader, jnp.inf, cost)
         challenger = random_argmax(tie_uniform(key, t, CHALLENGER), -cost, order)

@@ -39,7 +39,7 @@ prints the rule's statement.
 """
 from __future__ import annotations
 
-from typing import Callable, NamedTuple
+from typing import NamedTuple
 
 import chex
 import jax.numpy as jnp
@@ -94,12 +94,6 @@ def others_max(values: chex.Array) -> chex.Array:
     return jnp.where(jnp.arange(values.shape[0]) == top, second, values[top])
 
 
-def no_slack(params):
-    """The default slack: a model counts as excluded only below the leader's lower bound."""
-    del params
-    return jnp.float32(0.0)
-
-
 def no_statement(names, delta, params) -> str:
     """The default statement of a rule that certifies nothing."""
     del names, delta, params
@@ -120,5 +114,3 @@ class StoppingRule(NamedTuple):
     params: tuple = ()   # the rule's own traced numbers with their defaults (its functions receive them)
     holds: StopHolds = no_claim_holds
     upper_models: int = 1   # models whose upper bounds the claim rests on (see the module docstring)
-    slack: Callable = no_slack   # slack(params): a model whose upper bound is below the leader's lower bound plus
-                                 # this needs no more pulls for the claim (sampling rules see it as inputs.slack)

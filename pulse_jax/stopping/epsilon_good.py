@@ -45,11 +45,6 @@ def _claim(inputs, params):
         & jnp.any(margins >= 0)
 
 
-def _slack(params):
-    """A model whose upper bound lies within epsilon above the leader's lower bound stops mattering."""
-    return params.epsilon
-
-
 def _statement(names, delta, params):
     eps = float(params.epsilon)
     if not names:
@@ -68,7 +63,7 @@ def _holds(claimed, true_means, params):
 def epsilon_good() -> StoppingRule:
     """Stop once a model is certified within ``stop.epsilon`` of the best (needs an interval)."""
     return StoppingRule("epsilon_good", _done, needs_interval=True, claim=_claim, statement=_statement,
-                        params=EpsilonParams(), holds=_holds, slack=_slack)
+                        params=EpsilonParams(), holds=_holds)
 
 
 BUILT_IN["epsilon_good"] = epsilon_good
