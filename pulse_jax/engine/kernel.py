@@ -24,7 +24,7 @@ from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepRecord, d
 from pulse_jax.estimators.base import DrawDesign, Estimator, Ledger, Pull, draw_design
 from pulse_jax.factorization import FitSettings
 from pulse_jax.rules.base import RuleInputs
-from pulse_jax.stopping.base import StopInputs
+from pulse_jax.stopping.base import StopInputs, no_claim
 from pulse_jax.ties import BEST, random_argmax, tie_uniform
 
 
@@ -162,8 +162,10 @@ def select(config: BanditConfig, plugins: Plugins, episode: Episode, state: Band
         changed = moves & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
         best = recommend(config, plugins, episode, state._replace(rule=rule_state), t, params)
         state = state._replace(best=jnp.where(changed, best, state.best))
-    fires = done & ~state.stopped & (t >= 1)   # the claim is the one made when the rule fires
-    claimed = jnp.where(fires, stop.claim(looks, params.stop), state.claimed)
+    if stop.claim is no_claim:      # a rule that claims nothing: nothing to track
+        claimed = state.claimed
+    else:                           # the claim is the one made when the rule fires
+        claimed = jnp.where(done & ~state.stopped & (t >= 1), stop.claim(looks, params.stop), state.claimed)
     state = state._replace(rule=_where_tree(moves, rule_state, state.rule), stopped=state.stopped | (done & (t >= 1)),
                            claimed=claimed)
     return state, i, jnp.where(go, room(config, state, i, reserved), 0)
