@@ -60,6 +60,19 @@ def factor_subset(spec: str, rank: int, seed: int = 0):
     return pool, np.asarray(pj.fit_example_embeddings(history, rank=rank))
 
 
+def each_dataset(names, rank: int):
+    """``(name, scores, V)`` for each name: ``bench_rules.datasets``' (built-in, CRUXEval-O, ChemBench)
+    or a ``factor:`` subset; one that is absent or unknown is skipped with a line on stderr."""
+    real = datasets(rank) if any(not d.startswith("factor:") for d in names) else {}
+    for name in names:
+        if name.startswith("factor:") and (SHARED / name.split(":")[1].split("@")[0]).is_file():
+            yield (name, *factor_subset(name, rank))
+        elif name in real:
+            yield (name, *real[name])
+        else:
+            print(f"skipping {name}: absent or unknown", file=sys.stderr)
+
+
 def run_one(scores, V, method, batch, reps, seed, challenger="interval") -> dict:
     import pulse_jax as pj
     from pulse_jax.confidence import BETTING_GRID
@@ -119,18 +132,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     rows = json.loads(out.read_text())["rows"] if out.is_file() else []
     done = {(r["data"], r["method"], r["B"]) for r in rows}
-    wanted = args.data.split(",")
-    builtins = datasets(args.rank) if any(not d.startswith("factor:") for d in wanted) else {}
-    for name in wanted:
-        if name.startswith("factor:"):
-            if not (SHARED / name.split(":")[1]).is_file():
-                print(f"skipping {name}: absent", file=sys.stderr)
-                continue
-            scores, V = factor_subset(name, args.rank)
-        elif name in builtins:
-            scores, V = builtins[name]
-        else:
-            continue
+    for name, scores, V in each_dataset(args.data.split(","), args.rank):
         for method in args.methods.split(","):
             for batch in (int(b) for b in args.batches.split(",")):
                 if (name, method, batch) in done:

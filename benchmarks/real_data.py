@@ -32,8 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from batch_effect import factor_subset, paired  # noqa: E402
-from bench_rules import SHARED, datasets  # noqa: E402
+from batch_effect import each_dataset, paired  # noqa: E402
 
 DEFAULT_DATA = ("cruxeval_o,chembench,factor:openllm_v2_mmlu_pro_factors.npz:200x1300,"
                 "factor:openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz:200x1300")
@@ -117,12 +116,12 @@ def table(rows) -> str:
             s, lo, hi = paired(row["cells"], exact["cells"])
             return f"{s:.0f}% [{lo:.0f}, {hi:.0f}]"
 
-        pulse = ""
+        pulse, twin_cells = "", f"{np.mean(twin['cells']):,.0f}" if twin else ""
         if twin:
             s, lo, hi = paired(twin["cells"], r["cells"])
             pulse = f"{s:.0f}% [{lo:.0f}, {hi:.0f}]"
         lines.append(f"| {r['data']} | {r['shape']} | {r.get('gap', 0):.3f} | {r['target']} | "
-                     f"{np.mean(r['cells']):,.0f} | {np.mean(twin['cells']):,.0f} | {pulse} | {vs_exact(r)} | "
+                     f"{np.mean(r['cells']):,.0f} | {twin_cells} | {pulse} | {vs_exact(r)} | "
                      f"{vs_exact(twin) if twin else ''} | {r['stopped']:.0%} / {r['wrong']:.3f}"
                      + (f", {twin['stopped']:.0%} / {twin['wrong']:.3f}" if twin else "") + " |")
     return "\n".join(lines)
@@ -141,18 +140,7 @@ def main(argv=None) -> int:
     out = Path(args.out)
     rows = json.loads(out.read_text())["rows"] if out.is_file() else []
     done = {(r["data"], r["method"], r["target"]) for r in rows}
-    wanted = args.data.split(",")
-    real = datasets(args.rank) if any(not d.startswith("factor:") for d in wanted) else {}
-    for name in wanted:
-        if name.startswith("factor:"):
-            if not (SHARED / name.split(":")[1]).is_file():
-                print(f"skipping {name}: absent", file=sys.stderr)
-                continue
-            scores, V = factor_subset(name, args.rank)
-        elif name in real:
-            scores, V = real[name]
-        else:
-            continue
+    for name, scores, V in each_dataset(args.data.split(","), args.rank):
         means = np.sort(scores.mean(1))[::-1]
         for method in args.methods.split(","):
             new = []
