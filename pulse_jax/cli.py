@@ -308,6 +308,22 @@ def _add_import(sub) -> None:
         p.add_argument("--force", action="store_true", help="write over an existing --out file")
 
 
+def _add_log(sub) -> None:
+    log = sub.add_parser("log", formatter_class=_HelpFormatter, help="read, export or import a select log",
+                         description="A select log is an SQLite database. Show what it holds, export it as "
+                                     "JSONL to read or diff, or import a JSONL log as a new database.")
+    actions = log.add_subparsers(dest="action", required=True, metavar="ACTION")
+    show = actions.add_parser("show", formatter_class=_HelpFormatter, help="the run, its progress and checks")
+    show.add_argument("log", help="the log (a running one can be read)")
+    export = actions.add_parser("export", formatter_class=_HelpFormatter, help="the log as JSONL (checksummed)")
+    export.add_argument("log", help="the log")
+    export.add_argument("--jsonl", default="-", metavar="FILE", help="where to write (default: standard output)")
+    export.add_argument("--force", action="store_true", help="write over an existing --jsonl file")
+    imp = actions.add_parser("import", formatter_class=_HelpFormatter, help="a JSONL log as a new database")
+    imp.add_argument("jsonl", help="the JSONL log (from export, or an earlier pulse-jax)")
+    imp.add_argument("log", help="the database to create (must not exist)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pulse_jax import __version__
 
@@ -318,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
                "PULSE_JAX_CACHE=off turns the cache off.")
     parser.add_argument("--version", action="version", version=f"pulse-jax {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add in (_add_demo, _add_simulate, _add_sweep, _add_tune, _add_select, _add_import):
+    for add in (_add_demo, _add_simulate, _add_sweep, _add_tune, _add_select, _add_import, _add_log):
         add(sub)
     return parser
 
@@ -819,6 +835,42 @@ def cmd_import(args) -> None:
     print(f"wrote {out}")
 
 
+def cmd_log(args) -> None:
+    from pulse_jax.live import journal
+
+    if args.action == "import":
+        n = journal.import_jsonl(args.jsonl, args.log)
+        print(f"wrote {args.log}: {n} batch(es) from {args.jsonl}")
+        return
+    if args.action == "export":
+        require(args.jsonl == "-" or args.force or not Path(args.jsonl).exists(),
+                f"--jsonl {args.jsonl}: exists; pass --force to write over it")
+        header, records = journal.snapshot(args.log)
+        require(header is not None, f"{args.log}: the log has no run yet")
+        lines = journal.as_jsonl(header, records)
+        if args.jsonl == "-":
+            sys.stdout.write(lines)
+        else:
+            Path(args.jsonl).write_text(lines, encoding="utf-8")
+            print(f"wrote {args.jsonl}: {len(records)} batch(es)", file=sys.stderr)
+        return
+    header, records = journal.snapshot(args.log)
+    require(header is not None, f"{args.log}: the log has no run yet")
+    told = [r for r in records if r["type"] == "tell"]
+    paid = [r for r in records if r["type"] == "paid"]
+    cells = sum(len(r["examples"]) for r in told)
+    print(f"{args.log}: pulse-jax log, checksums verified")
+    print(f"  method {header.get('method')}, seed {header.get('seed')}, {len(header.get('models', []))} models x "
+          f"{len(header.get('examples', []))} examples, budget {header.get('budget'):,}, batch {header.get('batch_size')}")
+    print(f"  told: {len(told):,} batch(es), {cells:,} cells; paid but not yet told: {len(paid)} batch(es), "
+          f"{sum(len(r['examples']) for r in paid):,} cells")
+    per_model = {}
+    for r in told:
+        per_model[r["model"]] = per_model.get(r["model"], 0) + len(r["examples"])
+    for model, count in sorted(per_model.items(), key=lambda kv: -kv[1])[:10]:
+        print(f"  {count:>8,}  {model}")
+
+
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -827,7 +879,7 @@ def main(argv=None) -> int:
     enable_compilation_cache()
     try:
         commands = {"demo": cmd_demo, "simulate": cmd_simulate, "sweep": cmd_sweep, "tune": cmd_tune,
-                    "select": cmd_select, "import": cmd_import}
+                    "select": cmd_select, "import": cmd_import, "log": cmd_log}
         commands[args.command](args)
     except PulseInputError as err:
         print(f"pulse-jax: error: {err}", file=sys.stderr)

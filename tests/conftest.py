@@ -66,3 +66,15 @@ def write_slow_scorer(directory, n_models: int = 6, delay: float = 0.02) -> list
     return [sys.executable, "-m", "pulse_jax.cli", "select", "--models", "models.txt", "--examples", "1000",
             "--budget", "800", "--batch-size", "16", "--method", "ucbe", "--evaluate", "slowscore:score",
             "--stop", "budget", "--quiet"]
+
+
+def log_records(path) -> list:
+    """The told and paid batches of the log at ``path`` as they are now (read-only; a running log too)."""
+    from pulse_jax.live import journal
+
+    if not Path(path).is_file() or Path(path).stat().st_size == 0:
+        return []
+    try:
+        return journal.snapshot(path)[1]
+    except Exception:  # noqa: BLE001 -- the log is being created
+        return []

@@ -146,7 +146,7 @@ def test_live_logs_record_the_plugins_numbers_and_resume_logs_with_the_earlier_f
         request = first.ask()
         first.tell(request, scores[request.model_index, list(request.example_index)])
     first.close()
-    lines = [json.loads(x) for x in log.read_text().splitlines()]
+    lines = [json.loads(x) for x in journal.as_jsonl(*journal.snapshot(log)).splitlines()]
     assert lines[0]["rule.exploration"] == 0.5 and lines[0]["estimator.fixed_lambda"] is None
     with pytest.raises(PulseInputError, match="rule.exploration is 0.5 in the log, 1.0 here"):
         selector()
@@ -158,7 +158,7 @@ def test_live_logs_record_the_plugins_numbers_and_resume_logs_with_the_earlier_f
         record = {k: v for k, v in record.items() if k != "crc"}
         record["crc"] = previous = journal.checksum(record, previous)
         rewritten.append(json.dumps(record))
-    log.write_text("\n".join(rewritten) + "\n")
+    log.write_text("\n".join(rewritten) + "\n")      # a JSONL log of that version: converted on resume
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         again = selector(exploration=0.5)

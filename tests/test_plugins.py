@@ -11,6 +11,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+
+from pulse_jax.live import journal
 from conftest import tiny_problem
 
 import pulse_jax as pj
@@ -158,7 +160,7 @@ def test_resume_with_any_other_parameter_or_plugin_is_refused(bench, tmp_path, c
     request = first.ask()
     first.tell(request, b.scores[request.model_index, list(request.example_index)])
     first.close()
-    header = json.loads(log.read_text().splitlines()[0])
+    header = journal.snapshot(log)[0]
     assert header["refit_lr"] == 0.1 and header["rule"] == "ucbe" and "method_settings" in header
     with pytest.raises(PulseInputError, match=needle):
         pj.Selector(b.models, 300, 8 * 8 + 160, **{**kw, **change})

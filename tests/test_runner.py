@@ -8,19 +8,19 @@ import time
 
 import numpy as np
 import pytest
-from conftest import write_slow_scorer
+from conftest import log_records, write_slow_scorer
 
 from pulse_jax.live import journal
 from pulse_jax.live import LogWriteError, Selector, run
 
 
-def _wait_for_lines(log, count, proc, limit=120):
+def _wait_for_batches(log, count, proc, limit=120):
     deadline = time.time() + limit
     while time.time() < deadline and proc.poll() is None:
-        if log.exists() and len(log.read_text().splitlines()) > count:
+        if len(log_records(log)) > count:
             return
         time.sleep(0.02)
-    raise AssertionError(f"{log} never reached {count} lines")
+    raise AssertionError(f"{log} never reached {count} batches")
 
 
 @pytest.mark.slow
@@ -33,9 +33,9 @@ def test_a_signal_mid_run_pays_no_cell_twice_and_the_resumed_report_is_the_unint
     one line and exits 130 / 143; the resumed run asks no cell twice, and its report equals a clean run's."""
     args = write_slow_scorer(tmp_path, delay=0.1) + ["--concurrency", str(concurrency)]
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    proc = subprocess.Popen(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(args + ["--log", "run.db"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True)
-    _wait_for_lines(tmp_path / "run.jsonl", 10, proc)   # well before the end, even at concurrency 4
+    _wait_for_batches(tmp_path / "run.db", 10, proc)   # well before the end, even at concurrency 4
     proc.send_signal(sig)
     err = proc.communicate(timeout=120)[1]
     assert proc.returncode == code, err
@@ -44,9 +44,9 @@ def test_a_signal_mid_run_pays_no_cell_twice_and_the_resumed_report_is_the_unint
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     paid = int(line.split("stopped by")[1].split(":")[1].split("cells paid")[0].replace(",", ""))
     assert paid == len(calls) and 0 < paid < 800                            # stopped mid-run, counted exactly
-    records = [json.loads(x) for x in (tmp_path / "run.jsonl").read_text().splitlines()[1:]]
+    records = log_records(tmp_path / "run.db")
     assert sum(len(r["examples"]) for r in records) == paid                 # every paid cell is in the log
-    done = subprocess.run(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, capture_output=True, text=True)
+    done = subprocess.run(args + ["--log", "run.db"], cwd=tmp_path, env=env, capture_output=True, text=True)
     assert done.returncode == 0, done.stderr
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     assert len(calls) == len(set(calls)) == 800                              # no cell paid twice
@@ -62,7 +62,7 @@ def _clean_report(tmp_path_factory, concurrency: int) -> dict:
     """The uninterrupted run's report at this concurrency (computed once per test process)."""
     if concurrency not in _CLEAN:
         where = tmp_path_factory.mktemp(f"clean{concurrency}")
-        args = write_slow_scorer(where, delay=0.0) + ["--concurrency", str(concurrency), "--log", "clean.jsonl"]
+        args = write_slow_scorer(where, delay=0.0) + ["--concurrency", str(concurrency), "--log", "clean.db"]
         env = dict(os.environ, PYTHONPATH=str(where))
         assert subprocess.run(args, cwd=where, env=env, capture_output=True).returncode == 0
         _CLEAN[concurrency] = json.loads((where / "clean_report" / "report.json").read_text())
@@ -74,38 +74,60 @@ def _selector(small_bench, log, **kw):
     return Selector(b.models, 200, 6 * 8 + 8 * 12, batch_size=8, V=V, seed=5, refit_every=4, log=log, **kw)
 
 
-def test_a_full_disk_loses_no_paid_batch(small_bench, tmp_path, monkeypatch):
-    """The log's filesystem fills up at the 5th write: the paid batch goes to the side file, the run stops
-    with one line naming the log and the fix; once space returns the next run takes the batch in, pays for
-    no cell twice, and ends where an uninterrupted run ends."""
+def _full_disk(monkeypatch, failures: float, from_write: int = 5):
+    """From the ``from_write``-th batch committed to ``run.db`` on, the disk is full for ``failures``
+    commits, or until the log frees its reserve (a commit that SQLite rolls back, as on a real full disk)."""
+    original, state = journal.Journal._commit, {"writes": 0, "failures": failures, "freed": False}
+
+    def commit(self, *statements):
+        sql = statements[0][0]
+        if self.path.name == "run.db" and sql.startswith(("INSERT INTO told", "INSERT OR REPLACE INTO paid")):
+            state["writes"] += 1
+            if state["writes"] >= from_write and not state["freed"] and state["failures"] > 0:
+                state["failures"] -= 1
+                raise journal.LogFull(errno.ENOSPC, "No space left on device")
+        if sql == "DELETE FROM reserve":
+            state["freed"] = True
+        return original(self, *statements)
+
+    monkeypatch.setattr(journal.Journal, "_commit", commit)
+    return state
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+@pytest.mark.parametrize("lasting", [False, True])
+def test_a_full_disk_pays_no_cell_twice(small_bench, tmp_path, monkeypatch, concurrency, lasting):
+    """The log's disk fills up at the 5th batch. Space that returns within the retries: the run goes on.
+    A disk that stays full: the batch is committed into the log's reserve, the run stops asking, logs
+    the batches in flight, and stops with one line naming the log and the fix. Either way no cell is
+    paid twice, and the resumed run ends where an uninterrupted run ends."""
     b, _ = small_bench
     calls = []
 
     def scorer(model, ids):
+        time.sleep(0.005)
         calls.extend((model, i) for i in ids)
         return b.scores[b.models.index(model), ids].tolist()
 
-    original, writes = journal.Journal.append, []
-
-    def filling(self, record):
-        writes.append(record.get("type"))
-        if len(writes) >= 5 and self.path.name == "run.jsonl":
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return original(self, record)
-
-    monkeypatch.setattr(journal.Journal, "append", filling)
-    log = tmp_path / "run.jsonl"
-    with pytest.raises(LogWriteError, match=r"run.jsonl: cannot write the log \(No space left on device\); the batch "
-                                            r"is saved in .*run.jsonl.paid and is taken in by the next run. Free space"):
-        run(scorer, _selector(small_bench, log, stop="budget"))
-    assert (tmp_path / "run.jsonl.paid").is_file()
-    monkeypatch.setattr(journal.Journal, "append", original)              # the space is back
+    state = _full_disk(monkeypatch, float("inf") if lasting else 2)
+    log = tmp_path / "run.db"
+    sel = _selector(small_bench, log, stop="budget")
+    if lasting:
+        with pytest.raises(LogWriteError, match=r"run.db: the disk is full: stopped asking, every cell paid for is in "
+                                                r"the log \(\d+ told\). Free space there, then run the same command"):
+            run(scorer, sel, concurrency=concurrency)
+        assert state["freed"]
+        assert sum(len(r["examples"]) for r in log_records(log)) == len(calls)   # every paid cell is in the log
+    else:
+        run(scorer, sel, concurrency=concurrency)
+        assert not state["freed"]
+    sel.close()
+    monkeypatch.undo()                                                      # the space is back
     again = _selector(small_bench, log, stop="budget")
-    report = run(scorer, again)
+    report = run(scorer, again, concurrency=concurrency)
     again.close()
-    assert not (tmp_path / "run.jsonl.paid").exists()
     assert len(calls) == len(set(calls)) == report.spent                   # 0 cells paid twice
-    clean = run(lambda m, ids: b.scores[b.models.index(m), ids].tolist(), _selector(small_bench, tmp_path / "c.jsonl",
-                                                                                          stop="budget"))
+    clean = run(lambda m, ids: b.scores[b.models.index(m), ids].tolist(),
+                _selector(small_bench, tmp_path / "c.db", stop="budget"), concurrency=concurrency)
     assert report.evaluated == clean.evaluated
     np.testing.assert_allclose(report.estimates, clean.estimates, atol=1e-6)

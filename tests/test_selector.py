@@ -7,6 +7,8 @@ import time
 import numpy as np
 import pytest
 
+from pulse_jax.live import journal
+
 from pulse_jax import cli, factorization, synthetic
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
@@ -66,7 +68,7 @@ def test_resume_after_a_crash_at_every_point(bench, tmp_path):
     full = run(_oracle(b), _selector(bench, budget=8 * B + 8 * 12, stop="budget"))
     n_tells = 8 + 12
     for crash_after in range(n_tells + 1):
-        log = tmp_path / f"run{crash_after}.jsonl"
+        log = tmp_path / f"run{crash_after}.db"
         calls, lock = [], threading.Lock()
         first = _selector(bench, log=log, budget=8 * B + 8 * 12)
         for _ in range(crash_after):                         # the process dies after `crash_after` tells
@@ -80,16 +82,14 @@ def test_resume_after_a_crash_at_every_point(bench, tmp_path):
         assert report.evaluated == full.evaluated
 
 
-def test_in_flight_batches_are_asked_again_and_a_torn_line_is_ignored(bench, tmp_path):
+def test_in_flight_batches_are_asked_again(bench, tmp_path):
     b, _ = bench
-    log = tmp_path / "run.jsonl"
+    log = tmp_path / "run.db"
     sel = _selector(bench, log=log)
     for _ in range(10):
         r = sel.ask()
         sel.tell(r, _oracle(b)(r.model, list(r.example_ids)))
-    in_flight = sel.ask()
-    with open(log, "a") as handle:
-        handle.write('{"type": "tell", "ticket": 99, "mod')      # killed mid-write
+    in_flight = sel.ask()                                    # the process dies with this batch unanswered
     resumed = _selector(bench, log=log)
     assert resumed.spent == sel.spent
     assert resumed.pending() == []
@@ -165,7 +165,7 @@ def test_early_stopping_stops_early_and_is_right(method):
 
 def test_evaluate_failures(bench, tmp_path):
     b, _ = bench
-    log = tmp_path / "run.jsonl"
+    log = tmp_path / "run.db"
     attempts = []
 
     def flaky(model, ids):
@@ -174,7 +174,7 @@ def test_evaluate_failures(bench, tmp_path):
             raise TimeoutError("API timeout")
         return _oracle(b)(model, ids)
 
-    report = run(flaky, _selector(bench, log=tmp_path / "retry.jsonl", stop="budget"), retries=2, retry_wait=0.0)
+    report = run(flaky, _selector(bench, log=tmp_path / "retry.db", stop="budget"), retries=2, retry_wait=0.0)
     assert report.spent == report.budget                      # recovered through retries
 
     def dies(model, ids):
@@ -204,7 +204,7 @@ def test_evaluate_failures(bench, tmp_path):
 
 
 def test_log_from_another_configuration_is_refused(bench, tmp_path):
-    log = tmp_path / "run.jsonl"
+    log = tmp_path / "run.db"
     _selector(bench, log=log)
     with pytest.raises(PulseInputError, match="budget is 384 in the log, 999 here"):
         _selector(bench, log=log, budget=999)
@@ -214,7 +214,7 @@ def test_log_from_another_configuration_is_refused(bench, tmp_path):
 
 def test_budget_already_spent_and_unknown_model(bench, tmp_path):
     b, _ = bench
-    log = tmp_path / "run.jsonl"
+    log = tmp_path / "run.db"
     run(_oracle(b), _selector(bench, log=log, stop="budget"))
     again = _selector(bench, log=log)
     assert again.ask() is None
@@ -237,13 +237,12 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     stand_in.main(["train", str(tmp_path / "history.csv")])
     args = ["select", "--models", "models.txt", "--examples", "1000", "--budget", "960", "--batch-size", "16",
             "--refit-every", "10", "--rank", "4", "--evaluate", "pulse_jax.stand_in:score", "--train",
-            "history.csv", "--log", "run.jsonl", "--quiet", "--stop", "budget"]
+            "history.csv", "--log", "run.db", "--quiet", "--stop", "budget"]
     assert cli.main(args) == 0
     out = capsys.readouterr().out
     assert "Leader:" in out and (tmp_path / "run_report" / "estimates.png").stat().st_size > 1000
-    records = (tmp_path / "run.jsonl").read_text().splitlines()
-    header = json.loads(records[0])
-    assert header["type"] == "header" and len(records) == 1 + 10 + 50
+    header, records = journal.snapshot(tmp_path / "run.db")
+    assert header["type"] == "header" and len(records) == 10 + 50
     # the defaults: pulse_hedged, Top-Two with the interval challenger, certification bounds, betting sequences
     assert header["method"] == "pulse_hedged" and "raw_sequence" not in header["method_settings"]
     assert header["method_settings"]["lambda_rule"] == "constant_lambda(0.5)"
@@ -251,8 +250,8 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     assert header["cs_grid"] == 1000
     assert "certification levels" in out
     assert cli.main(args) == 0                                # resuming a finished run evaluates nothing
-    assert "resuming run.jsonl: 960 cells already evaluated" in capsys.readouterr().out
-    assert len((tmp_path / "run.jsonl").read_text().splitlines()) == len(records)
+    assert "resuming run.db: 960 cells already evaluated" in capsys.readouterr().out
+    assert journal.snapshot(tmp_path / "run.db")[1] == records
     bad = args[:args.index("--budget") + 1] + ["2000"] + args[args.index("--budget") + 2:]
     assert cli.main(bad) == 2
     assert "different configuration: budget is 960 in the log, 2000 here" in capsys.readouterr().err
@@ -266,28 +265,25 @@ def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
     import signal
     import subprocess
 
-    from conftest import write_slow_scorer
+    from conftest import log_records, write_slow_scorer
 
     args = write_slow_scorer(tmp_path, delay=0.05)
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
-    proc = subprocess.Popen(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+    proc = subprocess.Popen(args + ["--log", "run.db"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     deadline = time.time() + 120
-    while time.time() < deadline:
-        log = tmp_path / "run.jsonl"
-        if log.exists() and len(log.read_text().splitlines()) > 20:
-            break
+    while time.time() < deadline and len(log_records(tmp_path / "run.db")) < 20:
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    told_before = len((tmp_path / "run.jsonl").read_text().splitlines()) - 1
+    told_before = len(log_records(tmp_path / "run.db"))
     assert 20 <= told_before < 50                                 # killed mid-run
-    assert subprocess.run(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    assert subprocess.run(args + ["--log", "run.db"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     repeated = len(calls) - len(set(calls))
     assert repeated <= 16                                          # at most the one batch in flight
     (tmp_path / "calls.txt").unlink()
-    assert subprocess.run(args + ["--log", "clean.jsonl"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
+    assert subprocess.run(args + ["--log", "clean.db"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
     resumed = json.loads((tmp_path / "run_report" / "report.json").read_text())
     clean = json.loads((tmp_path / "clean_report" / "report.json").read_text())
     assert resumed["evaluated"] == clean["evaluated"] and resumed["ranking"] == clean["ranking"]

@@ -9,19 +9,21 @@ budget is spent, or every model is known exactly.
 """
 from __future__ import annotations
 
+import queue
 import signal
 import sys
 import threading
 import time
 import warnings
 from collections import deque
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import TimeoutError as FutureTimeout
+from concurrent.futures import wait as futures_wait
 from typing import Callable, Sequence
 
 from pulse_jax.errors import require
 from pulse_jax.live.report import Report
-from pulse_jax.live.selector import Request, Selector
+from pulse_jax.live.selector import LogWriteError, Request, Selector
 
 
 class EvaluationError(RuntimeError):
@@ -33,7 +35,8 @@ class Interrupted(KeyboardInterrupt):
 
     ``paid``: cells this process had evaluated (or sent to be evaluated); ``logged``: of those, cells
     in the log (told, or paid and kept for the next run); ``again``: cells the next run asks again
-    (abandoned in flight; 0 when the wait completed). ``exit_code``: 130 (SIGINT) or 143 (SIGTERM).
+    (calls abandoned while still running; 0 when every call in flight finished in time). ``exit_code``:
+    130 (SIGINT) or 143 (SIGTERM).
     """
 
     def __init__(self, signum: int, paid: int, logged: int, again: int, log):
@@ -51,20 +54,28 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
         grace: float | None = None, handle_signals: bool = True) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
-    Up to ``concurrency`` batches are evaluated at once in a thread pool (for
-    I/O-bound scorers); results are told in ask order, so the outcome does not
-    depend on timing. An exception from ``evaluate`` is retried ``retries``
-    times (waiting ``retry_wait * 2^k`` seconds), then raised as
-    :class:`EvaluationError`; everything told before is in the log. The run
-    stops where ``selector``'s stopping rule says (``Selector(stop=...)``).
-    ``stop_early`` is deprecated: ``False`` is ``selector.use_stop("budget")``,
-    ``True`` keeps the selector's rule.
+    Up to ``concurrency`` batches are evaluated at once, each in a worker
+    thread (daemon threads: a scorer that hangs never keeps the process
+    alive once the run has given up on it); results are told in ask order,
+    so the outcome does not depend on timing. An exception from ``evaluate``
+    is retried ``retries`` times (waiting ``retry_wait * 2^k`` seconds), then
+    raised as :class:`EvaluationError`; everything told before is in the log.
+    The run stops where ``selector``'s stopping rule says
+    (``Selector(stop=...)``). ``stop_early`` is deprecated: ``False`` is
+    ``selector.use_stop("budget")``, ``True`` keeps the selector's rule.
 
-    Interruptions (``handle_signals``, in the main thread): on SIGINT or SIGTERM
-    the run stops asking, waits for the batches in flight (at most ``grace``
-    seconds; a second signal abandons them), logs every result that arrives as
-    *paid* (the next run tells it where this run would have, without calling
-    the scorer), and raises :class:`Interrupted` with the counts.
+    Interruptions (``handle_signals``, in the main thread): on SIGINT or
+    SIGTERM the run stops asking and waits for the batches in flight, logging
+    each result as *paid* the moment it arrives (the next run tells it where
+    this run would have, without calling the scorer). A second signal, or
+    ``grace`` seconds after the first, ends the wait: every result already
+    arrived is logged, only the calls still running are abandoned. Then
+    :class:`Interrupted` is raised with the counts (``again``: cells the next
+    run asks again).
+
+    A full disk (:attr:`Selector.log_full`): the run stops asking, logs the
+    batches in flight the same way, and raises
+    :class:`pulse_jax.live.LogWriteError` saying every paid cell is in the log.
     """
     require(concurrency >= 1, f"concurrency must be >= 1, got {concurrency}")
     require(retries >= 0, f"retries must be >= 0, got {retries}")
@@ -87,39 +98,55 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
 
     install = handle_signals and threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if install else {}
-    pool = ThreadPoolExecutor(concurrency) if concurrency > 1 else None
+    workers = _Workers(concurrency)
     in_flight: deque = deque()
     start, logged_before = time.perf_counter(), selector.spent
     try:
         for request in selector.pending():
-            in_flight.append((request, pool.submit(call, request) if pool else None))
-        while stop["signal"] is None:
+            in_flight.append((request, workers.submit(call, request)))
+        while stop["signal"] is None and not selector.log_full:
             while len(in_flight) < concurrency and stop["signal"] is None:
                 request = selector.ask()
                 if request is None:
                     break
-                in_flight.append((request, pool.submit(call, request) if pool else None))
-            if not in_flight or stop["signal"] is not None:
+                in_flight.append((request, workers.submit(call, request)))
+            if not in_flight:
                 break
             request, future = in_flight[0]
-            scores = future.result() if future else call(request)
-            if stop["signal"] is not None:        # arrived while this batch was evaluated: keep it as paid
-                in_flight[0] = (request, _Done(scores))
+            scores = _result_unless_stopped(future, stop)
+            if scores is _STOPPED:        # a signal while waiting: the batch stays in flight
                 break
             in_flight.popleft()
             selector.tell(request, scores)
             if progress:
                 _progress(selector, len(in_flight), time.perf_counter() - start)
-        if stop["signal"] is not None:
-            _stop_gracefully(selector, in_flight, stop, grace, paid, logged_before)
+        if selector.log_full or stop["signal"] is not None:
+            kept, again = _settle(selector, in_flight, stop, grace)
+            if stop["signal"] is not None:
+                logged = selector.spent - logged_before + kept
+                raise Interrupted(stop["signal"], max(paid["cells"], logged + again), logged, again, selector.log_path)
+            raise selector.log_full_error(again)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
-        if pool:
-            pool.shutdown(wait=False, cancel_futures=True)
+        workers.shutdown()
     if progress:
         sys.stderr.write("\n")
     return selector.result()
+
+
+_STOPPED = object()
+_POLL = 0.05   # seconds between checks for a signal while waiting on the scorer
+
+
+def _result_unless_stopped(future, stop: dict):
+    """The future's result, or ``_STOPPED`` as soon as a signal has arrived (the call keeps running)."""
+    while True:
+        try:
+            return future.result(timeout=_POLL)
+        except FutureTimeout:
+            if stop["signal"] is not None:
+                return _STOPPED
 
 
 def _caller(evaluate, selector: Selector, retries: int, retry_wait: float, paid: dict):
@@ -144,39 +171,63 @@ def _caller(evaluate, selector: Selector, retries: int, retry_wait: float, paid:
     return call
 
 
-class _Done:
-    """A finished evaluation, shaped like a future."""
+class _Workers:
+    """A fixed pool of daemon threads running submitted calls (``concurrent.futures`` futures).
 
-    def __init__(self, value):
-        self.value = value
+    ``ThreadPoolExecutor`` joins its threads when the interpreter exits, so one hung scorer would keep
+    an interrupted run alive; daemon threads end with the process."""
 
-    def result(self, timeout=None):
-        return self.value
+    def __init__(self, count: int):
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._threads = [threading.Thread(target=self._work, daemon=True, name=f"pulse-jax-scorer-{k}")
+                         for k in range(count)]
+        for thread in self._threads:
+            thread.start()
 
+    def submit(self, fn, *args) -> Future:
+        future: Future = Future()
+        self._queue.put((future, fn, args))
+        return future
 
-def _stop_gracefully(selector: Selector, in_flight: deque, stop: dict, grace, paid: dict, logged_before: int):
-    """Wait for the batches in flight (until ``grace`` or a second signal), log each result as paid, raise."""
-    deadline = None if grace is None else time.monotonic() + grace
-    kept = 0
-    again = 0
-    for request, future in in_flight:
-        scores = None
-        while scores is None and not stop["abandon"] and (deadline is None or time.monotonic() < deadline):
-            if future is None:
-                break                             # never started (concurrency 1): nothing was paid
-            try:
-                scores = future.result(timeout=0.05)
-            except FutureTimeout:
+    def _work(self):
+        while (item := self._queue.get()) is not None:
+            future, fn, args = item
+            if not future.set_running_or_notify_cancel():
                 continue
-            except EvaluationError:
-                break
-        if scores is None:
-            again += len(request.example_ids) if future is not None else 0
-            continue
-        selector.log_paid(request, scores)
-        kept += len(request.example_ids)
-    logged = selector.spent - logged_before + kept
-    raise Interrupted(stop["signal"], max(paid["cells"], logged + again), logged, again, selector.log_path)
+            try:
+                future.set_result(fn(*args))
+            except BaseException as err:   # noqa: BLE001 -- handed to the waiting thread
+                future.set_exception(err)
+
+    def shutdown(self) -> None:
+        """Let idle threads end (a running call finishes, or ends with the process)."""
+        for _ in self._threads:
+            self._queue.put(None)
+
+
+def _settle(selector: Selector, in_flight: deque, stop: dict, grace) -> tuple[int, int]:
+    """Log the batches in flight as paid as their results arrive, until all have, a second signal, or
+    ``grace`` seconds; returns ``(cells logged, cells abandoned)``. Results that arrived are always logged;
+    only calls still running (or failed) are abandoned."""
+    deadline = None if grace is None else time.monotonic() + grace
+    remaining, kept, again = list(in_flight), 0, 0
+    while remaining:
+        for item in [item for item in remaining if item[1].done()]:
+            remaining.remove(item)
+            request, future = item
+            try:
+                scores = future.result()
+                selector.log_paid(request, scores)
+                kept += len(request.example_ids)
+            except (EvaluationError, LogWriteError):
+                again += len(request.example_ids)
+        if not remaining or stop["abandon"] or (deadline is not None and time.monotonic() >= deadline):
+            break
+        futures_wait([future for _, future in remaining], timeout=_POLL, return_when=FIRST_COMPLETED)
+    for request, future in remaining:
+        future.cancel()
+        again += len(request.example_ids)
+    return kept, again
 
 
 def _progress(selector: Selector, in_flight: int, seconds: float):

@@ -14,8 +14,8 @@ predictions, lambda and the inclusion probability are fixed when it is asked
 sequences need: each stays valid whatever the order in which results come
 back.
 
-Durability (:mod:`pulse_jax.live.journal`): every told batch is appended to a
-JSONL log and fsynced before it changes the selector. A selector created with
+Durability (:mod:`pulse_jax.live.journal`): every told batch is committed to
+an SQLite log in its own transaction before it changes the selector. A selector created with
 an existing log replays it, checks every replayed request against the log,
 and continues; batches in flight when the process died are asked again (the
 only loss). The example embeddings are saved next to the log, so a resumed
@@ -34,6 +34,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import os
+import secrets
+import tempfile
 import time
 import warnings
 from pathlib import Path
@@ -57,12 +59,15 @@ WRITE_RETRIES, WRITE_RETRY_WAIT = 2, 0.05
 
 
 class LogWriteError(PulseInputError):
-    """The log cannot be written (e.g. a full disk); the paid batch was saved beside it when possible."""
+    """The log cannot be written (e.g. a full disk); the message says which cells, if any, are asked again."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Request:
-    """One batch to evaluate: ``model`` on ``example_ids``."""
+    """One batch to evaluate: ``model`` on ``example_ids``.
+
+    ``tell`` accepts a request only from the selector that made it, unchanged: ``selector`` identifies
+    that selector, and every field must equal the one it handed out."""
 
     ticket: int                 # running number of the ask
     step: int                   # bandit step t (0 for initialization batches)
@@ -70,21 +75,26 @@ class Request:
     model_index: int
     example_ids: tuple
     example_index: tuple[int, ...]
+    selector: str = ""          # the asking selector's identity (random per selector object)
 
 
 def _save_atomically(path: Path, array) -> None:
-    """Write ``array`` to ``path`` through a temporary file and a rename, so a failed write (a full disk)
-    leaves no truncated ``.npy`` behind; a failure is one line naming the file and the fix."""
+    """Write ``array`` to ``path`` through a new temporary file and a rename, so a failed write (a full
+    disk) leaves no truncated ``.npy`` behind; a failure is one line naming the file and the fix. The
+    temporary file is created exclusively under a fresh name, so a link planted beside the log is never
+    written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
+    partial = None
     try:
-        with open(partial, "wb") as handle:
+        fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+        with open(fd, "wb") as handle:
             np.save(handle, array)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(partial, path)
     except OSError as err:
-        partial.unlink(missing_ok=True)
+        if partial is not None:
+            Path(partial).unlink(missing_ok=True)
         raise PulseInputError(f"{path}: cannot save the embeddings beside the log ({err.strerror or err}); free "
                               "space there or give --log in another folder, then run the same command again") from None
 
@@ -137,7 +147,8 @@ class Selector:
       train: side information, a (n_train, n) matrix with NaN for missing
         cells (or a ``ScoreMatrix`` whose examples are aligned by id); or
       V: example embeddings (n, r) fitted earlier. PULSE and Naive need one.
-      log: path of the JSONL log; an existing log is resumed.
+      log: path of the log (an SQLite database, :mod:`pulse_jax.live.journal`); an existing log is
+        resumed (a JSONL log of an earlier version is converted in place first).
       batch_size, init_batches, refit_every, rule, cs_grid: as in
         :class:`pulse_jax.BanditConfig` (``rule`` a sampling rule or its name;
         ``"lucb"`` or ``"top_two"`` sample to certify the best model sooner;
@@ -176,6 +187,8 @@ class Selector:
         seed_key(seed)
         self.method, self.seed = self.estimator.name, int(seed)
         self.log_path = Path(log) if log is not None else None
+        self._identity = secrets.token_hex(8)
+        self._log_full = False      # the disk filled up: the reserve is in use, nothing more is asked
         # Lock the log before reading anything of it (sidecar included): a second process stops here.
         self._journal = journal.Journal(self.log_path) if self.log_path is not None else None
         self.V = self._side_information(train, V, rank)
@@ -246,7 +259,7 @@ class Selector:
         if not self.estimator.uses_predictions:
             return np.zeros((self.config.n_examples, 1), np.float32)
         sidecar = self._sidecar()
-        if sidecar is not None and sidecar.is_file() and self.log_path.is_file() and self.log_path.stat().st_size:
+        if sidecar is not None and sidecar.is_file() and self._journal.has_run():
             # resume with exactly the embeddings of the first run; refuse settings that contradict them
             try:
                 first = np.load(sidecar, allow_pickle=False)
@@ -330,8 +343,7 @@ class Selector:
 
     def _replay(self, records):
         path, told_on = self.log_path, {}
-        for number, record in records:
-            where = f"{path}: line {number}"
+        for where, record in records:
             for field, kind in (("ticket", int), ("step", int), ("asks_issued", int), ("model", str),
                                 ("examples", list), ("scores", list)):
                 value = record.get(field)
@@ -341,8 +353,8 @@ class Selector:
             if record.get("type") == "paid":
                 self._paid[record["ticket"]] = record
                 continue
-            require(record["ticket"] not in told_on, f"{where}: ticket {record['ticket']} was already told on "
-                                                     f"line {told_on.get(record['ticket'])} (a duplicated line)")
+            require(record["ticket"] not in told_on, f"{where}: ticket {record['ticket']} was already told in "
+                                                     f"{told_on.get(record['ticket'])} (a duplicated batch)")
             require(record["model"] in self.models, f"{where}: unknown model {record['model']!r}")
             require(0 <= record["ticket"] < record["asks_issued"],
                     f"{where}: ticket {record['ticket']} was never asked (asks_issued {record['asks_issued']})")
@@ -357,7 +369,7 @@ class Selector:
                                       f"{record['ticket']}) differs from what this selector asks; the log belongs "
                                       "to another run")
             self._apply(request, self._validate(request, record["scores"], where))
-            told_on[record["ticket"]] = number
+            told_on[record["ticket"]] = where.rsplit(": ", 1)[-1]
 
     def paid_scores(self, request: Request):
         """The scores of ``request`` if they were paid for and logged before the run stopped (else None):
@@ -370,6 +382,7 @@ class Selector:
     def log_paid(self, request: Request, scores) -> None:
         """Log the scores of a batch in flight as paid (not told): a resumed run tells them where an
         uninterrupted run would have, without paying for them again."""
+        self._check_request(request)
         scores = self._validate(request, scores)
         if self.log_path is not None:
             self._write({"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
@@ -378,23 +391,44 @@ class Selector:
                                       "scores": scores.tolist()}
 
     def _write(self, record: dict) -> None:
-        """Append ``record`` to the log, retrying a failed write; if the log cannot be written, save the
-        batch beside it (the next run takes it in) and stop with one line naming the log and the fix."""
+        """Commit ``record`` to the log, retrying a failed commit (each failure is rolled back whole).
+
+        If it still fails, the log's reserve is freed and the record committed into it: the selector is
+        then *log full* (:attr:`log_full`): it asks nothing more, the batches in flight can still be told
+        (into the reserve), and the run stops with one line naming the log and the fix, no cell paid
+        twice. When even that fails, :class:`LogWriteError` names the cells that will be asked again.
+        """
         failure = None
         for attempt in range(WRITE_RETRIES + 1):
             try:
                 self._journal.append(record)
                 return
-            except OSError as err:
+            except journal.LogFull as err:
                 failure = err
                 time.sleep(WRITE_RETRY_WAIT * 2**attempt)
-        paid = {**record, "type": "paid"}
-        try:
-            saved = f"; the batch is saved in {self._journal.save_aside([paid])} and is taken in by the next run"
-        except OSError:
-            saved = "; the batch could not be saved either and will be asked again"
-        raise LogWriteError(f"{self.log_path}: cannot write the log ({failure.strerror or failure}){saved}. Free "
-                            "space there, then run the same command again") from None
+        if self._journal.release_reserve():
+            try:
+                self._journal.append(record)
+                self._log_full = True
+                return
+            except journal.LogFull as err:
+                failure = err
+        raise LogWriteError(f"{self.log_path}: cannot write the log ({failure.strerror}): the "
+                            f"{len(record['examples'])} cells of model {record['model']!r} (request {record['ticket']}) "
+                            "were paid for but will be asked again. Free space there, then run the same command "
+                            "again") from None
+
+    @property
+    def log_full(self) -> bool:
+        """The log's disk is full: nothing more is asked; the batches in flight can still be told."""
+        return self._log_full
+
+    def log_full_error(self, again: int = 0) -> LogWriteError:
+        """The error that ends a run whose log's disk is full (``again``: cells abandoned in flight)."""
+        saved = ("every cell paid for is in the log" if not again else
+                 f"{again:,} cells in flight could not be saved and will be asked again")
+        return LogWriteError(f"{self.log_path}: the disk is full: stopped asking, {saved} ({self.spent:,} told). "
+                             "Free space there, then run the same command again")
 
     def close(self) -> None:
         """Release the log's lock (a finished or abandoned run); the log stays resumable."""
@@ -425,7 +459,7 @@ class Selector:
 
     def _issue(self, step: int, i: int, index: np.ndarray) -> Request:
         request = Request(self._asks, step, self.models[i], i, tuple(self.example_ids[j] for j in index),
-                          tuple(int(j) for j in index))
+                          tuple(int(j) for j in index), self._identity)
         self._pending[self._asks] = request
         self._asks += 1
         return request
@@ -437,6 +471,8 @@ class Selector:
         run is over), or the next request must wait for batches in flight (a
         refit step, or every remaining model already has a batch in flight).
         """
+        if self._log_full:
+            raise self.log_full_error()
         if self._finished:
             return None
         config = self.config
@@ -472,14 +508,25 @@ class Selector:
 
     def tell(self, request: Request, scores) -> None:
         """Record the scores of ``request`` (one per example, in [0, 1]); logged before it counts."""
-        require(isinstance(request, Request) and request.ticket in self._pending,
-                f"tell: unknown or already told request {getattr(request, 'ticket', request)!r}")
+        self._check_request(request)
         scores = self._validate(request, scores)
         if self.log_path is not None:
             self._write({"type": "tell", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
                          "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
         self._paid.pop(request.ticket, None)
         self._apply(request, scores)
+
+    def _check_request(self, request) -> None:
+        """Refuse, before anything is written, a request this selector did not hand out as it is."""
+        require(isinstance(request, Request), f"tell: expected a Request from ask(), got {type(request).__name__}")
+        require(request.selector == self._identity,
+                f"tell: request {request.ticket} was made by another selector; tell each selector its own requests")
+        mine = self._pending.get(request.ticket)
+        require(mine is not None, f"tell: request {request.ticket} is not in flight (already told, or never asked)")
+        if mine != request:
+            field = next(f.name for f in dataclasses.fields(Request) if getattr(mine, f.name) != getattr(request, f.name))
+            raise PulseInputError(f"tell: request {request.ticket} was changed after ask() (its {field} differs); "
+                                  "tell the request exactly as asked")
 
     def _validate(self, request: Request, scores, where: str | None = None) -> np.ndarray:
         where = where or f"model {request.model!r}, request {request.ticket}"

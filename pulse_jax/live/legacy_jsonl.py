@@ -1,0 +1,125 @@
+"""Reading the JSONL logs of earlier pulse-jax versions (formats 1-3), to convert them to the database.
+
+A JSONL log is one header line (the run's configuration) and one line per
+told batch (``"type": "tell"``) or per batch paid for but not yet told
+(``"type": "paid"``). From version 2 every line carries ``crc``, the CRC-32
+of the previous line's ``crc`` followed by the line's canonical JSON (see
+:mod:`pulse_jax.live.chain`); version 1 has no checksums. A
+``<log>.paid`` file beside the log holds paid batches that a full disk kept
+out of the log, each line checksummed on its own.
+
+Nothing here writes: a torn last line (a crash in mid-write) is left out of
+what is returned, and said in ``notes``.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from pulse_jax.errors import PulseInputError, require
+from pulse_jax.live.chain import checksum
+
+#: The JSONL format versions this module reads.
+VERSIONS = (1, 2, 3)
+
+
+def looks_like_log(path: Path) -> bool:
+    """Whether ``path``'s first line is a pulse-jax JSONL log header."""
+    try:
+        with open(path, "rb") as handle:
+            first = handle.readline(1 << 20)
+        header = json.loads(first.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        return False
+    return isinstance(header, dict) and header.get("type") == "header"
+
+
+def read(path: Path) -> tuple[dict, list[tuple[str, dict]], list[str]]:
+    """``(header, [(where, record)], notes)`` of the JSONL log at ``path``, its checksum chain verified.
+
+    Paid batches from the side file come last.
+    Raises :class:`PulseInputError` naming the first line that is unreadable or fails its checksum.
+    """
+    notes: list[str] = []
+    try:
+        data = path.read_bytes()
+    except OSError as err:
+        raise PulseInputError(f"{path}: cannot read the log: {err.strerror}") from None
+    if not data.endswith(b"\n"):
+        keep = data.rfind(b"\n") + 1
+        previous = data[data.rfind(b"\n", 0, keep - 1) + 1:keep - 1] if keep else b""
+        if _complete(data[keep:], previous):
+            data += b"\n"
+        else:
+            notes.append(f"{path}: left out a torn last record ({len(data) - keep} bytes) from an interrupted write; "
+                         "its batch was not logged and will be asked again")
+            data = data[:keep]
+    lines = data.split(b"\n")[:-1]
+    require(lines, f"{path}: the log is empty")
+    header = _parse(path, lines[0], 1)
+    require(isinstance(header, dict) and header.get("type") == "header", f"{path}: line 1 is not a pulse-jax log header")
+    version = header.get("version", 1)
+    require(isinstance(version, int) and version in VERSIONS,
+            f"{path}: JSONL log format version {version!r} is not one this pulse-jax reads ({VERSIONS})")
+    parsed = [(f"{path}: line {k}", _parse(path, raw, k)) for k, raw in enumerate(lines[1:], start=2)]
+    if version == 1:
+        # A version-1 log has no checksums; one whose lines carry them had its header edited.
+        require(not any(isinstance(r, dict) and "crc" in r for _, r in parsed) and "crc" not in header,
+                f"{path}: the header says version 1 (no checksums) but the lines carry checksums: was the header "
+                "edited?")
+    previous = _verify(path, header, "", 1, version)
+    records = []
+    for k, (where, record) in enumerate(parsed, start=2):
+        require(isinstance(record, dict) and record.get("type") in ("tell", "paid"),
+                f"{where} is not a told or paid batch (was the log edited?)")
+        previous = _verify(path, record, previous, k, version)
+        records.append((where, {key: v for key, v in record.items() if key != "crc"}))
+    side = path.with_name(path.name + ".paid")
+    if side.is_file():
+        records += _side_records(side, notes)
+    return {k: v for k, v in header.items() if k != "crc"}, records, notes
+
+
+def _side_records(side: Path, notes: list) -> list:
+    out = []
+    for k, raw in enumerate(side.read_bytes().split(b"\n"), start=1):
+        if not raw.strip():
+            continue
+        try:
+            record = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError):
+            notes.append(f"{side}: line {k} is torn; its batch will be asked again")
+            continue
+        require(isinstance(record, dict) and record.get("type") == "paid" and record.get("crc") == checksum(record, ""),
+                f"{side}: line {k} fails its checksum (was the file edited?)")
+        out.append((f"{side}: line {k}", {key: v for key, v in record.items() if key != "crc"}))
+    return out
+
+
+def _complete(tail: bytes, previous: bytes) -> bool:
+    """Is ``tail`` a whole record whose checksum chains onto the line ``previous`` (b"" for none)?"""
+    try:
+        record = json.loads(tail.decode("utf-8"))
+        before = json.loads(previous.decode("utf-8")).get("crc", "") if previous else ""
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False
+    return isinstance(record, dict) and "crc" in record and record["crc"] == checksum(record, before)
+
+
+def _parse(path: Path, raw: bytes, number: int):
+    if not raw.strip():
+        raise PulseInputError(f"{path}: line {number} is empty (was the log edited?)")
+    try:
+        return json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise PulseInputError(f"{path}: line {number} is not valid JSON (was the log edited?)") from None
+
+
+def _verify(path: Path, record: dict, previous: str, number: int, version: int) -> str:
+    if version < 2:
+        return ""
+    expected = checksum(record, previous)
+    if record.get("crc") != expected:
+        raise PulseInputError(f"{path}: line {number} fails its checksum: the line was changed, or a line before it "
+                              "was deleted, duplicated or moved")
+    return expected
