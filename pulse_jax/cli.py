@@ -5,8 +5,10 @@ Errors in the input print one line (``pulse-jax: error: ...``) and exit 2.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
+import zipfile
 import time
 from pathlib import Path
 
@@ -236,6 +238,7 @@ def _add_tune(sub) -> None:
                                       "cells of the train matrix; the 1-SE rule picks the simplest good setting.")
     tune.add_argument("--train", required=True, help="historical models' scores (CSV/NPZ, missing cells allowed)")
     tune.add_argument("--out", required=True, help="JSON file for `simulate --hparams`")
+    tune.add_argument("--force", action="store_true", help="write over an existing --out file")
     tune.add_argument("--ranks", default="4,8,16,32", help="comma-separated ranks to try")
     tune.add_argument("--lams", default="0.001,0.01,0.1", help="comma-separated L2 weights to try")
     tune.add_argument("--lrs", default="0.05", help="comma-separated Adam learning rates to try")
@@ -280,7 +283,10 @@ def _add_select(sub) -> None:
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
     sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
     _add_stopping_options(sel)
-    sel.add_argument("--report", default=None, help="report directory (default: <log name>_report beside the log)")
+    sel.add_argument("--report", default=None, help="report directory (default: <log name>_report beside the log); "
+                                                    "a report of another log there needs --force")
+    sel.add_argument("--force", action="store_true", help="replace the results in a --report folder that holds "
+                                                         "another run's")
     sel.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
@@ -383,15 +389,26 @@ def _cs_grid(args) -> int:
     return BETTING_GRID if args.sequence == "betting" else 0
 
 
-def _for_method(config, estimator):
-    """A method without an interval keeps the index rule and spends the budget when the chosen rule or
-    stopping rule needs an interval (so it can be compared beside the others)."""
+def _for_method(config, estimator, alone: bool):
+    """In a comparison of several methods, a method without an interval keeps the index rule and spends
+    the budget when the chosen rule or stopping rule needs an interval (so it runs beside the others), and
+    says so; run alone, such a choice is refused (nothing would be what was asked for)."""
     import dataclasses
 
-    if estimator.has_interval:
+    from pulse_jax import engine
+
+    if estimator.has_interval or not (config.rule.needs_interval or config.stop.needs_interval):
         return config
-    return dataclasses.replace(config, rule="ucbe" if config.rule.needs_interval else config.rule,
-                               stop="budget" if config.stop.needs_interval else config.stop)
+    if alone:
+        engine.check_compatible(config, estimator)
+    changed = dataclasses.replace(config, rule="ucbe" if config.rule.needs_interval else config.rule,
+                                  stop="budget" if config.stop.needs_interval else config.stop)
+    swaps = [f"{kind} {old.name} -> {new.name}" for kind, old, new in (("rule", config.rule, changed.rule),
+                                                                      ("stop", config.stop, changed.stop))
+             if old.name != new.name]
+    print(f"pulse-jax: {estimator.name} has no confidence interval, so it runs with {', '.join(swaps)} beside the "
+          "other methods", file=sys.stderr)
+    return changed
 
 
 def _params(args, config=None) -> dict:
@@ -413,7 +430,7 @@ def _run_all(scores, V, config, methods, args, names):
 
     results = {}
     for name, estimator in methods.items():
-        method_config = _for_method(config, estimator)
+        method_config = _for_method(config, estimator, alone=len(methods) == 1)
         results[name] = simulate(scores, method_config, estimator, params=_params(args, method_config),
                                  V=V if estimator.uses_predictions else None, reps=args.reps,
                                    seed=args.seed, chunk_size=args.chunk_size, progress=not args.quiet,
@@ -451,16 +468,49 @@ def _finish(results, out, title, inputs=()):
     print(f"results: {paths['summary']}  plot: {paths['plot']}  provenance: {paths['provenance']}")
 
 
+#: Files a results folder of pulse-jax holds; ``--force`` removes these (and only these) first, so no
+#: earlier run's file (a method not run this time, say) is left beside the new results.
+RESULT_FILES = ("*.npz", "summary.json", "accuracy.png", "provenance.json", "sweep.json", "sweep.csv", "sweep.png",
+                "report.md", "report.json", "estimates.png")
+
+
 def _check_out_dir(path, force: bool = False, option="--out") -> None:
     """Before any computation: the results directory is a directory (or does not exist yet), and an
-    existing one is empty unless ``--force`` allows writing over its files."""
+    existing one is empty unless ``--force`` allows replacing its results (:data:`RESULT_FILES`)."""
     out = Path(path)
     require(not out.exists() or out.is_dir(), f"{option} {out}: exists and is not a directory")
-    if out.is_dir() and not force:
-        entries = sorted(p.name for p in out.iterdir())
-        shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
-        require(not entries, f"{option} {out}: already holds {len(entries)} file(s) ({shown}); pass --force to "
-                             "write over them, or give another folder")
+    if not out.is_dir():
+        return
+    entries = sorted(p.name for p in out.iterdir())
+    shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+    require(not entries or force, f"{option} {out}: already holds {len(entries)} file(s) ({shown}); pass --force to "
+                                  "replace its results, or give another folder")
+    for pattern in RESULT_FILES if force else ():
+        for old in out.glob(pattern):
+            if old.is_file():
+                old.unlink()
+
+
+def _check_report_dir(out: Path, log: Path, force: bool) -> None:
+    """``select``'s report folder: new, empty, or holding this same log's report (a resumed run writes it
+    again); another run's results need ``--force``."""
+    require(not out.exists() or out.is_dir(), f"--report {out}: exists and is not a directory")
+    if not out.is_dir() or force or not any(out.iterdir()):
+        _check_out_dir(out, force, "--report")
+        return
+    try:
+        previous = json.loads((out / "report.json").read_text(encoding="utf-8")).get("log")
+    except (OSError, ValueError, AttributeError):
+        previous = None
+    if previous != str(log.resolve()):
+        _check_out_dir(out, False, "--report")
+
+
+def _hash_inputs(*paths) -> list[dict]:
+    """The input files' provenance records, taken now, as they are read."""
+    from pulse_jax.io import provenance
+
+    return provenance.hash_inputs(*paths)
 
 
 def cmd_demo(args) -> None:
@@ -493,6 +543,8 @@ def cmd_simulate(args) -> None:
     _resolve_defaults(args, "file")
     _check_out_dir(args.out, args.force)
     methods = _methods(args.method)
+    _one_side_information(args)
+    inputs = _hash_inputs(args.scores, args.train, args.embeddings, args.hparams)
     cand = data.handle_missing(data.load(args.scores), args.missing)
     _say_missing(cand)
     require(len(cand.models) >= 2, f"{cand.source}: need at least 2 candidate models, found {len(cand.models)}")
@@ -509,13 +561,22 @@ def cmd_simulate(args) -> None:
         V = _side_information(args, cand, n)
     results = _run_all(cand.scores, V, config, methods, args, cand.models)
     _finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples",
-            inputs=(args.scores, args.train, args.embeddings, args.hparams))
+            inputs=inputs)
+
+
+def _one_side_information(args) -> None:
+    """``--embeddings`` is V itself: ``--train`` / ``--hparams`` (what V would be fitted from) beside it
+    would be ignored, so they are refused."""
+    extra = [o for o, v in (("--train", args.train), ("--hparams", getattr(args, "hparams", None))) if v]
+    require(not (args.embeddings and extra), f"--embeddings gives the example embeddings directly, so {' and '.join(extra)} "
+                                             "would be ignored; give --embeddings, or --train (with --hparams)")
 
 
 def _check_side_information(args, cand, n) -> None:
     """``--embeddings`` / ``--train`` checked against the candidates without fitting anything."""
     from pulse_jax.io import data
 
+    _one_side_information(args)
     if args.embeddings:
         _load_embeddings(args.embeddings, cand, n)
     if args.train:
@@ -527,12 +588,15 @@ def _load_embeddings(path, cand, n):
     require(path.is_file(), f"{path}: no such file")
     try:
         V = np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as err:
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:
         raise PulseInputError(f"--embeddings {path}: not a .npy array file "
                               f"({str(err).splitlines()[0] if str(err) else type(err).__name__})") from None
     require(isinstance(V, np.ndarray) and V.dtype.kind in "biuf", f"--embeddings {path}: expected a numeric .npy array")
     require(V.ndim == 2 and V.shape[0] == n,
             f"{path}: embeddings must have shape ({n}, rank) to match {cand.source}, got {V.shape}")
+    require(V.shape[1] >= 1, f"--embeddings {path}: the embeddings have rank 0 (shape {V.shape}); give at least one "
+                             "column")
+    require(np.isfinite(V).all(), f"--embeddings {path}: contains NaN or inf")
     return V
 
 
@@ -541,6 +605,7 @@ def _side_information(args, cand, n):
     from pulse_jax import factorization
     from pulse_jax.io import data
 
+    _one_side_information(args)
     if args.embeddings:
         return _load_embeddings(args.embeddings, cand, n)
     train = data.align_train(cand, data.load(args.train))
@@ -582,6 +647,8 @@ def _sweep_data(args, method, estimator):
     from pulse_jax import factorization, synthetic
     from pulse_jax.io import data
 
+    _one_side_information(args)
+    inputs = _hash_inputs(args.scores, args.train, args.embeddings, getattr(args, "hparams", None))
     if args.scores is None:
         require(not (args.train or args.embeddings), "--train/--embeddings need --scores (the built-in benchmark "
                                                      "brings its own train split)")
@@ -600,7 +667,7 @@ def _sweep_data(args, method, estimator):
                                                "--embeddings FILE (or use --method ucbe)")
         V = _side_information(args, cand, n)
     return (cand.scores, cand.models, f"{Path(args.scores).name}: {m} models x {n} examples",
-            max(m * args.batch_size * args.init_batches, (m * n) // 4), V, (args.scores, args.train, args.embeddings))
+            max(m * args.batch_size * args.init_batches, (m * n) // 4), V, inputs)
 
 
 def cmd_sweep(args) -> None:
@@ -617,23 +684,44 @@ def cmd_sweep(args) -> None:
     grid, baseline = _sweep_grid(args, plugins)
     scores, names, title, default_budget, V, inputs = _sweep_data(args, method, estimator)
     m, n = scores.shape
-    config = _for_method(_config(args, m, n, default_budget), estimator)
+    config = _for_method(_config(args, m, n, default_budget), estimator, alone=True)
     points = int(np.prod([len(values) for values in grid.values()]))
     print(title)
     print(f"sweep of {method}: {points} points x {args.reps} repetitions = {points * args.reps:,} runs as one "
           f"program; budget {config.budget:,} cells, batch {config.batch_size}, refit every {config.refit_every}")
+    if points > LARGE_SWEEP:
+        print(f"pulse-jax: {points:,} points x {args.reps} repetitions = {points * args.reps:,} runs: this can take a "
+              f"long time (Ctrl-C stops it); the table below shows the {SHOWN_ROWS} best points, sweep.csv holds "
+              "every one", file=sys.stderr)
     result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=_params(args, config),
                    baseline=baseline, chunk_size=args.chunk_size, progress=not args.quiet, model_names=names)
     targets = tuple(sorted({0.9, 0.95, args.target}))
     rows = result.table(targets)
     _say_ties(result.results[0])
-    print(result.format_table(rows, target=args.target))
+    print(result.format_table(_shown(rows, args.target), target=args.target))
+    if len(rows) > SHOWN_ROWS:
+        print(f"({SHOWN_ROWS} of {len(rows):,} points: the baseline and the best by cells to the target; every point "
+              "is in sweep.csv)")
     shown = ", ".join(f"{k}={v:g}" if v is not None else f"{k}=nan" for k, v in result.values(result.baseline).items())
     print(f"savings are against point {result.baseline} ({shown}): {result.baseline_reason}")
     paths = result.write(args.out, targets, figure_target=args.target, rows=rows, inputs=inputs)
     print(f"{points} points x {args.reps} repetitions in {result.seconds:.1f} s (of which compilation "
           f"{result.compile_seconds:.1f} s, once)")
     print(f"results: {paths['json']}  {paths['csv']}  figure: {paths.get('figure')}")
+
+
+#: A sweep with more points than this says so before it runs, and prints :data:`SHOWN_ROWS` rows.
+LARGE_SWEEP, SHOWN_ROWS = 1000, 20
+
+
+def _shown(rows: list[dict], target: float) -> list[dict]:
+    """All rows of a small sweep; of a large one, the baseline and the best by cells to the target."""
+    if len(rows) <= SHOWN_ROWS:
+        return rows
+    key = f"budget_to_{target * 100:g}"
+    ranked = sorted((r for r in rows if not r["baseline"]),
+                    key=lambda r: (r[key] is None, r[key] if r[key] is not None else 0, -r["accuracy"]))
+    return [r for r in rows if r["baseline"]] + ranked[:SHOWN_ROWS - 1]
 
 
 def _numbers(text: str, name: str, kind=float) -> tuple:
@@ -652,6 +740,7 @@ def cmd_tune(args) -> None:
     from pulse_jax.params import seed_key
 
     seed_key(args.seed, "--seed")
+    require(args.force or not Path(args.out).exists(), f"--out {args.out}: exists; pass --force to write over it")
     _check_writable_file(args.out, "--out")
     train = data.load(args.train)
     grid = {"rank": _numbers(args.ranks, "ranks", int), "lam": _numbers(args.lams, "lams"),
@@ -698,7 +787,7 @@ def _read_lines(path: str, what: str) -> list[str]:
     require(p.exists(), f"{what} {path}: no such file")
     require(p.is_file(), f"{what} {path}: is not a file")
     try:
-        text = p.read_text(encoding="utf-8")
+        text = p.read_text(encoding="utf-8-sig")     # a byte-order mark is not part of the first name
     except OSError as err:
         raise PulseInputError(f"{what} {path}: cannot read it ({err.strerror or err})") from None
     except UnicodeDecodeError:
@@ -715,6 +804,7 @@ def _examples_option(text: str):
     except ValueError:
         return _read_lines(text, "--examples")
     require(count >= 1, f"--examples {text}: give a positive number of examples or a file of example ids")
+    require(count < 2**31, f"--examples {text}: more examples than a run can index (at most {2**31 - 1:,})")
     return count
 
 
@@ -751,6 +841,7 @@ def cmd_select(args) -> None:
 
     seed_key(args.seed, "--seed")
     _resolve_defaults(args, "live")
+    inputs = _hash_inputs(args.models, args.examples, args.train)
     models = _read_lines(args.models, "--models")
     require((args.evaluate is None) != (args.lm_eval_task is None),
             "give one way to score: --evaluate package.module:function or --lm-eval-task TASK")
@@ -783,7 +874,7 @@ def cmd_select(args) -> None:
     require(args.grace is None or args.grace >= 0, f"--grace must be >= 0 seconds, got {args.grace}")
     require(args.concurrency >= 1, f"--concurrency must be >= 1, got {args.concurrency}")
     out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
-    require(not out.exists() or out.is_dir(), f"--report {out}: exists and is not a directory")
+    _check_report_dir(out, Path(args.log), args.force)
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
                              train=train, rank=args.rank, log=args.log, rule=rule, params=numbers,
@@ -808,14 +899,18 @@ def cmd_select(args) -> None:
     finally:
         selector.close()
     out.mkdir(parents=True, exist_ok=True)
+    from pulse_jax.io import provenance
     from pulse_jax.io.provenance import clean_json
-    import json
 
     (out / "report.md").write_text(report.to_markdown(), encoding="utf-8")
-    (out / "report.json").write_text(json.dumps(clean_json(report.to_dict()), indent=2), encoding="utf-8")
+    (out / "report.json").write_text(json.dumps(clean_json({**report.to_dict(), "log": str(Path(args.log).resolve())}),
+                                                indent=2), encoding="utf-8")
     report.plot(out / "estimates.png")
+    provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=args.seed,
+                                             inputs=inputs, method=selector.method,
+                                             extra={"log": str(Path(args.log).resolve())}))
     print(report.to_markdown())
-    print(f"report: {out / 'report.md'} (+ report.json, estimates.png)")
+    print(f"report: {out / 'report.md'} (+ report.json, estimates.png, provenance.json)")
 
 
 def cmd_import(args) -> None:

@@ -17,6 +17,7 @@ the plug-in's declared capabilities (``uses_predictions``,
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from typing import Callable
 
@@ -45,13 +46,22 @@ def load_attribute(spec: str, where: str = "plug-in"):
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise PulseInputError(f"{where}: {spec!r} is neither a registered name nor 'package.module:attribute'")
-    if "" not in sys.path and "." not in sys.path:
-        sys.path.insert(0, "")   # the user's own modules in the working directory
+    here = os.getcwd()
+    if not {"", ".", here} & set(sys.path):
+        # The user's own modules in the working directory, *after* installed packages: a file there named
+        # like a package (matplotlib.py) never replaces it.
+        sys.path.append(here)
     try:
         obj = importlib.import_module(module_name)
     except ImportError as err:
         raise PulseInputError(f"{where}: cannot import module {module_name!r} for {spec!r}: {err} "
                               "(is its folder on PYTHONPATH?)") from None
+    except SyntaxError as err:
+        raise PulseInputError(f"{where}: module {module_name!r} has a syntax error: {err.msg} ({err.filename}, "
+                              f"line {err.lineno})") from None
+    except Exception as err:   # noqa: BLE001 -- the user's module may raise anything while importing
+        raise PulseInputError(f"{where}: importing module {module_name!r} failed: {type(err).__name__}: "
+                              f"{err}"[:400]) from None
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise PulseInputError(f"{where}: module {module_name!r} has no attribute {attribute!r}")

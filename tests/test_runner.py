@@ -131,3 +131,43 @@ def test_a_full_disk_pays_no_cell_twice(small_bench, tmp_path, monkeypatch, conc
                 _selector(small_bench, tmp_path / "c.db", stop="budget"), concurrency=concurrency)
     assert report.evaluated == clean.evaluated
     np.testing.assert_allclose(report.estimates, clean.estimates, atol=1e-6)
+
+
+@pytest.mark.parametrize("concurrency", [1, 4])
+@pytest.mark.parametrize("how", ["grace", "second signal"])
+def test_a_hung_scorer_is_abandoned_within_the_grace_and_arrived_scores_are_kept(tmp_path, concurrency, how):
+    """One call hangs for good. SIGTERM, then ``--grace 1`` or a second signal: the process exits within a
+    few seconds (a daemon worker never holds it), every result that had arrived is in the log, only the
+    hung call's cells are asked again, and the message says how many."""
+    args = write_slow_scorer(tmp_path, delay=0.05) + ["--concurrency", str(concurrency)]
+    (tmp_path / "slowscore.py").write_text(
+        "import os, time\nfrom pulse_jax import stand_in\n"
+        "def score(model, ids):\n"
+        "    n = len(open('calls.txt').read().splitlines()) if os.path.exists('calls.txt') else 0\n"
+        "    if n >= 16 * 12 and not os.path.exists('hung'):\n"
+        "        open('hung', 'w').close(); time.sleep(3600)\n"
+        "    time.sleep(0.05)\n"
+        "    with open('calls.txt', 'a') as f:\n"
+        "        f.write(''.join(f'{model},{i}\\n' for i in ids))\n"
+        "    return stand_in.score(model, ids)\n")
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    extra = ["--grace", "1"] if how == "grace" else []
+    proc = subprocess.Popen(args + extra + ["--log", "run.db"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not (tmp_path / "hung").exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.02)
+    time.sleep(0.3)                                     # the other calls in flight come back meanwhile
+    proc.send_signal(signal.SIGTERM)
+    sent = time.time()
+    if how == "second signal":
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 143, err
+    assert time.time() - sent < 10                      # not held by the hung call
+    line = err.strip().splitlines()[-1]
+    assert "stopped by SIGTERM:" in line and "16 will be asked again" in line, err
+    calls = (tmp_path / "calls.txt").read_text().splitlines()
+    logged = sum(len(r["examples"]) for r in log_records(tmp_path / "run.db"))
+    assert logged == len(calls)                         # every score that arrived is in the log

@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import datetime as _dt
 import math
+import zipfile
 from pathlib import Path
 
 import numpy as np
@@ -90,7 +91,7 @@ def load_csv(path) -> ScoreMatrix:
 
 
 def _read_csv(path: Path, source: str) -> ScoreMatrix:
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:   # a byte-order mark is not part of a name
         reader = csv.reader(handle)
         try:
             header = next(reader)
@@ -150,8 +151,8 @@ def load_npz(path) -> ScoreMatrix:
                 str(j) for j in range(n))
     except PulseInputError:
         raise
-    except (OSError, ValueError, EOFError) as err:   # not a zip, a pickled (object) array, unreadable
-        why = getattr(err, "strerror", None) or str(err).splitlines()[0]
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:   # not a zip, truncated, pickled, unreadable
+        why = getattr(err, "strerror", None) or (str(err).splitlines() or [type(err).__name__])[0]
         raise PulseInputError(f"{source}: not a readable .npz score matrix: {why}") from None
     require(len(models) == m, f"{source}: 'models' has {len(models)} names for {m} rows")
     require(len(examples) == n, f"{source}: 'examples' has {len(examples)} names for {n} columns")
@@ -311,11 +312,18 @@ def load_factors(path):
     path = Path(path)
     source = str(path)
     require(path.is_file(), f"{source}: no such file")
-    with np.load(path, allow_pickle=False) as f:
-        missing = [k for k in ("U", "V") if k not in f.files]
-        require(not missing, f"{source}: factor file needs arrays 'U' and 'V'; missing {missing} "
-                             f"(found {', '.join(f.files)})")
-        U, V = np.asarray(f["U"], np.float32), np.asarray(f["V"], np.float32)
+    try:
+        with np.load(path, allow_pickle=False) as f:
+            require(hasattr(f, "files"), f"{source}: a single array, not a factor file (.npz with 'U' and 'V')")
+            missing = [k for k in ("U", "V") if k not in f.files]
+            require(not missing, f"{source}: factor file needs arrays 'U' and 'V'; missing {missing} "
+                                 f"(found {', '.join(f.files)})")
+            U, V = np.asarray(f["U"], np.float32), np.asarray(f["V"], np.float32)
+    except PulseInputError:
+        raise
+    except (OSError, ValueError, TypeError, EOFError, zipfile.BadZipFile) as err:
+        why = getattr(err, "strerror", None) or (str(err).splitlines() or [type(err).__name__])[0]
+        raise PulseInputError(f"{source}: not a readable factor file: {why}") from None
     require(U.ndim == 2 and V.ndim == 2, f"{source}: 'U' and 'V' must be 2-D, got shapes {U.shape} and {V.shape}")
     require(U.shape[1] == V.shape[1], f"{source}: 'U' {U.shape} and 'V' {V.shape} must have the same rank "
                                       "(number of columns)")

@@ -40,14 +40,23 @@ _RESCALE = "pulse-jax needs scores in [0, 1]; rescale the metric first (e.g. div
 
 def _json_lines(path: Path):
     """``(line number, object)`` of each non-empty line of a JSON-lines file; one-line errors."""
-    with open(path, encoding="utf-8") as handle:
-        for k, line in enumerate(handle, start=1):
+    with open(path, "rb") as handle:
+        for k, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8-sig" if k == 1 else "utf-8")
+            except UnicodeDecodeError as err:
+                raise PulseInputError(f"{path}, line {k}: not UTF-8 text (byte {err.start}); save the file as "
+                                      "UTF-8") from None
             if not line.strip():
                 continue
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
                 raise PulseInputError(f"{path}, line {k}: not JSON ({err.msg}); is the file complete?") from None
+            except ValueError as err:      # e.g. an integer too long to convert
+                raise PulseInputError(f"{path}, line {k}: unreadable JSON value ({err})"[:300]) from None
+            except RecursionError:
+                raise PulseInputError(f"{path}, line {k}: JSON nested too deeply to be a table row") from None
             require(isinstance(row, dict), f"{path}, line {k}: expected a JSON object per line")
             yield k, row
 
@@ -79,10 +88,15 @@ def _long_rows(path: Path, columns: tuple[str, str, str]):
             _require_columns(columns, list(row), f"{path}, line {k}: no field")
             yield k, row[columns[0]], row[columns[1]], row[columns[2]]
         return
-    with open(path, newline="", encoding="utf-8") as handle:
+    with open(path, newline="", encoding="utf-8-sig") as handle:   # a byte-order mark is not part of a name
         reader = csv.DictReader(handle)
         _require_columns(columns, list(reader.fieldnames or ()), f"{path}: no column")
+        width = len(reader.fieldnames or ())
         for row in reader:
+            if None in row or None in row.values():    # more or fewer fields than the header: never guess
+                count = width + len(row.get(None) or ()) if None in row else sum(v is not None for v in row.values())
+                raise PulseInputError(f"{path}, line {reader.line_num}: {count} fields but the header has {width}"
+                                      + (" (a decimal comma? write 0.5, or quote the field)" if None in row else ""))
             yield reader.line_num, row[columns[0]], row[columns[1]], row[columns[2]]
 
 
@@ -110,6 +124,21 @@ def _matrix(cells: dict, source: str) -> ScoreMatrix:
     return ScoreMatrix(scores, tuple(models), tuple(examples), source=source)
 
 
+def _readable(path: Path, rows):
+    """``rows`` with every reader failure (encoding, CSV syntax, a huge field, a damaged Parquet file) as
+    one line naming the file (and the line, where the reader knows it)."""
+    try:
+        yield from rows
+    except PulseInputError:
+        raise
+    except UnicodeDecodeError as err:
+        raise PulseInputError(f"{path}: not UTF-8 text (byte {err.start}); save the file as UTF-8") from None
+    except csv.Error as err:
+        raise PulseInputError(f"{path}: not a readable CSV table ({err})"[:300]) from None
+    except (OSError, ValueError, TypeError, OverflowError) as err:   # pyarrow's errors are ValueError / OSError
+        raise PulseInputError(f"{path}: cannot read the table ({type(err).__name__}: {err})"[:300]) from None
+
+
 def read_long(path, *, model: str = "model", example: str = "example", score: str = "score") -> ScoreMatrix:
     """A models x examples matrix from a long table (``.csv``, ``.jsonl`` or ``.parquet``) with one row
     per cell; column names configurable. A cell given twice with the same score is kept once; with
@@ -117,7 +146,7 @@ def read_long(path, *, model: str = "model", example: str = "example", score: st
     path = Path(path)
     require(path.is_file(), f"{path}: no such file")
     cells, first_line = {}, {}
-    for line, m, e, s in _long_rows(path, (model, example, score)):
+    for line, m, e, s in _readable(path, _long_rows(path, (model, example, score))):
         where = f"{path}, line {line}"
         require(m not in (None, ""), f"{where}: empty {model!r}")
         require(e not in (None, ""), f"{where}: empty {example!r}")
@@ -209,10 +238,12 @@ def _read_samples(path: Path, metric: str, filter_name: str | None, available: d
         if (filter_name is not None and flt != filter_name) or metric not in row:
             continue
         where = f"{path}, line {k}"
-        try:
-            doc = int(row["doc_id"])
-        except (KeyError, TypeError, ValueError):
-            raise PulseInputError(f"{where}: no integer doc_id") from None
+        value = row.get("doc_id")
+        # 1.7 is not document 1: only integers (or integral numbers / digit strings) are doc ids.
+        integral = (isinstance(value, int) and not isinstance(value, bool)) or (
+            isinstance(value, float) and value.is_integer()) or (isinstance(value, str) and value.strip().isdigit())
+        require(integral, f"{where}: doc_id {value!r} is not an integer document number")
+        doc = int(float(value)) if isinstance(value, float) else int(value)
         if doc in out:
             hint = "; choose one filter with --filter" if filter_name is None else ""
             raise PulseInputError(f"{where}: doc_id {doc} appears twice (filter {flt!r}){hint}")

@@ -59,6 +59,12 @@ def describe_config(config) -> dict:
     return {f.name: _plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
 
 
+def hash_inputs(*paths) -> list[dict]:
+    """:func:`file_record` of each given input, taken when the inputs are read (a file changed while the
+    run goes on is recorded as it was read, not as it is at the end). ``collect(inputs=...)`` takes these."""
+    return [file_record(p) for p in paths if p and Path(p).is_file()]
+
+
 def collect(*, config=None, params=None, seed=None, inputs=(), method=None, extra: dict | None = None) -> dict:
     """The provenance record of one results folder (see the module docstring)."""
     import jax
@@ -69,7 +75,7 @@ def collect(*, config=None, params=None, seed=None, inputs=(), method=None, extr
         "versions": _versions(),
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
-        "inputs": [file_record(p) for p in inputs if p],
+        "inputs": [p if isinstance(p, dict) else file_record(p) for p in inputs if p],
         "method": method,
         "seed": seed,
         "config": describe_config(config) if config is not None else None,

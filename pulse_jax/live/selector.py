@@ -256,6 +256,13 @@ class Selector:
     # ------------------------------------------------------------------ setup
 
     def _side_information(self, train, V, rank):
+        self._train_fingerprint = None
+        if train is not None:
+            raw = getattr(train, "scores", train)
+            try:
+                self._train_fingerprint = journal.fingerprint(np.asarray(raw, np.float32))
+            except (TypeError, ValueError):
+                pass                     # refused below, where train is checked
         if not self.estimator.uses_predictions:
             return np.zeros((self.config.n_examples, 1), np.float32)
         sidecar = self._sidecar()
@@ -320,9 +327,13 @@ class Selector:
         """Lock the log, cut a torn tail, and replay what it holds (or start it with the header)."""
         header, records = self._journal.open()
         if header is None:
-            self._journal.append(self._header)
+            self._journal.append({**self._header, "train": self._train_fingerprint})
             return
         journal.check_header(self.log_path, self._translated(header), self._header)
+        logged_train = header.get("train")
+        require(self._train_fingerprint is None or logged_train in (None, self._train_fingerprint),
+                f"train: these historical scores differ from the ones {self.log_path} was started with; resume "
+                "with the same --train, or without --train (the run keeps its first embeddings)")
         self._replay(records)
 
     def _translated(self, header: dict) -> dict:
@@ -342,7 +353,7 @@ class Selector:
         return {**header, **_plugin_numbers(moved)}
 
     def _replay(self, records):
-        path, told_on = self.log_path, {}
+        told_on = {}
         for where, record in records:
             for field, kind in (("ticket", int), ("step", int), ("asks_issued", int), ("model", str),
                                 ("examples", list), ("scores", list)):
