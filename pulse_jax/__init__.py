@@ -7,9 +7,9 @@ Public API::
     pj.sweep(scores, config, "pulse", {"exploration": [0.25, 1, 4]}, V=V, reps=200)
     pj.Selector(models, examples, budget, train=history)   # live selection, ask/tell
 
-Plug-ins: :class:`Estimator` (:mod:`pulse_jax.estimators`), :class:`SamplingRule`
-(:mod:`pulse_jax.rules`) and :class:`StoppingRule` (:mod:`pulse_jax.stopping`); names
-resolve in :mod:`pulse_jax.registry`.
+Plug-ins: `Estimator` (`pulse_jax.estimators`), `SamplingRule`
+(`pulse_jax.rules`) and `StoppingRule` (`pulse_jax.stopping`); names
+resolve in `pulse_jax.registry`.
 
 Names load on first use, so ``import pulse_jax.live`` brings in live selection
 only (neither the simulation driver nor matplotlib).

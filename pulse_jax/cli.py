@@ -270,7 +270,8 @@ def _add_select(sub) -> None:
                      help="where lm-eval models run: cpu, cuda:0, ... (default: a GPU when torch sees one)")
     sel.add_argument("--lm-eval-plugin", action="append", default=[], metavar="MODULE",
                      help="import this module first (e.g. one that registers an lm-eval model class of your own)")
-    sel.add_argument("--log", required=True, help="JSONL log; run the same command again to resume")
+    sel.add_argument("--log", required=True, help="the log (an SQLite database, e.g. run.db); run the same command "
+                                                 "again to resume")
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
     _add_bandit_options(sel, methods_help=f"the estimator: pulse_hedged (PULSE with lambda 1/2, raw and proxy "
                                           f"sequences), pulse_certify (lambda 1/2, the proxy sequence alone), pulse "
@@ -346,7 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _resolve_defaults(args, source: str) -> None:
-    """Fill the options whose default depends on where the scores come from (:data:`RUN_DEFAULTS`)."""
+    """Fill the options whose default depends on where the scores come from (`RUN_DEFAULTS`)."""
     for key, value in RUN_DEFAULTS[source].items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
@@ -358,12 +359,34 @@ def _check_run_args(args) -> None:
 
     seed_key(args.seed, "--seed")
     require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
-    require(args.budget is None or args.budget >= 1, f"--budget must be >= 1, got {args.budget}")
     require(args.chunk_size is None or args.chunk_size >= 1, f"--chunk-size must be >= 1, got {args.chunk_size}")
+    _check_numbers(args)
+
+
+def _progress(args):
+    """Progress bars only for someone watching: never with ``--quiet`` or when stderr is not a terminal
+    (``2> log`` gets no carriage returns); ``None`` lets the library decide the same way."""
+    return False if getattr(args, "quiet", False) else sys.stderr.isatty()
+
+
+def _check_numbers(args) -> None:
+    """The options every run shares, in the options' own words (before anything is loaded)."""
+    require(args.budget is None or args.budget >= 1, f"--budget must be >= 1, got {args.budget}")
     for option in ("batch_size", "init_batches", "refit_every", "rank"):
-        value = getattr(args, option)
+        value = getattr(args, option, None)
         low = 0 if option == "refit_every" else 1
         require(value is None or value >= low, f"--{option.replace('_', '-')} must be >= {low}, got {value}")
+    delta = getattr(args, "delta", None)
+    require(delta is None or 0 < delta < 1, f"--delta {delta:g}: must lie strictly between 0 and 1 (the chance of a "
+                                            "wrong certificate)" if delta is not None else "")
+
+
+def _check_first_look(budget: int, models: int, args, where: str) -> None:
+    """The budget pays for the first look (every model on ``--init-batches`` batches), in option words."""
+    first = models * args.batch_size * args.init_batches
+    require(budget >= first, f"--budget {budget:,} is smaller than the first look: {models} models ({where}) x "
+                             f"--batch-size {args.batch_size} x --init-batches {args.init_batches} = {first:,} cells; "
+                             f"give --budget {first:,} or more")
 
 
 def _config(args, m: int, n: int, default_budget: int):
@@ -375,6 +398,7 @@ def _config(args, m: int, n: int, default_budget: int):
         budget = m * n
     require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
     require(args.batch_size <= n, f"--batch-size {args.batch_size} is larger than the number of examples ({n})")
+    _check_first_look(budget, m, args, "candidates")
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
                         init_batches=args.init_batches, refit_every=args.refit_every,
                         rule=_plugin("sampling rule", args.rule, "--rule"),
@@ -433,7 +457,7 @@ def _run_all(scores, V, config, methods, args, names):
         method_config = _for_method(config, estimator, alone=len(methods) == 1)
         results[name] = simulate(scores, method_config, estimator, params=_params(args, method_config),
                                  V=V if estimator.uses_predictions else None, reps=args.reps,
-                                   seed=args.seed, chunk_size=args.chunk_size, progress=not args.quiet,
+                                   seed=args.seed, chunk_size=args.chunk_size, progress=_progress(args),
                                    model_names=names)
     return results
 
@@ -476,7 +500,7 @@ RESULT_FILES = ("*.npz", "summary.json", "accuracy.png", "provenance.json", "swe
 
 def _check_out_dir(path, force: bool = False, option="--out") -> None:
     """Before any computation: the results directory is a directory (or does not exist yet), and an
-    existing one is empty unless ``--force`` allows replacing its results (:data:`RESULT_FILES`)."""
+    existing one is empty unless ``--force`` allows replacing its results (`RESULT_FILES`)."""
     out = Path(path)
     require(not out.exists() or out.is_dir(), f"{option} {out}: exists and is not a directory")
     if not out.is_dir():
@@ -694,7 +718,7 @@ def cmd_sweep(args) -> None:
               f"long time (Ctrl-C stops it); the table below shows the {SHOWN_ROWS} best points, sweep.csv holds "
               "every one", file=sys.stderr)
     result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=_params(args, config),
-                   baseline=baseline, chunk_size=args.chunk_size, progress=not args.quiet, model_names=names)
+                   baseline=baseline, chunk_size=args.chunk_size, progress=_progress(args), model_names=names)
     targets = tuple(sorted({0.9, 0.95, args.target}))
     rows = result.table(targets)
     _say_ties(result.results[0])
@@ -710,7 +734,7 @@ def cmd_sweep(args) -> None:
     print(f"results: {paths['json']}  {paths['csv']}  figure: {paths.get('figure')}")
 
 
-#: A sweep with more points than this says so before it runs, and prints :data:`SHOWN_ROWS` rows.
+#: A sweep with more points than this says so before it runs, and prints `SHOWN_ROWS` rows.
 LARGE_SWEEP, SHOWN_ROWS = 1000, 20
 
 
@@ -740,18 +764,18 @@ def cmd_tune(args) -> None:
     from pulse_jax.params import seed_key
 
     seed_key(args.seed, "--seed")
-    require(args.force or not Path(args.out).exists(), f"--out {args.out}: exists; pass --force to write over it")
     _check_writable_file(args.out, "--out")
+    require(args.force or not Path(args.out).exists(), f"--out {args.out}: exists; pass --force to write over it")
     train = data.load(args.train)
     grid = {"rank": _numbers(args.ranks, "ranks", int), "lam": _numbers(args.lams, "lams"),
             "lr": _numbers(args.lrs, "lrs"), "epochs": _numbers(args.epochs, "epochs", int)}
 
     def progress(done, total):
-        sys.stderr.write(f"\r  cross-validation: {done}/{total} settings")
-        sys.stderr.flush()
+        if _progress(args):
+            sys.stderr.write(f"\r  cross-validation: {done}/{total} settings" + ("\n" if done == total else ""))
+            sys.stderr.flush()
 
     result = tuning.cross_validate(train.scores, grid, folds=args.folds, seed=args.seed, progress=progress)
-    sys.stderr.write("\n")
     tuning.save_hparams(result, args.out)
     print(f"{'rank':>5} {'lam':>7} {'lr':>6} {'epochs':>6} {'held-out BCE':>14}")
     for row in sorted(result["table"], key=lambda r: r["loss"])[:10]:
@@ -841,8 +865,11 @@ def cmd_select(args) -> None:
 
     seed_key(args.seed, "--seed")
     _resolve_defaults(args, "live")
+    _check_numbers(args)
     inputs = _hash_inputs(args.models, args.examples, args.train)
     models = _read_lines(args.models, "--models")
+    require(len(models) >= 2, f"--models {args.models}: {len(models)} model; a selection needs at least 2 candidates")
+    _check_first_look(args.budget, len(models), args, f"in {args.models}")
     require((args.evaluate is None) != (args.lm_eval_task is None),
             "give one way to score: --evaluate package.module:function or --lm-eval-task TASK")
     if args.lm_eval_task:
@@ -886,7 +913,7 @@ def cmd_select(args) -> None:
                   + (f"; {again} batch(es) that were in flight will be asked again" if again else ""))
         try:
             report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
-                              progress=not args.quiet, grace=args.grace)
+                              progress=_progress(args), grace=args.grace)
         except live.EvaluationError as err:
             raise PulseInputError(f"{err}. The {selector.spent:,} cells evaluated so far are safe in {args.log}; "
                                   "run the same command again to continue") from None
@@ -898,6 +925,11 @@ def cmd_select(args) -> None:
             raise
     finally:
         selector.close()
+    _write_select_report(out, report, selector, args, inputs)
+
+
+def _write_select_report(out: Path, report, selector, args, inputs) -> None:
+    """``report.md``, ``report.json`` (naming its log), ``estimates.png`` and ``provenance.json``."""
     out.mkdir(parents=True, exist_ok=True)
     from pulse_jax.io import provenance
     from pulse_jax.io.provenance import clean_json

@@ -21,7 +21,7 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
 
     The folder is ``path``, else ``$PULSE_JAX_CACHE``, else ``~/.cache/pulse-jax/xla``;
     ``PULSE_JAX_CACHE=off`` turns the cache off. Returns the folder (None when off).
-    :func:`pulse_jax.simulate`, :func:`pulse_jax.sweep` and the live selector call this once per
+    `pulse_jax.simulate`, `pulse_jax.sweep` and the live selector call this once per
     process themselves, unless JAX's ``jax_compilation_cache_dir`` is already set.
     """
     global _cache_checked

@@ -1,9 +1,9 @@
 """Confidence statements for the per-model means: the paper's radii and anytime-valid sequences.
 
-* :func:`freedman_radius` (PULSE, Theorem 1) and :func:`bernstein_serfling_radius`
+* `freedman_radius` (PULSE, Theorem 1) and `bernstein_serfling_radius`
   (UCB-E) are the paper's two-sided radii at level ``delta`` for one model at a
   *fixed* number of pulls / observations. The reproduction reports them.
-* :class:`ConfSeq` is the default: an anytime-valid confidence sequence per
+* `ConfSeq` is the default: an anytime-valid confidence sequence per
   model for sampling without replacement, valid at every look and at any
   stopping time, simultaneously over the models; O(B) work per batch.
 
@@ -121,8 +121,8 @@ class ConfSeq(NamedTuple):
     A model may run ``C`` sequences on different observations of the same draws
     (PULSE: the raw scores and the AIPW proxies); each is valid on its own, so
     their intersection is too, at ``alpha = delta / (2 m C)`` per side. Betting
-    sequences (``log_up`` / ``log_down`` on a grid, :func:`capital_terms`) instead
-    sum the ``C`` capitals (:func:`mixed_capital`), at least as tight.
+    sequences (``log_up`` / ``log_down`` on a grid, `capital_terms`) instead
+    sum the ``C`` capitals (`mixed_capital`), at least as tight.
 
     Fields: ``weighted`` (A), ``weight`` (D), ``penalty`` (P), ``x_sum`` and
     ``dev_sum``, each ``(m, C)``; ``low`` / ``high``, ``(m,)``, the running
@@ -146,7 +146,7 @@ class ConfSeq(NamedTuple):
 
 def cs_init(n_models: int, n_sequences: int = 1, grid: int = 0) -> ConfSeq:
     """Empty sequences; ``grid > 0`` makes them betting sequences on that many grid means
-    (:func:`capital_terms`), ``0`` the predictable-mixture empirical-Bernstein ones."""
+    (`capital_terms`), ``0`` the predictable-mixture empirical-Bernstein ones."""
     zeros = jnp.zeros((n_models, n_sequences), jnp.float32)
     capital = jnp.zeros((n_models, n_sequences, grid), jnp.float32)
     return ConfSeq(zeros, zeros, zeros, zeros, zeros, jnp.zeros(n_models, jnp.float32),
@@ -164,7 +164,7 @@ def cs_levels(delta, n_models: int, n_sequences: int = 1, simultaneous=1.0):
     """``(log 1/alpha_low, log 1/alpha_high)``: the levels of the lower and the upper bounds.
 
     ``simultaneous = 1``: both sides at ``alpha = delta / (2 m C)``, so every bound of every model
-    holds at every time at once (:func:`cs_log_inv_alpha`).
+    holds at every time at once (`cs_log_inv_alpha`).
 
     ``simultaneous = s < 1``: the lower bounds keep ``delta / (2 m C)`` and every upper bound is
     set at ``delta / (2 C m^s)`` -- at ``s = 0``, ``delta / (2 C)``: one model's C upper sequences
@@ -184,7 +184,7 @@ def cs_levels(delta, n_models: int, n_sequences: int = 1, simultaneous=1.0):
 
 
 def _sides(log_inv_alpha):
-    """A scalar level for both sides, or a ``(low, high)`` pair from :func:`cs_levels`."""
+    """A scalar level for both sides, or a ``(low, high)`` pair from `cs_levels`."""
     if isinstance(log_inv_alpha, (tuple, list)):
         return log_inv_alpha[0], log_inv_alpha[1]
     return log_inv_alpha, log_inv_alpha
@@ -199,16 +199,20 @@ def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width
     """One model's increments ``(dA, dD, dP, dx_sum, ddev_sum)`` for a batch of draws, in draw order.
 
     Args:
-      x_sum, dev_sum: the model's bet statistics before the batch (scalars).
-      n_seen, seen_sum: draws and sum of true scores before the batch.
+      x_sum: the model's running bet statistic before the batch (a scalar).
+      dev_sum: its running deviation statistic before the batch (a scalar).
+      n_seen: draws before the batch.
+      seen_sum: sum of the true scores of those draws.
       population: N, the number of examples the model is scored on.
-      y, lower, width: ``(B,)`` observations and their predictable ranges
-        ``[lower, lower + width]``; scores: ``(B,)`` true scores; valid: a
-        prefix mask of the draws that happened.
-
-    ``horizon``: 0 for the anytime bets (``s log(1 + s)`` in the denominator), or ``t0 > 0`` for
-    bets tuned to ``t0`` draws (``t0`` in its place). Any predictable bet in [0, 1/2] keeps the
-    sequence valid.
+      y: ``(B,)`` observations.
+      lower: ``(B,)`` lower ends of their predictable ranges ``[lower, lower + width]``.
+      width: ``(B,)`` widths of those ranges.
+      scores: ``(B,)`` true scores.
+      valid: a prefix mask of the draws that happened.
+      log_inv_alpha: ``log(1 / alpha)`` of the sequence.
+      horizon: 0 for the anytime bets (``s log(1 + s)`` in the denominator), or ``t0 > 0`` for
+        bets tuned to ``t0`` draws (``t0`` in its place). Any predictable bet in [0, 1/2] keeps the
+        sequence valid.
 
     Every bet uses only earlier draws (of this batch too), so the batch costs
     O(B) vectorized work and equals B sequential one-draw updates.
@@ -221,7 +225,7 @@ def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width
 
 
 def _bets(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha, horizon):
-    """Per draw of a batch: ``(v, s, x, beta, xhat_{s-1}, dev, N - s + 1, Ssum_s)`` (see :func:`cs_batch_terms`)."""
+    """Per draw of a batch: ``(v, s, x, beta, xhat_{s-1}, dev, N - s + 1, Ssum_s)`` (see `cs_batch_terms`)."""
     v = valid.astype(jnp.float32)
     s = (n_seen + 1).astype(jnp.float32) + jnp.arange(y.shape[0], dtype=jnp.float32)   # 1-based draw index
     x = v * jnp.clip((y - lower) / width, 0.0, 1.0)
@@ -253,7 +257,7 @@ def capital_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width,
 
     The betting confidence sequence (Waudby-Smith & Ramdas 2023, section 4, with the without-replacement
     mean of their 2020 paper). For a candidate mean ``mu`` the draw's conditional mean in the
-    ``x`` units of :func:`cs_batch_terms` is ``e_s(mu) = ((N mu - Ssum_s) / (N - s + 1) - a_s) / w_s``,
+    ``x`` units of `cs_batch_terms` is ``e_s(mu) = ((N mu - Ssum_s) / (N - s + 1) - a_s) / w_s``,
     and the two capitals are
 
         K+_t(mu) = prod_s (1 + beta_s (x_s - e_s(mu))),    K-_t(mu) = prod_s (1 - beta_s (x_s - e_s(mu))),
@@ -276,7 +280,7 @@ def capital_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width,
     return _log_product(1.0 + z), _log_product(1.0 - z)
 
 
-#: Factors multiplied before one logarithm (see :func:`_log_product`).
+#: Factors multiplied before one logarithm (see `_log_product`).
 _FACTORS_PER_LOG = 8
 
 
@@ -298,7 +302,7 @@ def mixed_capital(log_up, log_down):
 
     ``(1/C) sum_c K_c`` is a nonnegative martingale at the true mean too, so rejecting where it
     reaches ``1/alpha`` -- where ``log sum_c K_c`` reaches ``log(C / alpha)``, the level
-    :func:`cs_levels` already gives each of ``C`` sequences -- is valid at ``alpha``, and it
+    `cs_levels` already gives each of ``C`` sequences -- is valid at ``alpha``, and it
     rejects every mean that any one of the ``C`` sequences rejects (the sum is at least the
     largest term): a hedge between the raw and the proxy bets that costs nothing over their
     intersection. The sum is still monotone in the mean, so the grid argument holds.
@@ -327,7 +331,7 @@ _NARROWING = 1.0
 
 def cs_bounds(weighted, weight, penalty, log_inv_alpha):
     """``(L_t, U_t)`` from the sums, clipped to [0, 1]; ``[0, 1]`` before any draw. ``log_inv_alpha``:
-    one level for both sides, or a ``(low, high)`` pair (:func:`cs_levels`)."""
+    one level for both sides, or a ``(low, high)`` pair (`cs_levels`)."""
     log_low, log_high = _sides(log_inv_alpha)
     some = weight > 0
     d = jnp.where(some, weight, 1.0) * _NARROWING

@@ -1,10 +1,10 @@
 """A run's plug-ins checked against their protocols before anything compiles.
 
-:func:`check_plugins` calls every function of the estimator, the sampling rule
-and the stopping rule once under :func:`jax.eval_shape`, on the run's own
+`check_plugins` calls every function of the estimator, the sampling rule
+and the stopping rule once under `jax.eval_shape`, on the run's own
 sizes (``m`` models, ``n`` examples, batch ``B``), and compares what comes back
-with the contract of :mod:`pulse_jax.protocols`. A broken contract is a
-:class:`pulse_jax.PulseInputError` in one line naming the plug-in, the
+with the contract of `pulse_jax.protocols`. A broken contract is a
+`pulse_jax.PulseInputError` in one line naming the plug-in, the
 function, and the expected and the actual shape and dtype -- not a JAX error
 from deep inside the compiled step. Nothing is computed: ``eval_shape`` only
 traces, so the check costs milliseconds.
@@ -226,7 +226,7 @@ def _check_hashable(config, estimator) -> None:
 
 def check_plugins(config, estimator) -> None:
     """Check the run's estimator, sampling rule and stopping rule (``config.rule``, ``config.stop``)
-    against their protocols on the run's sizes; raises :class:`pulse_jax.PulseInputError` in one line
+    against their protocols on the run's sizes; raises `pulse_jax.PulseInputError` in one line
     on a broken contract. Cached per configuration and plug-ins (they are hashable: the compiled
     program takes them as static arguments)."""
     from pulse_jax.protocols import adapt_estimator

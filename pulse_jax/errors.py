@@ -1,6 +1,6 @@
 """User-facing errors.
 
-Every problem with the caller's input is raised as :class:`PulseInputError`
+Every problem with the caller's input is raised as `PulseInputError`
 with a one-line message that names what is wrong and where (file, row,
 column or parameter). The CLI prints that line and exits non-zero; nothing
 reaches the user as a traceback from inside JAX.
@@ -12,6 +12,6 @@ class PulseInputError(ValueError):
 
 
 def require(condition: bool, message: str) -> None:
-    """Raise :class:`PulseInputError` with ``message`` unless ``condition``."""
+    """Raise `PulseInputError` with ``message`` unless ``condition``."""
     if not condition:
         raise PulseInputError(message)

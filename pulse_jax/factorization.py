@@ -12,7 +12,7 @@ soft label. Missing cells simply carry mask 0.
 An *epoch* here is one full-batch optimizer step over every observed cell.
 All loops are ``lax.fori_loop`` so a fit runs inside ``jit``/``scan``/``vmap``.
 Optimizers are any ``optax.GradientTransformation``; the defaults are the
-paper's published settings (Adam; see :data:`PAPER_REFIT`).
+paper's published settings (Adam; see `PAPER_REFIT`).
 """
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ class RowPrior(NamedTuple):
     In a refit with weight ``kappa`` (``FitSettings.shrink``, ``BanditParams.refit_prior``) the
     term ``(kappa / 2) sum_i (u_i - mean)^T precision (u_i - mean)`` is added to the data term's
     sum over observed cells, so ``kappa = 1`` makes the refit the maximum a posteriori row under
-    this prior (:func:`row_prior_from_rows` learns one from a train split's rows). A model seen on
+    this prior (`row_prior_from_rows` learns one from a train split's rows). A model seen on
     a single batch then starts from the population of earlier models instead of from zero. The
     prior is fixed before the run and the rows are fitted on observed cells only, so every
     prediction stays predictable and every estimate unbiased, whatever the prior.
@@ -83,7 +83,7 @@ def row_prior_from_rows(U_train, ridge: float = 1e-6) -> RowPrior:
 
 
 def prior_penalty(U: chex.Array, settings: FitSettings) -> chex.Array:
-    """The prior term itself, in the units of a sum over cells (what :func:`prior_gradient` differentiates)."""
+    """The prior term itself, in the units of a sum over cells (what `prior_gradient` differentiates)."""
     prior = settings.row_prior
     if prior is None:
         return 0.5 * settings.shrink * jnp.sum(jnp.square(U - jnp.mean(U, axis=0, keepdims=True)))
@@ -94,7 +94,7 @@ def prior_penalty(U: chex.Array, settings: FitSettings) -> chex.Array:
 def prior_gradient(U: chex.Array, settings: FitSettings) -> chex.Array:
     """``d/dU`` of the prior term, in the units of a sum over cells.
 
-    Without a :class:`RowPrior`: ``(kappa/2) sum_i ||u_i - ubar||^2`` with ``ubar`` the rows' own
+    Without a `RowPrior`: ``(kappa/2) sum_i ||u_i - ubar||^2`` with ``ubar`` the rows' own
     mean, whose gradient is ``kappa (u_i - ubar)`` (the mean's own terms cancel). With one:
     ``kappa precision (u_i - mean)``.
     """
@@ -228,13 +228,13 @@ CPU_CHUNK_BYTES = 128 * 1024
 
 
 def chunk_bytes(platform: str | None = None) -> int | None:
-    """:data:`CPU_CHUNK_BYTES` on a CPU, ``None`` (whole block groups) elsewhere; ``platform``
+    """`CPU_CHUNK_BYTES` on a CPU, ``None`` (whole block groups) elsewhere; ``platform``
     defaults to JAX's default backend (the one a ``jit`` compiles for)."""
     return CPU_CHUNK_BYTES if (platform or jax.default_backend()) == "cpu" else None
 
 
 class _Visit(NamedTuple):
-    """How :func:`_fold` visits one block group: whole, with its ``V`` rows gathered once per refit
+    """How `_fold` visits one block group: whole, with its ``V`` rows gathered once per refit
     (``rows``), or ``n_chunks`` chunks of ``chunk`` blocks (then the last ``tail`` blocks), each
     gathered as it is visited."""
 
@@ -250,7 +250,7 @@ def _largest_divisor_at_most(k: int, cap: int) -> int:
 
 
 def _plan(V, blocks, filled: FilledPrefix | None) -> list[_Visit]:
-    """The visits of every block group (see :class:`_Visit` and :func:`chunk_bytes`); under
+    """The visits of every block group (see `_Visit` and `chunk_bytes`); under
     ``filled`` the last group's chunks past its used blocks are never visited. Called once per
     refit: the rows of groups visited whole are gathered here (``V`` is frozen)."""
     budget = chunk_bytes()
@@ -294,20 +294,20 @@ def _block_logits(u, block: CellBlocks, rows_of_V):
 
 def refit_rows_on_blocks(U: chex.Array, V: chex.Array, blocks: tuple[CellBlocks, ...], n_examples: int,
                          settings: FitSettings, filled: FilledPrefix | None = None, visits=None) -> chex.Array:
-    """:func:`refit_rows` (the same objective and optimizer) computed on the observed cells only.
+    """`refit_rows` (the same objective and optimizer) computed on the observed cells only.
 
     Costs ``O(|Omega| r)`` per epoch instead of ``O(m n r)``: the ``V`` rows of
     every observed cell are gathered (once per refit, or a cache-sized chunk
-    at a time on a CPU, see :func:`chunk_bytes`), and the gradient of the BCE
+    at a time on a CPU, see `chunk_bytes`), and the gradient of the BCE
     term is written out,
 
         dL/du_i = (1/|Omega|) sum_{(i,j) in Omega} (sigmoid(u_i . v_j) - S_ij) v_j + lam/(m + n) u_i
                   + (kappa / |Omega|) (u_i - ubar)   (``settings.shrink``, 0 by default;
-                                                      ``P (u_i - mean)`` under a :class:`RowPrior`),
+                                                      ``P (u_i - mean)`` under a `RowPrior`),
 
     as two batched contractions and a ``segment_sum`` per block (a third
     less work than differentiating the loss, which also evaluates it).
-    ``visits``: :func:`plan_visits` of these blocks, when the caller has it.
+    ``visits``: `plan_visits` of these blocks, when the caller has it.
     """
     m = U.shape[0]
     V = jax.lax.stop_gradient(V)
@@ -343,7 +343,7 @@ def block_prediction_sums(U: chex.Array, V: chex.Array, blocks: tuple[CellBlocks
 
 def plan_visits(V: chex.Array, blocks: tuple[CellBlocks, ...], filled: FilledPrefix | None = None):
     """How a refit visits ``blocks`` (gathering the rows of groups visited whole); pass it to
-    :func:`refit_rows_on_blocks` and :func:`block_prediction_sums` so they share one gather."""
+    `refit_rows_on_blocks` and `block_prediction_sums` so they share one gather."""
     return _plan(jax.lax.stop_gradient(V), blocks, filled)
 
 
@@ -354,7 +354,7 @@ def _sum_and_sum_of_squares(x):
     return jnp.matmul(x, ones, precision=PRECISION), jnp.einsum("...n,...n->...", x, x, precision=PRECISION)
 
 
-#: Bytes of dense predictions (per repetition) that :func:`prediction_row_sums` forms at a time on
+#: Bytes of dense predictions (per repetition) that `prediction_row_sums` forms at a time on
 #: a CPU: a few rows of ``sigmoid(U V^T)`` are made and summed while in cache, instead of the whole
 #: ``(m, n)`` matrix written out and read back (48 MB per repetition at 1,000 x 12,032). Measured
 #: on 2 cores under ``vmap`` (35 repetitions, rank 100): 61-64 ms per repetition whole, 20-25 ms a
@@ -365,7 +365,7 @@ CPU_DENSE_BYTES = 32 * 1024
 def prediction_row_sums(U: chex.Array, V: chex.Array, missing: chex.Array) -> tuple[chex.Array, chex.Array]:
     """Per row, the sums of ``sigmoid(u_i . v_j)`` and of its square over the cells not ``missing``.
 
-    On a CPU (see :func:`chunk_bytes`) a few rows at a time: each row's sums are the same
+    On a CPU (see `chunk_bytes`) a few rows at a time: each row's sums are the same
     arithmetic, so only the rows' grouping changes."""
     def rows_sums(u, miss):
         return _sum_and_sum_of_squares(jnp.where(miss, 0.0, predict(u, V)))
@@ -406,15 +406,15 @@ def fit_example_embeddings(train, rank: int = DEFAULT_RANK, settings: FitSetting
                            seed: int = 0):
     """Fit stage 0 on a train matrix with NaN for missing cells; return ``V`` (n, rank).
 
-    Host-level convenience around :func:`fit` (validates, then one jitted fit).
+    Host-level convenience around `fit` (validates, then one jitted fit).
     """
     return fit_train_factors(train, rank, settings, seed)[1]
 
 
 def fit_train_factors(train, rank: int = DEFAULT_RANK, settings: FitSettings = DEFAULT_STAGE0,
                       seed: int = 0):
-    """Stage 0 as :func:`fit_example_embeddings`, returning both ``(U_train, V)`` as NumPy arrays:
-    the train models' rows feed :func:`row_prior_from_rows`."""
+    """Stage 0 as `fit_example_embeddings`, returning both ``(U_train, V)`` as NumPy arrays:
+    the train models' rows feed `row_prior_from_rows`."""
     train = np.asarray(train, dtype=np.float32)
     require(train.ndim == 2, f"train matrix must be 2-D, got shape {train.shape}")
     m, n = train.shape

@@ -1,8 +1,8 @@
 """Earlier module paths that keep working for one release (each with a ``DeprecationWarning``).
 
-The package groups its modules: the engine (:mod:`pulse_jax.engine`), live selection
-(:mod:`pulse_jax.live`), inputs and outputs (:mod:`pulse_jax.io`) and analysis
-(:mod:`pulse_jax.analysis`). An old module file is two lines that call :func:`alias`, which puts the
+The package groups its modules: the engine (`pulse_jax.engine`), live selection
+(`pulse_jax.live`), inputs and outputs (`pulse_jax.io`) and analysis
+(`pulse_jax.analysis`). An old module file is two lines that call `alias`, which puts the
 new module itself in its place, so ``from pulse_jax import selector`` and ``monkeypatch`` on it reach
 the one real module.
 """

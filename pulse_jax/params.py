@@ -1,14 +1,14 @@
-"""The traced numbers of a run: the engine's (:class:`BanditParams`) and each plug-in's own.
+"""The traced numbers of a run: the engine's (`BanditParams`) and each plug-in's own.
 
-:class:`pulse_jax.BanditConfig` fixes what changes the compiled program
+`pulse_jax.BanditConfig` fixes what changes the compiled program
 (shapes, batch size, epoch counts, which plug-ins); the numbers a user sweeps
-are traced. A run's numbers are a :class:`RunParams`: ``engine`` (a
-:class:`BanditParams`: delta, learning rates, ...) and the ``estimator``'s, the
+are traced. A run's numbers are a `RunParams`: ``engine`` (a
+`BanditParams`: delta, learning rates, ...) and the ``estimator``'s, the
 sampling ``rule``'s and the ``stop``'s own params pytrees, each a small
 ``NamedTuple`` with its defaults that the plug-in declares in its ``params``
 field and receives in each of its functions (gymnax's per-environment
 ``EnvParams``). They enter the program as arrays, so new values never
-recompile, and a stack of them ``vmap``-s (:func:`pulse_jax.sweep`).
+recompile, and a stack of them ``vmap``-s (`pulse_jax.sweep`).
 
 A number is named by its path, ``part.field`` (``engine.delta``,
 ``rule.exploration``, ``estimator.fixed_lambda``, ``stop.epsilon``), or by its
@@ -35,9 +35,11 @@ class BanditParams(NamedTuple):
 
     Attributes:
       delta: every interval holds with probability at least ``1 - delta``.
-      init_refit_lr, init_refit_l2: Adam learning rate and L2 weight of the
-        initial refit of U after the first batches (paper: 0.01, 0.01).
-      refit_lr, refit_l2: the same for the periodic refits (paper: 0.1, 0.01).
+      init_refit_lr: Adam learning rate of the initial refit of U after the first batches
+        (paper: 0.01).
+      init_refit_l2: L2 weight of that refit (paper: 0.01).
+      refit_lr: Adam learning rate of the periodic refits (paper: 0.1).
+      refit_l2: L2 weight of the periodic refits (paper: 0.01).
       cs_horizon: the draws per model the confidence sequences' bets are tuned
         for. 0 (default) is the anytime schedule (bets shrink like
         ``1 / sqrt(s log(1 + s))`` at draw ``s``); ``t0 > 0`` keeps them near
@@ -56,9 +58,10 @@ class BanditParams(NamedTuple):
         model seen on one batch gets predictions near the candidates' average. 0 (default): the
         paper's refit. Predictions stay fitted on observed cells only, so validity never depends
         on it.
-      exploration, fixed_lambda, plugin: deprecated. They are the plug-ins' own numbers now
-        (``rule.exploration``, ``estimator.fixed_lambda``, any plug-in's by name); given here they
-        are moved there with a ``DeprecationWarning``.
+      exploration: deprecated: the index rule's own number now (``rule.exploration``); given here
+        it is moved there with a ``DeprecationWarning``.
+      fixed_lambda: deprecated: the estimator's own number now (``estimator.fixed_lambda``).
+      plugin: deprecated: any plug-in's numbers, by name.
     """
 
     exploration: Any = None
@@ -85,10 +88,10 @@ class BanditParams(NamedTuple):
         return getattr(self, name)
 
 
-#: The engine's numbers (the fields of :class:`BanditParams` that are not deprecated).
+#: The engine's numbers (the fields of `BanditParams` that are not deprecated).
 NUMBER_FIELDS = ("delta", "init_refit_lr", "init_refit_l2", "refit_lr", "refit_l2", "cs_horizon", "cs_simultaneous",
                  "refit_prior")
-#: Deprecated fields of :class:`BanditParams`, moved to the plug-ins' params.
+#: Deprecated fields of `BanditParams`, moved to the plug-ins' params.
 LEGACY_FIELDS = ("exploration", "fixed_lambda")
 PARTS = ("engine", "estimator", "rule", "stop")
 
@@ -147,7 +150,7 @@ def check_value(name: str, value, where: str = "", ranges: Mapping | None = None
 
 def check_params(params: BanditParams, where: str = "params") -> BanditParams:
     """Validate every engine field (scalars) on the host; returns a BanditParams of floats (the deprecated
-    fields are kept as given, for :func:`run_params` to move)."""
+    fields are kept as given, for `run_params` to move)."""
     if not isinstance(params, BanditParams):
         raise PulseInputError(f"{where} must be a pulse_jax.BanditParams, got {type(params).__name__}")
     plugin = params.plugin
@@ -279,12 +282,12 @@ def default_params(plugins) -> RunParams:
 
 
 def run_params(plugins, params=None, where: str = "params") -> RunParams:
-    """The run's :class:`RunParams`, validated on the host (plain floats), from ``params``:
+    """The run's `RunParams`, validated on the host (plain floats), from ``params``:
 
     * ``None``: every default;
-    * a :class:`RunParams` whose plug-in parts have the plug-ins' structure;
+    * a `RunParams` whose plug-in parts have the plug-ins' structure;
     * a mapping ``{name or path: value}`` (e.g. ``{"delta": 0.1, "rule.exploration": 0.5}``) over the defaults;
-    * a :class:`BanditParams`: the engine's numbers, its deprecated ``exploration`` / ``fixed_lambda`` /
+    * a `BanditParams`: the engine's numbers, its deprecated ``exploration`` / ``fixed_lambda`` /
       ``plugin`` moved to the plug-ins that have a number of that name (with a ``DeprecationWarning``).
 
     Each number is checked against its declared range; a one-line error names the path.

@@ -1,9 +1,9 @@
-"""The plug-in function signatures, as :class:`typing.Protocol` s.
+"""The plug-in function signatures, as `typing.Protocol` s.
 
-Each field of :class:`pulse_jax.Estimator`, :class:`pulse_jax.SamplingRule` and
-:class:`pulse_jax.StoppingRule` that holds a function is annotated with one of
+Each field of `pulse_jax.Estimator`, `pulse_jax.SamplingRule` and
+`pulse_jax.StoppingRule` that holds a function is annotated with one of
 these. They document the contract (argument order, what comes back, the
-shapes); :func:`pulse_jax.conformance.check_plugins` enforces the shapes on a
+shapes); `pulse_jax.conformance.check_plugins` enforces the shapes on a
 run's own sizes before anything is compiled. Shapes use ``m`` models, ``n``
 examples, ``B`` the batch size and ``C`` the estimator's ``n_sequences``.
 """

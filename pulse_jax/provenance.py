@@ -1,4 +1,4 @@
-"""Deprecated: moved to :mod:`pulse_jax.io.provenance` (see :mod:`pulse_jax.moved`)."""
+"""Deprecated: moved to `pulse_jax.io.provenance` (see `pulse_jax.moved`)."""
 from pulse_jax.moved import alias
 
 alias(__name__)

@@ -1,8 +1,8 @@
 """The one place where names become plug-ins.
 
-Estimators (:class:`pulse_jax.Estimator`), sampling rules
-(:class:`pulse_jax.rules.SamplingRule`) and stopping rules
-(:class:`pulse_jax.stopping.StoppingRule`) are objects. Wherever the API or
+Estimators (`pulse_jax.Estimator`), sampling rules
+(`pulse_jax.rules.SamplingRule`) and stopping rules
+(`pulse_jax.stopping.StoppingRule`) are objects. Wherever the API or
 the CLI takes one, it also takes
 
 * a registered name (``"pulse"``, ``"lucb"``, ``"certified"``, ...), or

@@ -9,7 +9,7 @@ of ``B'`` examples from model ``i``'s ``r`` unobserved ones is exact:
    positions ``k`` and ``j_k = k + t_k`` for ``k = 0, 1, ...``; its first
    ``B'`` positions are then a uniformly random ordered ``B'``-subset of the
    ranks, for every ``B' <= B`` (Knuth, TAOCP vol. 2, 3.4.2, Algorithm P).
-2. **Resolution without a loop** (:func:`fisher_yates_prefix`). The shuffle
+2. **Resolution without a loop** (`fisher_yates_prefix`). The shuffle
    only touches positions ``< B`` and the ``j_k``, so the value it leaves at
    position ``k`` follows from the choices alone: ``j_k`` itself if no earlier
    slot chose ``j_k``, else whatever the latest such slot ``k'`` moved there,
@@ -18,7 +18,7 @@ of ``B'`` examples from model ``i``'s ``r`` unobserved ones is exact:
    position nobody chose, by pointer doubling over ``B x B`` comparisons.
    ``log2 B`` rounds of vector work instead of ``B`` dependent swaps, which
    is what keeps the step cheap under ``vmap`` and on accelerators.
-3. **Rank to example** (:func:`kth_unobserved`). The rank ``q`` names the
+3. **Rank to example** (`kth_unobserved`). The rank ``q`` names the
    ``q``-th unobserved example in index order: a prefix count of zero bits
    over the ``W`` words finds the word, a 5-step binary search with popcounts
    finds the bit.

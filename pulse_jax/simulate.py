@@ -83,12 +83,12 @@ class SimulationResult:
 
     @property
     def best_model(self) -> int:
-        """The first best model (row index); see :attr:`best_models` for ties."""
+        """The first best model (row index); see `best_models` for ties."""
         return int(np.argmax(self.true_means))
 
     @property
     def best_models(self) -> np.ndarray:
-        """Every model tying for the best true mean (within :attr:`TIE_TOLERANCE`)."""
+        """Every model tying for the best true mean (within `TIE_TOLERANCE`)."""
         return np.flatnonzero(self.true_means >= self.true_means.max() - self.TIE_TOLERANCE)
 
     @property
@@ -111,46 +111,46 @@ class SimulationResult:
         """(R, m) booleans: was every example of the model observed (its mean known exactly)?"""
         return self.n_obs >= self.populations
 
-    # The metrics themselves live in :mod:`pulse_jax.analysis.metrics` (one home); these methods call them.
+    # The metrics themselves live in `pulse_jax.analysis.metrics` (one home); these methods call them.
 
     def correct(self) -> np.ndarray:
-        """(R, n_steps + 1) booleans: is the current guess a best model (:func:`metrics.correct`)?"""
+        """(R, n_steps + 1) booleans: is the current guess a best model (`metrics.correct`)?"""
         return metrics.correct(self)
 
     def best_at_budget(self, budgets) -> np.ndarray:
-        """(R, len(budgets)) best guess with at most ``b`` cells spent (:func:`metrics.best_at_budget`)."""
+        """(R, len(budgets)) best guess with at most ``b`` cells spent (`metrics.best_at_budget`)."""
         return metrics.best_at_budget(self, budgets)
 
     def accuracy_at_budget(self, budgets) -> tuple[np.ndarray, np.ndarray]:
-        """Accuracy@budget and its standard error (:func:`metrics.accuracy_at_budget`)."""
+        """Accuracy@budget and its standard error (`metrics.accuracy_at_budget`)."""
         return metrics.accuracy_at_budget(self, budgets)
 
     def coverage(self) -> np.ndarray:
-        """(m,) coverage of the final paper intervals (:func:`metrics.coverage`)."""
+        """(m,) coverage of the final paper intervals (`metrics.coverage`)."""
         return metrics.coverage(self)
 
     def cs_covers(self) -> np.ndarray:
-        """(R, m) did each confidence sequence cover at every look (:func:`metrics.cs_covers`)?"""
+        """(R, m) did each confidence sequence cover at every look (`metrics.cs_covers`)?"""
         return metrics.cs_covers(self)
 
     def cs_sequence_covers(self) -> np.ndarray:
-        """(R, m, C) the same for each of a model's sequences (:func:`metrics.cs_sequence_covers`)."""
+        """(R, m, C) the same for each of a model's sequences (`metrics.cs_sequence_covers`)."""
         return metrics.cs_sequence_covers(self)
 
     def anytime_coverage(self) -> float:
-        """Simultaneous anytime coverage (:func:`metrics.anytime_coverage`)."""
+        """Simultaneous anytime coverage (`metrics.anytime_coverage`)."""
         return metrics.anytime_coverage(self)
 
     def certification_coverage(self) -> float:
-        """The event certification rests on (:func:`metrics.certification_coverage`)."""
+        """The event certification rests on (`metrics.certification_coverage`)."""
         return metrics.certification_coverage(self)
 
     def certification(self) -> dict:
-        """Certified stopping: how often, how soon, how often wrong (:func:`metrics.certification`)."""
+        """Certified stopping: how often, how soon, how often wrong (`metrics.certification`)."""
         return metrics.certification(self)
 
     def claims(self) -> dict:
-        """What the stopping rule claimed: how often, how soon, how often wrong (:func:`metrics.claims`)."""
+        """What the stopping rule claimed: how often, how soon, how often wrong (`metrics.claims`)."""
         return metrics.claims(self)
 
     def certificate(self, rep: int = 0) -> str:
@@ -183,7 +183,7 @@ def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predicti
     for methods that refit, the pull log, two dense ``(m, n)`` float32
     prediction arrays, the ``(m, r)`` factors with their optimizer moments, and
     the gathered ``V`` rows: of every observed cell, or of one chunk where the
-    refit gathers chunk by chunk (:func:`pulse_jax.factorization.chunk_bytes`,
+    refit gathers chunk by chunk (`pulse_jax.factorization.chunk_bytes`,
     decided like the kernel's, by JAX's default backend).
     (At 1,000 x 12,032, rank 100, 400,000 bandit cells: 96 MB per PULSE
     repetition on a CPU, 282 MB on an accelerator.)
@@ -245,8 +245,8 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
              stop: str | None = None, follow=None, init_U=None, row_prior=None) -> SimulationResult:
-    """Run ``reps`` repetitions of ``method``: an :class:`pulse_jax.Estimator` or its name ("ucbe",
-    "pulse", "naive", or "package.module:attribute"; see :mod:`pulse_jax.registry`).
+    """Run ``reps`` repetitions of ``method``: an `pulse_jax.Estimator` or its name ("ucbe",
+    "pulse", "naive", or "package.module:attribute"; see `pulse_jax.registry`).
 
     Args:
       scores: (m, n) true scores in [0, 1] of the candidates; NaN marks a missing cell (each model's
@@ -254,13 +254,14 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
       config: static run parameters; ``config.n_models/n_examples`` must match.
       params: the traced numbers: a dict ``{name or path: value}`` over the defaults (e.g.
         ``{"delta": 0.1, "rule.exploration": 0.5, "estimator.fixed_lambda": 0.5}``), a
-        :class:`pulse_jax.RunParams`, or a :class:`pulse_jax.BanditParams` (the engine's numbers);
+        `pulse_jax.RunParams`, or a `pulse_jax.BanditParams` (the engine's numbers);
         default: the paper's. New values reuse the compiled program.
       V: (n, r) example embeddings from the train split (required by PULSE and
-        Naive-Pooling; see :func:`pulse_jax.factorization.fit_example_embeddings`).
-      reps: number of repetitions; seed: base seed.
+        Naive-Pooling; see `pulse_jax.factorization.fit_example_embeddings`).
+      reps: number of repetitions.
+      seed: base seed (repetition ``r`` uses ``fold_in(PRNGKey(seed), r)``).
       chunk_size: repetitions per compiled batch (default: from the problem
-        size, see :func:`default_chunk_size`). Does not change results.
+        size, see `default_chunk_size`). Does not change results.
       progress: True to print a progress bar to stderr, False for none, None
         (the default) for a bar only when a person is watching (a terminal or a
         Jupyter/Colab kernel; not under pytest or with output redirected), or a callback
@@ -269,12 +270,12 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
       devices: the devices to split the repetitions over (default: all of
         ``jax.devices()``, i.e. every GPU / TPU core, or every host's devices
         after ``jax.distributed.initialize()``). Results do not depend on it.
-      stop: a stopping rule (:class:`pulse_jax.stopping.StoppingRule`) or its
+      stop: a stopping rule (`pulse_jax.stopping.StoppingRule`) or its
         name, replacing ``config.stop``: ``"certified"`` stops each repetition
         once a model is certified best (fixed-confidence mode), ``"budget"``
         spends the whole budget; default: as ``config`` says.
         Either way the first certification is recorded
-        (:meth:`SimulationResult.certification`).
+        (`SimulationResult.certification`).
       follow: ``(reps, n_steps)`` model indices (-1: no pull), e.g. another
         run's ``chosen``: repetition ``r`` pulls ``follow[r, t - 1]`` at step
         ``t`` instead of choosing, and computes everything else as usual. With
@@ -282,10 +283,10 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         two backends' estimates can be compared on one path
         (``benchmarks/backend_agreement.py``).
       init_U: ``(m, r)`` rows of ``U`` the first fit starts from (zeros by default; see
-        :func:`pulse_jax.engine.make_run`). With ``init_refit_epochs = refit_epochs = 0`` in
+        `pulse_jax.engine.make_run`). With ``init_refit_epochs = refit_epochs = 0`` in
         ``config`` the predictions stay ``sigmoid(init_U V^T)``: e.g. the true probabilities'
         factors, an oracle (``benchmarks/paper_scale_configs.py``).
-      row_prior: a :class:`pulse_jax.RowPrior` (``row_prior_from_rows(U_train)``: the Gaussian of a
+      row_prior: a `pulse_jax.RowPrior` (``row_prior_from_rows(U_train)``: the Gaussian of a
         train split's rows) that every refit pulls each candidate's row towards, with weight
         ``params.refit_prior`` (1: the maximum a posteriori row; it must be > 0). The rows then
         start from its mean unless ``init_U`` is given. Predictions stay fitted on observed cells
@@ -329,7 +330,7 @@ def start_rows(init_U, row_prior, config: BanditConfig, estimator, V, params):
 
 
 def _check_row_prior(row_prior, estimator, V, params: RunParams):
-    """``row_prior`` as a float32 :class:`pulse_jax.RowPrior` of ``V``'s rank, or a one-line error."""
+    """``row_prior`` as a float32 `pulse_jax.RowPrior` of ``V``'s rank, or a one-line error."""
     if row_prior is None:
         return None
     require(isinstance(row_prior, factorization.RowPrior),
@@ -403,7 +404,7 @@ def prepare_run(scores, config: BanditConfig, method, V, stop):
 def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunParams, seed: int,
             chunk_size=None, progress=False, devices=None, follow=None, init_U=None, row_prior=None):
     """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program
-    (each following the choices ``follow[k]`` when given: see :func:`simulate`).
+    (each following the choices ``follow[k]`` when given: see `simulate`).
 
     Repetition ``r`` uses the key ``fold_in(PRNGKey(seed), r)`` whatever its
     parameters (common random numbers across sweep points) and whatever the
@@ -490,7 +491,7 @@ def rep_keys_for(seed: int, reps) -> jax.Array:
 
 def result_from(out, method_name: str, config: BanditConfig, params: RunParams, seed: int, scores, seconds: float,
                 compile_seconds: float, model_names=None) -> SimulationResult:
-    """A :class:`SimulationResult` from the stacked run outputs (NumPy, leading axis = repetition)."""
+    """A `SimulationResult` from the stacked run outputs (NumPy, leading axis = repetition)."""
     reps = out.init_best.shape[0]
     init_spent = np.full((reps, 1), config.init_cells, dtype=np.int64)
     return SimulationResult(

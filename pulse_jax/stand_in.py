@@ -7,7 +7,7 @@ would. Offline and instant, so the live-selection example runs anywhere::
     python -m pulse_jax.stand_in models > models.txt
     python -m pulse_jax.stand_in train history.csv
     pulse-jax select --models models.txt --examples 1000 --budget 8000 \\
-        --evaluate pulse_jax.stand_in:score --train history.csv --log run.jsonl
+        --evaluate pulse_jax.stand_in:score --train history.csv --log run.db
 """
 from __future__ import annotations
 

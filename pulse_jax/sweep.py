@@ -1,8 +1,8 @@
 """Hyperparameter sweeps as one compiled program: every (parameter point, repetition) pair at once.
 
-:class:`pulse_jax.BanditParams` are traced, so the points of a sweep are just
+`pulse_jax.BanditParams` are traced, so the points of a sweep are just
 another ``vmap`` axis: ``sweep`` stacks (point, repetition) pairs and runs
-them through the same cached executable as :func:`pulse_jax.simulate`,
+them through the same cached executable as `pulse_jax.simulate`,
 chunked by memory and sharded over devices. Repetition ``r`` uses the same key
 at every point (common random numbers), so differences between points are
 paired, and each point equals ``simulate(..., params=point, seed=seed)``.
@@ -30,7 +30,7 @@ from pulse_jax.simulate import SimulationResult, is_count, prepare_run, start_ro
 
 @dataclasses.dataclass
 class SweepResult:
-    """One :class:`SimulationResult` per sweep point, and the tidy table of them."""
+    """One `SimulationResult` per sweep point, and the tidy table of them."""
 
     method: str
     config: BanditConfig
@@ -73,7 +73,7 @@ class SweepResult:
               figure_target: float | None = None, rows: list[dict] | None = None, inputs=()) -> dict:
         """``sweep.json``, ``sweep.csv``, ``sweep.png`` (budget to ``figure_target``, default the
         highest target, over the grid) and ``provenance.json`` (``inputs``: the files the data came from)
-        in ``out_dir``; ``rows`` reuses a :meth:`table` already computed."""
+        in ``out_dir``; ``rows`` reuses a `table` already computed."""
         from pulse_jax.io import provenance
 
         out = Path(out_dir)
@@ -139,7 +139,7 @@ def grid_points(grid, base=None, plugins=None) -> tuple[tuple[str, ...], list[Ru
     order given), a sequence of mappings (an explicit list) or a sequence of ``RunParams`` /
     ``BanditParams``. A name is a number's path (``engine.delta``, ``rule.exploration``,
     ``estimator.fixed_lambda``, ``stop.epsilon``) or its field name alone where that is unambiguous.
-    Unswept numbers take ``base`` (anything :func:`pulse_jax.params.run_params` takes; default: the
+    Unswept numbers take ``base`` (anything `pulse_jax.params.run_params` takes; default: the
     defaults). ``plugins`` is the run's ``(estimator, rule, stop)`` (default: the paper's PULSE with
     the UCB-E index rule and a fixed budget). Every point is checked against the plug-ins' declared
     ranges; one-line errors name the number."""
@@ -180,7 +180,7 @@ def grid_points(grid, base=None, plugins=None) -> tuple[tuple[str, ...], list[Ru
 
 
 def _baseline_index(baseline, axes, points) -> int | None:
-    """The index ``baseline`` names (None: chosen after the run, by :func:`_paper_or_best`)."""
+    """The index ``baseline`` names (None: chosen after the run, by `_paper_or_best`)."""
     if baseline is None:
         return None
     if isinstance(baseline, (int, np.integer)) and not isinstance(baseline, bool):
@@ -221,12 +221,14 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     """Run every point of ``grid`` x ``reps`` repetitions as one compiled program.
 
     Args:
-      scores, config, method, V, seed, chunk_size, devices, stop, row_prior: as in :func:`pulse_jax.simulate`
-        (a ``row_prior`` needs ``refit_prior > 0`` at some point of the grid).
+      scores: the candidates' score matrix, as in `pulse_jax.simulate`.
+      config: the run's shape and plug-ins (`pulse_jax.BanditConfig`).
+      method: the estimator or its name.
+      V: example embeddings (methods that use predictions).
       grid: ``{"rule.exploration": [0.25, 1, 4], "refit_lr": [0.03, 0.1]}`` (Cartesian
         product), or a list of dicts / ``RunParams`` (explicit points).
         Sweepable: every number of the run, named by its path or by its field name
-        alone where that is unambiguous: the engine's (:class:`pulse_jax.BanditParams`)
+        alone where that is unambiguous: the engine's (`pulse_jax.BanditParams`)
         and each plug-in's own (``rule.exploration``, ``rule.leader_fraction``,
         ``estimator.fixed_lambda`` -- NaN is the paper's adaptive lambda --,
         ``stop.epsilon``, ...).
@@ -237,6 +239,13 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
         point with the highest accuracy averaged over the run).
       progress: a progress bar over all (point, repetition) pairs: True, False,
         or None (the default) for one only when a person is watching.
+      reps: repetitions per point.
+      seed: the seed; repetition ``r`` uses the same key at every point.
+      chunk_size: repetitions per compiled call, as in `pulse_jax.simulate`.
+      devices: the devices to spread repetitions over, as in `pulse_jax.simulate`.
+      stop: a stopping rule or its name replacing ``config.stop``, as in `pulse_jax.simulate`.
+      model_names: the candidates' names, for the results.
+      row_prior: as in `pulse_jax.simulate` (needs ``refit_prior > 0`` at some point of the grid).
 
     Point ``k`` equals ``simulate(scores, config, method, params=points[k],
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every

@@ -84,7 +84,7 @@ def save_hparams(result: dict, path) -> None:
 
 
 def load_hparams(path) -> tuple[int, FitSettings]:
-    """``(rank, stage-0 settings)`` from a file written by :func:`save_hparams`."""
+    """``(rank, stage-0 settings)`` from a file written by `save_hparams`."""
     path = Path(path)
     require(path.is_file(), f"{path}: no such file")
     try:

@@ -78,3 +78,15 @@ def log_records(path) -> list:
         return journal.snapshot(path)[1]
     except Exception:  # noqa: BLE001 -- the log is being created
         return []
+
+
+def recovered_records(path) -> list:
+    """The batches of a log whose writer was killed: opened for writing, so SQLite first rolls back a
+    commit the kill interrupted (a read-only look cannot)."""
+    from pulse_jax.live import journal
+
+    j = journal.Journal(path)
+    try:
+        return [r for _, r in j.open()[1]]
+    finally:
+        j.close()

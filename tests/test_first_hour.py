@@ -235,3 +235,62 @@ def test_bounds_option_and_the_select_defaults():
     assert sim.sequence == "bernstein" and cli._config(bet, 4, 100, 400).cs_grid == 1000
     bet.sequence = "bernstein"
     assert cli._config(bet, 4, 100, 400).cs_grid == 0
+
+
+@pytest.mark.parametrize("extra, needle", [
+    (["--budget", "0"], "--budget must be >= 1, got 0"),
+    (["--budget", "10"], "--budget 10 is smaller than the first look: 3 models (in models.txt) x --batch-size 8 x "
+                         "--init-batches 1 = 24 cells; give --budget 24 or more"),
+    (["--batch-size", "0"], "--batch-size must be >= 1, got 0"),
+    (["--refit-every", "-1"], "--refit-every must be >= 0, got -1"),
+    (["--rank", "0"], "--rank must be >= 1, got 0"),
+    (["--delta", "0"], "--delta 0: must lie strictly between 0 and 1"),
+])
+def test_select_errors_speak_in_options(tmp_path, capsys, monkeypatch, extra, needle):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models.txt").write_text("a\nb\nc\n")
+    argv = ["select", "--models", "models.txt", "--examples", "100", "--budget", "400", "--evaluate",
+            "pulse_jax.stand_in:score", "--method", "ucbe", "--log", "run.db"]
+    line = _error_line(capsys, argv + extra)
+    assert needle in line and "n_models" not in line and "batch_size" not in line, line
+    assert not (tmp_path / "run.db").exists()                 # refused before the log was opened
+
+
+def test_one_model_and_another_examples_count_name_their_option(tmp_path, capsys, monkeypatch):
+    from pulse_jax import stand_in
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "one.txt").write_text("only\n")
+    assert "--models one.txt: 1 model; a selection needs at least 2 candidates" in _error_line(
+        capsys, ["select", "--models", "one.txt", "--examples", "50", "--budget", "100", "--evaluate",
+                 "pulse_jax.stand_in:score", "--method", "ucbe", "--log", "run.db"])
+    (tmp_path / "models.txt").write_text("\n".join(stand_in.models()[:4]) + "\n")
+    stand_in.main(["train", str(tmp_path / "history.csv")])
+    argv = ["select", "--models", "models.txt", "--budget", "64", "--batch-size", "8", "--rank", "3", "--evaluate",
+            "pulse_jax.stand_in:score", "--method", "pulse", "--train", "history.csv", "--log", "p.db", "--quiet"]
+    assert cli.main(argv + ["--examples", "200"]) == 0
+    line = _error_line(capsys, argv + ["--examples", "300"])
+    assert "examples: this run has 300 examples, but p.db was started with 200; give the same examples " \
+           "(--examples)" in line
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("0,1,1\n1,0,1\n0,0,1\n", "its first line looks like scores, not a header row (pulse-jax reads one row per model"),
+    ("model,e1,e2\n1,0,1\n1,1,0\n", "model '1' appears twice (lines 2 and 3); is the file transposed, or missing its "
+                                     "header row?"),
+    ("example,gpt,claude\ne1,0,1\ne2,1,1\n", "the first column is named 'example', so the file has one row per "
+                                             "example; pulse-jax reads one row per model"),
+])
+def test_a_csv_laid_out_otherwise_says_what_it_looks_like(tmp_path, text, needle):
+    from pulse_jax.errors import PulseInputError
+
+    (tmp_path / "s.csv").write_text(text)
+    with pytest.raises(PulseInputError) as err:
+        data.load(tmp_path / "s.csv")
+    assert needle in str(err.value), str(err.value)
+
+
+def test_no_carriage_returns_when_stderr_is_not_a_terminal(tmp_path, capsys):
+    """``pulse-jax demo 2> log``: no progress bar (capsys's stderr is not a terminal)."""
+    assert cli.main(["demo", "--reps", "4", "--method", "ucbe", "--out", str(tmp_path / "d")]) == 0
+    assert "\r" not in capsys.readouterr().err

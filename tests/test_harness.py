@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import log_records, recovered_records
 
 from pulse_jax import cli
 from pulse_jax.io import harness
@@ -244,27 +245,27 @@ def test_live_select_through_lm_eval_survives_kill_9_without_recomputing(lm_eval
             "--lm-eval-plugin", "lm_eval_models", "--train", "history.csv"]
     calls = tmp_path / "calls.txt"
     env = _env(PULSE_LM_CALLS=str(calls), PULSE_LM_DELAY="0.02")
-    first = subprocess.Popen(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
+    first = subprocess.Popen(args + ["--log", "run.db"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                              stderr=subprocess.PIPE)
-    log = tmp_path / "run.jsonl"
+    log = tmp_path / "run.db"
     deadline = time.time() + 300
-    while time.time() < deadline and not (log.exists() and len(log.read_text().splitlines()) > 12):
+    while time.time() < deadline and len(log_records(log)) <= 11:
         time.sleep(0.05)
     first.send_signal(signal.SIGKILL)
     first.wait(timeout=60)
-    told_before = len(log.read_text().splitlines()) - 1
+    told_before = len(recovered_records(log))
     assert 0 < told_before < 35, "the run must be killed mid-way"
-    second = subprocess.run(args + ["--log", "run.jsonl"], cwd=tmp_path, env=env, capture_output=True, text=True,
+    second = subprocess.run(args + ["--log", "run.db"], cwd=tmp_path, env=env, capture_output=True, text=True,
                             timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     counts = _calls(calls)
     assert counts and set(counts.values()) == {4}, [k for k, v in counts.items() if v != 4][:5]   # each doc once
-    records = [json.loads(x) for x in log.read_text().splitlines()[1:]]
+    records = log_records(log)
     cells = [(r["model"], e) for r in records for e in r["examples"]]
     assert len(cells) == len(set(cells)) == 140
     assert len(counts) == 140                         # the model computed exactly the cells that were logged
     report = json.loads((tmp_path / "run_report" / "report.json").read_text())
-    clean = subprocess.run(args + ["--log", "clean.jsonl"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+    clean = subprocess.run(args + ["--log", "clean.db"], cwd=tmp_path, env=_env(), capture_output=True, text=True,
                            timeout=600)
     assert clean.returncode == 0, clean.stderr[-3000:]
     again = json.loads((tmp_path / "clean_report" / "report.json").read_text())

@@ -265,7 +265,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
     import signal
     import subprocess
 
-    from conftest import log_records, write_slow_scorer
+    from conftest import log_records, recovered_records, write_slow_scorer
 
     args = write_slow_scorer(tmp_path, delay=0.05)
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
@@ -276,7 +276,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
         time.sleep(0.05)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
-    told_before = len(log_records(tmp_path / "run.db"))
+    told_before = len(recovered_records(tmp_path / "run.db"))
     assert 20 <= told_before < 50                                 # killed mid-run
     assert subprocess.run(args + ["--log", "run.db"], cwd=tmp_path, env=env, capture_output=True).returncode == 0
     calls = (tmp_path / "calls.txt").read_text().splitlines()

@@ -1,2 +1,2 @@
-"""Analysis of simulation results: every metric (:mod:`~pulse_jax.analysis.metrics`), the figures
-(:mod:`~pulse_jax.analysis.plotting`) and the written reports (:mod:`~pulse_jax.analysis.report`)."""
+"""Analysis of simulation results: every metric (`metrics`), the figures
+(`plotting`) and the written reports (`report`)."""

@@ -165,7 +165,7 @@ def first_budget_reaching(accuracy: np.ndarray, budgets: np.ndarray, target: flo
 
 
 class BudgetToTarget(dict):
-    """What :func:`budget_to_target` returns: a dict (``target``, ``budget``, ``low``, ``high``,
+    """What `budget_to_target` returns: a dict (``target``, ``budget``, ``low``, ``high``,
     ``level``, ``bandit_budget``, ``reached_fraction``) that prints as one line.
 
     ``budget`` is NaN when the accuracy never reaches the target; ``high`` is ``inf`` when more than
@@ -188,7 +188,7 @@ def _cells(x: float) -> str:
 def budget_to_target(result: SimulationResult, target: float = 0.95, budgets=None, n_boot: int = 1000,
                      seed: int = 0, level: float = 0.95) -> BudgetToTarget:
     """Budget at which Accuracy@t reaches ``target``, with a bootstrap interval over repetitions
-    (see :class:`BudgetToTarget`)."""
+    (see `BudgetToTarget`)."""
     budgets = budget_grid(result, 200) if budgets is None else np.asarray(budgets)
     hits = result.is_best(result.best_at_budget(budgets)).astype(np.float64)
     point = first_budget_reaching(hits.mean(0), budgets, target)
@@ -229,7 +229,7 @@ def paper_budget_to_target(result: SimulationResult, target: float = 0.95, n_boo
     step x B; per bootstrap resample of the repetitions the *first* step whose mean accuracy reaches
     ``target``; the mean over the resamples that reach it.
 
-    It counts fewer cells than :func:`budget_to_target` (no initialization; the accuracy need only
+    It counts fewer cells than `budget_to_target` (no initialization; the accuracy need only
     touch the target, not stay above it), so the two must not be compared with each other.
     ``reached_fraction`` says how many resamples reach the target within the budget.
     """
@@ -244,9 +244,9 @@ def paired_savings(method: SimulationResult, baseline: SimulationResult, target:
     """Savings of ``method`` against ``baseline`` (run with the same seed, so repetition ``r`` of both saw
     the same draws) with a paired bootstrap interval: each resample takes the same repetitions of both.
 
-    ``metric="paper"``: the paper's bandit cells at the first crossing (:func:`paper_budget_to_target`,
+    ``metric="paper"``: the paper's bandit cells at the first crossing (`paper_budget_to_target`,
     the mean over resamples, as the paper reports it); ``"strict"``: this project's cells to stay at
-    or above the target, initialization included (:func:`budget_to_target`). Returns the point
+    or above the target, initialization included (`budget_to_target`). Returns the point
     savings in percent, its interval, and the fraction of resamples where both reach the target.
     """
     require_same_design(method, baseline)
@@ -277,7 +277,7 @@ def paired_savings(method: SimulationResult, baseline: SimulationResult, target:
 
 
 def _saved(method_budget: float, baseline_budget: float) -> float:
-    """:func:`savings`, and 0 for equal budgets (both at 0 cells included)."""
+    """`savings`, and 0 for equal budgets (both at 0 cells included)."""
     return 0.0 if method_budget == baseline_budget else savings(method_budget, baseline_budget)
 
 
@@ -360,7 +360,7 @@ def paired_certify_savings(method: SimulationResult, baseline: SimulationResult,
     """``1 - median(cells to certify, method) / median(..., baseline)`` in percent, with a paired bootstrap
     interval (each resample takes the same repetitions of both; run them with the same seed).
 
-    Cells are counted as in :func:`cells_to_certify` (a repetition that never certified needs more
+    Cells are counted as in `cells_to_certify` (a repetition that never certified needs more
     than the budget: +inf), so the saving is NaN when either median is infinite.
     """
     require_same_design(method, baseline)

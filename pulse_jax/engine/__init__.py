@@ -2,26 +2,26 @@
 
 Reading order, one module each:
 
-* :mod:`~pulse_jax.engine.config` -- :class:`BanditConfig` (static: shapes, batch size, which
-  plug-ins) and the run's :class:`Plugins`; the traced numbers are a :class:`pulse_jax.RunParams`
-  (the engine's :class:`pulse_jax.BanditParams` and each plug-in's own);
-* :mod:`~pulse_jax.engine.state` -- :class:`Episode` (drawn once per repetition) and
-  :class:`BanditState` (everything a step changes);
-* :mod:`~pulse_jax.engine.kernel` -- :func:`build_kernel`, whose ``init`` draws the initial
+* `config` -- `BanditConfig` (static: shapes, batch size, which
+  plug-ins) and the run's `Plugins`; the traced numbers are a `pulse_jax.RunParams`
+  (the engine's `pulse_jax.BanditParams` and each plug-in's own);
+* `state` -- `Episode` (drawn once per repetition) and
+  `BanditState` (everything a step changes);
+* `kernel` -- `build_kernel`, whose ``init`` draws the initial
   batches and whose ``step`` is one bandit pull composed of ``select``, ``refit``, ``draw`` and
   ``observe`` (the live selector calls these separately, on the same kernel);
-* :mod:`~pulse_jax.engine.drivers` -- :func:`make_run` (the whole run for one PRNG key) and
-  :func:`make_batched_run` (a batch that stops computing once every repetition has stopped);
-* :mod:`~pulse_jax.engine.bookkeeping` -- estimates, bounds, certificates, snapshots.
+* `drivers` -- `make_run` (the whole run for one PRNG key) and
+  `make_batched_run` (a batch that stops computing once every repetition has stopped);
+* `bookkeeping` -- estimates, bounds, certificates, snapshots.
 
 The engine imports the plug-in interfaces (``pulse_jax.estimators.base``, ``rules.base``,
-``stopping.base``), never a built-in plug-in: names resolve through :mod:`pulse_jax.registry`. ``make_run(config, method)`` returns a pure function of
+``stopping.base``), never a built-in plug-in: names resolve through `pulse_jax.registry`. ``make_run(config, method)`` returns a pure function of
 ``(key, scores, V, params)``, so
 ``jax.jit(jax.vmap(run, in_axes=(0, None, None, None)))(keys, scores, V, params)``
 runs every repetition at once, and ``in_axes=(0, None, None, 0)`` runs a
-sweep over parameter values as well (:func:`pulse_jax.sweep`).
+sweep over parameter values as well (`pulse_jax.sweep`).
 
-Sampling without replacement (:mod:`pulse_jax.sampling`): each model's
+Sampling without replacement (`pulse_jax.sampling`): each model's
 observed examples are a packed bit mask carried in the state, and a pull of
 ``B'`` examples is an exact uniform ``B'``-subset of the unobserved ones,
 drawn in ``O(B log B + n / 32)`` work with no per-repetition permutation.

@@ -1,9 +1,9 @@
 """What a run knows about its models at any time: estimates, simultaneous bounds, the first
 certificate and the interval snapshots.
 
-Pure functions of ``(config, estimator, state, params)`` (``params`` a :class:`pulse_jax.RunParams`); the bandit step calls them after every
+Pure functions of ``(config, estimator, state, params)`` (``params`` a `pulse_jax.RunParams`); the bandit step calls them after every
 observation, and live selection reads the same numbers. ``state`` is a
-:class:`pulse_jax.engine.state.BanditState`.
+`pulse_jax.engine.state.BanditState`.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""Static settings of a run and the run's plug-ins: :class:`BanditConfig`, :class:`Plugins`, and the
-checks and conversions every kernel entry shares (names resolve through :mod:`pulse_jax.registry`,
+"""Static settings of a run and the run's plug-ins: `BanditConfig`, `Plugins`, and the
+checks and conversions every kernel entry shares (names resolve through `pulse_jax.registry`,
 which imports the plug-in interfaces only)."""
 from __future__ import annotations
 
@@ -26,18 +26,19 @@ class BanditConfig:
     """Static parameters of one bandit run (hashable; changing them recompiles).
 
     The numbers a user sweeps (exploration, delta, learning rates, L2 weights,
-    a fixed lambda) are *not* here: they are :class:`pulse_jax.BanditParams`,
+    a fixed lambda) are *not* here: they are `pulse_jax.BanditParams`,
     traced arrays, so new values reuse the compiled program.
 
     Attributes:
-      n_models, n_examples: shape of the candidate score matrix (m, n).
+      n_models: m, rows of the candidate score matrix.
+      n_examples: n, its columns.
       budget: total cells T, the initialization cells included.
       batch_size: B, examples per pull (paper: 64).
       init_batches: T0, batches per model at initialization (paper: 1).
       refit_every: tau, bandit steps between factorization refits (paper:
         1000); 0 disables refits after the initial one.
-      init_refit_epochs, refit_epochs: Adam steps of the initial and of each
-        periodic refit of U (paper: 50 and 10).
+      init_refit_epochs: Adam steps of the initial refit of U (paper: 50).
+      refit_epochs: Adam steps of each periodic refit of U (paper: 10).
       record_steps: keep a record per step (best guess, cells spent, model
         pulled, the estimator's info). ``False`` keeps only the summary: the
         records hold the final state alone (one "step"), so a fixed-confidence
@@ -45,24 +46,24 @@ class BanditConfig:
         (``SimulationResult.best_at_budget`` and what uses it) are then refused.
       record_estimates: also record every model's estimate and bounds after
         every step (for tests and diagnostics; ``n_steps x m`` memory per repetition).
-      rule: the sampling rule, a :class:`pulse_jax.rules.SamplingRule` or its
-        name (:mod:`pulse_jax.registry`): ``"ucbe"`` the paper's index
+      rule: the sampling rule, a `pulse_jax.rules.SamplingRule` or its
+        name (`pulse_jax.registry`): ``"ucbe"`` the paper's index
         ``mu_hat_i + sqrt(a / N_i)`` (default), ``"lucb"``, ``"top_two"``,
         ``"successive_halving"``, or ``"package.module:attribute"``.
       interval: the bounds behind certification and the LUCB rule. ``"cs"``
         (default): the anytime-valid confidence sequences of
-        :class:`pulse_jax.confidence.ConfSeq`, simultaneous over the models.
+        `pulse_jax.confidence.ConfSeq`, simultaneous over the models.
         ``"paper"``: the paper's fixed-count radius (Freedman for PULSE,
         Bernstein-Serfling for UCB-E) at ``delta / (m k (k + 1))`` for a
         model's k-th pull (a union bound over models and pulls).
-      stop: the stopping rule, a :class:`pulse_jax.stopping.StoppingRule` or
+      stop: the stopping rule, a `pulse_jax.stopping.StoppingRule` or
         its name: ``"budget"`` spends the whole budget (default),
         ``"certified"`` stops once the leader's lower bound exceeds every
         other model's upper bound (the fixed-confidence mode).
       snapshot_budgets: budgets (cells, initialization included) at which to
         record every model's interval half-widths (for benchmarks).
       populations: for a candidate matrix with missing cells, each model's
-        number of scored examples ``N_i`` (set by :func:`pulse_jax.simulate`
+        number of scored examples ``N_i`` (set by `pulse_jax.simulate`
         from the matrix; ``None``: every model has all ``n_examples``). Only the
         scan length depends on it; the run reads the populations from the
         scores (NaN = missing).
@@ -195,28 +196,28 @@ def refit_due(config: BanditConfig, plugins: Plugins, t):
 
 
 def get_estimator(method: str | Estimator) -> Estimator:
-    """The estimator named or given by ``method`` (see :mod:`pulse_jax.registry`); functions written
-    for the earlier signatures are adapted (:func:`pulse_jax.protocols.adapt_estimator`)."""
+    """The estimator named or given by ``method`` (see `pulse_jax.registry`); functions written
+    for the earlier signatures are adapted (`pulse_jax.protocols.adapt_estimator`)."""
     return protocols.adapt_estimator(registry.estimator(method, "method"))
 
 
 def resolve_params(params, plugins: Plugins, where: str = "params") -> RunParams:
-    """The run's :class:`pulse_jax.RunParams`, validated on the host, from ``None`` (the defaults), a
-    ``RunParams``, a dict ``{name or path: value}`` or a :class:`pulse_jax.BanditParams`
-    (:func:`pulse_jax.params.run_params`)."""
+    """The run's `pulse_jax.RunParams`, validated on the host, from ``None`` (the defaults), a
+    ``RunParams``, a dict ``{name or path: value}`` or a `pulse_jax.BanditParams`
+    (`pulse_jax.params.run_params`)."""
     return run_params(tuple(plugins), params, where)
 
 
 def with_plugin_params(params, plugins: Plugins, where: str = "params") -> RunParams:
-    """Deprecated: :func:`resolve_params`."""
+    """Deprecated: `resolve_params`."""
     warnings.warn("bandit.with_plugin_params is deprecated; use pulse_jax.engine.resolve_params", DeprecationWarning,
                   stacklevel=2)
     return resolve_params(params, plugins, where)
 
 
 def traced_params(plugins: Plugins, params) -> RunParams:
-    """``params`` as a :class:`RunParams` inside a traced run (no host checks: values may be traced).
-    A :class:`BanditParams` (the engine's numbers, perhaps stacked) gets the plug-ins' defaults,
+    """``params`` as a `RunParams` inside a traced run (no host checks: values may be traced).
+    A `BanditParams` (the engine's numbers, perhaps stacked) gets the plug-ins' defaults,
     broadcast to the shape of its numbers."""
     if isinstance(params, RunParams):
         return params
@@ -233,7 +234,7 @@ def traced_params(plugins: Plugins, params) -> RunParams:
 
 def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
     """Refuse, in one line, a plug-in that breaks its contract on this run's shapes
-    (:func:`pulse_jax.conformance.check_plugins`), or a rule or stopping rule that needs an interval
+    (`pulse_jax.conformance.check_plugins`), or a rule or stopping rule that needs an interval
     the method does not have."""
     conformance.check_plugins(config, estimator)
     if estimator.has_interval:
@@ -247,7 +248,7 @@ def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
 def check_levels(config: BanditConfig, plugins: Plugins, params: RunParams, where: str = "params") -> None:
     """Refuse, in one line, a stopping rule whose claim rests on more upper bounds than the run's
     levels pay for: ``k = stop.upper_models`` upper bounds need ``cs_simultaneous >= log k / log m``
-    (:func:`pulse_jax.confidence.cs_levels`), and the claim needs ``k < n_models``. Host side, on
+    (`pulse_jax.confidence.cs_levels`), and the claim needs ``k < n_models``. Host side, on
     concrete numbers (every point of a sweep)."""
     k, m = plugins.stop.upper_models, config.n_models
     if k <= 1:

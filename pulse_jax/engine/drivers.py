@@ -1,5 +1,5 @@
-"""The drivers: a whole run for one PRNG key (:func:`make_run`, a ``lax.scan`` of the kernel's step)
-and a batch of runs that stops computing once every repetition has stopped (:func:`make_batched_run`)."""
+"""The drivers: a whole run for one PRNG key (`make_run`, a ``lax.scan`` of the kernel's step)
+and a batch of runs that stops computing once every repetition has stopped (`make_batched_run`)."""
 from __future__ import annotations
 
 import jax
@@ -26,8 +26,8 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
 
     ``scores`` is the (m, n) float32 matrix of true scores in [0, 1]; ``V`` the
     (n, r) example embeddings from the train split (any (n, r) array for UCB-E,
-    which ignores it); ``params`` the traced numbers, a :class:`pulse_jax.RunParams`
-    (the engine's and each plug-in's; :func:`resolve_params` builds one; None: the
+    which ignores it); ``params`` the traced numbers, a `pulse_jax.RunParams`
+    (the engine's and each plug-in's; `resolve_params` builds one; None: the
     defaults), so ``jax.vmap`` over them sweeps without recompiling. Rows are never
     reordered: results index the input rows.
 
@@ -43,7 +43,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     evaluations, or, with ``init_refit_epochs = refit_epochs = 0``, fixed
     predictions ``sigmoid(init_U V^T)`` that are never refit (an oracle, when
     they are the true probabilities' logits). ``row_prior`` (a
-    :class:`pulse_jax.factorization.RowPrior`, optional) is the Gaussian every
+    `pulse_jax.factorization.RowPrior`, optional) is the Gaussian every
     refit pulls the rows towards, with weight ``params.refit_prior``.
     """
     estimator = get_estimator(method)
@@ -74,7 +74,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     return run
 
 
-#: Steps per block of a run that stops early (see :func:`make_batched_run`): a stopped batch wastes at
+#: Steps per block of a run that stops early (see `make_batched_run`): a stopped batch wastes at
 #: most one block, and each block costs one check of whether the whole batch has stopped.
 STOP_BLOCK_STEPS = 64
 
@@ -86,8 +86,8 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
     With a stopping rule that fixes no budget (``config.stop.stops_early``, e.g. ``"certified"``)
     the steps run in blocks of ``block`` inside a ``lax.while_loop`` that ends once every
     repetition of the batch has stopped (or spent its budget, or seen every cell): wall time
-    follows the cells actually spent, not the budget. The steps are the same pure :func:`step`
-    as :func:`make_run`'s scan, on the same ``t``, so every record equals the scan's; the steps
+    follows the cells actually spent, not the budget. The steps are the same pure `step`
+    as `make_run`'s scan, on the same ``t``, so every record equals the scan's; the steps
     that never ran are filled with the record of an idle step of the final state (what the scan
     computes for them: a stopped run changes nothing). Otherwise this is
     ``vmap(make_run(config, method, follow))``.

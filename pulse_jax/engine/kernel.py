@@ -1,9 +1,9 @@
 """The kernel: one bandit step, ``select -> refit (when due) -> draw -> observe``, over an explicit
-:class:`pulse_jax.engine.state.BanditState`.
+`pulse_jax.engine.state.BanditState`.
 
 Every function is pure and takes its arguments in one order: ``(config, plugins, episode, state,
 params, t, ...)``. ``config`` and ``plugins`` are static (hashable); everything else may be traced.
-:func:`build_kernel` binds the first two, for the drivers (:mod:`pulse_jax.engine.drivers`) and
+`build_kernel` binds the first two, for the drivers (`pulse_jax.engine.drivers`) and
 live selection alike.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ def _where_tree(pred, new, old):
 def adam_refit(epochs: int, learning_rate, l2, shrink=0.0, row_prior=None) -> FitSettings:
     """The bandit's refit schedule: ``epochs`` (static) Adam steps; rate, L2 weight and the prior's
     weight (``BanditParams.refit_prior``) may be traced; ``row_prior`` is the episode's
-    :class:`pulse_jax.factorization.RowPrior` (None: the candidates' own mean row)."""
+    `pulse_jax.factorization.RowPrior` (None: the candidates' own mean row)."""
     return FitSettings(epochs, l2, optax.adam(learning_rate), shrink, row_prior)
 
 
@@ -46,7 +46,7 @@ def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slot
     ``F_i``/``Phi_i`` (sums of predictions and their squares over model i's
     unobserved cells) are the dense row sums minus the observed cells' part.
     ``log_slots`` slices the log statically; ``filled`` visits only its used
-    slots (see :class:`pulse_jax.factorization.FilledPrefix`).
+    slots (see `pulse_jax.factorization.FilledPrefix`).
     """
     blocks = observed_blocks(episode, state, log_slots)
     filled = filled if len(blocks) > 1 else None
@@ -60,7 +60,7 @@ def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slot
 
 
 def _log_inv_alpha(config: BanditConfig, plugins: Plugins, params):
-    """The ``(lower, upper)`` levels of the confidence sequences (:func:`confidence.cs_levels`)."""
+    """The ``(lower, upper)`` levels of the confidence sequences (`confidence.cs_levels`)."""
     return confidence.cs_levels(params.delta, config.n_models, plugins.estimator.n_sequences, params.cs_simultaneous)
 
 
@@ -95,7 +95,7 @@ def init(config: BanditConfig, plugins: Plugins, key, scores, V, params, init_U=
     """Stage 1: the repetition's draws, the initial batches (``scores`` needs only their cells; NaN
     marks a cell a model has no score for) and the first fit of U, which starts from ``init_U``
     (``(m, r)``; zeros when None) and, like every refit, is pulled towards ``row_prior``
-    (a :class:`pulse_jax.factorization.RowPrior`; None: the candidates' mean row) with weight
+    (a `pulse_jax.factorization.RowPrior`; None: the candidates' mean row) with weight
     ``params.refit_prior``."""
     params = traced_params(plugins, params)
     estimator = plugins.estimator
@@ -211,8 +211,8 @@ def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandi
 def draw(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, i, size, params=None):
     """Step 3: the batch ``(examples, valid)`` of length B: a uniform ``size``-subset of model i's
     unobserved examples, or, for an estimator with ``draw_weights``, ``size`` of them drawn one
-    after another with probabilities proportional to its weights (:func:`sampling.weighted_draw`;
-    ``params`` the run's :class:`pulse_jax.RunParams`, the defaults when None)."""
+    after another with probabilities proportional to its weights (`sampling.weighted_draw`;
+    ``params`` the run's `pulse_jax.RunParams`, the defaults when None)."""
     B, n_obs_i = config.batch_size, state.ledger.n_obs[i]
     key = sampling.draw_key(episode.examples_key, i, n_obs_i)
     if plugins.estimator.draw_weights is not None:
@@ -233,7 +233,7 @@ def _draw_weights(plugins: Plugins, episode: Episode, state: BanditState, i, par
 
 
 def _design(plugins: Plugins, episode: Episode, state: BanditState, i, examples, valid, params) -> DrawDesign:
-    """The :class:`DrawDesign` of a weighted pull of ``examples`` (recomputed from the same state)."""
+    """The `DrawDesign` of a weighted pull of ``examples`` (recomputed from the same state)."""
     return draw_design(*_draw_weights(plugins, episode, state, i, params), examples, valid)
 
 
@@ -300,8 +300,8 @@ def observe(config: BanditConfig, plugins: Plugins, episode: Episode, state: Ban
 
 def step(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, log_slots=None,
          follow=None):
-    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): :func:`select`, :func:`refit`
-    when due, :func:`draw`, :func:`observe` the true scores; ``(state, record)``. ``follow`` (a model
+    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): `select`, `refit`
+    when due, `draw`, `observe` the true scores; ``(state, record)``. ``follow`` (a model
     index, -1 for none) replaces the rule's choice; the batch size follows the usual rule."""
     params = traced_params(plugins, params)
     if follow is None:
@@ -358,7 +358,7 @@ class Kernel(NamedTuple):
 
 
 def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
-    """The kernel of ``estimator`` and ``config``'s rule and stopping rule (see :class:`Kernel`)."""
+    """The kernel of ``estimator`` and ``config``'s rule and stopping rule (see `Kernel`)."""
     plugins = plugins_of(config, estimator)
     bind = lambda f: functools.partial(f, config, plugins)   # noqa: E731
     return Kernel(bind(init), bind(select), bind(refit), bind(draw), bind(observe), bind(step),
@@ -367,13 +367,13 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
 
 def finished(config: BanditConfig, plugins: Plugins, state: BanditState, params, t):
     """Whether every step from ``t`` on is idle: the run has stopped, or stops at step ``t`` (the
-    same check as :func:`select`'s, on the same inputs)."""
+    same check as `select`'s, on the same inputs)."""
     return stop_status(config, plugins, state, params, t)[0]
 
 
 def stop_status(config: BanditConfig, plugins: Plugins, state: BanditState, params, t):
     """``(done, claim)``: whether the stopping rule stops the run at step ``t`` (or already has), and the
-    ``(m,)`` models its certificate names now (:attr:`pulse_jax.stopping.StoppingRule.claim`). Simulation
+    ``(m,)`` models its certificate names now (`pulse_jax.stopping.StoppingRule.claim`). Simulation
     and live selection both stop through this one check."""
     params = traced_params(plugins, params)
     looks = _stop_inputs(config, plugins, state, params, t)

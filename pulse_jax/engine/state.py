@@ -1,5 +1,5 @@
-"""What a run carries: the per-repetition constants (:class:`Episode`), the state every step rewrites
-(:class:`BanditState`), what a step and a run return, and the repetition's random draws."""
+"""What a run carries: the per-repetition constants (`Episode`), the state every step rewrites
+(`BanditState`), what a step and a run return, and the repetition's random draws."""
 from __future__ import annotations
 
 from typing import Any, NamedTuple

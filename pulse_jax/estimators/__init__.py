@@ -1,7 +1,7 @@
 """Per-model mean estimators: UCB-E, PULSE, Naive-Pooling and adaptive-sampling PULSE, one file each (the interface in
-:mod:`pulse_jax.estimators.base`).
+`pulse_jax.estimators.base`).
 
-An estimator is a :class:`Estimator` -- a small set of pure functions over its
+An estimator is a `Estimator` -- a small set of pure functions over its
 own state pytree -- that the bandit step calls at fixed points:
 
 * ``init(ledger, params)`` after the initial batch of every model;
@@ -9,36 +9,36 @@ own state pytree -- that the bandit step calls at fixed points:
   model ``pull.model`` receives a batch (``ledger`` is the bookkeeping
   *before* the batch, so everything the update takes from it is predictable);
   ``info`` is the estimator's own pytree of per-step numbers (PULSE:
-  :class:`PulseInfo`, its lambda; ``()`` for none), which the engine records
+  `PulseInfo`, its lambda; ``()`` for none), which the engine records
   for every step without reading its fields;
 * ``refresh(state, ledger, n_examples, params)`` right after a factorization refit;
 * ``estimate(state, ledger, params)`` the current ``mu_hat`` of every model;
 * ``radius(state, ledger, n_examples, delta, params)`` the half-width of the paper's
   fixed-count ``1 - delta`` interval (NaN where the method has none);
 * ``proxies(state, ledger, pull, n_examples, params)`` the per-draw observations of the
-  pull for the anytime-valid confidence sequence (:class:`confidence.ConfSeq`),
+  pull for the anytime-valid confidence sequence (`confidence.ConfSeq`),
   ``(Y, lower, width)`` with ``E[Y_s | past]`` the mean of the model's
   still-unseen scores and ``Y_s`` in ``[lower_s, lower_s + width_s]``; ``None``
   for a method without a valid interval (Naive-Pooling).
 
 ``params`` is the estimator's own traced numbers: the pytree its ``params``
-field declares (PULSE: :class:`PulseParams`), with the run's values, so a sweep
+field declares (PULSE: `PulseParams`), with the run's values, so a sweep
 over ``estimator.<field>`` never recompiles. A function written for the
 earlier signatures, without the trailing ``params`` (``init``, ``refresh``,
 ``estimate``, ``radius``, ``draw_weights``), still works for one release, with a
-``DeprecationWarning`` (:func:`pulse_jax.protocols.adapt_estimator`).
+``DeprecationWarning`` (`pulse_jax.protocols.adapt_estimator`).
 
 Declared capabilities, which the engine, the CLI and the reports follow
 (nothing looks at an estimator's name): ``uses_predictions`` (needs example
 embeddings ``V``; the engine refits the factorization for it), ``draw_weights``
 (the engine draws the model's examples with probabilities proportional to
 these weights instead of uniformly, and hands the estimator the
-:class:`DrawDesign` in ``pull.design``; :mod:`pulse_jax.adaptive`) and
+`DrawDesign` in ``pull.design``; `pulse_jax.adaptive`) and
 ``has_interval`` (``proxies`` is given: confidence sequences, certification,
 LUCB-style rules and certified stopping are available). ``settings`` lists
 the static settings as ``(name, value)`` pairs, which logs record.
 
-All three share the :class:`Ledger` of observed-cell and prediction sums kept
+All three share the `Ledger` of observed-cell and prediction sums kept
 by the bandit engine, so the statistics exist once.
 """
 # Imported in the order the names list (each built-in adds itself to BUILT_IN on import).

@@ -2,7 +2,7 @@
 
 Within a pull, draw ``s`` takes example ``J_s`` from the model's still-unseen examples ``R_s``
 with probability ``q_s(j) = w_j / sum_{R_s} w``, the weights fixed from the model's current
-predictions before the pull (:func:`residual_sd_weights`):
+predictions before the pull (`residual_sd_weights`):
 
     w_j = eps * mean_{R_0}(sd) + (1 - eps) * sd_j,   sd_j = sqrt(f_j (1 - f_j)),
 
@@ -11,8 +11,8 @@ from 0). The proxy of draw ``s`` is Des Raj's (1956) ordered estimator of the un
 
     Y_s = (1/|R_s|) sum_{j in R_s} f_j + (S_{J_s} - f_{J_s}) / (|R_s| q_s(J_s)),
 
-and ``E[Y_s | past] = mean_{R_s} S`` for *any* predictions (:func:`desraj_proxies`): the property
-the confidence sequences of :mod:`pulse_jax.confidence` rest on, with the range
+and ``E[Y_s | past] = mean_{R_s} S`` for *any* predictions (`desraj_proxies`): the property
+the confidence sequences of `pulse_jax.confidence` rest on, with the range
 ``mean_{R_s} f + [-max f_j / (|R_s| q_s(j)), max (1 - f_j) / (|R_s| q_s(j))]`` known before the
 draw. The sequence on the raw scores is *not* valid under these draws (their conditional mean is
 not the unseen mean), so the model has the proxy sequence alone. The estimate is the running mean
@@ -48,7 +48,7 @@ def desraj_proxies(scores, preds, design, valid):
     """Per-draw proxies ``(Y, lower, width)`` (each ``(B,)``) of a weighted pull (module docstring).
 
     Before draw ``s`` the unseen examples are those before the pull less the pull's earlier draws:
-    their count, prediction sum and weight sum follow from the :class:`DrawDesign`. The range uses
+    their count, prediction sum and weight sum follow from the `DrawDesign`. The range uses
     the largest ``f_j / w_j`` and ``(1 - f_j) / w_j`` over the examples unseen *before the pull*, a
     superset of ``R_s``, so it only widens.
     """

@@ -1,5 +1,5 @@
-"""The estimator interface: :class:`Estimator`, and the bookkeeping every estimator shares
-(:class:`Ledger`, :class:`Pull`, :class:`DrawDesign`). See :mod:`pulse_jax.estimators`."""
+"""The estimator interface: `Estimator`, and the bookkeeping every estimator shares
+(`Ledger`, `Pull`, `DrawDesign`). See `pulse_jax.estimators`."""
 from __future__ import annotations
 
 from typing import Any, NamedTuple
@@ -11,7 +11,7 @@ from pulse_jax.protocols import (DrawWeights, EstimatorEstimate, EstimatorInit, 
                                  EstimatorRefresh, EstimatorUpdate)
 
 #: The built-in estimators by name. Each built-in's own file adds itself; the names resolve in
-#: :mod:`pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
+#: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
 BUILT_IN: dict = {}
 
 
@@ -55,7 +55,7 @@ class Pull(NamedTuple):
 
 
 class DrawDesign(NamedTuple):
-    """How a weighted pull was drawn (:attr:`Estimator.draw_weights`), all fixed before it.
+    """How a weighted pull was drawn (`Estimator.draw_weights`), all fixed before it.
 
     Draw ``s`` (0-based) took example ``J_s`` with probability ``weights[s] / (weight_total -
     sum of weights[:s])`` among the examples still unseen; ``pred_total`` is the sum of the
@@ -72,7 +72,7 @@ class DrawDesign(NamedTuple):
 
 
 def draw_design(preds, unseen, weights, examples, valid) -> DrawDesign:
-    """The :class:`DrawDesign` of a pull of ``examples`` (``valid`` of them) drawn with ``weights``
+    """The `DrawDesign` of a pull of ``examples`` (``valid`` of them) drawn with ``weights``
     (``(n,)``, 0 off the ``unseen`` examples) from a model with predictions ``preds`` (``(n,)``)."""
     safe = jnp.where(unseen, weights, 1.0)
     return DrawDesign(jnp.where(valid, weights[examples], 0.0), jnp.sum(weights), jnp.sum(jnp.where(unseen, preds, 0.0)),
@@ -115,8 +115,8 @@ class Estimator(NamedTuple):
 
         Estimator(name="shrunk", estimate=my_estimate, proxies=my_proxies)
 
-    The signatures are the protocols of :mod:`pulse_jax.protocols`;
-    :func:`pulse_jax.conformance.check_plugins` checks them on a run's shapes before it compiles.
+    The signatures are the protocols of `pulse_jax.protocols`;
+    `pulse_jax.conformance.check_plugins` checks them on a run's shapes before it compiles.
 
     ``update`` must leave the state unchanged when ``pull.size == 0`` (a step
     that spends nothing). Each estimator masks its own scatters rather than

@@ -1,5 +1,5 @@
 """PULSE: the running mean of doubly robust (AIPW) one-step estimates, with its lambda rules,
-proxies and the certification variants :func:`pulse_certify` and :func:`pulse_hedged`."""
+proxies and the certification variants `pulse_certify` and `pulse_hedged`."""
 from __future__ import annotations
 
 import functools
@@ -154,7 +154,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
     sequence at twice the level; the initial batch enters it as raw scores, the proxy at lambda 0).
     ``weighting``: ``"equal"`` (the paper's running mean) or ``"inverse_variance"``:
     ``sum_k w_k theta_k / sum_k w_k`` with the predictable weights of
-    :func:`inverse_variance_weight` (the initial theta's: :func:`_first_weight`).
+    `inverse_variance_weight` (the initial theta's: `_first_weight`).
     """
     require(weighting in ("equal", "inverse_variance"),
             f"pulse: weighting must be 'equal' or 'inverse_variance', got {weighting!r}")
@@ -203,7 +203,7 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         return confidence.freedman_radius(ledger.n_pulls, populations(ledger, n_examples), delta, variance_bound)
 
     def proxies(state, ledger, pull, n_examples, params):
-        """:func:`aipw_proxies` of the pull (with the raw scores as a first row when ``raw_sequence``)."""
+        """`aipw_proxies` of the pull (with the raw scores as a first row when ``raw_sequence``)."""
         i = pull.model
         n_unobserved = populations(ledger, n_examples)[i] - ledger.n_obs[i].astype(jnp.float32)
         lam = lam_for(state, ledger, i, n_unobserved, params)
@@ -241,12 +241,12 @@ def pulse_hedged() -> Estimator:
     """PULSE for certification with betting sequences: lambda fixed at 1/2, raw and proxy sequences.
 
     Under betting confidence sequences (``BanditConfig.cs_grid > 0``) a model's two capitals are
-    summed (:func:`pulse_jax.confidence.mixed_capital`), which rejects whatever either sequence
+    summed (`pulse_jax.confidence.mixed_capital`), which rejects whatever either sequence
     alone would: the raw bets carry a model through its first batches, where the proxies' range
     of 1.5 costs more than the predictions save (CRUXEval-O), the proxies' after. It is the
     estimator of ``pulse-jax select``'s default (with ``--sequence betting``). Under the
     empirical-Bernstein sequences the two are intersected at half the level each, and
-    :func:`pulse_certify` is the better choice.
+    `pulse_certify` is the better choice.
     """
     return pulse(constant_lambda(0.5), None, raw_sequence=True)._replace(name="pulse_hedged")
 

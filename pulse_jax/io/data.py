@@ -75,6 +75,33 @@ def _check_date(text: str, source: str, line: int) -> str:
     return text.strip()
 
 
+#: First header cells that mean the file has one row per example (it is transposed).
+_EXAMPLE_HEADERS = ("example", "examples", "example_id", "doc_id", "doc", "id", "question", "item", "prompt")
+_LAYOUT = "pulse-jax reads one row per model: a header 'model,<example id>,<example id>,...' then 'name,score,...'"
+
+
+def _looks_numeric(cells) -> bool:
+    try:
+        return all(0.0 <= float(c) <= 1.0 for c in cells if c)
+    except ValueError:
+        return False
+
+
+def _layout_hint(names: list[str]) -> str:
+    """What the file looks like, when a duplicate name suggests it is laid out otherwise."""
+    if _looks_numeric(names):
+        return f"; its first line looks like scores, not a header row ({_LAYOUT})"
+    return f"; is the file transposed, or missing its header row? ({_LAYOUT})"
+
+
+def _check_orientation(names: list[str], source: str) -> None:
+    """Refuse a file whose header says it has one row per example (it would read as nonsense)."""
+    first = names[0].lower().lstrip("#")
+    if first in _EXAMPLE_HEADERS:
+        raise PulseInputError(f"{source}: the first column is named {names[0]!r}, so the file has one row per example; "
+                              f"{_LAYOUT}. Transpose it (e.g. pandas: df.set_index({names[0]!r}).T)")
+
+
 def load_csv(path) -> ScoreMatrix:
     """Read a CSV score matrix (see module docstring)."""
     path = Path(path)
@@ -99,6 +126,7 @@ def _read_csv(path: Path, source: str) -> ScoreMatrix:
             raise PulseInputError(f"{source}: the file is empty") from None
         require(len(header) >= 2, f"{source}: header must be 'model,<example id>,...' (found {len(header)} column)")
         names = [h.strip() for h in header]
+        _check_orientation(names, source)
         meta_idx = [k for k, h in enumerate(names) if k > 0 and h in METADATA_COLUMNS]
         ex_idx = [k for k in range(1, len(names)) if k not in meta_idx]
         require(ex_idx, f"{source}: no example columns in the header")
@@ -108,7 +136,7 @@ def _read_csv(path: Path, source: str) -> ScoreMatrix:
         seen: dict[str, int] = {}
         for k, e in zip(ex_idx, examples):
             require(e not in seen, f"{source}: example column {e!r} appears twice (columns {seen.get(e, 0) + 1} "
-                                   f"and {k + 1})")
+                                   f"and {k + 1}){_layout_hint(names)}")
             seen[e] = k
         models, rows, meta = [], [], {names[k]: [] for k in meta_idx}
         model_line: dict[str, int] = {}
@@ -120,7 +148,7 @@ def _read_csv(path: Path, source: str) -> ScoreMatrix:
             model = record[0].strip()
             require(model, f"{source}: line {line}: empty model name")
             require(model not in model_line,
-                    f"{source}: model {model!r} appears twice (lines {model_line.get(model)} and {line})")
+                    f"{source}: model {model!r} appears twice (lines {model_line.get(model)} and {line}){_layout_hint(names)}")
             model_line[model] = line
             models.append(model)
             rows.append([_parse_cell(record[k], source, line, names[k]) for k in ex_idx])

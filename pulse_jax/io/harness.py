@@ -1,14 +1,14 @@
 """Evaluation harnesses in the loop: per-sample results in, live scoring out.
 
-* :func:`read_lm_eval` turns EleutherAI lm-evaluation-harness output folders
+* `read_lm_eval` turns EleutherAI lm-evaluation-harness output folders
   (``lm_eval ... --output_path DIR --log_samples``) into a models x examples
-  :class:`~pulse_jax.io.data.ScoreMatrix`: one task, one metric, one filter;
+  `ScoreMatrix`: one task, one metric, one filter;
   example ids are the task's ``doc_id``; a model's name comes from the run's
   results JSON. Documents are compared by ``doc_hash`` across models, so logs
   of different datasets under one task name are refused.
-* :func:`read_long` reads the long ("tidy") table most people have: one row
+* `read_long` reads the long ("tidy") table most people have: one row
   per (model, example, score), as CSV, JSONL or Parquet.
-* :class:`LmEvalScorer` scores live: each batch a selector asks for becomes one
+* `LmEvalScorer` scores live: each batch a selector asks for becomes one
   lm-eval evaluation of exactly those documents (lm-eval's ``samples=``
   option), with each candidate model loaded once and reused.
 
@@ -179,7 +179,7 @@ def _sample_files(folder: Path, task: str | None) -> dict[str, list[Path]]:
 
 
 def _spec(config: dict) -> str | None:
-    """``TYPE[:ARGS]`` of an lm-eval run's config, the form :func:`parse_model_spec` reads."""
+    """``TYPE[:ARGS]`` of an lm-eval run's config, the form `parse_model_spec` reads."""
     kind, args = config.get("model"), config.get("model_args")
     if not isinstance(kind, str) or not kind:
         return None
@@ -358,13 +358,14 @@ class LmEvalScorer:
     ``scorer(model, example_ids)`` runs ``lm_eval.simple_evaluate`` on the model named ``model``
     (built once from its spec and reused) for exactly the task documents ``example_ids`` (lm-eval's
     ``samples={task: ids}``), and returns their per-document ``metric`` (after ``filter``).
-    Pass it as ``evaluate`` to :func:`pulse_jax.live.run`, with ``doc_ids`` as the selector's examples.
+    Pass it as ``evaluate`` to `pulse_jax.live.run`, with ``doc_ids`` as the selector's examples.
 
     Args:
       task: an lm-eval task name (``include_path`` adds a folder of task YAMLs).
-      models: ``{candidate name: "TYPE[:ARGS]"}`` (see :func:`parse_model_spec`), or a sequence of
+      models: ``{candidate name: "TYPE[:ARGS]"}`` (see `parse_model_spec`), or a sequence of
         specs, each then named by itself.
-      metric, filter: what to read from each sample (``filter`` None: the task's only filter).
+      metric: the per-document metric to read from each sample, in [0, 1].
+      filter: the lm-eval filter to read (None: the task's only filter).
       include_path: a folder of custom task YAML files.
       cache_dir: a folder for lm-eval's request cache, one database per candidate. Models that
         report each request as it is computed (lm-eval's cache hook, as its Hugging Face model

@@ -55,12 +55,12 @@ def _plain(value):
 
 
 def describe_config(config) -> dict:
-    """Every field of a :class:`pulse_jax.BanditConfig`, plug-ins by name and settings."""
+    """Every field of a `pulse_jax.BanditConfig`, plug-ins by name and settings."""
     return {f.name: _plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
 
 
 def hash_inputs(*paths) -> list[dict]:
-    """:func:`file_record` of each given input, taken when the inputs are read (a file changed while the
+    """`file_record` of each given input, taken when the inputs are read (a file changed while the
     run goes on is recorded as it was read, not as it is at the end). ``collect(inputs=...)`` takes these."""
     return [file_record(p) for p in paths if p and Path(p).is_file()]
 

@@ -2,10 +2,10 @@
 
 The pieces live in their own modules; this one gathers them:
 
-* :class:`Selector` (:mod:`pulse_jax.live.selector`): ask/tell on the simulation's own kernel;
-* :func:`run` (:mod:`pulse_jax.live.runner`): drives a selector with ``evaluate(model, example_ids) -> scores``;
-* :mod:`pulse_jax.live.journal`: the durable JSONL log and its verified replay;
-* :class:`Report` (:mod:`pulse_jax.live.report`): ranking, confidence sequences, separation.
+* `Selector` (`pulse_jax.live.selector`): ask/tell on the simulation's own kernel;
+* `run` (`pulse_jax.live.runner`): drives a selector with ``evaluate(model, example_ids) -> scores``;
+* `pulse_jax.live.journal`: the durable log (an SQLite database) and its verified replay;
+* `Report` (`pulse_jax.live.report`): ranking, confidence sequences, separation.
 """
 from pulse_jax.live.journal import LOG_VERSION
 from pulse_jax.live.report import Report

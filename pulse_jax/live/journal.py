@@ -12,9 +12,9 @@ Tables (format version 4; ``PRAGMA application_id`` marks the file as a pulse-ja
   resumed run tells it where an uninterrupted run would have, without paying
   for it again;
 * ``holder``: the process that has the log open, for a second run's message;
-* ``reserve``: :data:`RESERVE_BYTES` kept free for a full disk (below).
+* ``reserve``: `RESERVE_BYTES` kept free for a full disk (below).
 
-Checksums (:mod:`pulse_jax.live.chain`): the ``run`` row's ``crc`` starts
+Checksums (`pulse_jax.live.chain`): the ``run`` row's ``crc`` starts
 the chain, each told row chains onto the one before it, each paid row onto
 the ``run`` row. A database whose chain, format or version does not verify
 is refused, naming the first row that does not fit.
@@ -33,12 +33,12 @@ rollback journal beside the name in use, and a crash under one name would
 leave the journal where the other name cannot see it.
 
 A full disk: a failed commit is rolled back by SQLite and nothing of it is
-used. The caller retries; then :meth:`Journal.release_reserve` frees the
+used. The caller retries; then `Journal.release_reserve` frees the
 reserve, whose pages the next commits reuse without growing any file (the
 rollback journal is kept, in ``PERSIST`` mode, at the size the reserve gave
 it), so the batches already paid for are saved and the run stops cleanly.
 
-JSONL logs of earlier versions (:mod:`pulse_jax.live.legacy_jsonl`) are
+JSONL logs of earlier versions (`pulse_jax.live.legacy_jsonl`) are
 verified and converted in place once; the original is kept beside it.
 """
 from __future__ import annotations
@@ -143,7 +143,7 @@ def _where_kind(mode: int) -> str:
 
 
 class LogReader:
-    """The records of an open log database, verified as they are read (:class:`Journal` writes them)."""
+    """The records of an open log database, verified as they are read (`Journal` writes them)."""
 
     def __init__(self, path, conn):
         self.path, self._conn = Path(path), conn
@@ -403,7 +403,7 @@ class Journal(LogReader):
 
     def _commit(self, *statements) -> None:
         """Run ``statements`` (``(sql, args)`` pairs) as one transaction; a failure rolls it back and raises
-        :class:`LogFull` (with ``errno`` ENOSPC for a full disk)."""
+        `LogFull` (with ``errno`` ENOSPC for a full disk)."""
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -423,7 +423,7 @@ class Journal(LogReader):
         """Commit one record (the header, a told batch or a paid batch) in one transaction.
 
         A told batch's row and the removal of its paid row (if any) are one transaction. Raises
-        :class:`LogFull` when the commit fails (nothing of it is saved)."""
+        `LogFull` when the commit fails (nothing of it is saved)."""
         if self._conn is None:
             raise PulseInputError(f"{self.path}: this selector no longer holds the log (another selector in this "
                                   "process opened it); use the newer one")
@@ -513,7 +513,7 @@ def import_jsonl(source, target) -> int:
 
 def as_jsonl(header: dict, records: list) -> str:
     """A log's header and records as a version-3 JSONL log (one checksum chain over every line), the
-    format earlier pulse-jax versions wrote and :func:`import_jsonl` reads."""
+    format earlier pulse-jax versions wrote and `import_jsonl` reads."""
     header = {k: v for k, v in header.items() if k != "jsonl_version"}
     header["version"] = 3
     lines, previous = [], ""
@@ -558,6 +558,9 @@ def snapshot(path) -> tuple[dict | None, list[dict]]:
         header, records = LogReader(path, conn).open()
         return header, [r for _, r in records]
     except sqlite3.DatabaseError as err:
+        if "readonly" in str(err):     # a hot rollback journal: the writer died mid-commit
+            raise PulseInputError(f"{path}: a run stopped in the middle of a commit; open the log once to finish it "
+                                  "(run the same command again) before reading it") from None
         raise PulseInputError(f"{path}: the log database cannot be read ({err})") from None
     finally:
         conn.close()

@@ -4,7 +4,7 @@ A JSONL log is one header line (the run's configuration) and one line per
 told batch (``"type": "tell"``) or per batch paid for but not yet told
 (``"type": "paid"``). From version 2 every line carries ``crc``, the CRC-32
 of the previous line's ``crc`` followed by the line's canonical JSON (see
-:mod:`pulse_jax.live.chain`); version 1 has no checksums. A
+`pulse_jax.live.chain`); version 1 has no checksums. A
 ``<log>.paid`` file beside the log holds paid batches that a full disk kept
 out of the log, each line checksummed on its own.
 
@@ -38,7 +38,7 @@ def read(path: Path) -> tuple[dict, list[tuple[str, dict]], list[str]]:
     """``(header, [(where, record)], notes)`` of the JSONL log at ``path``, its checksum chain verified.
 
     Paid batches from the side file come last.
-    Raises :class:`PulseInputError` naming the first line that is unreadable or fails its checksum.
+    Raises `PulseInputError` naming the first line that is unreadable or fails its checksum.
     """
     notes: list[str] = []
     try:

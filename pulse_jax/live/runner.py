@@ -1,10 +1,10 @@
-"""The runner of a live selection: drives a :class:`pulse_jax.live.selector.Selector` with the user's scorer.
+"""The runner of a live selection: drives a `pulse_jax.live.selector.Selector` with the user's scorer.
 
 ``run(evaluate, selector)`` asks for batches, evaluates them (optionally
 several at once in a thread pool, for I/O-bound scorers), tells the results
 in ask order (so the outcome never depends on timing) and retries failures. The
 run ends when the selector asks nothing more: its stopping rule fired (the
-same :class:`pulse_jax.stopping.StoppingRule` a simulation stops by), its
+same `pulse_jax.stopping.StoppingRule` a simulation stops by), its
 budget is spent, or every model is known exactly.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ class EvaluationError(RuntimeError):
 
 
 class Interrupted(KeyboardInterrupt):
-    """A run stopped by SIGINT or SIGTERM after logging what it had paid for (see :func:`run`).
+    """A run stopped by SIGINT or SIGTERM after logging what it had paid for (see `run`).
 
     ``paid``: cells this process had evaluated (or sent to be evaluated); ``logged``: of those, cells
     in the log (told, or paid and kept for the next run); ``again``: cells the next run asks again
@@ -59,7 +59,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     alive once the run has given up on it); results are told in ask order,
     so the outcome does not depend on timing. An exception from ``evaluate``
     is retried ``retries`` times (waiting ``retry_wait * 2^k`` seconds), then
-    raised as :class:`EvaluationError`; everything told before is in the log.
+    raised as `EvaluationError`; everything told before is in the log.
     The run stops where ``selector``'s stopping rule says
     (``Selector(stop=...)``). ``stop_early`` is deprecated: ``False`` is
     ``selector.use_stop("budget")``, ``True`` keeps the selector's rule.
@@ -70,12 +70,12 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     this run would have, without calling the scorer). A second signal, or
     ``grace`` seconds after the first, ends the wait: every result already
     arrived is logged, only the calls still running are abandoned. Then
-    :class:`Interrupted` is raised with the counts (``again``: cells the next
+    `Interrupted` is raised with the counts (``again``: cells the next
     run asks again).
 
-    A full disk (:attr:`Selector.log_full`): the run stops asking, logs the
+    A full disk (`Selector.log_full`): the run stops asking, logs the
     batches in flight the same way, and raises
-    :class:`pulse_jax.live.LogWriteError` saying every paid cell is in the log.
+    `pulse_jax.live.LogWriteError` saying every paid cell is in the log.
     """
     require(concurrency >= 1, f"concurrency must be >= 1, got {concurrency}")
     require(retries >= 0, f"retries must be >= 0, got {retries}")
@@ -99,27 +99,10 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     install = handle_signals and threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if install else {}
     workers = _Workers(concurrency)
-    in_flight: deque = deque()
-    start, logged_before = time.perf_counter(), selector.spent
+    in_flight: deque = deque((request, workers.submit(call, request)) for request in selector.pending())
+    logged_before = selector.spent
     try:
-        for request in selector.pending():
-            in_flight.append((request, workers.submit(call, request)))
-        while stop["signal"] is None and not selector.log_full:
-            while len(in_flight) < concurrency and stop["signal"] is None:
-                request = selector.ask()
-                if request is None:
-                    break
-                in_flight.append((request, workers.submit(call, request)))
-            if not in_flight:
-                break
-            request, future = in_flight[0]
-            scores = _result_unless_stopped(future, stop)
-            if scores is _STOPPED:        # a signal while waiting: the batch stays in flight
-                break
-            in_flight.popleft()
-            selector.tell(request, scores)
-            if progress:
-                _progress(selector, len(in_flight), time.perf_counter() - start)
+        _drive(selector, workers, call, in_flight, concurrency, stop, progress)
         if selector.log_full or stop["signal"] is not None:
             kept, again = _settle(selector, in_flight, stop, grace)
             if stop["signal"] is not None:
@@ -137,6 +120,28 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
 
 _STOPPED = object()
 _POLL = 0.05   # seconds between checks for a signal while waiting on the scorer
+
+
+def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: dict, progress: bool):
+    """Ask, evaluate and tell in ask order until the selector asks nothing more, a signal arrives or
+    the log's disk is full (``in_flight`` keeps what is still out)."""
+    start = time.perf_counter()
+    while stop["signal"] is None and not selector.log_full:
+        while len(in_flight) < concurrency and stop["signal"] is None:
+            request = selector.ask()
+            if request is None:
+                break
+            in_flight.append((request, workers.submit(call, request)))
+        if not in_flight:
+            return
+        request, future = in_flight[0]
+        scores = _result_unless_stopped(future, stop)
+        if scores is _STOPPED:        # a signal while waiting: the batch stays in flight
+            return
+        in_flight.popleft()
+        selector.tell(request, scores)
+        if progress:
+            _progress(selector, len(in_flight), time.perf_counter() - start)
 
 
 def _result_unless_stopped(future, stop: dict):

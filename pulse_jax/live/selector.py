@@ -1,6 +1,6 @@
 """Ask/tell best-model selection on real evaluations, on the simulation's own kernel.
 
-``Selector`` drives the pure pieces of :func:`pulse_jax.engine.build_kernel`
+``Selector`` drives the pure pieces of `pulse_jax.engine.build_kernel`
 (``init``, ``select``, ``refit``, ``draw``, ``observe``) one batch at a time,
 so a selector fed the scores of a full matrix makes exactly the choices of
 ``simulate(..., seed)``'s first repetition. The told scores go into the
@@ -14,19 +14,19 @@ predictions, lambda and the inclusion probability are fixed when it is asked
 sequences need: each stays valid whatever the order in which results come
 back.
 
-Durability (:mod:`pulse_jax.live.journal`): every told batch is committed to
+Durability (`pulse_jax.live.journal`): every told batch is committed to
 an SQLite log in its own transaction before it changes the selector. A selector created with
 an existing log replays it, checks every replayed request against the log,
 and continues; batches in flight when the process died are asked again (the
 only loss). The example embeddings are saved next to the log, so a resumed
 run uses exactly the same side information.
 
-Stopping: the selector's :class:`pulse_jax.stopping.StoppingRule` (``stop=``),
-checked before every ask by the same :func:`pulse_jax.engine.stop_status` that
+Stopping: the selector's `pulse_jax.stopping.StoppingRule` (``stop=``),
+checked before every ask by the same `pulse_jax.engine.stop_status` that
 stops a simulated run, on the kernel's anytime-valid confidence sequences
-(:class:`pulse_jax.confidence.ConfSeq`): they are valid at every look, so
+(`pulse_jax.confidence.ConfSeq`): they are valid at every look, so
 checking them after every batch is valid. The rule declares what its stop
-certifies, and :meth:`Selector.result` states it. Naive-Pooling has no
+certifies, and `Selector.result` states it. Naive-Pooling has no
 interval, so it spends its budget.
 """
 from __future__ import annotations
@@ -141,26 +141,30 @@ class Selector:
       models: candidate names (unique).
       examples: the number of examples, or their ids (unique).
       budget: total cells, initialization included.
-      method: the estimator: an :class:`pulse_jax.Estimator` (e.g.
+      method: the estimator: an `pulse_jax.Estimator` (e.g.
         ``pulse(variance_bound=...)`` or your own) or its name, "pulse"
         (default), "ucbe", "naive", "package.module:attribute".
-      train: side information, a (n_train, n) matrix with NaN for missing
-        cells (or a ``ScoreMatrix`` whose examples are aligned by id); or
-      V: example embeddings (n, r) fitted earlier. PULSE and Naive need one.
-      log: path of the log (an SQLite database, :mod:`pulse_jax.live.journal`); an existing log is
+      batch_size: examples per batch, as in `pulse_jax.BanditConfig`.
+      init_batches: batches per model in the first look.
+      exploration: the index rule's ``exploration`` (``rule.exploration``; None: the rule's default).
+      refit_every: bandit steps between refits of the factorization (0: none after the first).
+      delta: every interval holds with probability at least ``1 - delta``.
+      seed: the run's seed (the same as ``simulate(..., seed)``'s first repetition).
+      train: side information, a (n_train, n) matrix with NaN for missing cells (or a ``ScoreMatrix``
+        whose examples are aligned by id).
+      V: example embeddings (n, r) fitted earlier, instead of ``train`` (PULSE and Naive need one).
+      rank: the rank of the embeddings fitted on ``train``.
+      log: path of the log (an SQLite database, `pulse_jax.live.journal`); an existing log is
         resumed (a JSONL log of an earlier version is converted in place first).
-      batch_size, init_batches, refit_every, rule, cs_grid: as in
-        :class:`pulse_jax.BanditConfig` (``rule`` a sampling rule or its name;
-        ``"lucb"`` or ``"top_two"`` sample to certify the best model sooner;
-        ``cs_grid > 0``: betting confidence sequences).
-      exploration, delta: the index rule's ``exploration`` (``rule.exploration``; the rule's default
-        when None) and the engine's ``delta``; or pass ``params`` instead: a dict ``{name or path:
-        value}``, a :class:`pulse_jax.RunParams`, or a :class:`pulse_jax.BanditParams`.
-      stop: the stopping rule (:class:`pulse_jax.stopping.StoppingRule` or its name, as in
-        :class:`pulse_jax.BanditConfig`), checked before every ask: ``"certified"`` stops once a model
+      rule: a sampling rule or its name; ``"lucb"`` or ``"top_two"`` sample to certify the best model
+        sooner.
+      params: instead of ``exploration`` and ``delta``: a dict ``{name or path: value}``, a
+        `pulse_jax.RunParams`, or a `pulse_jax.BanditParams`.
+      cs_grid: ``> 0``: betting confidence sequences on a grid of that many bets; 0: Bernstein.
+      stop: the stopping rule (`pulse_jax.stopping.StoppingRule` or its name, as in
+        `pulse_jax.BanditConfig`), checked before every ask: ``"certified"`` stops once a model
         is certified best; ``"budget"`` spends the whole budget. Default: ``"certified"`` for a method
         with an interval, ``"budget"`` otherwise.
-      seed: the run's seed; rank: for fitting ``train``.
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
@@ -225,7 +229,7 @@ class Selector:
 
     @property
     def stop(self):
-        """The stopping rule checked before every ask (:class:`pulse_jax.stopping.StoppingRule`)."""
+        """The stopping rule checked before every ask (`pulse_jax.stopping.StoppingRule`)."""
         return self.config.stop
 
     def use_stop(self, stop, params=None) -> None:
@@ -272,7 +276,10 @@ class Selector:
                 first = np.load(sidecar, allow_pickle=False)
             except (OSError, ValueError) as err:
                 raise PulseInputError(f"{sidecar}: cannot read the embeddings saved with the log: {err}") from None
-            require(first.ndim == 2 and first.shape[0] == self.config.n_examples and np.isfinite(first).all(),
+            require(first.ndim != 2 or first.shape[0] == self.config.n_examples,
+                    f"examples: this run has {self.config.n_examples} examples, but {self.log_path} was started with "
+                    f"{first.shape[0]}; give the same examples (--examples) to resume, or a new log")
+            require(first.ndim == 2 and np.isfinite(first).all(),
                     f"{sidecar}: not the (n_examples={self.config.n_examples}, rank) embeddings of this run")
             if V is not None:
                 require(np.shape(V) == first.shape and np.allclose(np.asarray(V, np.float32), first),
@@ -405,9 +412,9 @@ class Selector:
         """Commit ``record`` to the log, retrying a failed commit (each failure is rolled back whole).
 
         If it still fails, the log's reserve is freed and the record committed into it: the selector is
-        then *log full* (:attr:`log_full`): it asks nothing more, the batches in flight can still be told
+        then *log full* (`log_full`): it asks nothing more, the batches in flight can still be told
         (into the reserve), and the run stops with one line naming the log and the fix, no cell paid
-        twice. When even that fails, :class:`LogWriteError` names the cells that will be asked again.
+        twice. When even that fails, `LogWriteError` names the cells that will be asked again.
         """
         failure = None
         for attempt in range(WRITE_RETRIES + 1):

@@ -1,9 +1,9 @@
-"""Sampling rules: which model the next batch goes to (one file each; see :mod:`pulse_jax.rules.base`).
+"""Sampling rules: which model the next batch goes to (one file each; see `pulse_jax.rules.base`).
 
-* :func:`ucb_index_rule` -- the paper's UCB-E index (the default);
-* :func:`lucb` -- LUCB's leader or challenger, built for certification;
-* :func:`top_two` -- Top-Two with the empirical-best leader and transportation-cost challenger (EB-TC);
-* :func:`successive_halving` -- fixed-budget successive halving.
+* `ucb_index_rule` -- the paper's UCB-E index (the default);
+* `lucb` -- LUCB's leader or challenger, built for certification;
+* `top_two` -- Top-Two with the empirical-best leader and transportation-cost challenger (EB-TC);
+* `successive_halving` -- fixed-budget successive halving.
 """
 # Imported in the order the names list (each built-in adds itself to BUILT_IN on import).
 from pulse_jax.rules.base import RuleInputs, SamplingRule, ucb_index  # isort: skip

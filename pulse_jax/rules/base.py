@@ -1,12 +1,12 @@
 """The sampling-rule interface: which model the next batch goes to.
 
-A :class:`SamplingRule` is a small set of pure functions over the rule's own
+A `SamplingRule` is a small set of pure functions over the rule's own
 state pytree (``()`` for a stateless rule), in the optax style:
 
 * ``init(config) -> state`` once per repetition (``config`` is the static
-  :class:`pulse_jax.BanditConfig`: shapes, budget, batch size);
+  `pulse_jax.BanditConfig`: shapes, budget, batch size);
 * ``choose(state, inputs, params) -> (model, state)`` at every step, from
-  the :class:`RuleInputs` of that step and the rule's own traced ``params``
+  the `RuleInputs` of that step and the rule's own traced ``params``
   (the pytree its ``params`` field declares, with the run's values); ``model =
   -1`` (or a model that cannot be pulled now) means "pull nothing this step";
 * ``update(state, model, size) -> state`` after a batch of ``size`` cells of
@@ -21,8 +21,8 @@ state pytree (``()`` for a stateless rule), in the optax style:
 which logs and results record, and ``params`` holds the rule's own numbers: a
 small ``NamedTuple`` with their defaults (and, optionally, a ``RANGES`` class
 attribute), traced like the engine's, so a sweep over ``rule.<field>`` never
-recompiles (:mod:`pulse_jax.params`). Every random choice takes its uniform from
-:func:`pulse_jax.ties.tie_uniform` (``inputs.tie_key``, ``inputs.t``, a
+recompiles (`pulse_jax.params`). Every random choice takes its uniform from
+`pulse_jax.ties.tie_uniform` (``inputs.tie_key``, ``inputs.t``, a
 stream), so runs on one key share their random numbers.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from pulse_jax.protocols import RuleChoose, RuleEligible, RuleInit, RuleUpdate
 
 #: The built-in sampling rules by name. Each built-in's own file adds itself; the names resolve in
-#: :mod:`pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
+#: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
 BUILT_IN: dict = {}
 
 

@@ -21,7 +21,7 @@ fixed-confidence and beyond" (EB-TC). At step ``t``:
   an interval; ``docs/confidence.md``, "Batch size and the challenger");
 * the leader is pulled with probability ``leader_fraction`` (``beta``; a
   uniform of stream ``COIN``), the challenger otherwise. ``leader_fraction`` is
-  the rule's own traced number (:class:`TopTwoParams`, swept as
+  the rule's own traced number (`TopTwoParams`, swept as
   ``rule.leader_fraction``; default the factory's argument), so a sweep over it
   never recompiles. If the one drawn cannot be pulled, the other is; if
   neither can, the index rule's choice (with ``rule.exploration``).
@@ -65,7 +65,7 @@ def interval_cost(estimates, low, high, leader):
 def symmetric_interval_cost(estimates, low, high, leader):
     """``W(L, j) = (mu_hat_L - mu_hat_j)_+ / (w_L + w_j)``, ``w = (high - low) / 2``: the gap in units
     of the half-widths, as if each interval were centred on its estimate. Kept to measure why
-    :func:`interval_cost` measures exclusion directly (``docs/confidence.md``, "Batch size and the
+    `interval_cost` measures exclusion directly (``docs/confidence.md``, "Batch size and the
     challenger"): with asymmetric bounds it ranks excluded models first."""
     half = (high - low) / 2
     gap = jnp.maximum(estimates[leader] - estimates, 0.0)

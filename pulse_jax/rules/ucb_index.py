@@ -1,6 +1,6 @@
 """The paper's sampling rule (UCB-E, Audibert et al. 2010): pull ``argmax_i mu_hat_i + sqrt(a / N_i)``.
 
-``a`` is the rule's own number ``exploration`` (:class:`IndexParams`; swept as
+``a`` is the rule's own number ``exploration`` (`IndexParams`; swept as
 ``rule.exploration``); ties are broken uniformly at random (stream ``PULL``).
 It is the default rule of every method.
 """

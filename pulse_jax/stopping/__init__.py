@@ -1,11 +1,11 @@
-"""Stopping rules: when a repetition stops spending (one file each; see :mod:`pulse_jax.stopping.base`).
+"""Stopping rules: when a repetition stops spending (one file each; see `pulse_jax.stopping.base`).
 
-* :func:`spend_budget` -- fixed budget (the default);
-* :func:`when_certified` -- fixed confidence: stop at the first certification;
-* :func:`epsilon_good` -- stop once a model is certified within ``epsilon`` of the best;
-* :func:`top_k` -- stop once the k best models are certified as a set;
-* :func:`tie_group` -- stop once the leader's group of inseparable models is small enough
-  (:func:`groups` splits every model into ordered groups).
+* `spend_budget` -- fixed budget (the default);
+* `when_certified` -- fixed confidence: stop at the first certification;
+* `epsilon_good` -- stop once a model is certified within ``epsilon`` of the best;
+* `top_k` -- stop once the k best models are certified as a set;
+* `tie_group` -- stop once the leader's group of inseparable models is small enough
+  (`groups` splits every model into ordered groups).
 """
 from pulse_jax.stopping.base import StopInputs, StoppingRule
 from pulse_jax.stopping.budget import spend_budget

@@ -1,11 +1,11 @@
 """The stopping-rule interface: when a repetition stops spending.
 
-A :class:`StoppingRule` is ``done(inputs, params) -> bool``: checked before
+A `StoppingRule` is ``done(inputs, params) -> bool``: checked before
 every step, a run whose rule says ``True`` pulls nothing more (its remaining
-steps spend no cells). :class:`StopInputs` carries what the run knows then,
+steps spend no cells). `StopInputs` carries what the run knows then,
 including its first certificate: the engine records, for every method with
 an interval, the first time the leader's lower bound exceeds every other
-model's upper bound (:func:`pulse_jax.confidence.certify` on the
+model's upper bound (`pulse_jax.confidence.certify` on the
 simultaneous, anytime-valid bounds), whatever the stopping rule.
 
 A stop is final: once ``done`` says ``True`` the run pulls nothing more,
@@ -22,19 +22,19 @@ What a stop certifies is the rule's to declare, not the engine's:
 
 * ``claim(inputs, params) -> (m,) bool`` names the models the rule's
   certificate is about when it stops now (the certified best for
-  :func:`pulse_jax.stopping.when_certified`; no model for the fixed budget);
+  `pulse_jax.stopping.when_certified`; no model for the fixed budget);
 * ``statement(names, delta, params) -> str`` says it in one line a user can
   paste into a paper (host side; ``names`` the claimed models' names);
 * ``holds(claimed, true_means, params) -> bool`` says whether a claim is true
-  (host side; simulations count the false ones, :func:`pulse_jax.analysis.metrics.claims`);
+  (host side; simulations count the false ones, `pulse_jax.analysis.metrics.claims`);
 * ``upper_models``: how many models' upper bounds the claim rests on. A claim
   about the best model needs every lower bound and the best model's upper bound
   (1, what certification levels, ``cs_simultaneous < 1``, pay for); a top-k set
   needs the k best models' upper bounds, so it needs ``cs_simultaneous >=
-  log k / log m`` (:func:`pulse_jax.engine.check_levels` refuses less).
+  log k / log m`` (`pulse_jax.engine.check_levels` refuses less).
 
 Simulation and live selection call the same ``done`` on the same
-:class:`StopInputs` (:func:`pulse_jax.engine.finished`), and the live report
+`StopInputs` (`pulse_jax.engine.finished`), and the live report
 prints the rule's statement.
 """
 from __future__ import annotations
@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from pulse_jax.protocols import StopClaim, StopDone, StopHolds, StopStatement
 
 #: The built-in stopping rules by name. Each built-in's own file adds itself; the names resolve in
-#: :mod:`pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
+#: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
 BUILT_IN: dict = {}
 
 

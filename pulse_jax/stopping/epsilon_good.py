@@ -10,7 +10,7 @@ probability at least ``1 - delta``; ``docs/confidence.md``),
 example of both models; epsilon-good stops once their difference no longer matters
 (Even-Dar, Mannor & Mansour 2006 call the target an epsilon-optimal arm).
 
-``epsilon`` is traced (:class:`EpsilonParams`), so ``sweep`` over ``stop.epsilon`` compiles once.
+``epsilon`` is traced (`EpsilonParams`), so ``sweep`` over ``stop.epsilon`` compiles once.
 """
 from __future__ import annotations
 

@@ -5,10 +5,10 @@ reaches the largest lower bound. The best model is in ``G`` at every look with p
 least ``1 - delta``: if a best model ``b`` were not, :math:`U_b < L_\ell \le \mu_\ell \le \mu_b`
 for the model ``\ell`` with the largest lower bound, so ``\ell``'s lower bound or ``b``'s upper
 bound failed -- the event certification rests on (``upper_models = 1``). A group of one is
-exact-best certification. :func:`tie_group` stops once ``G`` has at most ``stop.size`` models
+exact-best certification. `tie_group` stops once ``G`` has at most ``stop.size`` models
 (traced: a sweep over it compiles once).
 
-:func:`groups` splits every model into tie groups, best first: the leader's group, then the
+`groups` splits every model into tie groups, best first: the leader's group, then the
 leader's group of the models left, and so on. Each group's first model (the largest lower bound
 left) is above every model of the later groups, whenever every bound holds -- at
 ``cs_simultaneous = 1`` with probability at least ``1 - delta``; at certification levels only the
@@ -67,7 +67,7 @@ def _holds(claimed, true_means, params):
 def groups(estimates, low, high) -> list[list[int]]:
     """Model indices in tie groups, best group first (host side).
 
-    The first group is the leader's group (:func:`leader_group`): the model with the largest lower
+    The first group is the leader's group (`leader_group`): the model with the largest lower
     bound, then every model whose upper bound reaches it, by estimate. The same rule, applied to the
     models left, gives the next group, and so on. Each group's first model is above every model of
     the later groups (its lower bound clears their upper bounds).

@@ -8,7 +8,7 @@ k; then :math:`L_i \le \mu_i < \mu_j \le U_j` fails unless ``i``'s lower bound o
 bound failed. The event needs every lower bound and the upper bounds of the k best models:
 ``upper_models = k``. At certification levels (``cs_simultaneous = s < 1``) each upper bound is
 set at ``delta / (2 C m^s)``, so the k of them together take at most ``delta / 2`` only when
-``m^s >= k``; :func:`pulse_jax.engine.check_levels` refuses a run with less, and the CLI raises
+``m^s >= k``; `pulse_jax.engine.check_levels` refuses a run with less, and the CLI raises
 ``s`` to ``log k / log m`` itself. Then ``P(a wrong set) <= delta``.
 
 ``k`` is static (it fixes the claim's size); the rule has no traced numbers.
