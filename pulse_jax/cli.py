@@ -348,9 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _resolve_defaults(args, source: str) -> None:
     """Fill the options whose default depends on where the scores come from (`RUN_DEFAULTS`)."""
+    args.defaulted = set()
     for key, value in RUN_DEFAULTS[source].items():
         if getattr(args, key, None) is None:
             setattr(args, key, value)
+            args.defaulted.add(key)
 
 
 def _check_run_args(args) -> None:
@@ -633,12 +635,23 @@ def _side_information(args, cand, n):
     if args.embeddings:
         return _load_embeddings(args.embeddings, cand, n)
     train = data.align_train(cand, data.load(args.train))
-    rank, settings = args.rank, factorization.DEFAULT_STAGE0
+    rank, settings = _fit_rank(args, train.scores.shape), factorization.DEFAULT_STAGE0
     if getattr(args, "hparams", None):
         from pulse_jax import tuning
 
         rank, settings = tuning.load_hparams(args.hparams)
     return factorization.fit_example_embeddings(train.scores, rank=rank, settings=settings, seed=args.seed)
+
+
+def _fit_rank(args, shape) -> int:
+    """The embeddings' rank: the default is capped at what the history allows (with a note); a rank
+    given with ``--rank`` is used as given (and refused, naming the limit, when too large)."""
+    limit = min(shape)
+    if args.rank > limit and "rank" in getattr(args, "defaulted", ()):
+        print(f"pulse-jax: note: --rank {args.rank} (the default) needs at least {args.rank} historical models; "
+              f"--train has {shape[0]} models x {shape[1]} examples, so rank {limit} is used", file=sys.stderr)
+        return limit
+    return args.rank
 
 
 def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
@@ -723,6 +736,7 @@ def cmd_sweep(args) -> None:
     rows = result.table(targets)
     _say_ties(result.results[0])
     print(result.format_table(_shown(rows, args.target), target=args.target))
+    print("(savings: +x% needs x% fewer cells than the baseline point to reach the target; -x%: more)")
     if len(rows) > SHOWN_ROWS:
         print(f"({SHOWN_ROWS} of {len(rows):,} points: the baseline and the best by cells to the target; every point "
               "is in sweep.csv)")
@@ -897,6 +911,7 @@ def cmd_select(args) -> None:
     train = None
     if args.train and estimator.uses_predictions:
         train = data.load(args.train)
+        args.rank = _fit_rank(args, train.scores.shape)
     require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
     require(args.grace is None or args.grace >= 0, f"--grace must be >= 0 seconds, got {args.grace}")
     require(args.concurrency >= 1, f"--concurrency must be >= 1, got {args.concurrency}")

@@ -40,14 +40,15 @@ def main(argv=None) -> int:
     if argv[:1] == ["models"]:
         print("\n".join(models()))
         return 0
-    if argv[:1] == ["train"] and len(argv) == 2:
+    if argv[:1] in (["train"], ["candidates"]) and len(argv) == 2:
         from pulse_jax.io.data import ScoreMatrix, save_csv
 
         bench = benchmark()
-        save_csv(ScoreMatrix(bench.train.astype(float), bench.train_models,
-                             tuple(str(j) for j in range(bench.train.shape[1]))), argv[1])
+        matrix, names = (bench.train, bench.train_models) if argv[0] == "train" else (bench.scores, bench.models)
+        save_csv(ScoreMatrix(matrix.astype(float), tuple(names), tuple(str(j) for j in range(matrix.shape[1]))),
+                 argv[1])
         return 0
-    print("usage: python -m pulse_jax.stand_in models | train FILE.csv", file=sys.stderr)
+    print("usage: python -m pulse_jax.stand_in models | train FILE.csv | candidates FILE.csv", file=sys.stderr)
     return 2
 
 

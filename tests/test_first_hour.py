@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -294,3 +295,81 @@ def test_no_carriage_returns_when_stderr_is_not_a_terminal(tmp_path, capsys):
     """``pulse-jax demo 2> log``: no progress bar (capsys's stderr is not a terminal)."""
     assert cli.main(["demo", "--reps", "4", "--method", "ucbe", "--out", str(tmp_path / "d")]) == 0
     assert "\r" not in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_the_readmes_command_line_block_runs_top_to_bottom_in_an_empty_folder(tmp_path, monkeypatch, capsys):
+    """Every line of the README's CLI block, in order, in an empty folder (repetitions and the tuning grid
+    cut so the suite stays quick; nothing else changed)."""
+    import re
+    import shlex
+
+    from pulse_jax import stand_in
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    block = readme.split("## The command line in 10 lines")[1].split("```bash\n")[1].split("```")[0]
+    lines = [line.split("   #")[0].strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
+    monkeypatch.chdir(tmp_path)
+    for line in lines:
+        for command in line.split(";"):
+            argv = shlex.split(re.sub(r"--reps \d+", "--reps 4", command))
+            if argv[:3] == ["python", "-m", "pulse_jax.stand_in"]:
+                out = argv.index(">") if ">" in argv else None
+                if out is not None:
+                    assert stand_in.main(argv[3:out]) == 0
+                    (tmp_path / argv[out + 1]).write_text(capsys.readouterr().out)
+                else:
+                    assert stand_in.main(argv[3:]) == 0
+                continue
+            assert argv[0] == "pulse-jax", command
+            if argv[1] == "sweep":
+                argv += ["--reps", "4"]
+            if argv[1] == "tune":
+                argv += ["--ranks", "2", "--lams", "0.1", "--epochs", "5", "--folds", "2"]
+            if argv[1] in ("--help", "--version"):
+                with pytest.raises(SystemExit) as done:
+                    cli.main(argv[1:])
+                assert done.value.code == 0
+                continue
+            assert cli.main(argv[1:]) == 0, (command, capsys.readouterr().err[-2000:])
+    assert (tmp_path / "results" / "summary.json").is_file() and (tmp_path / "run_report" / "report.md").is_file()
+
+
+def test_a_model_evaluated_on_every_example_reports_its_exact_mean_as_its_interval():
+    """cs_low / cs_high are the interval certification uses: an exhausted model's is its exact mean."""
+    scores = synthetic.make_benchmark(seed=3, n_models=4, n_examples=48, n_train=10).scores
+    config = BanditConfig(n_models=4, n_examples=48, budget=4 * 48, batch_size=8, stop="budget")
+    result = simulate(scores, config, "ucbe", reps=3, seed=0)
+    exhausted = result.n_obs >= 48
+    assert exhausted.any()
+    means = np.broadcast_to(scores.mean(1), result.cs_low.shape)
+    np.testing.assert_allclose(result.cs_low[exhausted], means[exhausted], atol=1e-6)
+    np.testing.assert_allclose(result.cs_high[exhausted], means[exhausted], atol=1e-6)
+
+
+def test_the_default_rank_is_capped_by_a_small_history_with_a_note(tmp_path, capsys):
+    b = synthetic.make_benchmark(seed=0, n_models=6, n_examples=60, n_train=10)
+    np.savez(tmp_path / "cand.npz", scores=b.scores)
+    np.savez(tmp_path / "train.npz", scores=b.train)
+    base = ["simulate", "--scores", str(tmp_path / "cand.npz"), "--train", str(tmp_path / "train.npz"), "--method",
+            "pulse", "--reps", "2", "--batch-size", "4", "--quiet"]
+    assert cli.main(base + ["--out", str(tmp_path / "a")]) == 0
+    assert "--rank 16 (the default) needs at least 16 historical models; --train has 10 models" in \
+        capsys.readouterr().err
+    assert cli.main(base + ["--rank", "16", "--out", str(tmp_path / "b")]) == 2     # given explicitly: refused
+    assert "rank=16 is not allowed" in capsys.readouterr().err
+
+
+def test_paired_savings_are_defined_when_the_target_is_met_at_initialization():
+    import warnings
+
+    scores = np.zeros((5, 64), np.float32)
+    scores[2] = 1.0                                   # the best is obvious after the first look
+    config = BanditConfig(n_models=5, n_examples=64, budget=5 * 8 + 80, batch_size=8)
+    a = simulate(scores, config, "ucbe", reps=8, seed=0)
+    b = simulate(scores, config, "ucbe", reps=8, seed=0, params={"rule.exploration": 4.0})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")                # no RuntimeWarning
+        for metric in ("paper", "strict"):
+            out = metrics.paired_savings(a, b, target=0.9, n_boot=50, metric=metric)
+            assert out["savings_pct"] == 0.0 and out["low"] == out["high"] == 0.0, out

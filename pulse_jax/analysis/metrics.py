@@ -277,8 +277,13 @@ def paired_savings(method: SimulationResult, baseline: SimulationResult, target:
 
 
 def _saved(method_budget: float, baseline_budget: float) -> float:
-    """`savings`, and 0 for equal budgets (both at 0 cells included)."""
-    return 0.0 if method_budget == baseline_budget else savings(method_budget, baseline_budget)
+    """`savings`, 0 for equal budgets (both at 0 cells: the target met at initialization), and -inf for
+    a method that needs cells where the baseline needs none."""
+    if method_budget == baseline_budget:
+        return 0.0
+    if baseline_budget == 0 and np.isfinite(method_budget):
+        return float("-inf")
+    return savings(method_budget, baseline_budget)
 
 
 def savings(method_budget: float, baseline_budget: float) -> float:

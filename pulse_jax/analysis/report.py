@@ -56,6 +56,7 @@ def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) 
         else:
             cells.append(f"{cert['certified_fraction']:.0%} certified")
     lines.append(f"{'certified best':>16} | " + " | ".join(f"{c:>15}" for c in cells))
+    lines.append(f"{'':>16}   (+x%: x% fewer cells than {next(iter(results))} to the target; -x%: more)")
     claiming = {r.config.stop.name for r in results.values() if r.config.stop.claim is not no_claim}
     if claiming:   # what the stopping rules claimed: how often they stopped, and how soon
         cells = []

@@ -5,7 +5,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths
+from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths, interval_bounds
 from pulse_jax.engine.config import (BanditConfig, Plugins, check_compatible, get_estimator, plugins_of,
                                      refit_period, traced_params)
 from pulse_jax.engine.kernel import finished, idle_record, init, step, stop_status
@@ -191,7 +191,10 @@ def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, para
     estimator, n = plugins.estimator, config.n_examples
     radius = estimator.radius(state.estimator, state.ledger, n, params.delta, params.estimator)
     radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
-    cs_low, cs_high, seq_low, seq_high = state.cs.low, state.cs.high, state.cs.seq_low, state.cs.seq_high
+    # The interval certification used: a model evaluated on every example is known exactly (its mean,
+    # not the running interval of its sequence, which need not contain it once the population is spent).
+    cs_low, cs_high = interval_bounds(estimator, state, config, params, "cs")
+    seq_low, seq_high = state.cs.seq_low, state.cs.seq_high
     if not estimator.has_interval:
         cs_low = cs_high = jnp.full(config.n_models, jnp.nan, jnp.float32)
         seq_low = seq_high = jnp.full(seq_low.shape, jnp.nan, jnp.float32)
