@@ -62,7 +62,7 @@ def _command(folder: Path, log, concurrency: int = 1) -> list[str]:
     return [sys.executable, "-m", "pulse_jax.cli", "select", "--models", str(folder / "models.txt"), "--examples",
             "1000", "--budget", str(BUDGET), "--batch-size", str(BATCH), "--method", "ucbe", "--evaluate",
             "durscore:score", "--stop", "budget", "--quiet", "--concurrency", str(concurrency), "--log", str(log),
-            "--report", str(folder / f"report_{Path(log).name}")]
+            "--report", str(_report_dir(folder, log))]
 
 
 def _env(folder: Path, calls: Path, delay: float = 0.02) -> dict:
@@ -96,8 +96,13 @@ def _paid_twice(calls: Path) -> int:
     return len(lines) - len(set(lines))
 
 
+def _report_dir(folder: Path, log) -> Path:
+    """One report folder per log (a folder holding another log's report is kept by ``select``)."""
+    return folder / f"report_{Path(log).parent.name}_{Path(log).name}"
+
+
 def _report(folder: Path, log) -> dict:
-    return json.loads((folder / f"report_{Path(log).name}" / "report.json").read_text())
+    return json.loads((_report_dir(folder, log) / "report.json").read_text())
 
 
 def _clean(folder: Path, concurrency: int) -> dict:
@@ -277,7 +282,8 @@ def commit_cost(root: Path, commits: int) -> dict:
 # --------------------------------------------------------------------------------------------- main
 
 def _markdown(result: dict) -> str:
-    lines = ["# Durability of the live log", "", f"`{result['command']}` on {result['machine']}.", "",
+    again = "".join(f" `{c}` re-measured {name}." for name, c in result.get("commands", {}).items())
+    lines = ["# Durability of the live log", "", f"`{result['command']}` on {result['machine']}.{again}", "",
              "## Two runs on one log", "", "| path of the second run | second refused | cells paid twice | message |",
              "|---|---|---:|---|"]
     for row in result["two_runs"]:
@@ -312,23 +318,30 @@ def main(argv=None) -> int:
     parser.add_argument("--commits", type=int, default=500)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=None)
+    parser.add_argument("--only", default=None, choices=["commit_cost", "two_runs", "full_disk", "kills"],
+                        help="run one scenario and replace its part of an existing --out file")
     parser.add_argument("--inside-full-disk", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.inside_full_disk:
         full_disk(Path(args.inside_full_disk), inside=True)
         return 0
     root = Path(tempfile.mkdtemp(prefix="pulse-durability-"))
+    command = "python benchmarks/bench_durability.py " + " ".join(argv or sys.argv[1:])
+    result = {"command": command,
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"}
+    if args.only:
+        require_out = args.out and Path(args.out).is_file()
+        if not require_out:
+            parser.error("--only replaces a part of an existing --out file; give --out")
+        result = json.loads(Path(args.out).read_text())
+        result.setdefault("commands", {})[args.only] = command
+    scenarios = {"commit_cost": lambda: commit_cost(root, args.commits), "two_runs": lambda: two_runs(root),
+                 "full_disk": lambda: full_disk(root), "kills": lambda: kills(root, args.kills, args.seed)}
     try:
-        result = {"command": "python benchmarks/bench_durability.py " + " ".join(argv or sys.argv[1:]),
-                  "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"}
-        print("commit cost ...", file=sys.stderr, flush=True)
-        result["commit_cost"] = commit_cost(root, args.commits)
-        print("two runs on one log ...", file=sys.stderr, flush=True)
-        result["two_runs"] = two_runs(root)
-        print("full disk ...", file=sys.stderr, flush=True)
-        result["full_disk"] = full_disk(root)
-        print("kill -9 ...", file=sys.stderr, flush=True)
-        result["kills"] = kills(root, args.kills, args.seed)
+        for name, scenario in scenarios.items():
+            if args.only in (None, name):
+                print(f"{name} ...", file=sys.stderr, flush=True)
+                result[name] = scenario()
     finally:
         shutil.rmtree(root, ignore_errors=True)
     text = _markdown(result)

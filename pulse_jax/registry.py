@@ -41,18 +41,17 @@ _KINDS = {"estimator": (ESTIMATORS, estimators.Estimator, "method"),
           "stopping rule": (STOPPING_RULES, stopping.StoppingRule, "stop")}
 
 
-def load_attribute(spec: str, where: str = "plug-in"):
-    """``"package.module:attribute"`` imported (dots after the colon walk attributes)."""
-    module_name, _, attribute = spec.partition(":")
-    if not module_name or not attribute:
-        raise PulseInputError(f"{where}: {spec!r} is neither a registered name nor 'package.module:attribute'")
+def import_user_module(module_name: str, where: str, spec: str | None = None):
+    """Import a module of the user's (a scorer, a plug-in, an lm-eval model class) by name, with the
+    working folder on ``sys.path`` *after* installed packages; any failure is one line naming it."""
+    spec = spec or module_name
     here = os.getcwd()
     if not {"", ".", here} & set(sys.path):
         # The user's own modules in the working directory, *after* installed packages: a file there named
         # like a package (matplotlib.py) never replaces it.
         sys.path.append(here)
     try:
-        obj = importlib.import_module(module_name)
+        return importlib.import_module(module_name)
     except ImportError as err:
         raise PulseInputError(f"{where}: cannot import module {module_name!r} for {spec!r}: {err} "
                               "(is its folder on PYTHONPATH?)") from None
@@ -62,6 +61,14 @@ def load_attribute(spec: str, where: str = "plug-in"):
     except Exception as err:   # noqa: BLE001 -- the user's module may raise anything while importing
         raise PulseInputError(f"{where}: importing module {module_name!r} failed: {type(err).__name__}: "
                               f"{err}"[:400]) from None
+
+
+def load_attribute(spec: str, where: str = "plug-in"):
+    """``"package.module:attribute"`` imported (dots after the colon walk attributes)."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise PulseInputError(f"{where}: {spec!r} is neither a registered name nor 'package.module:attribute'")
+    obj = import_user_module(module_name, where, spec)
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise PulseInputError(f"{where}: module {module_name!r} has no attribute {attribute!r}")

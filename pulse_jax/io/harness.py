@@ -387,14 +387,11 @@ class LmEvalScorer:
         except ImportError:
             raise PulseInputError("live scoring with lm-eval needs it installed: pip install -e \".[harness]\"") \
                 from None
-        import importlib
+        from pulse_jax.registry import import_user_module
 
         _quiet_lm_eval()
         for module in plugins:        # modules that register lm-eval model classes of their own
-            try:
-                importlib.import_module(module)
-            except ImportError as err:
-                raise PulseInputError(f"--lm-eval-plugin {module}: cannot import it ({err})") from None
+            import_user_module(module, "--lm-eval-plugin")
         specs = dict(models) if isinstance(models, Mapping) else {str(m): str(m) for m in models}
         require(specs, "LmEvalScorer: no models")
         self.specs = {name: parse_model_spec(spec) for name, spec in specs.items()}
