@@ -6,6 +6,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import textwrap
@@ -373,3 +374,14 @@ def test_paired_savings_are_defined_when_the_target_is_met_at_initialization():
         for metric in ("paper", "strict"):
             out = metrics.paired_savings(a, b, target=0.9, n_boot=50, metric=metric)
             assert out["savings_pct"] == 0.0 and out["low"] == out["high"] == 0.0, out
+
+
+def test_the_notebooks_stored_outputs_come_from_this_version():
+    """A notebook's saved output that prints the version shows this one (the outputs were re-run)."""
+    from pulse_jax import __version__
+
+    for path in sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        text = "".join("".join(o.get("text", [])) for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
+        versions = re.findall(r"pulse-jax (\d+\.\d+\.\d+)", text)
+        assert set(versions) <= {__version__}, (path.name, versions)
