@@ -4,6 +4,7 @@ import json
 import os
 import sqlite3
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -156,7 +157,7 @@ def test_the_log_is_held_by_its_file_however_the_path_is_spelled(bench, tmp_path
               "try:\n    journal.Journal(sys.argv[1])\nexcept PulseInputError as e:\n    print(e); sys.exit(2)\n")
     before = log.read_bytes()
     for spelling in (tmp_path / "link.db", tmp_path / "alias" / "run.db", log):
-        out = subprocess.run(["python", "-c", script, str(spelling)], capture_output=True, text=True, timeout=60)
+        out = subprocess.run([sys.executable, "-c", script, str(spelling)], capture_output=True, text=True, timeout=60)
         assert out.returncode == 2, out.stderr
         assert f"is in use by process {os.getpid()} on" in out.stdout and len(out.stdout.strip().splitlines()) == 1
     holder.close()
