@@ -330,8 +330,7 @@ def main(argv=None) -> int:
     result = {"command": command,
               "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"}
     if args.only:
-        require_out = args.out and Path(args.out).is_file()
-        if not require_out:
+        if not (args.out and Path(args.out).is_file()):
             parser.error("--only replaces a part of an existing --out file; give --out")
         result = json.loads(Path(args.out).read_text())
         result.setdefault("commands", {})[args.only] = command

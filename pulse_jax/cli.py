@@ -379,8 +379,9 @@ def _check_numbers(args) -> None:
         low = 0 if option == "refit_every" else 1
         require(value is None or value >= low, f"--{option.replace('_', '-')} must be >= {low}, got {value}")
     delta = getattr(args, "delta", None)
-    require(delta is None or 0 < delta < 1, f"--delta {delta:g}: must lie strictly between 0 and 1 (the chance of a "
-                                            "wrong certificate)" if delta is not None else "")
+    if delta is not None:
+        require(0 < delta < 1, f"--delta {delta:g}: must lie strictly between 0 and 1 (the chance of a wrong "
+                               "certificate)")
 
 
 def _check_first_look(budget: int, models: int, args, where: str) -> None:
@@ -912,7 +913,6 @@ def cmd_select(args) -> None:
     if args.train and estimator.uses_predictions:
         train = data.load(args.train)
         args.rank = _fit_rank(args, train.scores.shape)
-    require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
     require(args.grace is None or args.grace >= 0, f"--grace must be >= 0 seconds, got {args.grace}")
     require(args.concurrency >= 1, f"--concurrency must be >= 1, got {args.concurrency}")
     out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")

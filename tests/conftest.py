@@ -90,3 +90,13 @@ def recovered_records(path) -> list:
         return [r for _, r in j.open()[1]]
     finally:
         j.close()
+
+
+def cli_fails(argv, capsys, needle):
+    """Run the CLI with ``argv``: exit 2, one stderr line containing ``needle``, no traceback; the line."""
+    from pulse_jax import cli
+
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+    return err

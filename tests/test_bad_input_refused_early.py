@@ -4,18 +4,10 @@ import warnings
 
 import numpy as np
 import pytest
-from conftest import tiny_problem
+from conftest import cli_fails, tiny_problem
 
-from pulse_jax import cli
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import EvaluationError, Selector, run
-
-
-def _fails(argv, capsys, needle):
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    return err
 
 
 @pytest.fixture
@@ -31,21 +23,21 @@ def files(tmp_path):
 
 def test_tune_checks_seed_and_output_before_cross_validating(files, capsys):
     base = ["tune", "--train", str(files / "train.npz"), "--ranks", "2", "--lams", "0.1", "--epochs", "5"]
-    _fails(base + ["--out", str(files / "h.json"), "--seed", "-1"], capsys, "--seed must lie in [0, 2**64)")
+    cli_fails(base + ["--out", str(files / "h.json"), "--seed", "-1"], capsys, "--seed must lie in [0, 2**64)")
     (files / "blocker").write_text("a file, not a folder")
-    err = _fails(base + ["--out", str(files / "blocker" / "sub" / "h.json")], capsys, "cannot create its folder")
+    err = cli_fails(base + ["--out", str(files / "blocker" / "sub" / "h.json")], capsys, "cannot create its folder")
     assert "cross-validation" not in err
 
 
 def test_sweep_refuses_a_grid_value_given_twice(tmp_path, capsys):
-    _fails(["sweep", "--grid", "exploration=1,1", "--reps", "2", "--quiet", "--out", str(tmp_path / "s")], capsys,
+    cli_fails(["sweep", "--grid", "exploration=1,1", "--reps", "2", "--quiet", "--out", str(tmp_path / "s")], capsys,
            "--grid exploration: the value 1 is given more than once")
 
 
 @pytest.mark.parametrize("option, name, needle", [("--embeddings", "short.npy", "embeddings must have shape (40, rank)"),
                                                   ("--train", "other.npz", "examples")])
 def test_simulate_refuses_unused_side_information_of_the_wrong_shape(files, capsys, option, name, needle):
-    _fails(["simulate", "--scores", str(files / "cand.npz"), "--method", "ucbe", option, str(files / name),
+    cli_fails(["simulate", "--scores", str(files / "cand.npz"), "--method", "ucbe", option, str(files / name),
             "--reps", "2", "--batch-size", "4", "--quiet", "--out", str(files / "out")], capsys, needle)
 
 
@@ -57,9 +49,9 @@ def test_select_options_name_what_is_wrong(tmp_path, capsys, monkeypatch):
             "run.jsonl"]
     with warnings.catch_warnings():
         warnings.simplefilter("error")       # no UserWarning before the error line
-        _fails(base + ["--models", "models.txt", "--examples", "0"], capsys, "--examples 0: give a positive number")
-    _fails(base + ["--models", "models.txt", "--examples", "-3"], capsys, "--examples -3: give a positive number")
-    _fails(base + ["--models", "folder", "--examples", "10"], capsys, "--models folder: is not a file")
+        cli_fails(base + ["--models", "models.txt", "--examples", "0"], capsys, "--examples 0: give a positive number")
+    cli_fails(base + ["--models", "models.txt", "--examples", "-3"], capsys, "--examples -3: give a positive number")
+    cli_fails(base + ["--models", "folder", "--examples", "10"], capsys, "--models folder: is not a file")
 
 
 def test_reordered_models_and_a_scorer_returning_none(small_bench, tmp_path):

@@ -6,17 +6,10 @@ import sys
 
 import numpy as np
 import pytest
-from conftest import tiny_problem
+from conftest import cli_fails, tiny_problem
 
 from pulse_jax import cli
 from pulse_jax.errors import PulseInputError
-
-
-def _fails(argv, capsys, needle):
-    assert cli.main(argv) == 2
-    err = capsys.readouterr().err
-    assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
-    return err
 
 
 @pytest.fixture
@@ -38,22 +31,22 @@ def _simulate(files, *extra):
 
 @pytest.mark.parametrize("name", ["fake.npz", "truncated.npz"])
 def test_a_damaged_npz_is_one_line(files, capsys, name):
-    _fails(_simulate(files, "--scores", str(files / name), "--method", "ucbe"), capsys,
+    cli_fails(_simulate(files, "--scores", str(files / name), "--method", "ucbe"), capsys,
            f"{files / name}: not a readable .npz score matrix")
-    _fails(_simulate(files, "--scores", str(files / "cand.npz"), "--method", "pulse", "--embeddings",
+    cli_fails(_simulate(files, "--scores", str(files / "cand.npz"), "--method", "pulse", "--embeddings",
                      str(files / name)), capsys, "not a .npy array file")
 
 
 def test_embeddings_of_rank_0_are_refused(files, capsys):
-    _fails(_simulate(files, "--scores", str(files / "cand.npz"), "--method", "pulse", "--embeddings",
+    cli_fails(_simulate(files, "--scores", str(files / "cand.npz"), "--method", "pulse", "--embeddings",
                      str(files / "rank0.npy")), capsys, "the embeddings have rank 0")
 
 
 def test_side_information_given_twice_is_refused_not_ignored(files, capsys):
-    _fails(_simulate(files, "--scores", str(files / "cand.npz"), "--method", "pulse", "--embeddings",
+    cli_fails(_simulate(files, "--scores", str(files / "cand.npz"), "--method", "pulse", "--embeddings",
                      str(files / "V.npy"), "--train", str(files / "train.npz")), capsys,
            "--embeddings gives the example embeddings directly, so --train would be ignored")
-    _fails(["sweep", "--scores", str(files / "cand.npz"), "--embeddings", str(files / "V.npy"), "--train",
+    cli_fails(["sweep", "--scores", str(files / "cand.npz"), "--embeddings", str(files / "V.npy"), "--train",
             str(files / "train.npz"), "--grid", "exploration=1,2", "--reps", "2", "--quiet", "--out", str(files / "s")],
            capsys, "so --train would be ignored")
 
@@ -61,9 +54,9 @@ def test_side_information_given_twice_is_refused_not_ignored(files, capsys):
 def test_a_method_without_an_interval_is_never_silently_given_another_rule(files, capsys):
     base = _simulate(files, "--scores", str(files / "cand.npz"), "--train", str(files / "train.npz"), "--rank", "3",
                      "--budget", "100")
-    _fails(base + ["--method", "naive", "--rule", "lucb"], capsys, "method 'naive' has no valid interval, so it "
+    cli_fails(base + ["--method", "naive", "--rule", "lucb"], capsys, "method 'naive' has no valid interval, so it "
                                                                    "cannot use rule='lucb'")
-    _fails(base + ["--method", "naive", "--stop", "certified"], capsys, "cannot use stop='certified'")
+    cli_fails(base + ["--method", "naive", "--stop", "certified"], capsys, "cannot use stop='certified'")
     assert cli.main(base + ["--method", "ucbe,naive", "--rule", "lucb", "--force"]) == 0   # a comparison: said
     assert "naive has no confidence interval, so it runs with rule lucb -> ucbe beside the other methods" in \
         capsys.readouterr().err
@@ -76,9 +69,9 @@ def test_evaluate_modules_that_fail_to_import_are_one_line(tmp_path, capsys, mon
     (tmp_path / "raising.py").write_text("raise RuntimeError('no API key')\n")
     base = ["select", "--models", "models.txt", "--examples", "10", "--budget", "100", "--method", "ucbe", "--log",
             "run.db"]
-    _fails(base + ["--evaluate", "broken:score"], capsys, "module 'broken' has a syntax error: invalid syntax")
-    _fails(base + ["--evaluate", "raising:score"], capsys, "importing module 'raising' failed: RuntimeError: no API key")
-    _fails(base[:4] + ["99999999999999999999"] + base[5:] + ["--evaluate", "pulse_jax.stand_in:score"], capsys,
+    cli_fails(base + ["--evaluate", "broken:score"], capsys, "module 'broken' has a syntax error: invalid syntax")
+    cli_fails(base + ["--evaluate", "raising:score"], capsys, "importing module 'raising' failed: RuntimeError: no API key")
+    cli_fails(base[:4] + ["99999999999999999999"] + base[5:] + ["--evaluate", "pulse_jax.stand_in:score"], capsys,
            "--examples 99999999999999999999: more examples than a run can index")
 
 
@@ -108,7 +101,7 @@ def test_long_table_inputs_are_one_line(tmp_path, capsys, name, content, needle)
     if name.endswith(".parquet"):
         pytest.importorskip("pyarrow")
     (tmp_path / name).write_bytes(content)
-    _fails(["import", "long", str(tmp_path / name), "--out", str(tmp_path / "x.csv")], capsys, needle)
+    cli_fails(["import", "long", str(tmp_path / name), "--out", str(tmp_path / "x.csv")], capsys, needle)
 
 
 def test_a_byte_order_mark_is_not_part_of_a_name(tmp_path):
@@ -140,13 +133,13 @@ def test_force_replaces_earlier_results_and_nothing_is_overwritten_without_it(fi
     base = _simulate(files, "--scores", str(files / "cand.npz"), "--train", str(files / "train.npz"), "--rank", "3")
     assert cli.main(base + ["--method", "ucbe,naive"]) == 0
     assert (out / "naive.npz").exists()
-    _fails(base + ["--method", "ucbe"], capsys, "already holds")
+    cli_fails(base + ["--method", "ucbe"], capsys, "already holds")
     (out / "notes.txt").write_text("mine")
     assert cli.main(base + ["--method", "ucbe", "--force"]) == 0
     assert not (out / "naive.npz").exists() and (out / "ucbe.npz").exists()   # no earlier method's file left
     assert (out / "notes.txt").read_text() == "mine"                          # only results are replaced
     (files / "h.json").write_text("{}")
-    _fails(["tune", "--train", str(files / "train.npz"), "--ranks", "2", "--lams", "0.1", "--epochs", "5", "--out",
+    cli_fails(["tune", "--train", str(files / "train.npz"), "--ranks", "2", "--lams", "0.1", "--epochs", "5", "--out",
             str(files / "h.json")], capsys, "--out " + str(files / "h.json") + ": exists; pass --force")
 
 
@@ -184,7 +177,7 @@ def test_select_writes_provenance_and_keeps_other_reports(tmp_path, capsys, monk
     assert record["inputs"][0]["path"] == str(tmp_path / "models.txt") and record["log"] == str((tmp_path / "a.db").resolve())
     assert cli.main(base + ["--log", "a.db"]) == 0                           # the same log: its report again
     capsys.readouterr()
-    _fails(base + ["--log", "b.db"], capsys, "--report rep: already holds")   # another log's report: kept
+    cli_fails(base + ["--log", "b.db"], capsys, "--report rep: already holds")   # another log's report: kept
     assert cli.main(base + ["--log", "b.db", "--force"]) == 0
 
 

@@ -193,10 +193,9 @@ def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, para
     radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
     # The interval certification used: a model evaluated on every example is known exactly (its mean,
     # not the running interval of its sequence, which need not contain it once the population is spent).
-    cs_low, cs_high = interval_bounds(estimator, state, config, params, "cs")
+    cs_low, cs_high = interval_bounds(estimator, state, config, params, "cs")     # NaN without an interval
     seq_low, seq_high = state.cs.seq_low, state.cs.seq_high
     if not estimator.has_interval:
-        cs_low = cs_high = jnp.full(config.n_models, jnp.nan, jnp.float32)
         seq_low = seq_high = jnp.full(seq_low.shape, jnp.nan, jnp.float32)
     # Budgets never reached (an early stop, exhausted models) take the final widths.
     final = half_widths(config, estimator, state, params)
