@@ -5,6 +5,7 @@ Errors in the input print one line (``pulse-jax: error: ...``) and exit 2.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -270,6 +271,22 @@ def _add_select(sub) -> None:
                      help="where lm-eval models run: cpu, cuda:0, ... (default: a GPU when torch sees one)")
     sel.add_argument("--lm-eval-plugin", action="append", default=[], metavar="MODULE",
                      help="import this module first (e.g. one that registers an lm-eval model class of your own)")
+    sel.add_argument("--inspect-task", default=None, metavar="FILE.py@TASK",
+                     help="score through Inspect (inspect-ai) on this task; each line of --models is then an Inspect "
+                          "model name, e.g. openai/gpt-4o-mini")
+    sel.add_argument("--inspect-scorer", default=None, help="the task's scorer to read (default: its only one)")
+    sel.add_argument("--inspect-metric", default=None, help="for a scorer whose values are dicts, the key to read")
+    sel.add_argument("--inspect-log-dir", default=None,
+                     help="where Inspect writes its logs (default: <log>.inspect beside the log)")
+    sel.add_argument("--value-map", action="append", default=[], metavar="VALUE=NUMBER",
+                     help="an Inspect score value as a number in [0, 1] (defaults: C=1, I=0, P=0.5, N=0)")
+    sel.add_argument("--price", action="append", default=[], metavar="MODEL=IN/OUT",
+                     help="dollars per million input/output tokens of a model (*=IN/OUT: every other model)")
+    sel.add_argument("--cost-per-call", type=float, default=None, help="dollars per cell (added to --price)")
+    sel.add_argument("--budget-usd", type=float, default=None,
+                     help="stop asking before a batch that could take the spend past this many dollars")
+    sel.add_argument("--usage", action="append", default=[], metavar="LOGS",
+                     help="Inspect logs (files or folders) of the task whose token counts estimate the cost")
     sel.add_argument("--log", required=True, help="the log (an SQLite database, e.g. run.db); run the same command "
                                                  "again to resume")
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
@@ -304,13 +321,24 @@ def _add_import(sub) -> None:
     lm.add_argument("--metric", required=True, help="the per-sample metric (acc, exact_match, ...), in [0, 1]")
     lm.add_argument("--filter", default=None, help="the filter (strict-match, flexible-extract, ...); needed when "
                                                    "the task logs several")
+    ins = kinds.add_parser("inspect", formatter_class=_HelpFormatter,
+                           help="Inspect eval logs (.eval / .json files, or folders of them)")
+    ins.add_argument("logs", nargs="+", metavar="LOG", help="log files or folders (searched recursively)")
+    ins.add_argument("--task", default=None, help="the task (needed when the logs hold several)")
+    ins.add_argument("--scorer", default=None, help="the scorer (needed when samples carry several scores)")
+    ins.add_argument("--metric", default=None, help="for a scorer whose values are dicts, the key to read")
+    ins.add_argument("--epochs", choices=("mean", "separate"), default="mean",
+                     help="several epochs of a sample: averaged into one example, or one example each (id@epoch)")
+    ins.add_argument("--value-map", action="append", default=[], metavar="VALUE=NUMBER",
+                     help="a score value as a number in [0, 1] (defaults: C=1, I=0, P=0.5, N=0)")
+    ins.add_argument("--tokens", default=None, help="CSV of each cell's token usage (default: <out>.tokens.csv)")
     long = kinds.add_parser("long", formatter_class=_HelpFormatter,
                             help="a long table with one row per (model, example, score): CSV, JSONL or Parquet")
     long.add_argument("file", help="the table (.csv, .jsonl or .parquet)")
     long.add_argument("--model-column", default="model", help="the column naming the model")
     long.add_argument("--example-column", default="example", help="the column naming the example")
     long.add_argument("--score-column", default="score", help="the column holding the score, in [0, 1]")
-    for p in (lm, long):
+    for p in (lm, ins, long):
         p.add_argument("--out", required=True, help="the score matrix CSV to write")
         p.add_argument("--force", action="store_true", help="write over an existing --out file")
 
@@ -872,6 +900,51 @@ def _lm_eval_scorer(args, models):
     return scorer, ids
 
 
+def _inspect_scorer(args, models):
+    """``(scorer, examples)`` for ``select --inspect-task``: the models are Inspect model names, the
+    examples the task's sample ids (all of them, or the first ``--examples`` / those listed)."""
+    from pulse_jax.io import inspect_harness
+
+    scorer = inspect_harness.InspectScorer(args.inspect_task, models,
+                                           log_dir=args.inspect_log_dir or str(args.log) + ".inspect",
+                                           scorer=args.inspect_scorer, metric=args.inspect_metric,
+                                           value_map=inspect_harness.parse_value_map(args.value_map))
+    ids = scorer.sample_ids
+    if args.examples is None:
+        return scorer, ids
+    chosen = _examples_option(args.examples)
+    if isinstance(chosen, int):
+        require(chosen <= len(ids), f"--examples {chosen}: the task {args.inspect_task!r} has {len(ids)} samples")
+        return scorer, ids[:chosen]
+    by_text = {str(i): i for i in ids}
+    bad = [x for x in chosen if x not in by_text]
+    require(not bad, f"--examples {args.examples}: no sample {bad[0]!r} in {args.inspect_task!r}")
+    return scorer, [by_text[x] for x in chosen]
+
+
+def _meter(args, models, evaluate):
+    """The money side of ``select`` (None without --price, --cost-per-call or --budget-usd)."""
+    if not (args.price or args.cost_per_call is not None or args.budget_usd is not None):
+        return None
+    from pulse_jax.live import money
+
+    require(args.price or args.cost_per_call is not None,
+            "--budget-usd needs prices: --price MODEL=IN/OUT (dollars per million tokens) or --cost-per-call")
+    prices = money.parse_prices(args.price, models, args.cost_per_call)
+    history = None
+    if args.usage:
+        from pulse_jax.io import inspect_harness
+
+        history = inspect_harness.read_inspect(args.usage, scorer=args.inspect_scorer, metric=args.inspect_metric,
+                                               value_map=inspect_harness.parse_value_map(args.value_map))
+    measured = getattr(evaluate, "tokens", None)
+    require(measured is not None or not any(p.per_token for p in prices.values()),
+            "--price in tokens needs a scorer that reports tokens (--inspect-task); price an --evaluate scorer "
+            "per call with --cost-per-call")
+    expected = money.expected_cost_per_cell(models, prices, history)
+    return money.Meter(models, prices, expected, budget_usd=args.budget_usd, tokens=measured)
+
+
 def cmd_select(args) -> None:
     from pulse_jax import live
     from pulse_jax.io import data
@@ -885,10 +958,13 @@ def cmd_select(args) -> None:
     models = _read_lines(args.models, "--models")
     require(len(models) >= 2, f"--models {args.models}: {len(models)} model; a selection needs at least 2 candidates")
     _check_first_look(args.budget, len(models), args, f"in {args.models}")
-    require((args.evaluate is None) != (args.lm_eval_task is None),
-            "give one way to score: --evaluate package.module:function or --lm-eval-task TASK")
+    require([args.evaluate, args.lm_eval_task, args.inspect_task].count(None) == 2,
+            "give one way to score: --evaluate package.module:function, --lm-eval-task TASK or --inspect-task "
+            "FILE.py@TASK")
     if args.lm_eval_task:
         evaluate, examples = _lm_eval_scorer(args, models)
+    elif args.inspect_task:
+        evaluate, examples = _inspect_scorer(args, models)
     else:
         require(args.examples is not None, "--examples: give the number of examples or a file of example ids")
         examples, evaluate = _examples_option(args.examples), _load_evaluate(args.evaluate)
@@ -921,6 +997,13 @@ def cmd_select(args) -> None:
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
                              train=train, rank=args.rank, log=args.log, rule=rule, params=numbers,
                              cs_grid=_cs_grid(args), stop=stop)
+    meter = _meter(args, models, evaluate)
+    if meter is not None:
+        meter.update(selector.evaluated())
+        print(meter.cost_line(args.budget, len(models) * args.batch_size * args.init_batches)
+              + (f"; {meter.line()} before this run" if selector.spent else ""))
+    allow = None if meter is None or meter.budget_usd is None else \
+        (lambda cells: meter.allows(selector.evaluated(), cells))
     try:
         if selector.spent:
             again = len(selector.pending())
@@ -928,7 +1011,7 @@ def cmd_select(args) -> None:
                   + (f"; {again} batch(es) that were in flight will be asked again" if again else ""))
         try:
             report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
-                              progress=_progress(args), grace=args.grace)
+                              progress=_progress(args), grace=args.grace, allow=allow)
         except live.EvaluationError as err:
             raise PulseInputError(f"{err}. The {selector.spent:,} cells evaluated so far are safe in {args.log}; "
                                   "run the same command again to continue") from None
@@ -940,6 +1023,9 @@ def cmd_select(args) -> None:
             raise
     finally:
         selector.close()
+    if meter is not None:
+        meter.update(selector.evaluated())
+        report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line())
     _write_select_report(out, report, selector, args, inputs)
 
 
@@ -969,6 +1055,19 @@ def cmd_import(args) -> None:
     _check_writable_file(args.out, "--out")
     if args.source == "lm-eval":
         matrix = harness.read_lm_eval(args.folders, args.task, args.metric, args.filter)
+    elif args.source == "inspect":
+        from pulse_jax.io import inspect_harness
+
+        tokens = Path(args.tokens) if args.tokens else out.with_name(out.stem + ".tokens.csv")
+        require(args.force or not tokens.exists(), f"--tokens {tokens}: exists; pass --force to write over it")
+        logs = inspect_harness.read_inspect(args.logs, task=args.task, scorer=args.scorer, metric=args.metric,
+                                            epochs=args.epochs,
+                                            value_map=inspect_harness.parse_value_map(args.value_map))
+        matrix = logs.scores
+        inspect_harness.save_tokens(logs, tokens)
+        cells = int((~np.isnan(logs.input_tokens)).sum())
+        print(f"tokens: {np.nansum(logs.input_tokens):,.0f} input + {np.nansum(logs.output_tokens):,.0f} output over "
+              f"{cells:,} cells (scorer {logs.scorer!r}); wrote {tokens}")
     else:
         matrix = harness.read_long(args.file, model=args.model_column, example=args.example_column,
                                    score=args.score_column)

@@ -36,6 +36,8 @@ class Report:
     certificate: str = ""         # the rule's one-line statement of what is certified (StoppingRule.statement)
     finished: bool = False        # nothing more will be asked (stopped, budget spent, or every model known exactly)
     groups: tuple = ()            # tie groups, best first (pulse_jax.stopping.groups)
+    spend: dict | None = None     # money: cells, tokens, dollars (pulse_jax.live.money.Meter.summary)
+    spend_line: str = ""          # the same in one line
 
     @property
     def ranking(self) -> list[str]:
@@ -54,6 +56,7 @@ class Report:
                 "finished": self.finished,
                 "claimed": list(self.claimed), "certificate": self.certificate,
                 "groups": [list(g) for g in self.groups], "groups_ordered_with_guarantee": self.simultaneous,
+                **({"spend": self.spend} if self.spend is not None else {}),
                 "ranking": rows,
                 "evaluated": {k: list(v) for k, v in self.evaluated.items()}}
 
@@ -72,6 +75,7 @@ class Report:
                                                       else " (running)")
                     + f": {self.certificate}.", "") if self.certificate else ()),
                  *((self._groups_line(), "") if len(self.groups) > 1 else ()),
+                 *((self.spend_line.capitalize() + ".", "") if self.spend_line else ()),
                  f"| rank | model | estimate | {level} confidence sequence | cells |",
                  "|---:|---|---:|---|---:|"]
         for k, row in enumerate(self.to_dict()["ranking"], start=1):

@@ -51,7 +51,8 @@ class Interrupted(KeyboardInterrupt):
 
 def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int = 1,
         retries: int = 0, retry_wait: float = 1.0, stop_early: bool | None = None, progress: bool = False,
-        grace: float | None = None, handle_signals: bool = True) -> Report:
+        grace: float | None = None, handle_signals: bool = True,
+        allow: Callable[[int], bool] | None = None) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
     Up to ``concurrency`` batches are evaluated at once, each in a worker
@@ -72,6 +73,10 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     arrived is logged, only the calls still running are abandoned. Then
     `Interrupted` is raised with the counts (``again``: cells the next
     run asks again).
+
+    ``allow(cells)``, if given, is asked before each batch with the cells still in flight plus
+    the next batch's; once it says no, the run asks nothing more and ends when the batches in
+    flight are told (a money budget: `pulse_jax.live.money.Meter.allows`).
 
     A full disk (`Selector.log_full`): the run stops asking, logs the
     batches in flight the same way, and raises
@@ -102,7 +107,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     in_flight: deque = deque((request, workers.submit(call, request)) for request in selector.pending())
     logged_before = selector.spent
     try:
-        _drive(selector, workers, call, in_flight, concurrency, stop, progress)
+        _drive(selector, workers, call, in_flight, concurrency, stop, progress, allow)
         if selector.log_full or stop["signal"] is not None:
             kept, again = _settle(selector, in_flight, stop, grace)
             if stop["signal"] is not None:
@@ -122,12 +127,18 @@ _STOPPED = object()
 _POLL = 0.05   # seconds between checks for a signal while waiting on the scorer
 
 
-def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: dict, progress: bool):
-    """Ask, evaluate and tell in ask order until the selector asks nothing more, a signal arrives or
-    the log's disk is full (``in_flight`` keeps what is still out)."""
+def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: dict, progress: bool,
+           allow=None):
+    """Ask, evaluate and tell in ask order until the selector asks nothing more (or ``allow`` refuses
+    the next batch), a signal arrives or the log's disk is full (``in_flight`` keeps what is still out)."""
     start = time.perf_counter()
+    largest = selector.config.batch_size * max(1, selector.config.init_batches)
+    refused = False
     while stop["signal"] is None and not selector.log_full:
-        while len(in_flight) < concurrency and stop["signal"] is None:
+        while len(in_flight) < concurrency and stop["signal"] is None and not refused:
+            if allow is not None and not allow(sum(len(r.example_ids) for r, _ in in_flight) + largest):
+                refused = True
+                break
             request = selector.ask()
             if request is None:
                 break

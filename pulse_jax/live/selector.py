@@ -600,6 +600,10 @@ class Selector:
     def spent(self) -> int:
         return sum(len(v) for v in self._told.values())
 
+    def evaluated(self) -> dict:
+        """``{model: [example ids told]}``: every cell the log holds a score for."""
+        return self._evaluated()
+
     def _evaluated(self) -> dict:
         """Model name -> the example ids it was evaluated on, in evaluation order."""
         return {name: [self.example_ids[j] for j in self._told[i]] for i, name in enumerate(self.models)}

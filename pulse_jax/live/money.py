@@ -1,0 +1,176 @@
+"""Budgets in money: prices, what a cell costs, and the cost line shown before anything is paid.
+
+A cell (one model on one example) costs ``per_call + input_tokens * input / 1e6 +
+output_tokens * output / 1e6`` dollars under a `Price`. What a run *will* spend is estimated
+from a token history (`pulse_jax.io.inspect_harness.InspectLogs`, e.g. earlier Inspect logs of
+the same task): each candidate's mean tokens per cell where the history has the model, the
+history's mean over its models otherwise. What a run *has* spent is measured: the tokens each
+evaluated cell used (an Inspect scorer records them), or the flat ``per_call`` price.
+
+`Meter` keeps the tally for a live run; its ``allows`` is the gate `pulse_jax.live.run` asks
+before each batch, so a ``budget_usd`` is never exceeded by more than the batches' deviation
+from their expected cost.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+from pulse_jax.errors import PulseInputError, require
+
+
+@dataclasses.dataclass(frozen=True)
+class Price:
+    """Dollars per million input and output tokens, plus a flat amount per call (cell)."""
+
+    input_per_million: float = 0.0
+    output_per_million: float = 0.0
+    per_call: float = 0.0
+
+    def cost(self, input_tokens, output_tokens):
+        """Dollars for cells with these token counts (arrays broadcast)."""
+        return (self.per_call + np.asarray(input_tokens) * self.input_per_million / 1e6
+                + np.asarray(output_tokens) * self.output_per_million / 1e6)
+
+    @property
+    def per_token(self) -> bool:
+        return bool(self.input_per_million or self.output_per_million)
+
+
+def _number(text: str, item: str, option: str) -> float:
+    try:
+        x = float(text)
+    except ValueError:
+        raise PulseInputError(f"{option} {item!r}: {text!r} is not a number") from None
+    require(math.isfinite(x) and x >= 0, f"{option} {item!r}: {text} must be a non-negative number")
+    return x
+
+
+def parse_prices(items: Sequence[str], models: Sequence[str], cost_per_call: float | None = None) -> dict[str, Price]:
+    """``--price MODEL=IN/OUT`` entries (dollars per million input / output tokens; ``*`` for every
+    model without its own entry) and ``--cost-per-call``, as one `Price` per model. Every model must
+    get a price; an entry naming no model is refused (a typo would price nothing)."""
+    flat = 0.0
+    if cost_per_call is not None:
+        flat = _number(str(cost_per_call), str(cost_per_call), "--cost-per-call")
+    table: dict[str, Price] = {}
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        require(sep and name, f"--price {item!r}: expected MODEL=IN/OUT (dollars per million tokens), e.g. "
+                              "openai/gpt-4o-mini=0.15/0.60, or *=IN/OUT for every model")
+        parts = value.split("/")
+        require(len(parts) == 2, f"--price {item!r}: expected IN/OUT after '=', e.g. 0.15/0.60")
+        require(name == "*" or name in models, f"--price {item!r}: no candidate {name!r} (candidates: "
+                                               f"{', '.join(list(models)[:5])}{', ...' if len(models) > 5 else ''})")
+        require(name not in table, f"--price: {name!r} is priced twice")
+        table[name] = Price(_number(parts[0], item, "--price"), _number(parts[1], item, "--price"), flat)
+    prices = {}
+    for m in models:
+        price = table.get(m, table.get("*"))
+        if price is None:
+            require(not table, f"--price: no price for {m!r}; give one (--price {m}=IN/OUT) or a default (*=IN/OUT)")
+            price = Price(per_call=flat)
+        prices[m] = price
+    return prices
+
+
+def expected_cost_per_cell(models: Sequence[str], prices: Mapping[str, Price], history=None) -> np.ndarray:
+    """Each candidate's expected dollars per cell: its price at its mean tokens per cell in ``history``
+    (an `InspectLogs`; a model absent there gets the history's mean over its models)."""
+    if not any(prices[m].per_token for m in models):
+        return np.array([prices[m].per_call for m in models], dtype=float)
+    require(history is not None, "--price in tokens needs a token history to estimate the cost: --usage LOGS "
+                                 "(Inspect logs of the task), or price per call with --cost-per-call")
+    names = list(history.scores.models)
+    model_in = np.nanmean(history.input_tokens, axis=1)
+    model_out = np.nanmean(history.output_tokens, axis=1)
+    pooled = (float(np.nanmean(model_in)), float(np.nanmean(model_out)))
+    out = []
+    for m in models:
+        k = names.index(m) if m in names else None
+        t_in, t_out = (model_in[k], model_out[k]) if k is not None and not np.isnan(model_in[k]) else pooled
+        out.append(float(prices[m].cost(t_in, t_out)))
+    return np.array(out)
+
+
+def money(x: float) -> str:
+    return f"${x:,.2f}" if x >= 1 else f"${x:,.4f}"
+
+
+class Meter:
+    """The money side of a live run: expected cost per cell, measured spend, and the budget gate.
+
+    Args:
+      models: the candidates, in the selector's order.
+      prices: one `Price` per candidate (see `parse_prices`).
+      expected: expected dollars per cell, per candidate (see `expected_cost_per_cell`).
+      budget_usd: stop asking before a batch that could take the spend past this (None: no limit).
+      tokens: ``tokens(model, example_ids) -> (input, output)`` measured for evaluated cells (an
+        `InspectScorer`'s ``tokens``); None prices cells at their expected cost (exact for a flat price).
+    """
+
+    def __init__(self, models: Sequence[str], prices: Mapping[str, Price], expected, budget_usd: float | None = None,
+                 tokens: Callable | None = None):
+        self.models, self.prices = list(models), dict(prices)
+        self.expected = np.asarray(expected, dtype=float)
+        require(budget_usd is None or budget_usd > 0, f"--budget-usd must be positive, got {budget_usd}")
+        self.budget_usd, self._tokens = budget_usd, tokens
+        self._counted: dict[str, set] = {m: set() for m in self.models}
+        self.usd = self.input_tokens = self.output_tokens = 0.0
+        self.cells = 0
+        self.stopped = False      # the gate refused a batch
+
+    def update(self, evaluated: Mapping[str, Sequence]) -> float:
+        """Add the cells of ``evaluated`` (``{model: example ids told}``) not counted yet; the spend so far."""
+        for k, m in enumerate(self.models):
+            new = [e for e in evaluated.get(m, ()) if e not in self._counted[m]]
+            if not new:
+                continue
+            self._counted[m].update(new)
+            self.cells += len(new)
+            if self._tokens is not None:
+                t_in, t_out = self._tokens(m, new)
+                self.input_tokens += t_in
+                self.output_tokens += t_out
+                p = self.prices[m]
+                self.usd += p.per_call * len(new) + (t_in * p.input_per_million + t_out * p.output_per_million) / 1e6
+            else:
+                self.usd += float(self.expected[k]) * len(new)
+        return self.usd
+
+    def allows(self, evaluated: Mapping[str, Sequence], cells_ahead: int) -> bool:
+        """Whether ``cells_ahead`` more cells (in flight and the next batch), each at the dearest model's
+        expected cost, keep the spend within the budget."""
+        if self.budget_usd is None:
+            return True
+        ok = self.update(evaluated) + cells_ahead * float(self.expected.max()) <= self.budget_usd
+        self.stopped |= not ok
+        return ok
+
+    def cost_line(self, budget_cells: int, first_look_cells: int) -> str:
+        """What the run can spend, said before the first paid call."""
+        dearest, mean = float(self.expected.max()), float(self.expected.mean())
+        most = budget_cells * dearest if self.budget_usd is None else min(self.budget_usd, budget_cells * dearest)
+        why = "the money budget" if self.budget_usd is not None and most == self.budget_usd else \
+            f"{budget_cells:,} cells at the dearest model's {money(dearest)}"
+        return (f"cost: at most {money(most)} ({why}); the first look ({first_look_cells:,} cells) "
+                f"{money(first_look_cells * mean)}; {money(1000 * mean)} per 1,000 cells at the models' mean; "
+                f"the whole budget {money(budget_cells * mean)} expected")
+
+    def summary(self) -> dict:
+        """The spend in cells, tokens and dollars."""
+        out = {"cells": self.cells, "usd": round(self.usd, 6), "budget_usd": self.budget_usd,
+               "stopped_by_budget": self.stopped}
+        if self._tokens is not None:
+            out.update(input_tokens=int(self.input_tokens), output_tokens=int(self.output_tokens))
+        return out
+
+    def line(self) -> str:
+        tokens = (f", {int(self.input_tokens):,} input + {int(self.output_tokens):,} output tokens"
+                  if self._tokens is not None else "")
+        tail = f" of {money(self.budget_usd)}" if self.budget_usd is not None else ""
+        return f"spent: {self.cells:,} cells{tokens}, {money(self.usd)}{tail}" + \
+            (" (stopped: the next batch could pass the money budget)" if self.stopped else "")

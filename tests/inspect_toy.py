@@ -1,0 +1,76 @@
+"""An Inspect task and a deterministic offline model provider for the Inspect harness tests.
+
+``toy/<name>`` answers sample k correctly when a hash of (name, prompt) falls below the skill
+encoded in the name's digits (``toy/m70`` is right about 70% of the time), so every run of a
+model scores the same on a sample. Its token usage is a function of the prompt and answer.
+Environment hooks for the kill -9 tests: ``INSPECT_TOY_CALLS`` names a file that gets one line
+per finished call (``model,sample prompt``); with ``INSPECT_TOY_HANG_AFTER=N`` the call after
+the N-th line in that file never returns.
+"""
+import hashlib
+import os
+import re
+
+import anyio
+
+from inspect_ai import Task, task
+from inspect_ai.dataset import Sample
+from inspect_ai.model import ModelAPI, ModelOutput, ModelUsage, modelapi
+from inspect_ai.scorer import match
+from inspect_ai.solver import generate
+
+N_SAMPLES = 60
+
+
+def skill(name: str) -> float:
+    digits = re.sub(r"\D", "", name)
+    return int(digits) / 100 if digits else 0.5
+
+
+def answer(name: str, prompt: str) -> str:
+    """What ``toy/<name>`` answers to ``prompt`` (the exact rule the tests check against)."""
+    right = prompt.rsplit("=", 1)[-1].strip()
+    h = int(hashlib.sha256(f"{name}|{prompt}".encode()).hexdigest()[:8], 16) / 2**32
+    return right if h < skill(name) else "no idea"
+
+
+def usage(prompt: str, text: str) -> ModelUsage:
+    n_in, n_out = 20 + len(prompt.split()) * 3, 2 + 5 * len(text.split())
+    return ModelUsage(input_tokens=n_in, output_tokens=n_out, total_tokens=n_in + n_out)
+
+
+async def _record(name: str, prompt: str) -> None:
+    calls = os.environ.get("INSPECT_TOY_CALLS")
+    if not calls:
+        return
+    hang = os.environ.get("INSPECT_TOY_HANG_AFTER")
+    if hang is not None:
+        done = open(calls).read().count("\n") if os.path.exists(calls) else 0
+        if done >= int(hang):
+            await anyio.sleep(3600)      # in flight when the test kills the process; other samples go on
+    with open(calls, "a") as fh:
+        fh.write(f"{name},{prompt}\n")
+
+
+@modelapi(name="toy")
+class ToyAPI(ModelAPI):
+    def __init__(self, model_name, base_url=None, api_key=None, api_key_vars=None, config=None, **model_args):
+        from inspect_ai.model import GenerateConfig
+
+        super().__init__(model_name=model_name, base_url=base_url, api_key=api_key, api_key_vars=api_key_vars or [],
+                         config=config or GenerateConfig())
+
+    async def generate(self, input, tools, tool_choice, config):
+        prompt = input[-1].text
+        text = answer(self.model_name, prompt)
+        await _record(self.model_name, prompt)
+        out = ModelOutput.from_content(model=self.model_name, content=text)
+        out.usage = usage(prompt, text)
+        return out
+
+
+@task
+def arithmetic():
+    samples = [Sample(input=f"What is {k} times 7? answer = {7 * k}", target=str(7 * k), id=k)
+               for k in range(1, N_SAMPLES + 1)]
+    return Task(dataset=samples, solver=generate(), scorer=match())

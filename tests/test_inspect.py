@@ -1,0 +1,262 @@
+"""Inspect in the loop, against the real ``inspect-ai`` package, offline: its logs in (scores and
+tokens), live scoring through it (each sample evaluated once, across a kill -9), money budgets.
+
+The models are Inspect's built-in mock model with deterministic custom outputs (Python API) and a
+deterministic ``toy/`` provider registered by the task file (CLI runs, ``tests/inspect_toy.py``);
+both answer by ``inspect_toy.answer``, so every expected score is known exactly.
+"""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("inspect_ai", reason="inspect-ai is not installed (pip install -e \".[harness]\")")
+
+import inspect_toy  # noqa: E402
+from inspect_ai import Task, eval as inspect_eval  # noqa: E402
+from inspect_ai.dataset import Sample  # noqa: E402
+from inspect_ai.model import ModelOutput, get_model  # noqa: E402
+from inspect_ai.scorer import Score, mean, match, scorer  # noqa: E402
+from inspect_ai.solver import generate  # noqa: E402
+
+from conftest import cli_fails  # noqa: E402
+from pulse_jax.errors import PulseInputError  # noqa: E402
+from pulse_jax.io import inspect_harness as ih  # noqa: E402
+from pulse_jax.live import money  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("inspect")
+HERE = Path(__file__).parent
+
+
+def mock(name: str):
+    """Inspect's mock model answering by ``inspect_toy.answer`` (with token usage, so no tokenizer)."""
+    def outputs(input, tools, tool_choice, config):
+        prompt = input[-1].text
+        text = inspect_toy.answer(name, prompt)
+        out = ModelOutput.from_content(model=name, content=text)
+        out.usage = inspect_toy.usage(prompt, text)
+        return out
+    return get_model(f"mockllm/{name}", custom_outputs=outputs)
+
+
+def expected(name: str, task) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Scores, input and output tokens that model ``name`` must get on every sample of ``task``."""
+    rows = []
+    for s in task.dataset:
+        text = inspect_toy.answer(name, s.input)
+        u = inspect_toy.usage(s.input, text)
+        rows.append((float(text.endswith(s.target)), u.input_tokens, u.output_tokens))
+    return tuple(np.array(c, dtype=float) for c in zip(*rows))
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory):
+    """Full-run logs of three mock models on the toy task."""
+    folder = tmp_path_factory.mktemp("inspect_history")
+    names = ["m80", "m60", "m40"]
+    inspect_eval(inspect_toy.arithmetic(), model=[mock(n) for n in names], log_dir=str(folder), display="none")
+    return folder, names
+
+
+def test_import_reads_every_score_and_its_tokens_exactly(history):
+    folder, names = history
+    logs = ih.read_inspect([folder])
+    task = inspect_toy.arithmetic()
+    assert logs.task == "arithmetic" and logs.scorer == "match"
+    assert set(logs.scores.models) == {f"mockllm/{n}" for n in names}
+    assert logs.scores.examples == tuple(str(k) for k in range(1, inspect_toy.N_SAMPLES + 1))
+    for n in names:
+        row = logs.scores.models.index(f"mockllm/{n}")
+        s, t_in, t_out = expected(n, task)
+        np.testing.assert_array_equal(logs.scores.scores[row], s)
+        np.testing.assert_array_equal(logs.input_tokens[row], t_in)
+        np.testing.assert_array_equal(logs.output_tokens[row], t_out)
+    # the skill ordering the toy rule encodes shows through (a check that the scores are not all equal)
+    means = logs.scores.scores.mean(1)
+    assert means[logs.scores.models.index("mockllm/m80")] > means[logs.scores.models.index("mockllm/m40")]
+
+
+def test_cli_import_writes_scores_and_tokens(history, tmp_path, capsys):
+    from pulse_jax import cli
+    from pulse_jax.io import data
+
+    folder, _ = history
+    out = tmp_path / "scores.csv"
+    assert cli.main(["import", "inspect", str(folder), "--out", str(out)]) == 0
+    assert "3 models x 60 examples" in capsys.readouterr().out
+    matrix = data.load_csv(out)
+    logs = ih.read_inspect([folder])
+    np.testing.assert_array_equal(matrix.scores, logs.scores.scores)
+    lines = (tmp_path / "scores.tokens.csv").read_text().splitlines()
+    assert lines[0] == "model,example,input_tokens,output_tokens" and len(lines) == 1 + 3 * 60
+    cli_fails(["import", "inspect", str(folder), "--out", str(out)], capsys, "exists; pass --force")
+
+
+def _score_task(values, name="valued", epochs=1):
+    """A task whose scorer returns ``values[k]`` on sample k (no model skill involved)."""
+    @scorer(metrics=[mean()])
+    def fixed():
+        async def score(state, target):
+            return Score(value=values[int(state.sample_id) - 1])
+        return score
+    return Task(name=name, dataset=[Sample(input=f"q{k} = 1", target="1", id=k) for k in range(1, len(values) + 1)],
+                solver=generate(), scorer=fixed(), epochs=epochs)
+
+
+def test_value_map_epochs_and_bad_logs_are_one_line_errors(tmp_path):
+    logs = tmp_path / "letters"
+    inspect_eval(_score_task(["C", "I", "P", "N"], epochs=2), model=mock("m50"), log_dir=str(logs), display="none")
+    got = ih.read_inspect([logs])
+    assert got.scores.scores.tolist() == [[1.0, 0.0, 0.5, 0.0]]
+    assert ih.read_inspect([logs], value_map={"P": 0.0}).scores.scores.tolist() == [[1.0, 0.0, 0.0, 0.0]]
+    apart = ih.read_inspect([logs], epochs="separate")
+    assert apart.scores.examples[:2] == ("1@1", "1@2") and apart.scores.shape == (1, 8)
+    # tokens: averaged epochs sum the tokens of both epochs
+    np.testing.assert_array_equal(got.input_tokens, apart.input_tokens[:, ::2] + apart.input_tokens[:, 1::2])
+
+    bad = tmp_path / "bad"
+    inspect_eval(_score_task([0.5, 2.0]), model=mock("m50"), log_dir=str(bad), display="none")
+    with pytest.raises(PulseInputError, match=r"sample 2 .*2 is outside \[0, 1\]"):
+        ih.read_inspect([bad])
+    words = tmp_path / "words"
+    inspect_eval(_score_task(["yes", "C"], name="worded"), model=mock("m50"), log_dir=str(words), display="none")
+    with pytest.raises(PulseInputError, match="'yes' is not a number and not in the value map.*--value-map yes=X"):
+        ih.read_inspect([words])
+    assert ih.read_inspect([words], value_map={"yes": 1}).scores.scores.tolist() == [[1.0, 1.0]]
+    with pytest.raises(PulseInputError, match=r"no scorer 'exact'; scorers present: fixed"):
+        ih.read_inspect([words], scorer="exact")
+    with pytest.raises(PulseInputError, match="several tasks .*choose one with --task"):
+        ih.read_inspect([words, logs])
+
+
+def test_differing_samples_duplicated_runs_and_non_logs_are_refused(tmp_path):
+    a = tmp_path / "a"
+    inspect_eval(inspect_toy.arithmetic(), model=mock("m70"), log_dir=str(a), display="none", sample_id=[1, 2, 3])
+    inspect_eval(inspect_toy.arithmetic(), model=mock("m30"), log_dir=str(a), display="none", sample_id=[1, 2])
+    with pytest.raises(PulseInputError, match="other samples than .*1 missing, e.g. sample 3"):
+        ih.read_inspect([a])
+    b = tmp_path / "b"
+    for _ in range(2):
+        inspect_eval(inspect_toy.arithmetic(), model=mock("m70"), log_dir=str(b), display="none", sample_id=[1, 2])
+    with pytest.raises(PulseInputError, match="duplicated runs"):
+        ih.read_inspect([b])
+    c = tmp_path / "c"
+    inspect_eval(inspect_toy.arithmetic(), model=mock("m70"), log_dir=str(c), display="none", sample_id=[1],
+                 log_samples=False)
+    with pytest.raises(PulseInputError, match="no samples"):
+        ih.read_inspect([c])
+    junk = tmp_path / "junk.json"
+    junk.write_text(json.dumps({"hello": 1}))
+    with pytest.raises(PulseInputError, match="junk.json: not a readable Inspect log"):
+        ih.read_inspect([junk])
+
+
+def test_live_scores_equal_the_full_runs_and_no_sample_is_evaluated_twice(history, tmp_path):
+    folder, names = history
+    full = ih.read_inspect([folder])
+    scorer = ih.InspectScorer(inspect_toy.arithmetic(), {f"mockllm/{n}": mock(n) for n in names}, tmp_path / "live")
+    assert scorer.sample_ids == list(range(1, 61))
+    rng = np.random.default_rng(0)
+    asked = 0
+    for model in scorer.models:
+        ids = sorted(rng.choice(scorer.sample_ids, 12, replace=False).tolist())
+        got = scorer(model, ids)
+        row = full.scores.models.index(model)
+        assert got == [full.scores.scores[row, i - 1] for i in ids]
+        asked += len(ids)
+    assert scorer.evaluated == asked
+    again = scorer("mockllm/m80", sorted(scorer._done["mockllm/m80"])[:4])
+    assert scorer.evaluated == asked and len(again) == 4     # already scored: read, not evaluated
+    # a new scorer on the same folder (a resumed run) reads every finished sample back
+    resumed = ih.InspectScorer(inspect_toy.arithmetic(), {f"mockllm/{n}": mock(n) for n in names}, tmp_path / "live")
+    for model in resumed.models:
+        ids = sorted(resumed._done[model])
+        assert resumed(model, ids) == scorer(model, ids)
+    assert resumed.evaluated == 0
+    assert resumed.usage()["mockllm/m80"][0] == 12
+    s, t_in, t_out = expected("m80", inspect_toy.arithmetic())
+    ids = sorted(resumed._done["mockllm/m80"])
+    assert resumed.tokens("mockllm/m80", ids) == (t_in[np.array(ids) - 1].sum(), t_out[np.array(ids) - 1].sum())
+
+
+def _select(folder: Path, *extra):
+    return [sys.executable, "-m", "pulse_jax.cli", "select", "--models", "models.txt", "--inspect-task",
+            str(folder / "inspect_toy.py") + "@arithmetic", "--budget", "150", "--batch-size", "6",
+            "--log", "run.db", "--method", "ucbe", "--stop", "budget", "--quiet", *extra]
+
+
+def test_kill_9_mid_batch_then_resume_evaluates_every_sample_once(tmp_path):
+    shutil.copy(HERE / "inspect_toy.py", tmp_path)
+    (tmp_path / "models.txt").write_text("toy/c80\ntoy/c60\ntoy/c40\n")
+    calls = tmp_path / "calls.txt"
+    env = {**os.environ, "INSPECT_TOY_CALLS": str(calls), "INSPECT_TOY_HANG_AFTER": "40", "PYTHONPATH": str(HERE.parent)}
+    proc = subprocess.Popen(_select(tmp_path), cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.time() + 240
+    while time.time() < deadline and (not calls.exists() or calls.read_text().count("\n") < 40):
+        assert proc.poll() is None, proc.stdout.read().decode()[-2000:]
+        time.sleep(0.2)
+    time.sleep(1.0)                       # the 41st call is now in flight (it never returns)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert calls.read_text().count("\n") == 40
+    env.pop("INSPECT_TOY_HANG_AFTER")
+    done = subprocess.run(_select(tmp_path), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    lines = calls.read_text().splitlines()
+    assert len(lines) == len(set(lines)) == 150      # every (model, sample) finished exactly once
+    report = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    assert report["spent"] == 150
+    for name, ids in report["evaluated"].items():   # the log's scores are the toy rule's
+        row = next(r for r in report["ranking"] if r["model"] == name)
+        truth = [float(inspect_toy.answer(name.split("/")[1], f"What is {k} times 7? answer = {7 * k}")
+                       .endswith(str(7 * k))) for k in ids]
+        assert row["cells"] == len(ids) and row["estimate"] == pytest.approx(np.mean(truth), abs=1e-6)   # float32 estimates
+
+
+def test_money_budget_stops_before_passing_it_and_reports_the_spend(history, tmp_path):
+    folder, _ = history
+    shutil.copy(HERE / "inspect_toy.py", tmp_path)
+    (tmp_path / "models.txt").write_text("toy/c80\ntoy/c60\ntoy/c40\n")
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    done = subprocess.run(_select(tmp_path, "--price", "*=2/8", "--budget-usd", "0.01", "--usage", str(folder)),
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    first = done.stdout.splitlines()[0]
+    assert first.startswith("cost: at most $0.0100 (the money budget)"), first
+    spend = json.loads((tmp_path / "run_report" / "report.json").read_text())["spend"]
+    assert spend["stopped_by_budget"] and spend["usd"] <= 0.01
+    # the measured spend is the toy tokens of exactly the evaluated cells at the price
+    report = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    usd = 0.0
+    for name, ids in report["evaluated"].items():
+        for k in ids:
+            prompt = f"What is {k} times 7? answer = {7 * k}"
+            u = inspect_toy.usage(prompt, inspect_toy.answer(name.split("/")[1], prompt))
+            usd += (2 * u.input_tokens + 8 * u.output_tokens) / 1e6
+    assert spend["usd"] == pytest.approx(usd, rel=1e-9)
+    assert spend["cells"] == report["spent"] < 150
+
+
+def test_prices_and_the_meter():
+    models = ["a", "b"]
+    prices = money.parse_prices(["a=1/2", "*=3/4"], models, cost_per_call=0.01)
+    assert prices["a"] == money.Price(1, 2, 0.01) and prices["b"] == money.Price(3, 4, 0.01)
+    for bad, needle in [(["c=1/2"], "no candidate 'c'"), (["a=1"], "expected IN/OUT"), (["a=x/2"], "'x' is not"),
+                        (["a=1/2"], "no price for 'b'"), (["a=-1/2", "*=1/1"], "non-negative")]:
+        with pytest.raises(PulseInputError, match=needle):
+            money.parse_prices(bad, models)
+    flat = money.parse_prices([], models, cost_per_call=0.5)
+    meter = money.Meter(models, flat, money.expected_cost_per_cell(models, flat), budget_usd=3.0)
+    assert meter.update({"a": [1, 2], "b": [1]}) == 1.5
+    assert meter.update({"a": [1, 2, 3], "b": [1]}) == 2.0          # only the new cell is added
+    assert meter.allows({"a": [1, 2, 3], "b": [1]}, 2) and not meter.allows({"a": [1, 2, 3], "b": [1]}, 3)
+    assert meter.stopped and "stopped" in meter.line()
+    with pytest.raises(PulseInputError, match="needs a token history"):
+        money.expected_cost_per_cell(models, prices)
