@@ -900,6 +900,19 @@ def _lm_eval_scorer(args, models):
     return scorer, ids
 
 
+def _scorer(args, models):
+    """``(evaluate, examples)`` from --evaluate, --lm-eval-task or --inspect-task (exactly one)."""
+    require([args.evaluate, args.lm_eval_task, args.inspect_task].count(None) == 2,
+            "give one way to score: --evaluate package.module:function, --lm-eval-task TASK or --inspect-task "
+            "FILE.py@TASK")
+    if args.lm_eval_task:
+        return _lm_eval_scorer(args, models)
+    if args.inspect_task:
+        return _inspect_scorer(args, models)
+    require(args.examples is not None, "--examples: give the number of examples or a file of example ids")
+    return _load_evaluate(args.evaluate), _examples_option(args.examples)
+
+
 def _inspect_scorer(args, models):
     """``(scorer, examples)`` for ``select --inspect-task``: the models are Inspect model names, the
     examples the task's sample ids (all of them, or the first ``--examples`` / those listed)."""
@@ -958,16 +971,7 @@ def cmd_select(args) -> None:
     models = _read_lines(args.models, "--models")
     require(len(models) >= 2, f"--models {args.models}: {len(models)} model; a selection needs at least 2 candidates")
     _check_first_look(args.budget, len(models), args, f"in {args.models}")
-    require([args.evaluate, args.lm_eval_task, args.inspect_task].count(None) == 2,
-            "give one way to score: --evaluate package.module:function, --lm-eval-task TASK or --inspect-task "
-            "FILE.py@TASK")
-    if args.lm_eval_task:
-        evaluate, examples = _lm_eval_scorer(args, models)
-    elif args.inspect_task:
-        evaluate, examples = _inspect_scorer(args, models)
-    else:
-        require(args.examples is not None, "--examples: give the number of examples or a file of example ids")
-        examples, evaluate = _examples_option(args.examples), _load_evaluate(args.evaluate)
+    evaluate, examples = _scorer(args, models)
     methods = _methods(args.method)
     require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
     (method, estimator), = methods.items()

@@ -13,7 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _blocks(kind: str) -> list[str]:
-    return re.findall(rf"```{kind}\n(.*?)```", (ROOT / "docs" / "harness.md").read_text(), re.S)
+    """The lm-eval part's blocks (the Inspect part's run in tests/test_inspect.py)."""
+    text = (ROOT / "docs" / "harness.md").read_text().split("\n## From Inspect")[0]
+    return re.findall(rf"```{kind}\n(.*?)```", text, re.S)
 
 
 # Put before the page's run_lm_eval.py: lm-eval's command line without indexing its thousands of built-in

@@ -23,7 +23,7 @@ import inspect_toy  # noqa: E402
 from inspect_ai import Task, eval as inspect_eval  # noqa: E402
 from inspect_ai.dataset import Sample  # noqa: E402
 from inspect_ai.model import ModelOutput, get_model  # noqa: E402
-from inspect_ai.scorer import Score, mean, match, scorer  # noqa: E402
+from inspect_ai.scorer import Score, mean, scorer  # noqa: E402
 from inspect_ai.solver import generate  # noqa: E402
 
 from conftest import cli_fails  # noqa: E402
@@ -260,3 +260,31 @@ def test_prices_and_the_meter():
     assert meter.stopped and "stopped" in meter.line()
     with pytest.raises(PulseInputError, match="needs a token history"):
         money.expected_cost_per_cell(models, prices)
+
+
+def test_the_harness_page_inspect_part_runs_as_written(tmp_path):
+    import re
+
+    text = (HERE.parent / "docs" / "harness.md").read_text().split("\n## From Inspect")[1]
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    shell = re.findall(r"```bash\n(.*?)```", text, re.S)
+    assert len(shell) == 2
+    out = ""
+    for block in shell:
+        done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+        out += done.stdout
+    assert "6 models x 200 examples, 0 of 1,200 cells missing" in out
+    assert out.count("cost: at most $") == 1
+    report = json.loads((tmp_path / "inspect_report" / "report.json").read_text())
+    spend = report["spend"]
+    assert spend["usd"] <= 0.25 and spend["cells"] == report["spent"]
+    # the estimate behind the cost line, for the cells actually spent, is within 10% of the spend
+    assert abs(spend["expected_usd"] - spend["usd"]) <= 0.10 * spend["usd"], spend
+    assert len(list((tmp_path / "inspect.db.inspect").glob("*.eval"))) >= 3
+    python, = re.findall(r"```python\n(.*?)```", text, re.S)
+    done = subprocess.run([sys.executable, "-c", python], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.startswith("mockllm/s70 200 ")

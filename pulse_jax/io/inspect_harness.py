@@ -163,7 +163,26 @@ def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None
     require(epochs in ("mean", "separate"), f"epochs must be 'mean' or 'separate', got {epochs!r}")
     log = _log_module()
     vmap = {**VALUE_MAP, **dict(value_map or {})}
-    files = _log_files(paths)
+    task, named = _runs(log, _log_files(paths), task)
+    cells, tokens, chosen = _cells(log, named, scorer, metric, epochs, vmap)
+    require(cells, f"no scored samples for task {task!r}")
+    models = [name for name, _ in named]
+    examples = sorted({e for _, e in cells}, key=_natural)
+    row = {m: k for k, m in enumerate(models)}
+    col = {e: k for k, e in enumerate(examples)}
+    scores = np.full((len(models), len(examples)), np.nan)
+    t_in = np.full_like(scores, np.nan)
+    t_out = np.full_like(scores, np.nan)
+    for (m, e), xs in cells.items():
+        scores[row[m], col[e]] = float(np.mean(xs))
+        t_in[row[m], col[e]], t_out[row[m], col[e]] = tokens[(m, e)]
+    matrix = ScoreMatrix(scores, tuple(models), tuple(examples), source=f"Inspect logs of {task}")
+    return InspectLogs(matrix, t_in, t_out, task, chosen)
+
+
+def _runs(log, files: list[Path], task: str | None) -> tuple[str, list[tuple[str, Path]]]:
+    """The task read and its finished runs as ``(model name, file)``; a model run twice with the
+    same arguments is refused, one run with other arguments is named with them."""
     require(files, "read_inspect: give at least one log file or folder")
     headers = [(path, _header(log, path, strict=True)) for path in files]
     tasks = sorted({h.eval.task for _, h in headers})
@@ -171,12 +190,12 @@ def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None
         require(len(tasks) == 1, f"the logs hold several tasks ({', '.join(tasks)}); choose one with --task")
         task = tasks[0]
     require(task in tasks, f"no logs of task {task!r}; tasks present: {', '.join(tasks)}")
-    runs = [(path, h) for path, h in headers if h.eval.task == task]
-    for path, h in runs:
+    by_model: dict[str, list] = {}
+    for path, h in headers:
+        if h.eval.task != task:
+            continue
         require(h.status == "success", f"{path}: the run did not finish (status {h.status}); finish it with "
                                        f"`inspect eval-retry {path}` or leave the file out")
-    by_model: dict[str, list] = {}
-    for path, h in runs:
         by_model.setdefault(h.eval.model, []).append((path, h))
     named = []
     for model, group in by_model.items():
@@ -187,6 +206,12 @@ def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None
                                       "same arguments (duplicated runs); keep one of the files")
             seen[args] = path
             named.append((model if len(group) == 1 else f"{model} ({args or 'no arguments'})", path))
+    return task, named
+
+
+def _cells(log, named, scorer, metric, epochs, vmap):
+    """``({(model, example): [scores]}, {(model, example): (input, output tokens)}, scorer)``; every
+    model must have the same (sample, epoch) set."""
     cells, tokens, sample_sets = {}, {}, {}
     chosen = scorer
     for name, path in named:
@@ -203,9 +228,8 @@ def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None
                                             "--scorer")
                 chosen = next(iter(s.scores))
             require(chosen in s.scores, f"{where}: no scorer {chosen!r}; scorers present: {', '.join(s.scores)}")
-            x = score_value(s.scores[chosen].value, vmap, where, metric)
             example = str(s.id) if epochs == "mean" else f"{s.id}@{s.epoch}"
-            cells.setdefault((name, example), []).append(x)
+            cells.setdefault((name, example), []).append(score_value(s.scores[chosen].value, vmap, where, metric))
             t_in, t_out = _tokens(s.model_usage)
             old = tokens.get((name, example), (0.0, 0.0))
             tokens[(name, example)] = (old[0] + t_in, old[1] + t_out)
@@ -218,19 +242,7 @@ def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None
                     f"{len(extra)} more, e.g. sample {extra[0][0]} epoch {extra[0][1]}")
             raise PulseInputError(f"{path}: model {name!r} has other samples than {first!r} in {path0} ({what}); "
                                   "give logs of the same samples for every model")
-    require(cells, f"no scored samples for task {task!r}")
-    models = [name for name, _ in named]
-    examples = sorted({e for _, e in cells}, key=_natural)
-    row = {m: k for k, m in enumerate(models)}
-    col = {e: k for k, e in enumerate(examples)}
-    scores = np.full((len(models), len(examples)), np.nan)
-    t_in = np.full_like(scores, np.nan)
-    t_out = np.full_like(scores, np.nan)
-    for (m, e), xs in cells.items():
-        scores[row[m], col[e]] = float(np.mean(xs))
-        t_in[row[m], col[e]], t_out[row[m], col[e]] = tokens[(m, e)]
-    matrix = ScoreMatrix(scores, tuple(models), tuple(examples), source=f"Inspect logs of {task}")
-    return InspectLogs(matrix, t_in, t_out, task, chosen)
+    return cells, tokens, chosen
 
 
 def _natural(example: str):
@@ -311,10 +323,7 @@ class InspectScorer:
 
     def __init__(self, task, models, log_dir, *, scorer: str | None = None, metric: str | None = None,
                  value_map: Mapping | None = None, eval_options: Mapping | None = None):
-        try:
-            import inspect_ai  # noqa: F401
-        except ImportError:
-            raise PulseInputError(_INSTALL) from None
+        require(importlib.util.find_spec("inspect_ai") is not None, _INSTALL)
         self.task = load_task(task) if isinstance(task, str) else task
         self.models = dict(models) if isinstance(models, Mapping) else {str(m): str(m) for m in models}
         require(self.models, "InspectScorer: no models")

@@ -119,7 +119,7 @@ class Meter:
         require(budget_usd is None or budget_usd > 0, f"--budget-usd must be positive, got {budget_usd}")
         self.budget_usd, self._tokens = budget_usd, tokens
         self._counted: dict[str, set] = {m: set() for m in self.models}
-        self.usd = self.input_tokens = self.output_tokens = 0.0
+        self.usd = self.expected_usd = self.input_tokens = self.output_tokens = 0.0
         self.cells = 0
         self.stopped = False      # the gate refused a batch
 
@@ -131,6 +131,7 @@ class Meter:
                 continue
             self._counted[m].update(new)
             self.cells += len(new)
+            self.expected_usd += float(self.expected[k]) * len(new)
             if self._tokens is not None:
                 t_in, t_out = self._tokens(m, new)
                 self.input_tokens += t_in
@@ -161,8 +162,10 @@ class Meter:
                 f"the whole budget {money(budget_cells * mean)} expected")
 
     def summary(self) -> dict:
-        """The spend in cells, tokens and dollars."""
-        out = {"cells": self.cells, "usd": round(self.usd, 6), "budget_usd": self.budget_usd,
+        """The spend in cells, tokens and dollars; ``expected_usd``: what the same cells were expected to
+        cost (the estimate behind the cost line)."""
+        out = {"cells": self.cells, "usd": round(self.usd, 6), "expected_usd": round(self.expected_usd, 6),
+               "budget_usd": self.budget_usd,
                "stopped_by_budget": self.stopped}
         if self._tokens is not None:
             out.update(input_tokens=int(self.input_tokens), output_tokens=int(self.output_tokens))
