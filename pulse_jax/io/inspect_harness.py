@@ -331,6 +331,9 @@ class InspectScorer:
         self.scorer, self.metric = scorer, metric
         self.value_map = {**VALUE_MAP, **dict(value_map or {})}
         self.options = dict(eval_options or {})
+        require(not {"log_dir", "log_format", "log_buffer", "sample_id", "model"} & set(self.options),
+                "InspectScorer: eval_options may not set log_dir, log_format, log_buffer, sample_id or model "
+                "(the scorer sets them)")
         self._built: dict = {}
         self._done: dict[str, dict] = {name: {} for name in self.models}   # model -> {sample id: (score, in, out)}
         self.eval_seconds = 0.0      # time inside inspect_ai.eval
@@ -397,13 +400,15 @@ class InspectScorer:
         if todo:
             inner = time.perf_counter()
             logs = inspect_eval(self.task, model=self._model(model), sample_id=todo, log_dir=str(self.log_dir),
-                                display="none", log_buffer=1, score_display=False, **self.options)
+                                display="none", log_format="eval", log_buffer=1, score_display=False,
+                                **self.options)
             self.eval_seconds += time.perf_counter() - inner
             self.evaluated += len(todo)
             for result in logs:
                 require(result.status == "success", f"Inspect evaluation of {model!r} ended with status "
                                                     f"{result.status}: {getattr(result.error, 'message', '')}"[:300])
-                self._keep(model, result.samples or [], result.location)
+                # the samples' summaries: scores and usage without parsing every event of the transcript
+                self._keep(model, _summaries(_log_module(), Path(result.location)), result.location)
         missing = [i for i in ids if i not in self._done[model]]
         require(not missing, f"Inspect returned no score for samples {missing[:5]} of {model!r}")
         self.calls += 1
