@@ -128,10 +128,12 @@ def child(spec: dict) -> dict:
                    chunk_size=spec.get("chunk"), progress=True)
     compile_s, run_s = res.compile_seconds, res.seconds - res.compile_seconds
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    stats = jax.devices()[0].memory_stats() if jax.default_backend() != "cpu" else None
+    device_mib = stats["peak_bytes_in_use"] / 2**20 if stats and "peak_bytes_in_use" in stats else None
     cells = spec["reps"] * config.budget
     return {**spec, "steps": config.n_steps, "compile_s": compile_s, "run_s": run_s,
             "reps_per_s": spec["reps"] / run_s, "cells_per_s": cells / run_s, "peak_rss_mib": peak_mib,
-            "backend": jax.default_backend(), "devices": len(jax.devices())}
+            "peak_device_mib": device_mib, "backend": jax.default_backend(), "devices": len(jax.devices())}
 
 
 def write(out: str, rows: list, final: bool = False) -> None:

@@ -113,6 +113,7 @@ def _score_task(values, name="valued", epochs=1):
 def test_value_map_epochs_and_bad_logs_are_one_line_errors(tmp_path):
     logs = tmp_path / "letters"
     inspect_eval(_score_task(["C", "I", "P", "N"], epochs=2), model=mock("m50"), log_dir=str(logs), display="none")
+    (logs / "notes.json").write_text("{}")       # a folder's other JSON files are passed over
     got = ih.read_inspect([logs])
     assert got.scores.scores.tolist() == [[1.0, 0.0, 0.5, 0.0]]
     assert ih.read_inspect([logs], value_map={"P": 0.0}).scores.scores.tolist() == [[1.0, 0.0, 0.0, 0.0]]

@@ -108,17 +108,18 @@ def _tokens(usage) -> tuple[float, float]:
             float(sum((u.output_tokens or 0) for u in usage.values())))
 
 
-def _log_files(paths) -> list[Path]:
+def _log_files(paths) -> list[tuple[Path, bool]]:
+    """``(file, named)`` for every log: files given by name, and a folder's ``.eval`` and ``.json``
+    files (``named`` False: a folder's ``.json`` that is not an Inspect log is passed over)."""
     files = []
     for path in map(Path, paths):
         require(path.exists(), f"{path}: no such file or folder")
         if path.is_dir():
-            found = sorted(p for p in path.rglob("*") if p.suffix in (".eval", ".json") and p.is_file()
-                           and not p.name.startswith(("logs.json", "listing.json")))
+            found = sorted(p for p in path.rglob("*") if p.suffix in (".eval", ".json") and p.is_file())
             require(found, f"{path}: no Inspect logs (.eval or .json) in this folder")
-            files += found
+            files += [(p, p.suffix == ".eval") for p in found]
         else:
-            files.append(path)
+            files.append((path, True))
     return files
 
 
@@ -137,6 +138,33 @@ def _summaries(log, path: Path):
         return log.read_eval_log_sample_summaries(str(path))
     except Exception as err:   # noqa: BLE001
         raise PulseInputError(f"{path}: cannot read its samples ({type(err).__name__}: {err})"[:300]) from None
+
+
+def _compact(path: str) -> list[tuple]:
+    """A log's samples as ``(id, epoch, scored, {scorer: value}, input tokens, output tokens)``."""
+    return [(str(x.id), x.epoch, x.error is None and bool(x.scores),
+             {k: v.value for k, v in (x.scores or {}).items()}, *_tokens(x.model_usage))
+            for x in _summaries(_log_module(), Path(path))]
+
+
+#: Logs read at once in worker processes from this many files on (reading a log's summaries is
+#: pydantic validation in Python: one core per log).
+_PARALLEL_FROM = 8
+
+
+def _read_all(paths: list[Path]) -> list[list[tuple]]:
+    """`_compact` of every path, in worker processes when there are many."""
+    import os
+
+    workers = min(os.cpu_count() or 1, len(paths), 8)
+    if len(paths) < _PARALLEL_FROM or workers < 2:
+        return [_compact(str(p)) for p in paths]
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor
+
+    # spawn: the parent may hold JAX's threads, which a fork would copy mid-flight
+    with ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) as pool:
+        return list(pool.map(_compact, [str(p) for p in paths]))
 
 
 def _arg_text(args: dict) -> str:
@@ -184,7 +212,9 @@ def _runs(log, files: list[Path], task: str | None) -> tuple[str, list[tuple[str
     """The task read and its finished runs as ``(model name, file)``; a model run twice with the
     same arguments is refused, one run with other arguments is named with them."""
     require(files, "read_inspect: give at least one log file or folder")
-    headers = [(path, _header(log, path, strict=True)) for path in files]
+    headers = [(path, _header(log, path, strict=named)) for path, named in files]
+    headers = [(path, h) for path, h in headers if h is not None]
+    require(headers, f"no Inspect logs among {', '.join(str(p) for p, _ in files[:3])}")
     tasks = sorted({h.eval.task for _, h in headers})
     if task is None:
         require(len(tasks) == 1, f"the logs hold several tasks ({', '.join(tasks)}); choose one with --task")
@@ -214,23 +244,21 @@ def _cells(log, named, scorer, metric, epochs, vmap):
     model must have the same (sample, epoch) set."""
     cells, tokens, sample_sets = {}, {}, {}
     chosen = scorer
-    for name, path in named:
-        summaries = _summaries(log, path)
+    for (name, path), summaries in zip(named, _read_all([path for _, path in named])):
         require(summaries, f"{path}: the log has no samples (was it run with --no-log-samples?)")
         ids = set()
-        for s in summaries:
-            where = f"{path}, sample {s.id!r} (epoch {s.epoch})"
-            ids.add((str(s.id), s.epoch))
-            if s.error is not None or not s.scores:
+        for sample_id, epoch, scored, values, t_in, t_out in summaries:
+            where = f"{path}, sample {sample_id} (epoch {epoch})"
+            ids.add((sample_id, epoch))
+            if not scored:
                 continue      # no score: a missing cell
             if chosen is None:
-                require(len(s.scores) == 1, f"{where}: several scorers ({', '.join(s.scores)}); choose one with "
-                                            "--scorer")
-                chosen = next(iter(s.scores))
-            require(chosen in s.scores, f"{where}: no scorer {chosen!r}; scorers present: {', '.join(s.scores)}")
-            example = str(s.id) if epochs == "mean" else f"{s.id}@{s.epoch}"
-            cells.setdefault((name, example), []).append(score_value(s.scores[chosen].value, vmap, where, metric))
-            t_in, t_out = _tokens(s.model_usage)
+                require(len(values) == 1, f"{where}: several scorers ({', '.join(values)}); choose one with "
+                                          "--scorer")
+                chosen = next(iter(values))
+            require(chosen in values, f"{where}: no scorer {chosen!r}; scorers present: {', '.join(values)}")
+            example = sample_id if epochs == "mean" else f"{sample_id}@{epoch}"
+            cells.setdefault((name, example), []).append(score_value(values[chosen], vmap, where, metric))
             old = tokens.get((name, example), (0.0, 0.0))
             tokens[(name, example)] = (old[0] + t_in, old[1] + t_out)
         sample_sets[name] = (ids, path)
