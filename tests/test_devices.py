@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from conftest import tiny_problem
+from conftest import ON_CPU, tiny_problem
 
 from pulse_jax.engine import BanditConfig
 from pulse_jax.simulate import simulate
@@ -75,7 +75,8 @@ def test_other_compiled_code_agrees_on_one_sample_path():
     """The same runs compiled at another XLA optimization level (another summation order, as on another
     backend), made to follow this process's choices, agree within the stated float tolerances.
 
-    UCB-E's estimates are ratios of integer counts, so they must be equal; its confidence bounds are
+    UCB-E's estimates are ratios of integer counts, so they must be equal on the CPU (a GPU's float32
+    division is within 2 ulp: 2.4e-7 off the CPU, see tests/conftest.py); its confidence bounds are
     float32 sums of O(n) terms (measured 6e-8; 1e-6 allowed). PULSE's refits amplify last-bit
     differences: on this problem 5.1e-6 in estimates, 1.2e-7 in bounds and 2.2e-5 in lambda were
     measured (levels 0 and 3, and 0 and XLA's default), so 1e-4 / 1e-5 / 1e-3 leave 20-80x headroom,
@@ -97,7 +98,8 @@ def test_other_compiled_code_agrees_on_one_sample_path():
     assert proc.returncode == 0, proc.stderr[-3000:]
     there = {m: {k: np.asarray(v, np.float64) for k, v in r.items()}
              for m, r in json.loads(proc.stdout.strip().splitlines()[-1]).items()}
-    for method, (est, bound, lam) in {"ucbe": (0.0, 1e-6, 0.0), "pulse": (1e-4, 1e-5, 1e-3)}.items():
+    division = 0.0 if ON_CPU else 2.4e-7
+    for method, (est, bound, lam) in {"ucbe": (division, 1e-6, 0.0), "pulse": (1e-4, 1e-5, 1e-3)}.items():
         np.testing.assert_array_equal(there[method]["chosen"], here[method].chosen)
         np.testing.assert_allclose(there[method]["step_estimates"], here[method].step_estimates, rtol=0, atol=est)
         np.testing.assert_allclose(there[method]["step_low"], here[method].step_low, rtol=0, atol=bound)

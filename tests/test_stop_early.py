@@ -2,7 +2,7 @@
 import jax
 import numpy as np
 import pytest
-from conftest import tiny_problem
+from conftest import same_floats, tiny_problem
 
 import pulse_jax as pj
 from pulse_jax import engine
@@ -32,8 +32,7 @@ def test_blocked_run_equals_the_scan_on_every_repetition(method, rule):
     if rule != "successive_halving":   # (its schedule is not built to certify; equality is what counts)
         assert (certified >= 0).mean() >= 0.5 and certified.max() < config.budget   # the case the loop is for
     for a, b in zip(jax.tree_util.tree_leaves(scan), jax.tree_util.tree_leaves(blocked)):
-        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64), rtol=0, atol=1e-6,
-                                   equal_nan=True)
+        same_floats(a, b, atol=1e-6)
     np.testing.assert_array_equal(np.asarray(scan.steps.chosen), np.asarray(blocked.steps.chosen))
     np.testing.assert_array_equal(certified, np.asarray(blocked.certified.spent))
 
@@ -109,8 +108,8 @@ def test_summary_only_runs_keep_one_record_and_the_same_results(stop):
     np.testing.assert_array_equal(brief.spent[:, -1], full.spent[:, -1])
     np.testing.assert_array_equal(brief.certified_spent, full.certified_spent)
     np.testing.assert_array_equal(brief.n_obs, full.n_obs)
-    np.testing.assert_allclose(brief.estimates, full.estimates, atol=1e-6)
-    np.testing.assert_allclose(brief.cs_low, full.cs_low, atol=1e-6)
+    same_floats(brief.estimates, full.estimates, atol=1e-6)
+    same_floats(brief.cs_low, full.cs_low, atol=1e-6)
     for key, value in full.certification().items():
         np.testing.assert_array_equal(brief.certification()[key], value)
     with pytest.raises(PulseInputError, match="kept only its summary"):
