@@ -48,7 +48,7 @@ def scale_specs(quick: bool, reps: int) -> list[tuple[str, dict]]:
             "batch": 64, "bandit_budget": 40_000 if quick else 400_000, "reps": 16 if quick else reps,
             "refit_every": 100 if quick else 1000, "factors": str(FACTORS) if FACTORS.is_file() else None,
             "chunk": None, "banditeval_steps": 0}
-    never = 10**9   # no periodic refit
+    never = 100_000   # longer than any run here: no periodic refit
     out = [(f"full: {m}", {**full, "method": m}) for m in ("ucbe", "pulse", "pulse_hedged+betting")]
     out += [(f"no refit: {m}", {**full, "method": m, "refit_every": never}) for m in ("pulse", "naive")]
     big_m, big_n = full["models"], full["examples"]

@@ -203,3 +203,21 @@ def test_resume_with_other_train_scores_is_refused(tmp_path):
         Selector(b.models, 60, 4 * 4 + 40, train=b.train[::-1], **kw)
     Selector(b.models, 60, 4 * 4 + 40, train=b.train, **kw).close()      # the same, or none: resumes
     Selector(b.models, 60, 4 * 4 + 40, **kw).close()
+
+
+def test_a_refit_period_longer_than_the_run_is_no_periodic_refit_not_a_huge_log_chunk():
+    """``refit_every`` beyond the run's steps allocated log chunks of that many slots (terabytes for
+    10**9); it now means what it says: no periodic refit, the same run as any period past the end."""
+    import pulse_jax as pj
+    from pulse_jax.engine.config import log_chunk_slots
+
+    rng = np.random.default_rng(0)
+    scores = (rng.random((6, 80)) < 0.5).astype(np.float32)
+    V = rng.normal(size=(80, 3)).astype(np.float32)
+    runs = []
+    for tau in (10**9, 10**4):
+        config = pj.BanditConfig(n_models=6, n_examples=80, budget=6 * 4 + 100, batch_size=4, refit_every=tau)
+        assert log_chunk_slots(config) <= config.n_steps + 256
+        runs.append(pj.simulate(scores, config, "pulse", V=V, reps=3, seed=0, progress=False))
+    np.testing.assert_array_equal(runs[0].chosen, runs[1].chosen)
+    np.testing.assert_array_equal(runs[0].estimates, runs[1].estimates)

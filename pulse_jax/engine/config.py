@@ -163,8 +163,9 @@ class BanditConfig:
 
 def log_chunk_slots(config: BanditConfig) -> int:
     """Pull-log slots a refit visits at a time: the refit period (refits fall on its multiples, so
-    the chunks a refit visits are exactly the filled ones), times enough to hold >= 256 cells."""
-    tau = max(config.refit_every, 1)
+    the chunks a refit visits are exactly the filled ones), times enough to hold >= 256 cells. A
+    period longer than the run (no periodic refit) counts as the run's length, not as slots to allocate."""
+    tau = max(min(config.refit_every, config.n_steps), 1)
     return tau * -(-256 // (tau * config.batch_size))
 
 
