@@ -166,6 +166,19 @@ def _certificate(args):
     return stopping.tie_group(), {"stop.size": float(value)}
 
 
+def _rule(args):
+    """``--rule``'s plug-in; with ``--top-k K`` (K > 1) and no ``--rule``, LUCB for the top K: the
+    default rules chase the best model alone, which a top-k certificate does not wait on."""
+    if getattr(args, "top_k", None) and args.top_k > 1 and not getattr(args, "rule_given", True):
+        from pulse_jax.rules import lucb_top_k
+
+        rule = lucb_top_k(args.top_k)
+        print(f"note: --top-k {args.top_k} samples by {rule.name} (the set's weakest member against the best "
+              "outsider); give --rule to choose another", file=sys.stderr)
+        return rule
+    return _plugin("sampling rule", args.rule, "--rule")
+
+
 def _certificate_levels(args, numbers: dict, stop, n_models: int) -> dict:
     """The numbers with ``cs_simultaneous`` raised to what ``stop``'s claim needs (top-k: log k / log m)."""
     import math
@@ -432,7 +445,7 @@ def _config(args, m: int, n: int, default_budget: int):
     _check_first_look(budget, m, args, "candidates")
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
                         init_batches=args.init_batches, refit_every=args.refit_every,
-                        rule=_plugin("sampling rule", args.rule, "--rule"),
+                        rule=_rule(args),
                         stop=_certificate(args)[0] or _plugin("stopping rule", args.stop, "--stop"),
                         cs_grid=_cs_grid(args))
 
@@ -975,7 +988,7 @@ def cmd_select(args) -> None:
     methods = _methods(args.method)
     require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
     (method, estimator), = methods.items()
-    rule = _plugin("sampling rule", args.rule, "--rule")
+    rule = _rule(args)
     if args.no_early_stop:
         require(args.stop in (None, "budget"), f"--no-early-stop contradicts --stop {args.stop}; give --stop alone")
         print("pulse-jax: --no-early-stop is deprecated; use --stop budget", file=sys.stderr)
@@ -1119,6 +1132,7 @@ def cmd_log(args) -> None:
 def main(argv=None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    args.rule_given = any(a == "--rule" or a.startswith("--rule=") for a in (sys.argv[1:] if argv is None else argv))
     from pulse_jax.compilation_cache import enable_compilation_cache
 
     enable_compilation_cache()

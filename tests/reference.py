@@ -199,6 +199,17 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
             pick = leader if active[leader] and (not active[challenger] or width[leader] >= width[challenger]) \
                 else challenger
             i = pick if active[pick] else i
+        if config.rule.name.startswith("lucb_top_"):
+            lo, hi = bounds()
+            k = dict(config.rule.settings)["k"]
+            member = np.zeros(m, bool)
+            member[np.argsort(-estimates(), kind="stable")[:k]] = True     # lax.top_k: ties to the lower index
+            weakest = _random_argmax(uniforms[t, 2], np.where(member, -lo, -np.inf), model_order)
+            strongest = _random_argmax(uniforms[t, 3], np.where(member, -np.inf, hi), model_order)
+            width = hi - lo
+            pick = weakest if active[weakest] and (not active[strongest] or width[weakest] >= width[strongest]) \
+                else strongest
+            i = pick if active[pick] else i
         if config.rule.name == "top_two":
             beta = float(params.rule.leader_fraction)
             est = estimates()

@@ -130,7 +130,8 @@ def test_wrong_claims_are_at_most_delta(case, method, flipped_V):
     name, numbers, means = CASES[case]
     scores = _matrix(means, N, seed=7)
     stop = stopping.top_k(3) if name == "top_k" else name
-    config = pj.BanditConfig(n_models=6, n_examples=N, budget=6 * N, batch_size=4, rule="lucb", stop=stop,
+    rule = pj.lucb_top_k(3) if name == "top_k" else "lucb"     # what select --top-k samples by
+    config = pj.BanditConfig(n_models=6, n_examples=N, budget=6 * N, batch_size=4, rule=rule, stop=stop,
                              refit_every=10)
     result = pj.simulate(scores, config, method, V=flipped_V if method == "pulse" else None, reps=REPS, seed=11,
                          params={"delta": DELTA, **numbers}, progress=False)
@@ -236,7 +237,11 @@ def test_select_takes_epsilon_top_k_and_tie_group(tmp_path, capsys):
             out = json.loads((tmp_path / f"{stop}_report" / "report.json").read_text())
             assert out["stop"] == stop and out["stopped"], out["certificate"]
             assert "with probability at least 0.95" in out["certificate"]
-        assert "cs_simultaneous raised" in capsys.readouterr().err   # --top-k 2 of 6 at certification levels
+        err = capsys.readouterr().err
+        assert "cs_simultaneous raised" in err   # --top-k 2 of 6 at certification levels
+        assert "--top-k 2 samples by lucb_top_2" in err     # the set's rule, as no --rule was given
+        provenance = json.loads((tmp_path / "top_k_report" / "provenance.json").read_text())
+        assert "lucb_top_2" in json.dumps(provenance)
         assert cli.main(["select", "--models", str(tmp_path / "models.txt"), "--examples", "160", "--budget", "960",
                       "--method", "ucbe", "--evaluate", "scorer:score", "--log", str(tmp_path / "x.jsonl"),
                       "--epsilon", "0.05", "--stop", "certified"]) == 2

@@ -31,13 +31,14 @@ def _config(case, rule):
 PARAMS = BanditParams(init_refit_lr=0.01, refit_lr=0.1)
 
 
-@pytest.mark.parametrize("rule", ["top_two", "top_two_interval", "successive_halving"])
+@pytest.mark.parametrize("rule", ["top_two", "top_two_interval", "successive_halving", "lucb_top_2"])
 @pytest.mark.parametrize("method", ["ucbe", "pulse"])
 @pytest.mark.parametrize("case", list(CASES))
 def test_rule_matches_the_numpy_reference_step_for_step(rule, method, case):
     """Same draws (keys, uniforms), independent arithmetic: every choice, recommendation and count agrees
     (tolerances: see ``reference.assert_engine_agrees``)."""
-    config = _config(case, rules.top_two(challenger="interval") if rule == "top_two_interval" else rule)
+    named = {"top_two_interval": rules.top_two(challenger="interval"), "lucb_top_2": rules.lucb_top_k(2)}
+    config = _config(case, named.get(rule, rule))
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=config.n_models, n=config.n_examples)
     assert_engine_agrees(config, method, scores, V, PARAMS)
 
@@ -94,6 +95,33 @@ def test_successive_halving_spends_exactly_its_schedule(m):
         assert sorted(pulls.tolist(), reverse=True) == expected
         assert pulls.sum() == total == 97
         assert int(out.steps.best[-1]) == int(np.argmax(pulls))
+
+
+def test_lucb_top_k_pulls_the_pair_its_certificate_waits_on():
+    """With k = 3 every pull is the set's member with the lowest lower bound or the best outsider
+    (checked from the recorded bounds)."""
+    scores, _, V = tiny_problem(seed=3, m=6, n=48)
+    runs = {}
+    for name, rule in (("top3", rules.lucb_top_k(3)),):
+        config = BanditConfig(n_models=6, n_examples=48, budget=6 * 4 + 120, batch_size=4, refit_every=5,
+                              record_estimates=True, rule=rule)
+        runs[name] = jax.jit(engine.make_run(config, "ucbe"))(jax.random.PRNGKey(2), scores, V, None)
+    top3 = runs["top3"].steps
+    est, low, high = (np.asarray(x) for x in (top3.estimates, top3.low, top3.high))
+    chosen = np.asarray(top3.chosen)
+    checked = 0
+    for t in range(1, len(chosen)):   # the bounds the rule saw at step t are those recorded after step t - 1
+        if chosen[t] < 0:
+            continue
+        member = np.zeros(6, bool)
+        member[np.argsort(-est[t - 1], kind="stable")[:3]] = True
+        weakest = np.flatnonzero(member & (low[t - 1] == low[t - 1][member].min()))
+        strongest = np.flatnonzero(~member & (high[t - 1] == high[t - 1][~member].max()))
+        assert chosen[t] in set(weakest) | set(strongest), t
+        checked += 1
+    assert checked > 20
+    with pytest.raises(ValueError, match="k must be >= 1"):
+        rules.lucb_top_k(0)
 
 
 def test_rule_interface_contracts():

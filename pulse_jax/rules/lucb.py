@@ -5,11 +5,19 @@ other model with the highest upper bound (stream ``CHALLENGER``); of the two,
 the one with the wider interval that can still be pulled is pulled. If
 neither can be, the index rule's choice is. The bounds are the run's
 simultaneous ones (``BanditConfig.interval``).
+
+`lucb_top_k` is the same rule for a set (LUCB1 for the top m in the paper): the
+k models with the largest estimates are the claimed set; its member with the
+lowest lower bound and the outsider with the highest upper bound are the pair
+whose intervals the top-k certificate (`pulse_jax.stopping.top_k`) waits on,
+and the one of the two with the wider interval is pulled. ``k = 1`` is `lucb` but for ties among
+the estimates, which go to the lower index (as the certificate names its set).
 """
 from __future__ import annotations
 
 import functools
 
+import jax
 import jax.numpy as jnp
 
 from pulse_jax.rules.base import BUILT_IN, SamplingRule
@@ -38,3 +46,30 @@ def lucb() -> SamplingRule:
 
 
 BUILT_IN["lucb"] = lucb
+
+
+def _choose_top_k(k, state, inputs, params):
+    fallback, _ = choose_by_index(state, inputs, params)
+    m = inputs.estimates.shape[0]
+    _, top = jax.lax.top_k(inputs.estimates, k)          # the claimed set, as top_k's stop names it
+    member = jnp.zeros(m, bool).at[top].set(True)
+    weakest = random_argmax(tie_uniform(inputs.tie_key, inputs.t, LEADER), jnp.where(member, -inputs.low, -jnp.inf),
+                            inputs.model_order)
+    strongest = random_argmax(tie_uniform(inputs.tie_key, inputs.t, CHALLENGER),
+                              jnp.where(member, -jnp.inf, inputs.high), inputs.model_order)
+    width = inputs.high - inputs.low
+    active = inputs.active
+    pick = jnp.where(active[weakest] & (~active[strongest] | (width[weakest] >= width[strongest])),
+                     weakest, strongest)
+    return jnp.where(active[pick], pick, fallback), state
+
+
+@functools.cache
+def lucb_top_k(k: int) -> SamplingRule:
+    """LUCB for the k best as a set: pull the weaker of the set's lowest lower bound and the best
+    outsider's upper bound (the pair a `pulse_jax.stopping.top_k` certificate waits on)."""
+    k = int(k)
+    if k < 1:
+        raise ValueError(f"lucb_top_k: k must be >= 1, got {k}")
+    return SamplingRule(f"lucb_top_{k}", functools.partial(_choose_top_k, k), needs_interval=True,
+                        params=IndexParams(), settings=(("k", k),))
