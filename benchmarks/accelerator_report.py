@@ -30,6 +30,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 FACTORS = HERE.parent.parent / "shared" / "data" / "openllm_v2_mmlu_pro_factors.npz"
+#: Every timed run compiles from scratch: no persistent cache (pulse-jax's or JAX's).
+COLD = {**__import__("os").environ, "PULSE_JAX_CACHE": "off", "JAX_ENABLE_COMPILATION_CACHE": "false"}
 
 
 def environment() -> dict:
@@ -62,7 +64,7 @@ def scale_specs(quick: bool, reps: int) -> list[tuple[str, dict]]:
 def timed(spec: dict) -> dict:
     """One ``bench_scale.py`` child run (a fresh process: its own compile, its own peak memory)."""
     proc = subprocess.run([sys.executable, str(HERE / "bench_scale.py"), "--child", json.dumps(spec)],
-                          stdout=subprocess.PIPE, text=True)
+                          stdout=subprocess.PIPE, text=True, env=COLD)
     if proc.returncode != 0:
         raise SystemExit(f"failed: {spec}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -99,7 +101,7 @@ def step_hlo(quick: bool) -> dict:
 def sweep(quick: bool, workdir: Path) -> dict:
     out = workdir / "sweep.json"
     args = [sys.executable, str(HERE / "bench_sweep.py"), "--out", str(out)] + (["--reps", "20"] if quick else [])
-    if subprocess.run(args).returncode != 0:
+    if subprocess.run(args, env=COLD).returncode != 0:
         raise SystemExit("bench_sweep.py failed")
     return json.loads(out.read_text())
 

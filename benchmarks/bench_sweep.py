@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
+import os
 import platform
 import sys
 import time
@@ -38,6 +39,9 @@ def main(argv=None) -> int:
     p.add_argument("--fixed-lambda", default="nan,1")
     p.add_argument("--out", default="results/bench_sweep.json")
     args = p.parse_args(argv)
+    # Cold means cold: no program from the persistent cache of an earlier call or process.
+    os.environ["PULSE_JAX_CACHE"] = "off"
+    os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
 
     import jax
 
