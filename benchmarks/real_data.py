@@ -68,7 +68,8 @@ def epsilon_rows(name, scores, V, method, args) -> list[dict]:
     m, n = scores.shape
     t = time.time()
     swept = pj.sweep(scores, _config(m, n, args.batch_size, "epsilon_good"), method, {"stop.epsilon": list(EPSILONS)},
-                     reps=args.reps, seed=args.seed, V=V if method != "ucbe" else None, base=BASE, progress=False)
+                     reps=args.reps, seed=args.seed, V=V if method != "ucbe" else None, base=BASE, progress=False,
+                     chunk_size=args.chunk)
     oracle = oracle_cells(scores, EPSILONS, BASE["delta"])
     rows = []
     for eps, res in zip(EPSILONS, swept.results):
@@ -105,7 +106,7 @@ def top3_row(name, scores, V, method, args) -> dict:
     config = dataclasses.replace(_config(m, n, args.batch_size, pj.top_k(3)), rule=pj.lucb_top_k(3))
     top3 = pj.simulate(scores, config, method, V=V if method != "ucbe" else None,
                        reps=args.reps, seed=args.seed, params={**BASE, "cs_simultaneous": math.log(3) / math.log(m)},
-                       progress=False)
+                       progress=False, chunk_size=args.chunk)
     c = top3.claims()
     return {"data": name, "shape": f"{m} x {n}", "method": method, "seconds": round(time.time() - t, 1),
             "target": "top 3", "cells": top3.spent[:, -1].tolist(), "stopped": c["stopped_fraction"],
@@ -215,6 +216,8 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=8, help="B (select's default, 8)")
     p.add_argument("--data", default=DEFAULT_DATA)
     p.add_argument("--methods", default="ucbe,pulse_hedged")
+    p.add_argument("--chunk", type=int, default=None, help="repetitions per compiled call (memory: a 1,000-candidate "
+                   "PULSE sweep of 800 runs needs more than 13 GB in one call)")
     p.add_argument("--out", default="docs/benchmarks/real_data.json")
     p.add_argument("--readme", action="append", default=[], help="also rewrite the real-data table of this Markdown "
                    "file (between <!-- real-data --> and <!-- /real-data -->; repeatable)")
