@@ -192,7 +192,7 @@ def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None
     log = _log_module()
     vmap = {**VALUE_MAP, **dict(value_map or {})}
     task, named = _runs(log, _log_files(paths), task)
-    cells, tokens, chosen = _cells(log, named, scorer, metric, epochs, vmap)
+    cells, tokens, chosen = _cells(named, scorer, metric, epochs, vmap)
     require(cells, f"no scored samples for task {task!r}")
     models = [name for name, _ in named]
     examples = sorted({e for _, e in cells}, key=_natural)
@@ -239,7 +239,7 @@ def _runs(log, files: list[Path], task: str | None) -> tuple[str, list[tuple[str
     return task, named
 
 
-def _cells(log, named, scorer, metric, epochs, vmap):
+def _cells(named, scorer, metric, epochs, vmap):
     """``({(model, example): [scores]}, {(model, example): (input, output tokens)}, scorer)``; every
     model must have the same (sample, epoch) set."""
     cells, tokens, sample_sets = {}, {}, {}

@@ -25,17 +25,22 @@ from pulse_jax.rules.ucb_index import IndexParams, choose_by_index
 from pulse_jax.ties import CHALLENGER, LEADER, random_argmax, tie_uniform
 
 
+def _wider(inputs, a, b, fallback):
+    """Of ``a`` and ``b``, the one with the wider interval that can be pulled (``a`` on a tie); else
+    ``fallback``."""
+    width = inputs.high - inputs.low
+    active = inputs.active
+    pick = jnp.where(active[a] & (~active[b] | (width[a] >= width[b])), a, b)
+    return jnp.where(active[pick], pick, fallback)
+
+
 def _choose(state, inputs, params):
     fallback, _ = choose_by_index(state, inputs, params)
     m = inputs.estimates.shape[0]
     leader = random_argmax(tie_uniform(inputs.tie_key, inputs.t, LEADER), inputs.estimates, inputs.model_order)
     others = jnp.where(jnp.arange(m) == leader, -jnp.inf, inputs.high)
     challenger = random_argmax(tie_uniform(inputs.tie_key, inputs.t, CHALLENGER), others, inputs.model_order)
-    width = inputs.high - inputs.low
-    active = inputs.active
-    pick = jnp.where(active[leader] & (~active[challenger] | (width[leader] >= width[challenger])),
-                     leader, challenger)
-    return jnp.where(active[pick], pick, fallback), state
+    return _wider(inputs, leader, challenger, fallback), state
 
 
 @functools.cache
@@ -57,11 +62,7 @@ def _choose_top_k(k, state, inputs, params):
                             inputs.model_order)
     strongest = random_argmax(tie_uniform(inputs.tie_key, inputs.t, CHALLENGER),
                               jnp.where(member, -jnp.inf, inputs.high), inputs.model_order)
-    width = inputs.high - inputs.low
-    active = inputs.active
-    pick = jnp.where(active[weakest] & (~active[strongest] | (width[weakest] >= width[strongest])),
-                     weakest, strongest)
-    return jnp.where(active[pick], pick, fallback), state
+    return _wider(inputs, weakest, strongest, fallback), state
 
 
 @functools.cache
