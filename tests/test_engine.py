@@ -33,8 +33,6 @@ def _params(**kw):
 CASES = {
     # name: (m, n, budget offset past init, batch, refit_every)
     "plain": (6, 40, 100, 4, 5),
-    # "plain" and "budget-..." have <= 8 refit phases (run unrolled here, with growing log slices,
-    # although their logs are small); "exhausts-..." has 10 (one scan, whole-log refits).
     "exhausts-models-partial-batches": (5, 46, 190, 8, 3),   # (46 - 8) % 8 != 0, budget = every cell
     "budget-not-multiple-of-batch": (4, 60, 37, 5, 4),
 }
@@ -53,8 +51,7 @@ REFERENCE_RUNS = ([(method, case, "ucbe-rule") for method in METHODS for case in
 
 
 @pytest.mark.parametrize("method,case,rule", REFERENCE_RUNS)
-def test_engine_matches_numpy_reference_step_for_step(method, case, rule, monkeypatch):
-    monkeypatch.setattr(engine.drivers, "UNROLL_MIN_LOG_CELLS", 0)   # unroll whenever the phases allow it
+def test_engine_matches_numpy_reference_step_for_step(method, case, rule):
     m, n, extra, batch, tau = CASES[case]
     rule_name, stop, delta = RULES[rule]
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=m, n=n)
@@ -62,14 +59,6 @@ def test_engine_matches_numpy_reference_step_for_step(method, case, rule, monkey
                      stop="certified" if stop else "budget")
     params = _params(delta=delta)
     assert_engine_agrees(config, method, scores, V, params)
-
-
-def test_reference_cases_cover_both_refit_paths():
-    phases = {}
-    for case, (m, n, extra, batch, tau) in CASES.items():
-        config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
-        phases[case] = (config.n_steps + 1) // tau
-    assert phases["plain"] <= engine.MAX_UNROLLED_PHASES < phases["exhausts-models-partial-batches"]
 
 
 def test_random_argmax_is_uniform_over_ties_exactly():
@@ -221,12 +210,10 @@ def test_following_a_runs_choices_repeats_it_and_follows_any_path():
         simulate(scores, SEEDED_CONFIG, "ucbe", reps=7, follow=bad)
 
 
-def test_following_works_on_the_unrolled_refit_path(monkeypatch):
-    monkeypatch.setattr(engine.drivers, "UNROLL_MIN_LOG_CELLS", 0)
+def test_following_a_run_repeats_it_and_follows_any_path():
     m, n, extra, batch, tau = CASES["plain"]
     scores, _, V = tiny_problem(seed=0, m=m, n=n)
     config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
-    assert (config.n_steps + 1) // tau <= engine.MAX_UNROLLED_PHASES
     key = jax.random.PRNGKey(3)
     free = jax.jit(engine.make_run(config, "pulse"))(key, scores, V, _params())
     follow = jax.jit(engine.make_run(config, "pulse", follow=True))

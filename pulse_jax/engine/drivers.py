@@ -7,18 +7,10 @@ import jax.numpy as jnp
 
 from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths, interval_bounds
 from pulse_jax.engine.config import (BanditConfig, Plugins, check_compatible, get_estimator, plugins_of,
-                                     refit_period, traced_params)
+                                     traced_params)
 from pulse_jax.engine.kernel import finished, idle_record, init, step, stop_status
 from pulse_jax.engine.state import BanditState, Episode, RunResult
 from pulse_jax.estimators.base import Estimator
-
-
-#: Up to this many refit phases, and with a pull log of at least this many cells, ``make_run``
-#: unrolls the phases so that each refit works on a log slice of static, growing size (cheaper
-#: refits, longer compilation); otherwise one scan, whose refits all see the whole log (cheap
-#: when the log is small).
-MAX_UNROLLED_PHASES = 8
-UNROLL_MIN_LOG_CELLS = 20_000
 
 
 def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False):
@@ -58,14 +50,14 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
         # choices[t] is step t's model (index 0: the padding step t = 0, never a pull).
         choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
 
-        def steps(state, ts, log_slots=None):
-            def one(s, t):
-                s, record = step(config, plugins, episode, s, params, t, log_slots,
-                                 None if choices is None else choices[t])
-                return s, (record if config.record_steps else None)
-            return jax.lax.scan(one, state, ts)
+        # One scan over t = 0 .. n_steps (t = 0 is the no-op padding step): the step is compiled once,
+        # and each refit is a real `lax.cond` on the unbatched t that visits the log filled so far.
+        def one(s, t):
+            s, record = step(config, plugins, episode, s, params, t, None if choices is None else choices[t])
+            return s, (record if config.record_steps else None)
 
-        state, records = _all_steps(config, plugins, state, steps)
+        state, records = jax.lax.scan(one, state, jnp.arange(config.n_steps + 1))
+        records = jax.tree_util.tree_map(lambda a: a[1:], records)
         if not config.record_steps:   # the summary only: the final state's record as the one "step"
             records = jax.tree_util.tree_map(lambda a: a[None], idle_record(config, plugins, episode, state, params,
                                                                              jnp.int32(0)))
@@ -118,8 +110,8 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
             def one(states, t):
                 t = jnp.where(t <= config.n_steps, t, 0)     # past the last step: the no-op step 0
                 follow_t = None if padded is None else padded[:, t]
-                return jax.vmap(step, in_axes=(None, None, shared, 0, 0, None, None, 0 if follow else None))(
-                    config, plugins, episodes, states, params, t, None, follow_t)
+                return jax.vmap(step, in_axes=(None, None, shared, 0, 0, None, 0 if follow else None))(
+                    config, plugins, episodes, states, params, t, follow_t)
             return jax.lax.scan(one, states, b * block + jnp.arange(block))
 
         shapes = jax.eval_shape(steps_of_block, states, 0)[1]
@@ -162,29 +154,6 @@ def _settle(config: BanditConfig, plugins: Plugins, state: BanditState, params, 
     done, claim = stop_status(config, plugins, state, params, t)
     fires = done & ~state.stopped & (t <= config.n_steps)
     return state._replace(stopped=state.stopped | fires, claimed=jnp.where(fires, claim, state.claimed))
-
-
-def _all_steps(config: BanditConfig, plugins: Plugins, state: BanditState, steps):
-    """Run steps ``1 .. n_steps`` with ``steps(state, ts, log_slots) -> (state, records)``."""
-    n_steps, tau = config.n_steps, refit_period(config, plugins)
-    if not tau:
-        return steps(state, 1 + jnp.arange(n_steps))
-    # Phases of tau steps, t in [p tau, (p+1) tau): each opens with its refit
-    # (phase 0 opens with the no-op t = 0 instead), then the shorter last phase.
-    n_phases = (n_steps + 1) // tau
-    if n_phases <= MAX_UNROLLED_PHASES and n_steps * config.batch_size >= UNROLL_MIN_LOG_CELLS:
-        # Unrolled: phase p's refit sees only the p tau log slots filled so far (static
-        # shapes), so the refits cost in proportion to the cells observed, not the budget.
-        parts = []
-        for p in range(n_phases):
-            state, part = steps(state, p * tau + jnp.arange(tau), max(p * tau, 1))
-            parts.append(part)
-        state, tail = steps(state, n_phases * tau + jnp.arange(n_steps + 1 - n_phases * tau), max(n_phases * tau, 1))
-        return state, jax.tree_util.tree_map(lambda *a: jnp.concatenate(a)[1:], *parts, tail)
-    # One scan over t = 0 .. n_steps (t = 0 is the no-op padding step): the step body is
-    # compiled once, and each refit is a real `lax.cond` on the unbatched t.
-    state, records = steps(state, jnp.arange(n_steps + 1))
-    return state, jax.tree_util.tree_map(lambda a: a[1:], records)
 
 
 def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, params, records, init_best) -> RunResult:

@@ -180,16 +180,16 @@ def _stop_inputs(config: BanditConfig, plugins: Plugins, state: BanditState, par
     return StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0, state.certified.model)
 
 
-def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, size, due,
-          log_slots=None):
+def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, size, due):
     """Step 2: when ``due`` and the step spends (``size > 0``), refit U on all observed cells and refresh
     the prediction sums and the estimator.
 
     ``due`` is a Python bool or an *unbatched* traced bool (it depends on the
     step only), so under ``vmap`` it stays a real ``lax.cond`` and plain steps
-    never pay for a refit. Given a traced step ``t`` (unbatched too) and no
-    static ``log_slots``, the refit visits only the ``t - 1`` log slots steps
-    ``1 .. t - 1`` may have filled.
+    never pay for a refit. Given a traced step ``t`` (unbatched too), the refit
+    visits only the log chunks that steps ``1 .. t - 1`` may have filled
+    (`pulse_jax.factorization.FilledPrefix`), so its cost follows the cells
+    observed, not the budget; ``t = None`` visits the whole log.
     """
     params = traced_params(plugins, params)
     if not plugins.estimator.uses_predictions or due is False:
@@ -198,9 +198,8 @@ def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandi
     def refit_if_live(state):
         settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2, params.refit_prior,
                               episode.row_prior)
-        dynamic = t is not None and log_slots is None
-        filled = factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config)) if dynamic else None
-        new = _refit(episode, state, settings, log_slots, filled)
+        filled = None if t is None else factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config))
+        new = _refit(episode, state, settings, filled=filled)
         new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.ledger, config.n_examples,
                                                                params.estimator))
         return _where_tree(size > 0, new, state)
@@ -298,8 +297,7 @@ def observe(config: BanditConfig, plugins: Plugins, episode: Episode, state: Ban
     return take_snapshots(config, estimator, state, params, spent_before), info
 
 
-def step(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, log_slots=None,
-         follow=None):
+def step(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, follow=None):
     """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): `select`, `refit`
     when due, `draw`, `observe` the true scores; ``(state, record)``. ``follow`` (a model
     index, -1 for none) replaces the rule's choice; the batch size follows the usual rule."""
@@ -309,7 +307,7 @@ def step(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandit
     else:
         i = jnp.clip(follow, 0, config.n_models - 1)
         size = jnp.where((follow >= 0) & (t >= 1), room(config, state, i), 0)
-    state = refit(config, plugins, episode, state, params, t, size, refit_due(config, plugins, t), log_slots)
+    state = refit(config, plugins, episode, state, params, t, size, refit_due(config, plugins, t))
     examples, valid = draw(config, plugins, episode, state, i, size, params)
     state, info = observe(config, plugins, episode, state, params, t, i, size, examples, valid,
                           episode.scores[i, examples])
@@ -337,10 +335,10 @@ class Kernel(NamedTuple):
 
     * ``init(key, scores, V, params) -> (episode, state)``;
     * ``select(episode, state, params, t, blocked=None, reserved=0) -> (state, i, size)``;
-    * ``refit(episode, state, params, t, size, due, log_slots=None) -> state``;
+    * ``refit(episode, state, params, t, size, due) -> state``;
     * ``draw(episode, state, i, size, params=None) -> (examples, valid)``;
     * ``observe(episode, state, params, t, i, size, examples, valid, scores) -> (state, info)``;
-    * ``step(episode, state, params, t, log_slots=None, follow=None) -> (state, record)``;
+    * ``step(episode, state, params, t, follow=None) -> (state, record)``;
     * ``bounds(state, params) -> (estimates, low, high)``;
     * ``refit_due(t)``;
     * ``stop_status(state, params, t) -> (done, claim)``.
