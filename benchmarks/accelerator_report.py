@@ -14,6 +14,7 @@
 
     python benchmarks/accelerator_report.py --out docs/benchmarks/accelerator.json
     python benchmarks/accelerator_report.py --quick --out /tmp/accelerator.json   # CPU, a few minutes
+    python benchmarks/accelerator_report.py --runs full --skip hlo,sweep --reps 100 --out cpu.json   # one part
 
 ``--quick`` shrinks every size (250 x 3,008, rank 32, 40,000 bandit cells, 16 repetitions; the
 sweep at 20 repetitions per point). Prints a table; writes ``--out`` (JSON) and ``.md`` beside it.
@@ -142,6 +143,7 @@ def main(argv=None) -> int:
     p.add_argument("--quick", action="store_true", help="small sizes (CPU, a few minutes)")
     p.add_argument("--reps", type=int, default=500, help="repetitions of the full-scale runs")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: runs, hlo, sweep")
+    p.add_argument("--runs", default="", help="comma-separated run groups to time (default: all): full, no refit, size")
     p.add_argument("--out", default="docs/benchmarks/accelerator.json")
     args = p.parse_args(argv)
     out = Path(args.out)
@@ -158,9 +160,10 @@ def main(argv=None) -> int:
     if "hlo" not in skip and "hlo" not in report:
         report["hlo"] = step_hlo(args.quick)
         save()
+    groups = tuple(filter(None, args.runs.split(",")))
     if "runs" not in skip:
         for label, spec in scale_specs(args.quick, args.reps):
-            if label not in report["runs"]:
+            if label not in report["runs"] and (not groups or label.startswith(groups)):
                 report["runs"][label] = timed(spec)
                 print(f"{label}: compile {report['runs'][label]['compile_s']:.1f} s, run "
                       f"{report['runs'][label]['run_s']:.2f} s", file=sys.stderr, flush=True)

@@ -897,20 +897,32 @@ def _lm_eval_scorer(args, models):
                                   filter=args.lm_eval_filter, include_path=args.lm_eval_include,
                                   cache_dir=str(args.log) + ".lm-eval-cache", plugins=args.lm_eval_plugin,
                                   device=args.lm_eval_device)
-    docs = scorer.doc_ids
-    if args.examples is None:
-        return scorer, docs
-    chosen = _examples_option(args.examples)
-    if isinstance(chosen, int):
-        require(chosen <= len(docs), f"--examples {chosen}: the task {args.lm_eval_task!r} has {len(docs)} documents")
-        return scorer, docs[:chosen]
+    return scorer, _task_examples(args.examples, scorer.doc_ids, args.lm_eval_task, "document", _document_id)
+
+
+def _document_id(text):
+    """An lm-eval document id as ``--examples`` lists it (an integer)."""
     try:
-        ids = [int(x) for x in chosen]
+        return int(text)
     except ValueError:
-        raise PulseInputError(f"--examples {args.examples}: lm-eval examples are document ids (integers)") from None
-    bad = [i for i in ids if not 0 <= i < len(docs)]
-    require(not bad, f"--examples {args.examples}: no document {bad[0]} in {args.lm_eval_task!r} ({len(docs)} docs)")
-    return scorer, ids
+        raise PulseInputError(f"--examples: lm-eval examples are document ids (integers), got {text!r}") from None
+
+
+def _task_examples(option, ids, task, noun, parse):
+    """What ``select`` evaluates of a harness task's ``ids``: all of them, the first ``--examples N``, or
+    those the ``--examples`` file lists (``parse`` reads one listed id; each must be one of ``ids``)."""
+    if option is None:
+        return ids
+    chosen = _examples_option(option)
+    if isinstance(chosen, int):
+        require(chosen <= len(ids), f"--examples {chosen}: the task {task!r} has {len(ids)} {noun}s")
+        return ids[:chosen]
+    known = set(ids)
+    listed = [parse(x) for x in chosen]
+    bad = [x for x in listed if x not in known]
+    if bad:
+        raise PulseInputError(f"--examples {option}: no {noun} {bad[0]!r} in {task!r} ({len(ids)} {noun}s)")
+    return listed
 
 
 def _scorer(args, models):
@@ -935,17 +947,9 @@ def _inspect_scorer(args, models):
                                            log_dir=args.inspect_log_dir or str(args.log) + ".inspect",
                                            scorer=args.inspect_scorer, metric=args.inspect_metric,
                                            value_map=inspect_harness.parse_value_map(args.value_map))
-    ids = scorer.sample_ids
-    if args.examples is None:
-        return scorer, ids
-    chosen = _examples_option(args.examples)
-    if isinstance(chosen, int):
-        require(chosen <= len(ids), f"--examples {chosen}: the task {args.inspect_task!r} has {len(ids)} samples")
-        return scorer, ids[:chosen]
-    by_text = {str(i): i for i in ids}
-    bad = [x for x in chosen if x not in by_text]
-    require(not bad, f"--examples {args.examples}: no sample {bad[0]!r} in {args.inspect_task!r}")
-    return scorer, [by_text[x] for x in chosen]
+    by_text = {str(i): i for i in scorer.sample_ids}
+    return scorer, _task_examples(args.examples, scorer.sample_ids, args.inspect_task, "sample",
+                                  lambda text: by_text.get(text, text))
 
 
 def _meter(args, models, evaluate):
