@@ -188,10 +188,11 @@ def refit_period(config: BanditConfig, plugins: Plugins) -> int:
 
 def refit_due(config: BanditConfig, plugins: Plugins, t):
     """Every ``refit_every`` steps, at the start of the step (after the choice, before the draw), as in
-    the paper's Algorithm 1; never for estimators without predictions. A Python bool for a Python
-    ``t``, a traced bool for a traced one."""
+    the paper's Algorithm 1; never for estimators without predictions, nor when the period is
+    longer than the run (then no step carries a refit, not even a conditional one). A Python bool
+    for a Python ``t``, a traced bool for a traced one."""
     tau = refit_period(config, plugins)
-    if not tau:
+    if not tau or tau > config.n_steps:
         return False
     return (t % tau == 0) & (t > 0)
 
