@@ -61,6 +61,46 @@ def test_engine_matches_numpy_reference_step_for_step(method, case, rule):
     assert_engine_agrees(config, method, scores, V, params)
 
 
+@pytest.mark.parametrize("method,case", [("pulse", "plain"), ("naive", "exhausts-models-partial-batches"),
+                                         ("pulse", "budget-not-multiple-of-batch")])
+def test_phased_scan_matches_numpy_reference_step_for_step(method, case, monkeypatch):
+    """The scan over refit phases (accelerators' default) against the NumPy loop on a CPU: with its
+    last phase padded by no-op steps ("plain", "budget-...") and filling whole phases ("exhausts-...")."""
+    monkeypatch.setattr(engine.drivers, "PHASED_BACKENDS", (jax.default_backend(),))
+    m, n, extra, batch, tau = CASES[case]
+    scores, _, V = tiny_problem(seed=list(CASES).index(case), m=m, n=n)
+    config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
+    assert_engine_agrees(config, method, scores, V, _params())
+
+
+@pytest.mark.parametrize("method", ["pulse", "naive", "pulse_hedged"])
+def test_phased_scan_equals_the_step_scan_bit_for_bit(method, monkeypatch):
+    """Phases and steps are two loop structures over the same operations in the same order: every
+    record, the final state's results, a followed path and a summary-only run are equal exactly."""
+    m, n, extra, batch, tau = CASES["exhausts-models-partial-batches"]
+    scores, _, V = tiny_problem(seed=4, m=m, n=n)
+    keys = jax.random.split(jax.random.PRNGKey(5), 6)
+
+    def runs():
+        out = {}
+        for record_steps in (True, False):
+            config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau, record_steps=record_steps,
+                             cs_grid=16 if method == "pulse_hedged" else 0)
+            out[record_steps] = jax.jit(jax.vmap(engine.make_run(config, method), in_axes=(0, None, None, None)))(
+                keys, scores, V, _params())
+        config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
+        path = np.where(np.arange(config.n_steps) % 3 == 2, -1, np.arange(config.n_steps) % m).astype(np.int32)
+        out["follow"] = jax.jit(engine.make_run(config, method, follow=True))(keys[0], scores, V, _params(), path)
+        return out
+
+    steps = runs()
+    monkeypatch.setattr(engine.drivers, "PHASED_BACKENDS", (jax.default_backend(),))
+    phases = runs()
+    for name in steps:
+        for a, b in zip(jax.tree_util.tree_leaves(steps[name]), jax.tree_util.tree_leaves(phases[name])):
+            np.testing.assert_array_equal(np.asarray(a), np.asarray(b), err_msg=f"{method}, {name}")
+
+
 def test_random_argmax_is_uniform_over_ties_exactly():
     values = jax.numpy.array([0.2, 0.7, 0.1, 0.7, 0.7, 0.5])
     order = jax.numpy.array([3, 0, 5, 1, 2, 4])

@@ -186,14 +186,20 @@ def refit_period(config: BanditConfig, plugins: Plugins) -> int:
     return config.refit_every if plugins.estimator.uses_predictions else 0
 
 
+def refits_periodically(config: BanditConfig, plugins: Plugins) -> bool:
+    """Whether some step of the run refits: the estimator uses predictions and the period fits in the run."""
+    tau = refit_period(config, plugins)
+    return bool(tau) and tau <= config.n_steps
+
+
 def refit_due(config: BanditConfig, plugins: Plugins, t):
     """Every ``refit_every`` steps, at the start of the step (after the choice, before the draw), as in
     the paper's Algorithm 1; never for estimators without predictions, nor when the period is
     longer than the run (then no step carries a refit, not even a conditional one). A Python bool
     for a Python ``t``, a traced bool for a traced one."""
-    tau = refit_period(config, plugins)
-    if not tau or tau > config.n_steps:
+    if not refits_periodically(config, plugins):
         return False
+    tau = refit_period(config, plugins)
     return (t % tau == 0) & (t > 0)
 
 

@@ -297,21 +297,32 @@ def observe(config: BanditConfig, plugins: Plugins, episode: Episode, state: Ban
     return take_snapshots(config, estimator, state, params, spent_before), info
 
 
-def step(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, follow=None):
-    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): `select`, `refit`
-    when due, `draw`, `observe` the true scores; ``(state, record)``. ``follow`` (a model
-    index, -1 for none) replaces the rule's choice; the batch size follows the usual rule."""
-    params = traced_params(plugins, params)
+def choose(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, follow=None):
+    """Step ``t``'s choice ``(state, i, size)``: `select`, or, given ``follow`` (a model index, -1 for
+    none), that model with the batch size of the usual rule."""
     if follow is None:
-        state, i, size = select(config, plugins, episode, state, params, t)
-    else:
-        i = jnp.clip(follow, 0, config.n_models - 1)
-        size = jnp.where((follow >= 0) & (t >= 1), room(config, state, i), 0)
-    state = refit(config, plugins, episode, state, params, t, size, refit_due(config, plugins, t))
+        return select(config, plugins, episode, state, params, t)
+    i = jnp.clip(follow, 0, config.n_models - 1)
+    return state, i, jnp.where((follow >= 0) & (t >= 1), room(config, state, i), 0)
+
+
+def play(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, i, size):
+    """The rest of step ``t`` once model ``i`` is chosen (and U refit, when due): `draw` ``size`` of its
+    examples, `observe` their true scores; ``(state, record)``."""
     examples, valid = draw(config, plugins, episode, state, i, size, params)
     state, info = observe(config, plugins, episode, state, params, t, i, size, examples, valid,
                           episode.scores[i, examples])
     return state, _record(config, plugins, state, params, jnp.where(size > 0, i, -1), info)
+
+
+def step(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, t, follow=None):
+    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): `choose` (`select`), `refit`
+    when due, `play` (`draw`, `observe` the true scores); ``(state, record)``. ``follow`` (a model
+    index, -1 for none) replaces the rule's choice; the batch size follows the usual rule."""
+    params = traced_params(plugins, params)
+    state, i, size = choose(config, plugins, episode, state, params, t, follow)
+    state = refit(config, plugins, episode, state, params, t, size, refit_due(config, plugins, t))
+    return play(config, plugins, episode, state, params, t, i, size)
 
 
 def _record(config: BanditConfig, plugins: Plugins, state: BanditState, params, chosen, info) -> StepRecord:
