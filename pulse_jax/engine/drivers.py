@@ -16,7 +16,7 @@ from pulse_jax.estimators.base import Estimator
 #: Backends on which a run with periodic refits is a scan over refit phases (`_phases`: one
 #: conditional per phase) rather than over steps (a conditional in every step). On an H100, 500
 #: full-scale PULSE repetitions without periodic refits took 9.6 s with a (never taken) conditional
-#: in every step and 5.9 s without one (two commits apart; docs/performance.md). On a CPU the
+#: in every step and 5.9 s without one (measured at different commits; docs/performance.md). On a CPU the
 #: phases cost 12-16% more run time (20 full-scale repetitions; padding to whole phases, nested
 #: loops), so a CPU scans steps.
 #: Both compute the same numbers in the same order (tested for equality on a CPU).
