@@ -492,3 +492,17 @@ def test_a_row_prior_reaches_every_refit_and_bad_priors_are_refused():
                  params=BanditParams(refit_prior=1.0))
     with pytest.raises(PulseInputError, match="covariance is singular"):
         pj.row_prior_from_rows(np.ones((5, 3)), ridge=0.0)
+
+
+def test_a_run_without_periodic_refits_compiles_no_conditional():
+    """``refit_every`` past the run: no step carries a refit `lax.cond` (on an accelerator a
+    conditional costs a host round trip per step); with periodic refits there is one."""
+    m, n, extra, batch, tau = CASES["plain"]
+    scores, _, V = tiny_problem(seed=0, m=m, n=n)
+    key = jax.random.PRNGKey(0)
+    counts = {}
+    for refit_every in (tau, 10**6):
+        config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=refit_every)
+        text = jax.jit(engine.make_run(config, "pulse")).lower(key, scores, V, _params()).as_text()
+        counts[refit_every] = text.count("stablehlo.case")
+    assert counts == {tau: 1, 10**6: 0}
