@@ -177,8 +177,8 @@ def _phases(config: BanditConfig, plugins: Plugins, episode: Episode, state: Ban
     past ``n_steps``). Step ``t``'s `choose` runs at the end of step ``t - 1``'s iteration, so a
     phase opens between its first step's choice and its draw, where the schedule puts the refit:
     one `lax.cond` per phase (``p >= 1``), none inside the steps. The order of operations, hence
-    every number, is the per-step scan's; on an accelerator a conditional in every step costs a
-    host round trip and copies of the state each step.
+    every number, is the per-step scan's; on an accelerator a conditional costs at least a host
+    round trip to read its predicate, so one per step adds up.
     Returns ``(state, records)``, records indexed by ``t`` (``0 .. n_phases tau - 1``).
     """
     tau, n = config.refit_every, config.n_steps
