@@ -39,16 +39,16 @@ def adam_refit(epochs: int, learning_rate, l2, shrink=0.0, row_prior=None) -> Fi
     return FitSettings(epochs, l2, optax.adam(learning_rate), shrink, row_prior)
 
 
-def _refit(episode: Episode, state: BanditState, settings: FitSettings, log_slots: int | None = None,
+def _refit(episode: Episode, state: BanditState, settings: FitSettings, with_log: bool = True,
            filled: factorization.FilledPrefix | None = None) -> BanditState:
     """Refit U on every observed cell (V frozen, warm start); recompute F and Phi.
 
     ``F_i``/``Phi_i`` (sums of predictions and their squares over model i's
     unobserved cells) are the dense row sums minus the observed cells' part.
-    ``log_slots`` slices the log statically; ``filled`` visits only its used
-    slots (see `pulse_jax.factorization.FilledPrefix`).
+    ``with_log=False`` fits the initial batches alone; ``filled`` visits only the
+    log's used slots (see `pulse_jax.factorization.FilledPrefix`).
     """
-    blocks = observed_blocks(episode, state, log_slots)
+    blocks = observed_blocks(episode, state, with_log)
     filled = filled if len(blocks) > 1 else None
     visits = factorization.plan_visits(episode.V, blocks, filled)
     n = episode.scores.shape[1]
@@ -111,7 +111,7 @@ def init(config: BanditConfig, plugins: Plugins, key, scores, V, params, init_U=
     if estimator.uses_predictions:
         settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2,
                               params.refit_prior, episode.row_prior)
-        state = _refit(episode, state, settings, log_slots=0)     # nothing is in the log yet
+        state = _refit(episode, state, settings, with_log=False)     # nothing is in the log yet
     state = state._replace(estimator=estimator.init(state.ledger, params.estimator))
     state = state._replace(best=recommend(config, plugins, episode, state, 0, params))
     state = record_certificate(config, estimator, state, params)

@@ -125,18 +125,15 @@ def initial_draws(examples_key: chex.PRNGKey, config: "BanditConfig", missing: c
 
 
 def observed_blocks(episode: Episode, state: BanditState,
-                    log_slots: int | None = None) -> tuple[factorization.CellBlocks, ...]:
-    """Every observed cell as blocks: the initial batches (one block per model), then the pull log.
-
-    ``log_slots`` (static) keeps only the first slots of the log, when the
-    caller knows no later step has happened yet (0: the initial batches only).
-    """
+                    with_log: bool = True) -> tuple[factorization.CellBlocks, ...]:
+    """Every observed cell as blocks: the initial batches (one block per model), then the pull log
+    (left out with ``with_log=False``: before the first step nothing is in it)."""
     m, n0 = episode.init_examples.shape
     rows = jnp.arange(m, dtype=jnp.int32)
     init = factorization.CellBlocks(rows, episode.init_examples, state.init_scores, jnp.ones((m, n0), bool))
-    if log_slots == 0:
+    if not with_log:
         return (init,)
-    log = state.log if log_slots is None else jax.tree_util.tree_map(lambda a: a[:log_slots], state.log)
+    log = state.log
     pulls = factorization.CellBlocks(log.models, log.examples, log.scores,
                                      jnp.arange(log.examples.shape[1]) < log.sizes[:, None])
     return init, pulls
