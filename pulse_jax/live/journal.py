@@ -311,7 +311,7 @@ class Journal(LogReader):
         except LogFull as err:
             raise PulseInputError(f"{self.path}: cannot write the log ({err.strerror}); free space there, then run "
                                   "the same command again") from None
-        self._keep_reserve()
+        self.keep_reserve()
 
     @staticmethod
     def _sqlite(path: Path):
@@ -333,19 +333,27 @@ class Journal(LogReader):
                 f"{self.path}: log format version {meta.get('version', version)!r} is not supported (this pulse-jax "
                 f"reads version {LOG_VERSION}), or the database was edited")
 
-    def _keep_reserve(self) -> None:
-        """Put the reserve back if it was used (best effort: a disk still full leaves it out, said once).
+    def has_reserve(self) -> bool:
+        """Whether the space kept for a full disk is there."""
+        try:
+            return self._conn is not None and self._conn.execute("SELECT count(*) FROM reserve").fetchone()[0] > 0
+        except sqlite3.Error:
+            return False
+
+    def keep_reserve(self) -> bool:
+        """Put the reserve back if it was used; False where the disk has no room for it (nothing is then
+        paid for: `pulse_jax.live.Selector.can_pay`).
 
         Written twice, so that the rollback journal grows to its size and keeps it (PERSIST mode): a
         commit on a full disk then overwrites journal space instead of asking for more."""
-        if self._conn.execute("SELECT count(*) FROM reserve").fetchone()[0]:
-            return
+        if self.has_reserve():
+            return True
         try:
             self._commit(("INSERT INTO reserve VALUES (zeroblob(?))", (RESERVE_BYTES,)))
             self._commit(("UPDATE reserve SET space = randomblob(?)", (RESERVE_BYTES,)))
-        except LogFull as err:
-            print(f"pulse-jax: {self.path}: no room for the log's reserve ({err.strerror}); a full disk will now "
-                  "stop the run at once", file=sys.stderr)
+        except LogFull:
+            return False
+        return True
 
     def _convert(self) -> None:
         """Replace the JSONL log at ``self.path`` by a database with the same records (verified first)."""

@@ -38,6 +38,8 @@ class Report:
     groups: tuple = ()            # tie groups, best first (pulse_jax.stopping.groups)
     spend: dict | None = None     # money: cells, tokens, dollars (pulse_jax.live.money.Meter.summary)
     spend_line: str = ""          # the same in one line
+    failed_attempts: int = 0      # scorer calls that raised (each retried, or the one that ended the run)
+    retries: int = 0              # scorer calls made again after a failure
 
     @property
     def ranking(self) -> list[str]:
@@ -57,6 +59,7 @@ class Report:
                 "claimed": list(self.claimed), "certificate": self.certificate,
                 "groups": [list(g) for g in self.groups], "groups_ordered_with_guarantee": self.simultaneous,
                 **({"spend": self.spend} if self.spend is not None else {}),
+                "scorer_failures": {"failed_attempts": self.failed_attempts, "retries": self.retries},
                 "ranking": rows,
                 "evaluated": {k: list(v) for k, v in self.evaluated.items()}}
 
@@ -76,6 +79,9 @@ class Report:
                     + f": {self.certificate}.", "") if self.certificate else ()),
                  *((self._groups_line(), "") if len(self.groups) > 1 else ()),
                  *((self.spend_line.capitalize() + ".", "") if self.spend_line else ()),
+                 *((f"The scorer failed {self.failed_attempts:,} time(s) in this process; {self.retries:,} "
+                    "call(s) were retried (a retried call is paid for once more; no cell whose scores came back is "
+                    "asked again).", "") if self.failed_attempts else ()),
                  f"| rank | model | estimate | {level} confidence sequence | cells |",
                  "|---:|---|---:|---|---:|"]
         for k, row in enumerate(self.to_dict()["ranking"], start=1):

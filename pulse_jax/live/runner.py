@@ -9,7 +9,11 @@ budget is spent, or every model is known exactly.
 """
 from __future__ import annotations
 
+import dataclasses
+import email.utils
+import math
 import queue
+import random
 import signal
 import sys
 import threading
@@ -17,11 +21,10 @@ import time
 import warnings
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future
-from concurrent.futures import TimeoutError as FutureTimeout
 from concurrent.futures import wait as futures_wait
 from typing import Callable, Sequence
 
-from pulse_jax.errors import require
+from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.report import Report
 from pulse_jax.live.selector import LogWriteError, Request, Selector
 
@@ -39,40 +42,58 @@ class Interrupted(KeyboardInterrupt):
     130 (SIGINT) or 143 (SIGTERM).
     """
 
-    def __init__(self, signum: int, paid: int, logged: int, again: int, log):
+    def __init__(self, signum: int, paid: int, logged: int, again: int, log, inside: bool = False):
         self.signum, self.paid, self.logged, self.again = signum, paid, logged, again
         self.exit_code = 128 + signum
-        name = signal.Signals(signum).name
+        name = "a KeyboardInterrupt in the scorer" if inside else signal.Signals(signum).name
         where = f" in {log}" if log else ""
         tail = "run the same command again to continue" if log else "nothing was logged (no log=)"
         super().__init__(f"stopped by {name}: {paid:,} cells paid, {logged:,} logged{where}, {again:,} will be "
                          f"asked again; {tail}")
 
 
+#: Defaults of a failing ``evaluate`` call's retries: how many, the first wait and the longest (seconds).
+RETRIES, RETRY_WAIT, RETRY_MAX_WAIT = 3, 1.0, 60.0
+#: The longest wait a scorer's own retry-after hint is followed for (seconds).
+RETRY_AFTER_CAP = 3600.0
+
+
 def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int = 1,
-        retries: int = 0, retry_wait: float = 1.0, stop_early: bool | None = None, progress: bool = False,
-        grace: float | None = None, handle_signals: bool = True,
-        allow: Callable[[int], bool] | None = None) -> Report:
+        retries: int = RETRIES, retry_wait: float = RETRY_WAIT, retry_max_wait: float = RETRY_MAX_WAIT,
+        stop_early: bool | None = None, progress: bool = False, grace: float | None = None,
+        handle_signals: bool = True, allow: Callable[[int], bool] | None = None) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
     Up to ``concurrency`` batches are evaluated at once, each in a worker
     thread (daemon threads: a scorer that hangs never keeps the process
     alive once the run has given up on it); results are told in ask order,
-    so the outcome does not depend on timing. An exception from ``evaluate``
-    is retried ``retries`` times (waiting ``retry_wait * 2^k`` seconds), then
-    raised as `EvaluationError`; everything told before is in the log.
-    The run stops where ``selector``'s stopping rule says
-    (``Selector(stop=...)``). ``stop_early`` is deprecated: ``False`` is
-    ``selector.use_stop("budget")``, ``True`` keeps the selector's rule.
+    so the outcome does not depend on timing.
 
-    Interruptions (``handle_signals``, in the main thread): on SIGINT or
-    SIGTERM the run stops asking and waits for the batches in flight, logging
-    each result as *paid* the moment it arrives (the next run tells it where
-    this run would have, without calling the scorer). A second signal, or
+    Transient failures: an exception from ``evaluate`` is retried up to
+    ``retries`` times in its own worker (the others keep going), waiting
+    ``retry_wait * 2**k`` seconds times a random factor in [0.5, 1] (jitter,
+    so that workers hit by one rate limit do not come back together), at
+    most ``retry_max_wait``; an exception that carries a retry-after hint
+    (a ``retry_after`` attribute in seconds, or a ``Retry-After`` header on
+    its ``response``) waits what the hint says instead (at most
+    `RETRY_AFTER_CAP`). The report counts the failed attempts and the
+    retries (``Report.failed_attempts``, ``Report.retries``).
+
+    Stopping without paying twice: whatever ends the run early -- a call
+    that failed after its retries (`EvaluationError`), a
+    ``KeyboardInterrupt`` raised inside the scorer, a log write that failed,
+    SIGINT or SIGTERM -- the run stops asking, tells the batches before the
+    failed one, and waits for the other batches in flight, logging each
+    result as *paid* the moment it arrives (the next run tells it where this
+    run would have, without calling the scorer). A second signal, or
     ``grace`` seconds after the first, ends the wait: every result already
-    arrived is logged, only the calls still running are abandoned. Then
-    `Interrupted` is raised with the counts (``again``: cells the next
-    run asks again).
+    arrived is logged, only the calls still running are abandoned. The
+    error then says how many cells the next run asks again: the failed
+    batch's and those abandoned while still running, never one whose
+    scores came back.
+
+    ``stop_early`` is deprecated: ``False`` is ``selector.use_stop("budget")``,
+    ``True`` keeps the selector's rule.
 
     ``allow(cells)``, if given, is asked before each batch with the cells still in flight plus
     the next batch's; once it says no, the run asks nothing more and ends when the batches in
@@ -81,13 +102,16 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     A full disk (`Selector.log_full`): the run stops asking, logs the
     batches in flight the same way, and raises
     `pulse_jax.live.LogWriteError` saying every paid cell is in the log.
+    A log without its reserve asks nothing (`Selector.can_pay`): a cell is
+    paid for only while the log has room for its score.
     """
-    require(concurrency >= 1, f"concurrency must be >= 1, got {concurrency}")
-    require(retries >= 0, f"retries must be >= 0, got {retries}")
+    require(isinstance(concurrency, int) and concurrency >= 1, f"concurrency must be an integer >= 1, got {concurrency!r}")
+    require(isinstance(retries, int) and retries >= 0, f"retries must be an integer >= 0, got {retries!r}")
+    require(retry_wait >= 0 and retry_max_wait >= 0, f"retry waits must be >= 0 seconds, got {retry_wait}, "
+                                                     f"{retry_max_wait}")
     require(grace is None or grace >= 0, f"grace must be >= 0 seconds, got {grace}")
-    stop = {"signal": None, "abandon": False}
-    paid = {"cells": 0}
-    call = _caller(evaluate, selector, retries, retry_wait, paid)
+    stop = _Stop()
+    call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop)
     if stop_early is not None:
         warnings.warn("run(stop_early=...) is deprecated: give the selector its stopping rule, "
                       "Selector(stop='budget') or Selector(stop='certified')", DeprecationWarning, stacklevel=2)
@@ -96,10 +120,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
 
     def on_signal(signum, frame):
         del frame
-        if stop["signal"] is None:
-            stop["signal"] = signum
-        else:
-            stop["abandon"] = True
+        stop.signalled(signum)
 
     install = handle_signals and threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if install else {}
@@ -108,11 +129,16 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     logged_before = selector.spent
     try:
         _drive(selector, workers, call, in_flight, concurrency, stop, progress, allow)
-        if selector.log_full or stop["signal"] is not None:
-            kept, again = _settle(selector, in_flight, stop, grace)
-            if stop["signal"] is not None:
+        if stop.halted or selector.log_full:
+            stop.halt()
+            kept, abandoned = _settle(selector, in_flight, stop, grace)
+            again = abandoned + stop.lost
+            if stop.signal is not None:
                 logged = selector.spent - logged_before + kept
-                raise Interrupted(stop["signal"], max(paid["cells"], logged + again), logged, again, selector.log_path)
+                raise Interrupted(stop.signal, max(stop.paid, logged + again), logged, again, selector.log_path,
+                                  inside=stop.scorer_interrupt)
+            if stop.failure is not None:
+                raise _with_counts(stop.failure, kept, again, selector)
             raise selector.log_full_error(again)
     finally:
         for s, handler in previous.items():
@@ -120,25 +146,64 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
         workers.shutdown()
     if progress:
         sys.stderr.write("\n")
-    return selector.result()
+    return dataclasses.replace(selector.result(), failed_attempts=stop.failed_attempts, retries=stop.retries)
 
 
-_STOPPED = object()
+class _Stop:
+    """What has ended (or is ending) a run, shared by the main thread, the signal handler and the workers."""
+
+    def __init__(self):
+        self.signal = None                  # SIGINT / SIGTERM, or SIGINT for a KeyboardInterrupt in the scorer
+        self.scorer_interrupt = False       # that SIGINT was a KeyboardInterrupt raised inside the scorer
+        self.abandon = False                # a second signal: stop waiting for the calls in flight
+        self.failure = None                 # the error that ended the run (a failed call or log write)
+        self.lost = 0                       # cells of the failed batch (asked again by the next run)
+        self.event = threading.Event()      # set once anything has stopped the run: no new asks, no new attempts
+        self.paid = self.failed_attempts = self.retries = 0
+        self._lock = threading.Lock()
+
+    @property
+    def halted(self) -> bool:
+        return self.event.is_set()
+
+    def halt(self) -> None:
+        self.event.set()
+
+    def signalled(self, signum: int) -> None:
+        if self.signal is None:
+            self.signal = signum
+        else:
+            self.abandon = True
+        self.event.set()
+
+    def count(self, **amounts) -> None:
+        with self._lock:
+            for name, amount in amounts.items():
+                setattr(self, name, getattr(self, name) + amount)
+
+
+class _ScorerInterrupt(Exception):
+    """A ``KeyboardInterrupt`` raised inside the scorer (in a worker): it stops the run like SIGINT."""
+
+
 _POLL = 0.05   # seconds between checks for a signal while waiting on the scorer
 
 
-def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: dict, progress: bool,
+def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: _Stop, progress: bool,
            allow=None):
     """Ask, evaluate and tell in ask order until the selector asks nothing more (or ``allow`` refuses
-    the next batch), a signal arrives or the log's disk is full (``in_flight`` keeps what is still out)."""
+    the next batch), or something stops the run (``stop``; ``in_flight`` keeps what is still out)."""
     start = time.perf_counter()
     largest = selector.config.batch_size * max(1, selector.config.init_batches)
     refused = False
-    while stop["signal"] is None and not selector.log_full:
-        while len(in_flight) < concurrency and stop["signal"] is None and not refused:
+    while not stop.halted and not selector.log_full:
+        while len(in_flight) < concurrency and not stop.halted and not refused:
             if allow is not None and not allow(sum(len(r.example_ids) for r, _ in in_flight) + largest):
                 refused = True
                 break
+            if not selector.can_pay():      # no room kept for the scores: pay for nothing more
+                stop.halt()
+                return
             request = selector.ask()
             if request is None:
                 break
@@ -146,45 +211,114 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
         if not in_flight:
             return
         request, future = in_flight[0]
-        scores = _result_unless_stopped(future, stop)
-        if scores is _STOPPED:        # a signal while waiting: the batch stays in flight
-            return
+        if not _wait_unless_stopped(future, stop):
+            return                          # a signal while waiting: the batch stays in flight
         in_flight.popleft()
-        selector.tell(request, scores)
+        error = future.exception()
+        if error is None:
+            try:
+                selector.tell(request, future.result())
+            except LogWriteError as err:    # the scores came back but cannot be logged: asked again
+                error = err
+        if error is not None:
+            stop.lost += len(request.example_ids)
+            if isinstance(error, _ScorerInterrupt):
+                stop.scorer_interrupt = True
+                stop.signalled(signal.SIGINT)
+            else:
+                stop.failure = error
+                stop.halt()
+            return
         if progress:
             _progress(selector, len(in_flight), time.perf_counter() - start)
 
 
-def _result_unless_stopped(future, stop: dict):
-    """The future's result, or ``_STOPPED`` as soon as a signal has arrived (the call keeps running)."""
+def _wait_unless_stopped(future, stop: _Stop) -> bool:
+    """Wait for ``future``; False as soon as a signal has arrived first (the call keeps running)."""
     while True:
+        done, _ = futures_wait([future], timeout=_POLL)
+        if done:
+            return True
+        if stop.signal is not None:
+            return False
+
+
+class _Backoff:
+    """How long to wait before retry ``k`` (0-based) of a failed call: exponential with jitter, capped,
+    or the scorer's own retry-after hint."""
+
+    def __init__(self, retries: int, wait: float, max_wait: float):
+        self.retries, self.wait, self.max_wait = retries, float(wait), float(max_wait)
+
+    def delay(self, attempt: int, error: BaseException) -> float:
+        hint = retry_after(error)
+        if hint is not None:
+            return min(hint, RETRY_AFTER_CAP)
+        return min(self.max_wait, self.wait * 2.0 ** attempt) * random.uniform(0.5, 1.0)
+
+
+def retry_after(error: BaseException) -> float | None:
+    """The seconds an exception asks to wait before a retry, if it says: a ``retry_after`` attribute
+    (seconds), or a ``Retry-After`` header (seconds or an HTTP date) on its ``response`` (as HTTP
+    clients' errors carry); None otherwise."""
+    value = getattr(error, "retry_after", None)
+    if value is None:
+        headers = getattr(getattr(error, "response", None), "headers", None)
         try:
-            return future.result(timeout=_POLL)
-        except FutureTimeout:
-            if stop["signal"] is not None:
-                return _STOPPED
+            value = headers.get("retry-after") or headers.get("Retry-After") if headers is not None else None
+        except (AttributeError, TypeError):
+            value = None
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        try:
+            when = email.utils.parsedate_to_datetime(str(value))
+            seconds = when.timestamp() - time.time()
+        except (TypeError, ValueError, IndexError, OverflowError):
+            return None
+    return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
-def _caller(evaluate, selector: Selector, retries: int, retry_wait: float, paid: dict):
+def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop):
     """``call(request) -> scores``: the scores logged as paid if there are any (never asked again), else
-    ``evaluate`` with retries; counts the cells sent to the scorer in ``paid["cells"]``."""
+    ``evaluate`` with retries (none once the run is stopping); counts the cells sent to the scorer."""
 
     def call(request: Request):
         known = selector.paid_scores(request)
         if known is not None:
             return known
-        for attempt in range(retries + 1):
+        attempt = 0
+        while True:
             try:
-                paid["cells"] += len(request.example_ids)
+                stop.count(paid=len(request.example_ids))
                 return evaluate(request.model, list(request.example_ids))
+            except KeyboardInterrupt:
+                stop.halt()
+                raise _ScorerInterrupt() from None
             except (Exception, SystemExit) as err:   # noqa: BLE001 -- the user's code may raise anything
-                if attempt == retries:
-                    raise EvaluationError(f"evaluate failed for model {request.model!r} on {len(request.example_ids)} "
-                                          f"examples (request {request.ticket}) after {retries + 1} attempt(s): "
-                                          f"{type(err).__name__}: {err}") from err
-                time.sleep(retry_wait * 2**attempt)
+                stop.count(failed_attempts=1)
+                what = (f"evaluate failed for model {request.model!r} on {len(request.example_ids)} examples (request "
+                        f"{request.ticket}) after {attempt + 1} attempt(s): {type(err).__name__}: {err}")
+                if attempt == backoff.retries or stop.halted:
+                    stop.halt()
+                    raise EvaluationError(what) from err
+                if stop.event.wait(backoff.delay(attempt, err)):   # the run stopped meanwhile: no new attempt
+                    raise EvaluationError(what + " (not retried: the run was stopping)") from err
+                stop.count(retries=1)
+                attempt += 1
 
     return call
+
+
+def _with_counts(error: BaseException, kept: int, again: int, selector: Selector) -> BaseException:
+    """The error that ended the run, saying what is safe and what the next run asks again."""
+    tail = (f"; {kept:,} cells of batches that came back meanwhile are logged as paid" if kept else "") + \
+           f"; {again:,} cells will be asked again"
+    if isinstance(error, LogWriteError):
+        return LogWriteError(f"{error}{tail}")
+    return EvaluationError(f"{error}{tail}")
 
 
 class _Workers:
@@ -221,23 +355,25 @@ class _Workers:
             self._queue.put(None)
 
 
-def _settle(selector: Selector, in_flight: deque, stop: dict, grace) -> tuple[int, int]:
+def _settle(selector: Selector, in_flight: deque, stop: _Stop, grace) -> tuple[int, int]:
     """Log the batches in flight as paid as their results arrive, until all have, a second signal, or
     ``grace`` seconds; returns ``(cells logged, cells abandoned)``. Results that arrived are always logged;
-    only calls still running (or failed) are abandoned."""
+    only calls still running (or failed, or whose scores cannot be logged) are abandoned."""
     deadline = None if grace is None else time.monotonic() + grace
     remaining, kept, again = list(in_flight), 0, 0
     while remaining:
         for item in [item for item in remaining if item[1].done()]:
             remaining.remove(item)
             request, future = item
-            try:
-                scores = future.result()
-                selector.log_paid(request, scores)
-                kept += len(request.example_ids)
-            except (EvaluationError, LogWriteError):
+            if future.exception() is not None:
                 again += len(request.example_ids)
-        if not remaining or stop["abandon"] or (deadline is not None and time.monotonic() >= deadline):
+                continue
+            try:
+                selector.log_paid(request, future.result())
+                kept += len(request.example_ids)
+            except (LogWriteError, PulseInputError):
+                again += len(request.example_ids)
+        if not remaining or stop.abandon or (deadline is not None and time.monotonic() >= deadline):
             break
         futures_wait([future for _, future in remaining], timeout=_POLL, return_when=FIRST_COMPLETED)
     for request, future in remaining:

@@ -193,6 +193,7 @@ class Selector:
         self.log_path = Path(log) if log is not None else None
         self._identity = secrets.token_hex(8)
         self._log_full = False      # the disk filled up: the reserve is in use, nothing more is asked
+        self._no_room = False       # ... or the reserve could not be put back: nothing more is paid for
         # Lock the log before reading anything of it (sidecar included): a second process stops here.
         self._journal = journal.Journal(self.log_path) if self.log_path is not None else None
         self.V = self._side_information(train, V, rank)
@@ -436,6 +437,17 @@ class Selector:
                             "were paid for but will be asked again. Free space there, then run the same command "
                             "again") from None
 
+    def can_pay(self) -> bool:
+        """Whether a new batch may be paid for: the log keeps its reserve (`pulse_jax.live.journal`), so
+        the scores of every batch in flight can be saved even if the disk fills up. Without one (a disk
+        too full to put it back), the selector is *log full*: nothing more is asked."""
+        if self._log_full:
+            return False
+        if self._journal is None or self._journal.has_reserve() or self._journal.keep_reserve():
+            return True
+        self._log_full = self._no_room = True
+        return False
+
     @property
     def log_full(self) -> bool:
         """The log's disk is full: nothing more is asked; the batches in flight can still be told."""
@@ -445,7 +457,9 @@ class Selector:
         """The error that ends a run whose log's disk is full (``again``: cells abandoned in flight)."""
         saved = ("every cell paid for is in the log" if not again else
                  f"{again:,} cells in flight could not be saved and will be asked again")
-        return LogWriteError(f"{self.log_path}: the disk is full: stopped asking, {saved} ({self.spent:,} told). "
+        why = (f"no room to keep the log's reserve of {journal.RESERVE_BYTES // 1024} KiB (space for the scores of "
+               "the batches in flight), so nothing more was asked" if self._no_room else "stopped asking")
+        return LogWriteError(f"{self.log_path}: the disk is full: {why}, {saved} ({self.spent:,} told). "
                              "Free space there, then run the same command again")
 
     def close(self) -> None:
