@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import sys
 import zipfile
@@ -312,7 +313,14 @@ def _add_select(sub) -> None:
     # (docs/benchmarks/certify_betting.md); simulations keep the paper's.
     sel.set_defaults(method="pulse_hedged", rule="top_two_interval", bounds="certification", sequence="betting")
     sel.add_argument("--concurrency", type=int, default=1, help="batches evaluated at once (thread pool)")
-    sel.add_argument("--retries", type=int, default=0, help="retries of a failing evaluate call")
+    sel.add_argument("--retries", type=int, default=3,
+                     help="retries of a failing evaluate call (rate limits, 5xx answers); only a failure that "
+                          "outlasts them stops the run")
+    sel.add_argument("--retry-wait", type=float, default=1.0,
+                     help="seconds before the first retry; doubled each time, times a random factor in [0.5, 1] "
+                          "(a scorer's own retry-after hint is followed instead)")
+    sel.add_argument("--retry-max-wait", type=float, default=60.0,
+                     help="the longest wait between two attempts (seconds)")
     _add_stopping_options(sel)
     sel.add_argument("--report", default=None, help="report directory (default: <log name>_report beside the log); "
                                                     "a report of another log there needs --force")
@@ -975,6 +983,16 @@ def _meter(args, models, evaluate):
     return money.Meter(models, prices, expected, budget_usd=args.budget_usd, tokens=measured)
 
 
+def _check_live_numbers(args) -> None:
+    """``select``'s own numbers, before anything is read or written."""
+    require(args.grace is None or (math.isfinite(args.grace) and args.grace >= 0),
+            f"--grace must be >= 0 seconds, got {args.grace}")
+    require(args.concurrency >= 1, f"--concurrency must be >= 1, got {args.concurrency}")
+    require(args.retries >= 0, f"--retries must be >= 0, got {args.retries}")
+    for option, value in (("--retry-wait", args.retry_wait), ("--retry-max-wait", args.retry_max_wait)):
+        require(math.isfinite(value) and value >= 0, f"{option} must be a number of seconds >= 0, got {value}")
+
+
 def cmd_select(args) -> None:
     from pulse_jax import live
     from pulse_jax.io import data
@@ -984,6 +1002,7 @@ def cmd_select(args) -> None:
     seed_key(args.seed, "--seed")
     _resolve_defaults(args, "live")
     _check_numbers(args)
+    _check_live_numbers(args)
     inputs = _hash_inputs(args.models, args.examples, args.train)
     models = _read_lines(args.models, "--models")
     require(len(models) >= 2, f"--models {args.models}: {len(models)} model; a selection needs at least 2 candidates")
@@ -1010,8 +1029,6 @@ def cmd_select(args) -> None:
     if args.train and estimator.uses_predictions:
         train = data.load(args.train)
         args.rank = _fit_rank(args, train.scores.shape)
-    require(args.grace is None or args.grace >= 0, f"--grace must be >= 0 seconds, got {args.grace}")
-    require(args.concurrency >= 1, f"--concurrency must be >= 1, got {args.concurrency}")
     out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
     _check_report_dir(out, Path(args.log), args.force)
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
@@ -1027,14 +1044,18 @@ def cmd_select(args) -> None:
         (lambda cells: meter.allows(selector.evaluated(), cells))
     try:
         if selector.spent:
-            again = len(selector.pending())
+            pending = selector.pending()
+            kept = sum(selector.paid_scores(r) is not None for r in pending)
+            again = len(pending) - kept
             print(f"resuming {args.log}: {selector.spent:,} cells already evaluated"
+                  + (f"; {kept} batch(es) paid before are told from the log" if kept else "")
                   + (f"; {again} batch(es) that were in flight will be asked again" if again else ""))
         try:
             report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
+                              retry_wait=args.retry_wait, retry_max_wait=args.retry_max_wait,
                               progress=_progress(args), grace=args.grace, allow=allow)
         except live.EvaluationError as err:
-            raise PulseInputError(f"{err}. The {selector.spent:,} cells evaluated so far are safe in {args.log}; "
+            raise PulseInputError(f"{err}. The {selector.spent:,} cells told so far are safe in {args.log}; "
                                   "run the same command again to continue") from None
         except live.Interrupted:
             raise
