@@ -94,6 +94,67 @@ CREATE TABLE holder(id INTEGER PRIMARY KEY CHECK (id = 1), pid INTEGER, host TEX
 CREATE TABLE reserve(space BLOB);
 """
 _FIELDS = ("ticket", "step", "asks_issued", "model", "examples", "scores")
+#: The ``meta`` rows that tally what the log committed: told rows, the last told row's checksum, paid rows.
+#: Each commit updates them in its own transaction, so rows cut off the end of ``told`` (or a paid row
+#: deleted) no longer match the tally and the log is refused.
+_TALLY = ("told_rows", "told_tail", "paid_rows")
+
+
+def _create_tables(conn) -> None:
+    """The log's tables, format marks and an empty tally (run in autocommit: a fresh file only)."""
+    conn.executescript(f"{_SCHEMA} PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {LOG_VERSION}; "
+                       f"INSERT INTO meta VALUES ('format', 'pulse-jax log'), ('version', '{LOG_VERSION}'), "
+                       "('told_rows', '0'), ('told_tail', ''), ('paid_rows', '0');")
+
+
+def _schema_rows(conn) -> set:
+    return set(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall())
+
+
+def _expected_schema() -> set:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        _create_tables(conn)
+        return _schema_rows(conn)
+    finally:
+        conn.close()
+
+
+_EXPECTED_SCHEMA = _expected_schema()
+
+
+def check_schema(path, conn) -> None:
+    """Refuse, in one line, a log whose tables are not exactly its format's: a trigger or a view (they
+    would run or answer in place of the log's own rows), a table added or dropped, a table changed."""
+    try:
+        have = _schema_rows(conn)
+    except sqlite3.DatabaseError as err:
+        raise PulseInputError(f"{path}: the log database cannot be read ({err})") from None
+    if have == _EXPECTED_SCHEMA:
+        return
+    extra = sorted(have - _EXPECTED_SCHEMA, key=lambda r: (r[0], r[1]))
+    missing = sorted(_EXPECTED_SCHEMA - have, key=lambda r: (r[0], r[1]))
+    names = {r[1] for r in _EXPECTED_SCHEMA}
+    if extra and extra[0][0] in ("trigger", "view"):
+        what = f"it holds a {extra[0][0]} ({extra[0][1]!r}) that is not part of a pulse-jax log"
+    elif extra and extra[0][1] in names:
+        what = f"its {extra[0][0]} {extra[0][1]!r} was changed"
+    elif extra:
+        what = f"it holds a {extra[0][0]} ({extra[0][1]!r}) that is not part of a pulse-jax log"
+    else:
+        what = f"its {missing[0][0]} {missing[0][1]!r} is missing"
+    raise PulseInputError(f"{path}: {what}; a log is only what pulse-jax wrote (was the database edited?). Restore it "
+                          "from a copy, or give --log a new file name")
+
+
+def read_file_header(path) -> tuple[bytes, int | None, int | None]:
+    """``(first 16 bytes, application_id, user_version)`` of a file, read as bytes (SQLite's header keeps
+    both numbers at fixed offsets), so a foreign database is recognized without opening it in SQLite."""
+    with open(path, "rb") as handle:
+        head = handle.read(100)
+    if len(head) < 72 or head[:16] != _MAGIC:
+        return head[:16], None, None
+    return head[:16], int.from_bytes(head[68:72], "big"), int.from_bytes(head[60:64], "big")
 
 
 def fingerprint(array) -> str:
@@ -176,10 +237,27 @@ class LogReader:
         self._previous = self._run_crc = row[1]
         return header, self._records()
 
+    def tally(self) -> dict:
+        """The tally the last commit wrote (`_TALLY`), or ``{}`` for a log written before it was kept."""
+        rows = dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?, ?)", _TALLY).fetchall())
+        return rows if len(rows) == len(_TALLY) else {}
+
     def _records(self):
         told = set()
-        for seq, *fields, crc in self._conn.execute(
-                "SELECT seq, ticket, step, asks_issued, model, examples, scores, crc FROM told ORDER BY seq"):
+        # One read transaction: a running log's writer commits between statements otherwise.
+        in_transaction = self._conn.in_transaction
+        if not in_transaction:
+            self._conn.execute("BEGIN")
+        try:
+            tally = self.tally()
+            rows = self._conn.execute(
+                "SELECT seq, ticket, step, asks_issued, model, examples, scores, crc FROM told ORDER BY seq").fetchall()
+            paid = self._conn.execute(
+                "SELECT ticket, step, asks_issued, model, examples, scores, crc FROM paid ORDER BY ticket").fetchall()
+        finally:
+            if not in_transaction:
+                self._conn.execute("COMMIT")
+        for seq, *fields, crc in rows:
             where = f"{self.path}: told batch {seq}"
             record = self._record("tell", fields, where)
             if crc != checksum(record, self._previous):
@@ -188,8 +266,18 @@ class LogReader:
             self._previous = crc
             told.add(record.get("ticket"))
             yield where, record
-        for *fields, crc in self._conn.execute(
-                "SELECT ticket, step, asks_issued, model, examples, scores, crc FROM paid ORDER BY ticket").fetchall():
+        # A cut tail leaves a chain that verifies: the tally, committed with every batch, does not match.
+        if tally:
+            last = rows[-1][-1] if rows else ""
+            if str(len(rows)) != tally["told_rows"] or last != tally["told_tail"]:
+                raise PulseInputError(
+                    f"{self.path}: the log committed {tally['told_rows']} told batch(es) but holds {len(rows)}"
+                    + ("" if str(len(rows)) != tally["told_rows"] else " with another last one")
+                    + ": rows were deleted or added at its end (was the log edited?). Restore it from a copy")
+            require(str(len(paid)) == tally["paid_rows"],
+                    f"{self.path}: the log committed {tally['paid_rows']} paid batch(es) but holds {len(paid)} (was "
+                    "the log edited?). Restore it from a copy")
+        for *fields, crc in paid:
             where = f"{self.path}: paid batch (ticket {fields[0]})"
             record = self._record("paid", fields, where)
             require(crc == checksum(record, self._run_crc), f"{where} fails its checksum (was the log edited?)")
@@ -223,7 +311,7 @@ class Journal(LogReader):
 
     def __init__(self, path):
         super().__init__(path, None)
-        self._lock_fd = None
+        self._lock_fd, self._owned = None, False
         self._check_path()
         self._acquire()
         try:
@@ -243,12 +331,21 @@ class Journal(LogReader):
         if p.exists():
             mode = p.stat().st_mode
             require(stat.S_ISREG(mode), f"--log {p}: is {_where_kind(mode)}, not a file; give a file name for the log")
+        side = p.with_name(p.name + "-journal")
+        if os.path.lexists(side):
+            require(not side.is_symlink() and side.is_file(),
+                    f"--log {p}: its rollback journal {side.name} is {'a symbolic link' if side.is_symlink() else 'not a file'}; "
+                    "SQLite would write the log's journal through it: remove it (a log's journal is a plain file "
+                    "beside it)")
         p.parent.mkdir(parents=True, exist_ok=True)
 
     def _acquire(self) -> None:
-        """Open the file for its lock (creating an empty one) and take the lock, or refuse naming the holder."""
+        """Open the file for its lock (a new log is first created whole, under a temporary name, and linked
+        into place) and take the lock, or refuse naming the holder."""
+        if not os.path.lexists(self.path):
+            _create_log_file(self.path)
         try:
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o644)
+            fd = os.open(self.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
         except OSError as err:
             raise PulseInputError(f"--log {self.path}: cannot open the log: {err.strerror}") from None
         info = os.fstat(fd)
@@ -284,39 +381,50 @@ class Journal(LogReader):
 
     def _connect(self) -> None:
         size = os.fstat(self._lock_fd).st_size
-        if size:
-            with open(self._lock_fd, "rb", closefd=False) as handle:
-                handle.seek(0)
-                head = handle.read(len(_MAGIC))
-            if head != _MAGIC:
-                if not legacy_jsonl.looks_like_log(self.path):
-                    raise PulseInputError(f"--log {self.path}: exists and is not a pulse-jax log (neither its database "
-                                          "nor a JSONL log); it is left untouched: give --log a new file name")
-                self._convert()
-        self._conn = self._sqlite(self.path)
-        conn = self._conn
+        require(size > 0, f"--log {self.path}: is an empty file (0 bytes), not a pulse-jax log: a log emptied by "
+                          "mistake cannot be resumed (restore it from a copy); to start a new run, give --log a new "
+                          "file name or remove the empty file. It is left untouched")
+        head, app, version = read_file_header(self.path)
+        if head != _MAGIC:
+            if not legacy_jsonl.looks_like_log(self.path):
+                raise PulseInputError(f"--log {self.path}: exists and is not a pulse-jax log (neither its database "
+                                      "nor a JSONL log); it is left untouched: give --log a new file name")
+            self._convert()
+        elif app != APPLICATION_ID:
+            raise PulseInputError(f"--log {self.path}: is an SQLite database but not a pulse-jax log; it is left "
+                                  "untouched: give --log a new file name")
+        elif version != LOG_VERSION:
+            raise PulseInputError(f"--log {self.path}: is a pulse-jax log of format version {version}, which this "
+                                  f"pulse-jax (format {LOG_VERSION}) does not read; it is left untouched")
         try:
-            if not size:
-                conn.executescript(f"BEGIN IMMEDIATE; {_SCHEMA} PRAGMA application_id = {APPLICATION_ID}; "
-                                   f"PRAGMA user_version = {LOG_VERSION}; "
-                                   f"INSERT INTO meta VALUES ('format', 'pulse-jax log'), ('version', '{LOG_VERSION}'); "
-                                   "COMMIT;")
+            self._conn = self._sqlite(self.path)
+            self._owned = True          # ours from here on: closing may set its journal mode back
             self._check_format()
-            conn.execute("PRAGMA journal_mode = PERSIST")
+            self._conn.execute("PRAGMA journal_mode = PERSIST")
+            self._add_tally()
             self._commit(("INSERT OR REPLACE INTO holder VALUES (1, ?, ?, ?)",
                           (os.getpid(), socket.gethostname(), datetime.datetime.now().isoformat(timespec="seconds"))))
-        except sqlite3.DatabaseError as err:
-            raise PulseInputError(f"{self.path}: the log database cannot be read ({err}); restore it from a copy, or "
-                                  "give --log a new file name") from None
         except LogFull as err:
-            raise PulseInputError(f"{self.path}: cannot write the log ({err.strerror}); free space there, then run "
-                                  "the same command again") from None
+            raise PulseInputError(f"{self.path}: cannot write the log ({err.strerror}); {_fix(err)}") from None
+        except sqlite3.OperationalError as err:
+            if _full(err):
+                raise PulseInputError(f"{self.path}: cannot write the log (no space left on device); free space "
+                                      "there, then run the same command again") from None
+            raise PulseInputError(f"{self.path}: the log database cannot be opened ({err}); check the file and its "
+                                  "folder (permissions, space), or restore the log from a copy") from None
+        except sqlite3.DatabaseError as err:
+            raise PulseInputError(f"{self.path}: the log database cannot be read ({err}): it is damaged; restore it "
+                                  "from a copy, or give --log a new file name") from None
         self.keep_reserve()
 
     @staticmethod
     def _sqlite(path: Path):
         conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=5)
-        conn.execute("PRAGMA synchronous = FULL")
+        try:
+            conn.execute("PRAGMA synchronous = FULL")
+        except sqlite3.Error:
+            conn.close()
+            raise
         return conn
 
     def _check_format(self) -> None:
@@ -324,14 +432,20 @@ class Journal(LogReader):
         app = conn.execute("PRAGMA application_id").fetchone()[0]
         require(app == APPLICATION_ID, f"--log {self.path}: is an SQLite database but not a pulse-jax log; it is "
                                        "left untouched: give --log a new file name")
-        try:
-            meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
-        except sqlite3.DatabaseError:
-            meta = {}
+        check_schema(self.path, conn)
+        meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        require(meta.get("version") == str(version) == str(LOG_VERSION),
-                f"{self.path}: log format version {meta.get('version', version)!r} is not supported (this pulse-jax "
-                f"reads version {LOG_VERSION}), or the database was edited")
+        require(meta.get("format") == "pulse-jax log" and meta.get("version") == str(version) == str(LOG_VERSION),
+                f"{self.path}: the log's format marks disagree (meta version {meta.get('version')!r}, database "
+                f"version {version}, this pulse-jax's {LOG_VERSION}): the database was edited; restore it from a copy")
+
+    def _add_tally(self) -> None:
+        """Start the tally of a log written before it was kept (from what it holds now)."""
+        if self.tally():
+            return
+        rows = self._conn.execute("SELECT count(*), (SELECT crc FROM told ORDER BY seq DESC LIMIT 1) FROM told").fetchone()
+        self._commit(("INSERT OR REPLACE INTO meta VALUES ('told_rows', ?), ('told_tail', ?), "
+                      "('paid_rows', (SELECT count(*) FROM paid))", (str(rows[0]), rows[1] or "")))
 
     def has_reserve(self) -> bool:
         """Whether the space kept for a full disk is there."""
@@ -389,7 +503,8 @@ class Journal(LogReader):
         """Let go of the log (it is always consistent on disk); its rollback journal file is removed."""
         if self._conn is not None:
             try:
-                self._conn.execute("PRAGMA journal_mode = DELETE")
+                if self._owned:
+                    self._conn.execute("PRAGMA journal_mode = DELETE")
             except sqlite3.Error:
                 pass
             self._conn.close()
@@ -411,7 +526,16 @@ class Journal(LogReader):
 
     def _commit(self, *statements) -> None:
         """Run ``statements`` (``(sql, args)`` pairs) as one transaction; a failure rolls it back and raises
-        `LogFull` (with ``errno`` ENOSPC for a full disk)."""
+        `LogFull` (with ``errno`` ENOSPC for a full disk). A log whose folder was renamed meanwhile is
+        followed to its new place (the open file says where it is now) and the commit is made there."""
+        for attempt in (0, 1):
+            try:
+                return self._transaction(statements)
+            except LogFull:
+                if attempt or not self._follow():
+                    raise
+
+    def _transaction(self, statements) -> None:
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -423,9 +547,52 @@ class Journal(LogReader):
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            full = getattr(err, "sqlite_errorname", "") == "SQLITE_FULL" or "full" in str(err)
-            raise LogFull(errno.ENOSPC if full else errno.EIO,
-                          "No space left on device" if full else f"SQLite: {err}") from None
+            gone = self._gone()
+            if gone:
+                raise LogFull(errno.ENOENT, gone) from None
+            raise LogFull(errno.ENOSPC if _full(err) else errno.EIO,
+                          "No space left on device" if _full(err) else f"SQLite: {err}") from None
+
+    def _where_now(self) -> Path | None:
+        """The path of the open log file now (Linux: ``/proc/self/fd``), or None where that cannot be told."""
+        try:
+            return Path(os.readlink(f"/proc/self/fd/{self._lock_fd}"))
+        except OSError:
+            return None
+
+    def _gone(self) -> str:
+        """Why the log can no longer be written at its path, if it was deleted or moved ('' otherwise)."""
+        if self._lock_fd is None:
+            return ""
+        if os.fstat(self._lock_fd).st_nlink == 0:
+            return "the log file was deleted while this run was writing it"
+        try:
+            here = os.stat(self.path)
+            if (here.st_dev, here.st_ino) == self._key:
+                return ""
+        except OSError:
+            pass
+        now = self._where_now()
+        return f"the log was moved to {now}" if now is not None else "the log file was moved or replaced"
+
+    def _follow(self) -> bool:
+        """Reconnect to the log where its folder was moved (True), if it was moved and can be found."""
+        now = self._where_now()
+        if now is None or now == self.path.resolve() or self._conn is None:
+            return False
+        try:
+            info = os.stat(now)
+            if (info.st_dev, info.st_ino) != self._key or info.st_nlink != 1:
+                return False
+            conn = self._sqlite(now)
+            conn.execute("PRAGMA journal_mode = PERSIST")
+        except (OSError, sqlite3.Error):
+            return False
+        self._conn.close()
+        print(f"pulse-jax: {self.path}: the log's folder was moved while the run was going; the log is now "
+              f"{now}, and the run goes on there", file=sys.stderr)
+        self._conn, self.path = conn, now
+        return True
 
     def append(self, record: dict) -> None:
         """Commit one record (the header, a told batch or a paid batch) in one transaction.
@@ -449,13 +616,17 @@ class Journal(LogReader):
             crc = checksum(body, self._previous)
             self._commit(("INSERT INTO told(ticket, step, asks_issued, model, examples, scores, crc) "
                           "VALUES (?, ?, ?, ?, ?, ?, ?)", (*row, crc)),
-                         ("DELETE FROM paid WHERE ticket = ?", (body["ticket"],)))
+                         ("DELETE FROM paid WHERE ticket = ?", (body["ticket"],)), _TALLY_SQL(crc))
             self._previous = crc
         elif kind == "paid":
             self._commit(("INSERT OR REPLACE INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)",
-                          (*row, checksum(body, self._run_crc))))
+                          (*row, checksum(body, self._run_crc))), _TALLY_SQL(self._previous_told()))
         else:
             raise ValueError(f"unknown record type {kind!r}")
+
+    def _previous_told(self) -> str:
+        """The last told row's checksum ('' before the first): the run row's checksum starts the chain."""
+        return "" if self._previous == self._run_crc else self._previous
 
     def release_reserve(self) -> bool:
         """Free the space kept for a full disk (True if there was any): the next commits reuse it."""
@@ -467,6 +638,63 @@ class Journal(LogReader):
             return False
         return True
 
+def _TALLY_SQL(tail: str):
+    """The statement that brings the tally up to date inside a commit (``tail``: the last told checksum)."""
+    return ("UPDATE meta SET value = CASE key WHEN 'told_rows' THEN (SELECT count(*) FROM told) "
+            "WHEN 'paid_rows' THEN (SELECT count(*) FROM paid) ELSE ? END WHERE key IN ('told_rows', 'paid_rows', "
+            "'told_tail')", (tail,))
+
+
+def _full(err) -> bool:
+    return getattr(err, "sqlite_errorname", "") == "SQLITE_FULL" or "full" in str(err)
+
+
+def _fix(err: OSError) -> str:
+    """What to do about a failed write, by its cause."""
+    if err.errno == errno.ENOSPC:
+        return "free space there, then run the same command again"
+    if err.errno == errno.ENOENT:
+        return "put the log back where it was (or give --log its new path), then run the same command again"
+    return "check the log's folder (permissions, the file system), then run the same command again"
+
+
+def _create_log_file(path: Path) -> None:
+    """Create a new, empty log at ``path`` whole: built under a temporary name and linked into place, so
+    that no process ever sees a log without its tables (an empty file is refused as not a log). Another
+    process creating the same log at the same instant wins or loses the link; both then open that one."""
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    except OSError as err:
+        raise PulseInputError(f"--log {path}: cannot create the log: {err.strerror}") from None
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(temporary, isolation_level=None)
+        try:
+            _create_tables(conn)     # a temporary file: nobody sees it before it is whole
+        finally:
+            conn.close()
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass
+        except OSError:         # a file system without hard links: create the name exclusively, copy the bytes
+            try:
+                target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return
+            with open(target, "wb") as out, open(temporary, "rb") as source:
+                out.write(source.read())
+                out.flush()
+                os.fsync(out.fileno())
+        _fsync_folder(path.parent)
+    except sqlite3.Error as err:
+        raise PulseInputError(f"--log {path}: cannot create the log ({err})") from None
+    except OSError as err:
+        raise PulseInputError(f"--log {path}: cannot create the log: {err.strerror or err}") from None
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
 def _build_database(path: Path, header: dict, records: list) -> str:
     """A new log database beside ``path`` (a temporary name, returned) holding a JSONL log's verified
     ``header`` and ``records``; the caller renames it into place."""
@@ -476,9 +704,8 @@ def _build_database(path: Path, header: dict, records: list) -> str:
     os.close(fd)
     try:
         conn = Journal._sqlite(Path(temporary))
-        conn.executescript(f"BEGIN; {_SCHEMA} PRAGMA application_id = {APPLICATION_ID}; "
-                           f"PRAGMA user_version = {LOG_VERSION}; INSERT INTO meta VALUES ('format', "
-                           f"'pulse-jax log'), ('version', '{LOG_VERSION}');")
+        _create_tables(conn)
+        conn.execute("BEGIN")
         body = {**header, "version": LOG_VERSION, "jsonl_version": version}
         previous = run_crc = checksum(body, "")
         conn.execute("INSERT INTO run VALUES (1, ?, ?)", (canonical(body), run_crc))
@@ -492,6 +719,7 @@ def _build_database(path: Path, header: dict, records: list) -> str:
             elif record.get("ticket") not in told:
                 conn.execute("INSERT OR REPLACE INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)",
                              (*row, checksum(record, run_crc)))
+        conn.execute(*_TALLY_SQL("" if previous == run_crc else previous))
         conn.execute("COMMIT")
         conn.close()
     except (sqlite3.Error, TypeError, ValueError, OverflowError) as err:
