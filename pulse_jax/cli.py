@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
+from pulse_jax.io import files
 
 PLUGIN_HELP = "a registered name or package.module:attribute (a plug-in of your own)"
 
@@ -544,15 +545,11 @@ def _finish(results, out, title, inputs=()):
     print(f"results: {paths['summary']}  plot: {paths['plot']}  provenance: {paths['provenance']}")
 
 
-#: Files a results folder of pulse-jax holds; ``--force`` removes these (and only these) first, so no
-#: earlier run's file (a method not run this time, say) is left beside the new results.
-RESULT_FILES = ("*.npz", "summary.json", "accuracy.png", "provenance.json", "sweep.json", "sweep.csv", "sweep.png",
-                "report.md", "report.json", "estimates.png")
-
-
 def _check_out_dir(path, force: bool = False, option="--out") -> None:
     """Before any computation: the results directory is a directory (or does not exist yet), and an
-    existing one is empty unless ``--force`` allows replacing its results (`RESULT_FILES`)."""
+    existing one is empty unless ``--force`` allows replacing its results. Nothing is removed here: the
+    writer removes the files its folder's ``provenance.json`` lists, and only those, when the results are
+    ready (`pulse_jax.io.files.remove_previous_outputs`)."""
     out = Path(path)
     require(not out.exists() or out.is_dir(), f"{option} {out}: exists and is not a directory")
     if not out.is_dir():
@@ -560,11 +557,7 @@ def _check_out_dir(path, force: bool = False, option="--out") -> None:
     entries = sorted(p.name for p in out.iterdir())
     shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
     require(not entries or force, f"{option} {out}: already holds {len(entries)} file(s) ({shown}); pass --force to "
-                                  "replace its results, or give another folder")
-    for pattern in RESULT_FILES if force else ():
-        for old in out.glob(pattern):
-            if old.is_file():
-                old.unlink()
+                                  "replace the results pulse-jax wrote there, or give another folder")
 
 
 def _check_report_dir(out: Path, log: Path, force: bool) -> None:
@@ -829,7 +822,7 @@ def cmd_tune(args) -> None:
 
     seed_key(args.seed, "--seed")
     _check_writable_file(args.out, "--out")
-    require(args.force or not Path(args.out).exists(), f"--out {args.out}: exists; pass --force to write over it")
+    require(args.force or not files.exists(args.out), f"--out {args.out}: exists; pass --force to write over it")
     train = data.load(args.train)
     grid = {"rank": _numbers(args.ranks, "ranks", int), "lam": _numbers(args.lams, "lams"),
             "lr": _numbers(args.lrs, "lrs"), "epochs": _numbers(args.epochs, "epochs", int)}
@@ -1074,16 +1067,18 @@ def cmd_select(args) -> None:
 def _write_select_report(out: Path, report, selector, args, inputs) -> None:
     """``report.md``, ``report.json`` (naming its log), ``estimates.png`` and ``provenance.json``."""
     out.mkdir(parents=True, exist_ok=True)
-    from pulse_jax.io import provenance
+    from pulse_jax.io import files, provenance
     from pulse_jax.io.provenance import clean_json
 
-    (out / "report.md").write_text(report.to_markdown(), encoding="utf-8")
-    (out / "report.json").write_text(json.dumps(clean_json({**report.to_dict(), "log": str(Path(args.log).resolve())}),
-                                                indent=2), encoding="utf-8")
+    files.remove_previous_outputs(out)
+    files.write_atomically(out / "report.md", report.to_markdown())
+    files.write_atomically(out / "report.json", json.dumps(clean_json({**report.to_dict(),
+                                                                       "log": str(Path(args.log).resolve())}), indent=2))
     report.plot(out / "estimates.png")
     provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=args.seed,
                                              inputs=inputs, method=selector.method,
-                                             extra={"log": str(Path(args.log).resolve())}))
+                                             extra={"log": str(Path(args.log).resolve())}),
+                     files=["report.md", "report.json", "estimates.png"])
     print(report.to_markdown())
     print(f"report: {out / 'report.md'} (+ report.json, estimates.png, provenance.json)")
 
@@ -1093,7 +1088,7 @@ def cmd_import(args) -> None:
 
     out = Path(args.out)
     require(not out.is_dir(), f"--out {out}: is a directory; give a .csv file name")
-    require(args.force or not out.exists(), f"--out {out}: exists; pass --force to write over it")
+    require(args.force or not files.exists(out), f"--out {out}: exists; pass --force to write over it")
     _check_writable_file(args.out, "--out")
     if args.source == "lm-eval":
         matrix = harness.read_lm_eval(args.folders, args.task, args.metric, args.filter)
@@ -1101,7 +1096,7 @@ def cmd_import(args) -> None:
         from pulse_jax.io import inspect_harness
 
         tokens = Path(args.tokens) if args.tokens else out.with_name(out.stem + ".tokens.csv")
-        require(args.force or not tokens.exists(), f"--tokens {tokens}: exists; pass --force to write over it")
+        require(args.force or not files.exists(tokens), f"--tokens {tokens}: exists; pass --force to write over it")
         logs = inspect_harness.read_inspect(args.logs, task=args.task, scorer=args.scorer, metric=args.metric,
                                             epochs=args.epochs,
                                             value_map=inspect_harness.parse_value_map(args.value_map))
@@ -1126,7 +1121,7 @@ def cmd_log(args) -> None:
         print(f"wrote {args.log}: {n} batch(es) from {args.jsonl}")
         return
     if args.action == "export":
-        require(args.jsonl == "-" or args.force or not Path(args.jsonl).exists(),
+        require(args.jsonl == "-" or args.force or not files.exists(args.jsonl),
                 f"--jsonl {args.jsonl}: exists; pass --force to write over it")
         header, records = journal.snapshot(args.log)
         require(header is not None, f"{args.log}: the log has no run yet")
@@ -1134,7 +1129,7 @@ def cmd_log(args) -> None:
         if args.jsonl == "-":
             sys.stdout.write(lines)
         else:
-            Path(args.jsonl).write_text(lines, encoding="utf-8")
+            files.write_atomically(args.jsonl, lines)
             print(f"wrote {args.jsonl}: {len(records)} batch(es)", file=sys.stderr)
         return
     header, records = journal.snapshot(args.log)
@@ -1142,9 +1137,10 @@ def cmd_log(args) -> None:
     told = [r for r in records if r["type"] == "tell"]
     paid = [r for r in records if r["type"] == "paid"]
     cells = sum(len(r["examples"]) for r in told)
-    print(f"{args.log}: pulse-jax log, checksums verified")
-    print(f"  method {header.get('method')}, seed {header.get('seed')}, {len(header.get('models', []))} models x "
-          f"{len(header.get('examples', []))} examples, budget {header.get('budget'):,}, batch {header.get('batch_size')}")
+    print(f"{args.log}: pulse-jax log; {journal.checks_of(header)}")
+    print(f"  method {header.get('method')}, seed {header.get('seed')}, {_count(header.get('models'))} models x "
+          f"{_count(header.get('examples'))} examples, budget {_count(header.get('budget'))}, batch "
+          f"{header.get('batch_size')}")
     print(f"  told: {len(told):,} batch(es), {cells:,} cells; paid but not yet told: {len(paid)} batch(es), "
           f"{sum(len(r['examples']) for r in paid):,} cells")
     per_model = {}
@@ -1152,6 +1148,13 @@ def cmd_log(args) -> None:
         per_model[r["model"]] = per_model.get(r["model"], 0) + len(r["examples"])
     for model, count in sorted(per_model.items(), key=lambda kv: -kv[1])[:10]:
         print(f"  {count:>8,}  {model}")
+
+
+def _count(value) -> str:
+    """A header's count for people: a list's length, an integer with separators, else as it is."""
+    if isinstance(value, list):
+        return f"{len(value):,}"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else str(value)
 
 
 def main(argv=None) -> int:

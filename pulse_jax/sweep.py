@@ -74,14 +74,16 @@ class SweepResult:
         """``sweep.json``, ``sweep.csv``, ``sweep.png`` (budget to ``figure_target``, default the
         highest target, over the grid) and ``provenance.json`` (``inputs``: the files the data came from)
         in ``out_dir``; ``rows`` reuses a `table` already computed."""
-        from pulse_jax.io import provenance
+        from pulse_jax.io import files, provenance
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
+        files.remove_previous_outputs(out)
         record = provenance.write(out, provenance.collect(
             config=self.config, params=self.points[self.baseline], seed=self.results[0].seed, inputs=inputs,
             method=self.method, extra={"reps": self.results[0].reps, "axes": list(self.axes),
-                                       "points": [p.to_dict() for p in self.points]}))
+                                       "points": [p.to_dict() for p in self.points]}),
+            files=["sweep.json", "sweep.csv", *(["sweep.png"] if figure else [])])
         rows = self.table(targets, n_boot) if rows is None else rows
         summary = {"method": self.method, "axes": list(self.axes), "baseline": self.baseline,
                    "config": {k: v for k, v in dataclasses.asdict(self.config).items()
@@ -90,8 +92,8 @@ class SweepResult:
                    "points": [p.to_dict() for p in self.points], "seconds": round(self.seconds, 3),
                    "compile_seconds": round(self.compile_seconds, 3), "table": rows}
         paths = {"json": out / "sweep.json", "csv": out / "sweep.csv", "provenance": record}
-        paths["json"].write_text(json.dumps(summary, indent=2), encoding="utf-8")
-        with open(paths["csv"], "w", newline="", encoding="utf-8") as handle:
+        files.write_atomically(paths["json"], json.dumps(summary, indent=2))
+        with files.atomic_open(paths["csv"], "w", newline="", encoding="utf-8") as handle:
             fields = list(dict.fromkeys(k for row in rows for k in row))
             writer = csv.DictWriter(handle, fieldnames=fields)
             writer.writeheader()

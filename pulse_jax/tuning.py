@@ -80,7 +80,9 @@ def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 
 
 
 def save_hparams(result: dict, path) -> None:
-    Path(path).write_text(json.dumps(result, indent=2), encoding="utf-8")
+    from pulse_jax.io.files import write_atomically
+
+    write_atomically(path, json.dumps(result, indent=2))
 
 
 def load_hparams(path) -> tuple[int, FitSettings]:

@@ -21,10 +21,15 @@ LABELS = {"pulse": "PULSE", "ucbe": "UCB-E", "naive": "Naive-Pooling"}
 
 def _save(fig, path):
     """Write the figure to ``path`` (format from the suffix: .png, .pdf, ...) and close it."""
+    import io
+
+    from pulse_jax.io.files import write_atomically
+
     Path(path).parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format=Path(path).suffix.lstrip(".").lower() or "png")
     plt.close(fig)
-    return Path(path)
+    return write_atomically(path, buffer.getvalue())
 
 
 def accuracy_vs_budget(results, path, title: str = "", points: int = 60, bandit_only: bool = False):

@@ -104,22 +104,28 @@ def write_results(results: dict[str, SimulationResult], out_dir, title: str = ""
     files the scores and side information came from) into ``out_dir``."""
     from pulse_jax.io import provenance
 
+    from pulse_jax.io import files
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    files.remove_previous_outputs(out_dir)
     first = next(iter(results.values()))
     paths = {"provenance": provenance.write(out_dir, provenance.collect(
         config=first.config, params=first.params, seed=first.seed, inputs=inputs, method=list(results),
         extra={"configs": {k: provenance.describe_config(r.config) for k, r in results.items()},
-               "reps": {k: r.reps for k, r in results.items()}}))}
-    paths["summary"] = out_dir / "summary.json"
-    paths["summary"].write_text(json.dumps(clean_json(summary(results)), indent=2))
+               "reps": {k: r.reps for k, r in results.items()}}),
+        files=["summary.json", *(f"{k}.npz" for k in results), "accuracy.png"])}
+    paths["summary"] = files.write_atomically(out_dir / "summary.json", json.dumps(clean_json(summary(results)),
+                                                                                      indent=2))
     for k, r in results.items():
         paths[k] = out_dir / f"{k}.npz"
-        np.savez_compressed(paths[k], best=r.best, spent=r.spent, chosen=r.chosen, lam=r.lam, estimates=r.estimates,
-                            radius=r.radius, n_obs=r.n_obs, n_pulls=r.n_pulls, true_means=r.true_means,
-                            cs_low=r.cs_low, cs_high=r.cs_high, certified_spent=r.certified_spent,
-                            certified_model=r.certified_model,
-                            models=np.array(r.model_names or [], dtype=str))
+        with files.atomic_open(paths[k], "wb") as handle:
+            np.savez_compressed(handle, best=r.best, spent=r.spent, chosen=r.chosen, lam=r.lam,
+                                estimates=r.estimates, radius=r.radius, n_obs=r.n_obs, n_pulls=r.n_pulls,
+                                true_means=r.true_means,
+                                cs_low=r.cs_low, cs_high=r.cs_high, certified_spent=r.certified_spent,
+                                certified_model=r.certified_model,
+                                models=np.array(r.model_names or [], dtype=str))
     paths["plot"] = plotting.accuracy_vs_budget(list(results.values()), out_dir / "accuracy.png", title=title)
     return paths
 

@@ -209,7 +209,9 @@ def load(path) -> ScoreMatrix:
 
 def save_csv(matrix: ScoreMatrix, path) -> None:
     """Write a score matrix in the CSV schema (missing cells empty)."""
-    with open(path, "w", newline="", encoding="utf-8") as handle:
+    from pulse_jax.io.files import atomic_open
+
+    with atomic_open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
         meta_cols = list(matrix.metadata)
         writer.writerow(["model", *meta_cols, *matrix.examples])

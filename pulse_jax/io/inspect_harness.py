@@ -286,7 +286,9 @@ def save_tokens(logs: InspectLogs, path) -> None:
     """The cells' token usage as a CSV beside the scores: ``model,example,input_tokens,output_tokens``."""
     import csv
 
-    with open(path, "w", newline="", encoding="utf-8") as fh:
+    from pulse_jax.io.files import atomic_open
+
+    with atomic_open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)
         w.writerow(["model", "example", "input_tokens", "output_tokens"])
         for i, m in enumerate(logs.scores.models):

@@ -85,11 +85,14 @@ def collect(*, config=None, params=None, seed=None, inputs=(), method=None, extr
     return record
 
 
-def write(out_dir, record: dict) -> Path:
-    """Write ``record`` as ``<out_dir>/provenance.json`` (strict JSON)."""
+def write(out_dir, record: dict, files=()) -> Path:
+    """Write ``record`` as ``<out_dir>/provenance.json`` (strict JSON, written atomically); ``files``: the
+    names of the other files pulse-jax writes into ``out_dir`` with it (``--force`` removes only these)."""
+    from pulse_jax.io.files import write_atomically
+
     path = Path(out_dir) / FILE_NAME
-    path.write_text(json.dumps(clean_json(record), indent=2), encoding="utf-8")
-    return path
+    record = {**record, "files": [*files, FILE_NAME]}
+    return write_atomically(path, json.dumps(clean_json(record), indent=2))
 
 
 def clean_json(x):

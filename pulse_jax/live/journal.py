@@ -405,7 +405,7 @@ class Journal(LogReader):
             self._commit(("INSERT OR REPLACE INTO holder VALUES (1, ?, ?, ?)",
                           (os.getpid(), socket.gethostname(), datetime.datetime.now().isoformat(timespec="seconds"))))
         except LogFull as err:
-            raise PulseInputError(f"{self.path}: cannot write the log ({err.strerror}); {_fix(err)}") from None
+            raise PulseInputError(f"{self.path}: cannot write the log ({err.strerror}); {fix_for(err)}") from None
         except sqlite3.OperationalError as err:
             if _full(err):
                 raise PulseInputError(f"{self.path}: cannot write the log (no space left on device); free space "
@@ -630,7 +630,7 @@ class Journal(LogReader):
 
     def release_reserve(self) -> bool:
         """Free the space kept for a full disk (True if there was any): the next commits reuse it."""
-        if self._conn is None or not self._conn.execute("SELECT count(*) FROM reserve").fetchone()[0]:
+        if not self.has_reserve():
             return False
         try:
             self._commit(("DELETE FROM reserve", ()))
@@ -649,7 +649,7 @@ def _full(err) -> bool:
     return getattr(err, "sqlite_errorname", "") == "SQLITE_FULL" or "full" in str(err)
 
 
-def _fix(err: OSError) -> str:
+def fix_for(err: OSError) -> str:
     """What to do about a failed write, by its cause."""
     if err.errno == errno.ENOSPC:
         return "free space there, then run the same command again"
@@ -749,11 +749,14 @@ def import_jsonl(source, target) -> int:
 
 def as_jsonl(header: dict, records: list) -> str:
     """A log's header and records as a version-3 JSONL log (one checksum chain over every line), the
-    format earlier pulse-jax versions wrote and `import_jsonl` reads."""
-    header = {k: v for k, v in header.items() if k != "jsonl_version"}
+    format earlier pulse-jax versions wrote and `import_jsonl` reads. The header says how many batches
+    follow (``rows``) and a last line (``"type": "end"``) says it again, so an export cut at a line break
+    is refused instead of read as a shorter log."""
+    header = {k: v for k, v in header.items() if k not in ("jsonl_version", "rows")}
     header["version"] = 3
+    header["rows"] = len(records)
     lines, previous = [], ""
-    for record in [header] + list(records):
+    for record in [header] + list(records) + [{"type": "end", "rows": len(records)}]:
         previous = checksum(record, previous)
         lines.append(json.dumps({**record, "crc": previous}) + "\n")
     return "".join(lines)
@@ -778,25 +781,39 @@ def snapshot(path) -> tuple[dict | None, list[dict]]:
     version is read as it is, unconverted."""
     path = Path(path)
     require(path.is_file(), f"{path}: no such log file")
-    with open(path, "rb") as handle:
-        head = handle.read(len(_MAGIC))
+    require(path.stat().st_size > 0, f"{path}: an empty file (0 bytes), not a pulse-jax log")
+    head, app, version = read_file_header(path)
     if head != _MAGIC:
-        require(legacy_jsonl.looks_like_log(path), f"{path}: not a pulse-jax log")
+        require(legacy_jsonl.looks_like_log(path), f"{path}: not a pulse-jax log (neither its database nor a JSONL log)")
         header, records, _ = legacy_jsonl.read(path)
         return header, [r for _, r in records]
+    require(app == APPLICATION_ID, f"{path}: an SQLite database but not a pulse-jax log")
+    require(version == LOG_VERSION, f"{path}: a pulse-jax log of format version {version}, which this pulse-jax "
+                                    f"(format {LOG_VERSION}) does not read")
     try:
         conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=5)
     except sqlite3.Error as err:
         raise PulseInputError(f"{path}: cannot open the log: {err}") from None
     try:
-        require(conn.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID,
-                f"{path}: an SQLite database but not a pulse-jax log")
+        check_schema(path, conn)
         header, records = LogReader(path, conn).open()
         return header, [r for _, r in records]
     except sqlite3.DatabaseError as err:
         if "readonly" in str(err):     # a hot rollback journal: the writer died mid-commit
             raise PulseInputError(f"{path}: a run stopped in the middle of a commit; open the log once to finish it "
                                   "(run the same command again) before reading it") from None
-        raise PulseInputError(f"{path}: the log database cannot be read ({err})") from None
+        raise PulseInputError(f"{path}: the log database cannot be read ({err}): it is damaged; restore it from a "
+                              "copy") from None
     finally:
         conn.close()
+
+
+def checks_of(header: dict) -> str:
+    """What reading a log verified, in words (`log show`): a checksum chain detects accidental damage --
+    a torn write, a cut, a changed byte -- not an edit by someone who recomputes it."""
+    caveat = "checksums are not signatures: anyone who can write the log can recompute them"
+    if "jsonl_version" not in header and header.get("version", 1) == 1:
+        return "a version-1 JSONL log: it has no checksums, so nothing in it could be verified"
+    if header.get("jsonl_version") == 1:
+        return (f"checksum chain intact since its conversion from a version-1 JSONL log, which had none ({caveat})")
+    return f"checksum chain and row count intact: no accidental damage found ({caveat})"

@@ -68,16 +68,42 @@ def read(path: Path) -> tuple[dict, list[tuple[str, dict]], list[str]]:
                 f"{path}: the header says version 1 (no checksums) but the lines carry checksums: was the header "
                 "edited?")
     previous = _verify(path, header, "", 1, version)
+    parsed = _without_trailer(path, header, parsed)
     records = []
     for k, (where, record) in enumerate(parsed, start=2):
         require(isinstance(record, dict) and record.get("type") in ("tell", "paid"),
                 f"{where} is not a told or paid batch (was the log edited?)")
         previous = _verify(path, record, previous, k, version)
         records.append((where, {key: v for key, v in record.items() if key != "crc"}))
+    if "rows" in header:        # the trailer chains onto the last batch
+        _verify(path, _parsed_trailer(path, lines), previous, len(lines), version)
     side = path.with_name(path.name + ".paid")
     if side.is_file():
         records += _side_records(side, notes)
-    return {k: v for k, v in header.items() if k != "crc"}, records, notes
+    return {k: v for k, v in header.items() if k not in ("crc", "rows")}, records, notes
+
+
+def _without_trailer(path: Path, header: dict, parsed: list) -> list:
+    """An export's batches without its last line (``"type": "end"``), checked against the header's count;
+    a log without ``rows`` in its header (written live by an earlier version) has no trailer."""
+    if "rows" not in header:
+        return parsed
+    rows = header["rows"]
+    require(isinstance(rows, int) and not isinstance(rows, bool) and rows >= 0,
+            f"{path}: line 1 says the export holds {rows!r} batches, not a count (was the file edited?)")
+    trailer = parsed[-1][1] if parsed else None
+    if not (isinstance(trailer, dict) and trailer.get("type") == "end"):
+        held = len(parsed)
+        raise PulseInputError(f"{path}: the export holds {held} of the {rows} batches its header announces and lacks "
+                              "its last line: the file was cut short (restore it from the log or a copy)")
+    require(trailer.get("rows") == rows == len(parsed) - 1,
+            f"{path}: the export's last line counts {trailer.get('rows')!r} batches, its header {rows}, and it holds "
+            f"{len(parsed) - 1} (was the file edited?)")
+    return parsed[:-1]
+
+
+def _parsed_trailer(path: Path, lines: list) -> dict:
+    return _parse(path, lines[-1], len(lines))
 
 
 def _side_records(side: Path, notes: list) -> list:

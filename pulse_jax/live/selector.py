@@ -32,6 +32,7 @@ interval, so it spends its budget.
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import os
 import secrets
@@ -424,8 +425,10 @@ class Selector:
                 return
             except journal.LogFull as err:
                 failure = err
+                if err.errno == errno.ENOENT:      # the log is gone: no retry or reserve brings it back
+                    break
                 time.sleep(WRITE_RETRY_WAIT * 2**attempt)
-        if self._journal.release_reserve():
+        if failure.errno != errno.ENOENT and self._journal.release_reserve():
             try:
                 self._journal.append(record)
                 self._log_full = True
@@ -434,8 +437,7 @@ class Selector:
                 failure = err
         raise LogWriteError(f"{self.log_path}: cannot write the log ({failure.strerror}): the "
                             f"{len(record['examples'])} cells of model {record['model']!r} (request {record['ticket']}) "
-                            "were paid for but will be asked again. Free space there, then run the same command "
-                            "again") from None
+                            f"were paid for but will be asked again. To go on, {journal.fix_for(failure)}") from None
 
     def can_pay(self) -> bool:
         """Whether a new batch may be paid for: the log keeps its reserve (`pulse_jax.live.journal`), so
