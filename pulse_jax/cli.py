@@ -412,7 +412,17 @@ def _check_run_args(args) -> None:
     seed_key(args.seed, "--seed")
     require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
     require(args.chunk_size is None or args.chunk_size >= 1, f"--chunk-size must be >= 1, got {args.chunk_size}")
+    _at_most(args.reps, "--reps")
+    _at_most(args.chunk_size, "--chunk-size")
     _check_numbers(args)
+
+
+#: The largest count any option takes (the engine indexes with 32-bit integers).
+LARGEST_COUNT = 2**31 - 1
+
+
+def _at_most(value, option: str, high: int = LARGEST_COUNT) -> None:
+    require(value is None or value <= high, f"{option} {value}: at most {high:,}")
 
 
 def _progress(args):
@@ -424,10 +434,12 @@ def _progress(args):
 def _check_numbers(args) -> None:
     """The options every run shares, in the options' own words (before anything is loaded)."""
     require(args.budget is None or args.budget >= 1, f"--budget must be >= 1, got {args.budget}")
+    _at_most(args.budget, "--budget")
     for option in ("batch_size", "init_batches", "refit_every", "rank"):
         value = getattr(args, option, None)
         low = 0 if option == "refit_every" else 1
         require(value is None or value >= low, f"--{option.replace('_', '-')} must be >= {low}, got {value}")
+        _at_most(value, f"--{option.replace('_', '-')}")
     delta = getattr(args, "delta", None)
     if delta is not None:
         require(0 < delta < 1, f"--delta {delta:g}: must lie strictly between 0 and 1 (the chance of a wrong "
@@ -982,6 +994,8 @@ def _check_live_numbers(args) -> None:
             f"--grace must be >= 0 seconds, got {args.grace}")
     require(args.concurrency >= 1, f"--concurrency must be >= 1, got {args.concurrency}")
     require(args.retries >= 0, f"--retries must be >= 0, got {args.retries}")
+    _at_most(args.concurrency, "--concurrency", 1024)
+    _at_most(args.retries, "--retries", 1000)
     for option, value in (("--retry-wait", args.retry_wait), ("--retry-max-wait", args.retry_max_wait)):
         require(math.isfinite(value) and value >= 0, f"{option} must be a number of seconds >= 0, got {value}")
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import itertools
 import json
+import math
 from pathlib import Path
 
 import jax
@@ -91,8 +92,18 @@ def load_hparams(path) -> tuple[int, FitSettings]:
     require(path.is_file(), f"{path}: no such file")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
-        return int(data["rank"]), factorization.adam_settings(int(data["epochs"]), float(data["lr"]),
-                                                              float(data["lam"]))
-    except (json.JSONDecodeError, KeyError, TypeError, ValueError) as err:
-        raise PulseInputError(f"{path}: not a hyperparameter file (needs rank, lam, lr, epochs): {err}") from None
+        require(isinstance(data, dict), f"{path}: not a hyperparameter file (a JSON object with rank, lam, lr, epochs)")
+        values = {key: data[key] for key in ("rank", "epochs", "lr", "lam")}
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, KeyError) as err:
+        raise PulseInputError(f"{path}: not a hyperparameter file (needs rank, lam, lr, epochs): {err}"[:300]) from None
+    for key, kind, low in (("rank", int, 1), ("epochs", int, 1), ("lr", float, None), ("lam", float, 0.0)):
+        value = values[key]
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        ok = number and (kind is float or float(value).is_integer())
+        ok = ok and (value > 0 if low is None else value >= low)
+        require(ok, f"{path}: {key} is {value!r}; it must be "
+                    + ("a positive number" if low is None else f"{'a whole number' if kind is int else 'a number'} "
+                                                               f">= {low:g}"))
+    return int(values["rank"]), factorization.adam_settings(int(values["epochs"]), float(values["lr"]),
+                                                            float(values["lam"]))
 

@@ -115,6 +115,8 @@ def load_csv(path) -> ScoreMatrix:
                               "UTF-8") from None
     except OSError as err:
         raise PulseInputError(f"{source}: cannot read: {err.strerror}") from None
+    except csv.Error as err:      # e.g. a field longer than the csv module's limit, a NUL byte
+        raise PulseInputError(f"{source}: not a readable CSV score matrix: {err}") from None
 
 
 def _read_csv(path: Path, source: str) -> ScoreMatrix:
@@ -165,6 +167,9 @@ def load_npz(path) -> ScoreMatrix:
     path = Path(path)
     source = str(path)
     require(path.is_file(), f"{source}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
+    require(zipfile.is_zipfile(path), f"{source}: not an .npz archive (a single .npy array, or another file, named "
+                                      ".npz?); save the matrix with numpy.savez(path, scores=..., models=..., "
+                                      "examples=...)")
     try:
         with np.load(path, allow_pickle=False) as data:
             require("scores" in data.files, f"{source}: no array named 'scores' (found {', '.join(data.files)})")
@@ -173,6 +178,10 @@ def load_npz(path) -> ScoreMatrix:
             scores = np.asarray(raw, dtype=np.float64)
             require(scores.ndim == 2, f"{source}: 'scores' must be 2-D, got shape {scores.shape}")
             m, n = scores.shape
+            for name in ("models", "examples"):
+                if name in data.files:
+                    shape = data[name].shape
+                    require(len(shape) == 1, f"{source}: {name!r} must be a 1-D array of names, got shape {shape}")
             models = tuple(str(x) for x in data["models"]) if "models" in data.files else tuple(
                 f"model-{i}" for i in range(m))
             examples = tuple(str(x) for x in data["examples"]) if "examples" in data.files else tuple(

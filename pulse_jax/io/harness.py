@@ -106,7 +106,10 @@ def _score(value, where: str) -> float:
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise PulseInputError(f"{where}: score {value!r} is not a number") from None
+        raise PulseInputError(f"{where}: score {value!r} is not a number"[:300]) from None
+    except OverflowError:       # an integer too large for a float (hundreds of digits)
+        raise PulseInputError(f"{where}: score {str(value)[:20]}... ({len(str(value))} digits) is not a number in "
+                              f"[0, 1]; {_RESCALE}") from None
     require(not math.isnan(x), f"{where}: score is NaN (leave the row out for a missing cell)")
     require(0.0 <= x <= 1.0, f"{where}: score {x:g} is outside [0, 1]; {_RESCALE}")
     return x
@@ -139,6 +142,21 @@ def _readable(path: Path, rows):
         raise PulseInputError(f"{path}: cannot read the table ({type(err).__name__}: {err})"[:300]) from None
 
 
+def _name(value, column: str, where: str) -> str:
+    """A model or example name from a long table: text or a whole number, without control characters."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    require(value not in (None, ""), f"{where}: empty {column!r}")
+    require(isinstance(value, (str, int)) and not isinstance(value, bool),
+            f"{where}: {column!r} must be a name (text or a whole number), got {type(value).__name__} "
+            f"{str(value)[:40]!r}")
+    text = str(value)
+    require(text.strip(), f"{where}: empty {column!r}")
+    bad = next((c for c in text if ord(c) < 32 or ord(c) == 127), None)
+    require(bad is None, f"{where}: {column!r} {text[:40]!r} contains the control character {bad!r}")
+    return text
+
+
 def read_long(path, *, model: str = "model", example: str = "example", score: str = "score") -> ScoreMatrix:
     """A models x examples matrix from a long table (``.csv``, ``.jsonl`` or ``.parquet``) with one row
     per cell; column names configurable. A cell given twice with the same score is kept once; with
@@ -148,9 +166,7 @@ def read_long(path, *, model: str = "model", example: str = "example", score: st
     cells, first_line = {}, {}
     for line, m, e, s in _readable(path, _long_rows(path, (model, example, score))):
         where = f"{path}, line {line}"
-        require(m not in (None, ""), f"{where}: empty {model!r}")
-        require(e not in (None, ""), f"{where}: empty {example!r}")
-        key, x = (str(m), str(e)), _score(s, where)
+        key, x = (_name(m, model, where), _name(e, example, where)), _score(s, where)
         if key in cells:
             require(cells[key] == x, f"{path}: model {key[0]!r}, example {key[1]!r} has score {cells[key]:g} on line "
                                      f"{first_line[key]} and {x:g} on line {line}")
@@ -219,12 +235,13 @@ def lm_eval_inventory(paths: Iterable) -> dict:
     for folder in map(Path, paths):
         for task, files in _sample_files(folder, None).items():
             entry = tasks.setdefault(task, {"metrics": set(), "filters": set()})
-            with open(files[-1], encoding="utf-8") as handle:
-                for line in handle:
-                    if line.strip():
-                        row = json.loads(line)
-                        entry["metrics"].update(row.get("metrics") or [])
-                        entry["filters"].add(row.get("filter", "none"))
+            for k, row in _json_lines(files[-1]):
+                metrics, flt = row.get("metrics") or [], row.get("filter", "none")
+                require(isinstance(metrics, list) and all(isinstance(x, str) for x in metrics)
+                        and isinstance(flt, str), f"{files[-1]}, line {k}: not an lm-eval sample (its 'metrics' must "
+                                                  "be a list of names and its 'filter' a name)")
+                entry["metrics"].update(metrics)
+                entry["filters"].add(flt)
     return {t: {k: sorted(v) for k, v in e.items()} for t, e in sorted(tasks.items())}
 
 

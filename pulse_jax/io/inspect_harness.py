@@ -20,6 +20,7 @@ from __future__ import annotations
 import dataclasses
 import importlib.util
 import math
+import re
 import sys
 import time
 from pathlib import Path
@@ -123,7 +124,50 @@ def _log_files(paths) -> list[tuple[Path, bool]]:
     return files
 
 
+#: The deepest JSON nesting an Inspect log may have (real logs nest a few dozen levels); deeper files are
+#: refused before Inspect parses them, since its reader's memory grows without bound with the depth.
+MAX_JSON_DEPTH = 1000
+_JSON_STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def json_depth(data: bytes) -> int:
+    """The deepest nesting of brackets in JSON text ``data`` (brackets inside strings not counted)."""
+    brackets = _JSON_STRING.sub(b"", data).translate(None, _NOT_BRACKETS)
+    if not brackets:
+        return 0
+    steps = np.frombuffer(brackets, np.uint8)
+    return int(np.cumsum(np.where((steps == ord("[")) | (steps == ord("{")), 1, -1)).max())
+
+
+def _check_depth(path: Path) -> str:
+    """'' if the log's JSON (a ``.json`` file, or each member of an ``.eval`` archive) nests at most
+    `MAX_JSON_DEPTH` levels, else the reason it is refused."""
+    import zipfile
+
+    try:
+        if zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as archive:
+                parts = [(name, archive.read(name)) for name in archive.namelist() if name.endswith(".json")]
+        else:
+            parts = [("", path.read_bytes())]
+    except (OSError, zipfile.BadZipFile, RuntimeError, ValueError) as err:
+        return f"cannot be read ({type(err).__name__}: {err})"[:200]
+    for name, data in parts:
+        depth = json_depth(data)
+        if depth > MAX_JSON_DEPTH:
+            where = f" ({name})" if name else ""
+            return (f"its JSON{where} nests {depth:,} levels deep, more than any Inspect log ({MAX_JSON_DEPTH:,}); "
+                    "it is not read (its parser's memory would grow without bound)")
+    return ""
+
+
 def _header(log, path: Path, *, strict: bool):
+    why = _check_depth(path)
+    if why:
+        if not strict:
+            return None
+        raise PulseInputError(f"{path}: not a readable Inspect log: {why}")
     try:
         header = log.read_eval_log(str(path), header_only=True)
     except Exception as err:   # noqa: BLE001 -- inspect raises many kinds for a file that is not a log

@@ -63,6 +63,11 @@ class LogWriteError(PulseInputError):
     """The log cannot be written (e.g. a full disk); the message says which cells, if any, are asked again."""
 
 
+#: NumPy dtype kinds a score array must not have, in words.
+_KINDS = {"b": "booleans", "c": "complex numbers", "U": "strings", "S": "bytes", "M": "dates", "m": "time spans",
+          "V": "raw records"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Request:
     """One batch to evaluate: ``model`` on ``example_ids``.
@@ -567,12 +572,24 @@ class Selector:
         if scores is None:
             raise PulseInputError(f"{where}: the scorer returned None; it must return one score in [0, 1] for "
                                   f"each of the {len(request.example_ids)} examples, in order")
-        if isinstance(scores, (list, tuple)) and any(isinstance(v, (bool, str)) or v is None for v in scores):
+        if isinstance(scores, (list, tuple)) and any(isinstance(v, (bool, str, complex)) or v is None for v in scores):
             raise PulseInputError(f"{where}: scores are not numbers in [0, 1]: {list(scores)!r}"[:300])
+        if isinstance(scores, np.ma.MaskedArray):
+            require(not np.ma.getmaskarray(scores).any(),
+                    f"{where}: the scorer returned a masked array with masked values; return a score for every "
+                    "example (a masked value has no score)")
+            scores = np.ma.getdata(scores)
         try:
-            values = np.asarray(scores, dtype=np.float64).reshape(-1)
+            raw = np.asarray(scores)
+            if raw.dtype.kind == "O":      # Python numbers of mixed kinds, or too large for any NumPy type
+                raw = np.array([float(v) for v in raw.reshape(-1)], np.float64)
+        except OverflowError:
+            raise PulseInputError(f"{where}: a score is an integer too large for a number in [0, 1]") from None
         except (TypeError, ValueError):
             raise PulseInputError(f"{where}: scores are not numbers: {scores!r}"[:300]) from None
+        require(raw.dtype.kind in "iuf", f"{where}: scores are not real numbers (the scorer returned an array of "
+                                         f"{_KINDS.get(raw.dtype.kind, raw.dtype.name)}); return floats in [0, 1]")
+        values = raw.astype(np.float64).reshape(-1)
         require(values.size == len(request.example_ids),
                 f"{where}: got {values.size} scores for {len(request.example_ids)} examples")
         bad = np.nonzero(~np.isfinite(values) | (values < 0) | (values > 1))[0]
