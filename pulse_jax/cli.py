@@ -168,6 +168,15 @@ def _certificate(args):
     return stopping.tie_group(), {"stop.size": float(value)}
 
 
+def _check_certificate_size(args, n_models: int) -> None:
+    """``--top-k K`` and ``--tie-group SIZE`` name fewer models than there are: a set of all of them
+    certifies nothing."""
+    for flag, value in (("--top-k", getattr(args, "top_k", None)), ("--tie-group", getattr(args, "tie_group", None))):
+        require(value is None or value < n_models,
+                f"{flag} {value}: must be smaller than the number of models ({n_models}); {value} of {n_models} "
+                "models certifies nothing")
+
+
 def _rule(args):
     """``--rule``'s plug-in; with ``--top-k K`` (K > 1) and no ``--rule``, LUCB for the top K: the
     default rules chase the best model alone, which a top-k certificate does not wait on."""
@@ -464,6 +473,7 @@ def _config(args, m: int, n: int, default_budget: int):
     require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
     require(args.batch_size <= n, f"--batch-size {args.batch_size} is larger than the number of examples ({n})")
     _check_first_look(budget, m, args, "candidates")
+    _check_certificate_size(args, m)
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
                         init_batches=args.init_batches, refit_every=args.refit_every,
                         rule=_rule(args),
@@ -1013,6 +1023,7 @@ def cmd_select(args) -> None:
     inputs = _hash_inputs(args.models, args.examples, args.train)
     models = _read_lines(args.models, "--models")
     require(len(models) >= 2, f"--models {args.models}: {len(models)} model; a selection needs at least 2 candidates")
+    _check_certificate_size(args, len(models))
     _check_first_look(args.budget, len(models), args, f"in {args.models}")
     evaluate, examples = _scorer(args, models)
     methods = _methods(args.method)

@@ -176,6 +176,17 @@ class _Stop:
             self.abandon = True
         self.event.set()
 
+    def fail(self, error: BaseException) -> None:
+        """Stop the run for ``error`` (the first one is the one reported)."""
+        with self._lock:
+            if isinstance(error, _ScorerInterrupt):
+                self.scorer_interrupt = True
+                if self.signal is None:
+                    self.signal = signal.SIGINT
+            elif self.failure is None and not self.scorer_interrupt:
+                self.failure = error
+        self.event.set()
+
     def count(self, **amounts) -> None:
         with self._lock:
             for name, amount in amounts.items():
@@ -220,14 +231,9 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
                 selector.tell(request, future.result())
             except LogWriteError as err:    # the scores came back but cannot be logged: asked again
                 error = err
-        if error is not None:
+        if error is not None:           # the worker has stopped the run (`_caller`); a failed write, here
             stop.lost += len(request.example_ids)
-            if isinstance(error, _ScorerInterrupt):
-                stop.scorer_interrupt = True
-                stop.signalled(signal.SIGINT)
-            else:
-                stop.failure = error
-                stop.halt()
+            stop.fail(error)
             return
         if progress:
             _progress(selector, len(in_flight), time.perf_counter() - start)
@@ -295,16 +301,18 @@ def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop):
                 stop.count(paid=len(request.example_ids))
                 return evaluate(request.model, list(request.example_ids))
             except KeyboardInterrupt:
-                stop.halt()
-                raise _ScorerInterrupt() from None
+                interrupt = _ScorerInterrupt()
+                stop.fail(interrupt)
+                raise interrupt from None
             except (Exception, SystemExit) as err:   # noqa: BLE001 -- the user's code may raise anything
                 stop.count(failed_attempts=1)
                 what = (f"evaluate failed for model {request.model!r} on {len(request.example_ids)} examples (request "
                         f"{request.ticket}) after {attempt + 1} attempt(s): {type(err).__name__}: {err}")
-                if attempt == backoff.retries or stop.halted:
-                    stop.halt()
-                    raise EvaluationError(what) from err
-                if stop.event.wait(backoff.delay(attempt, err)):   # the run stopped meanwhile: no new attempt
+                if attempt == backoff.retries:
+                    failure = EvaluationError(what)
+                    stop.fail(failure)
+                    raise failure from err
+                if stop.halted or stop.event.wait(backoff.delay(attempt, err)):   # stopping: no new attempt
                     raise EvaluationError(what + " (not retried: the run was stopping)") from err
                 stop.count(retries=1)
                 attempt += 1
