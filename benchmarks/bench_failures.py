@@ -460,7 +460,7 @@ def main(argv=None) -> int:
     parser.add_argument("--budget", type=int, default=3200, help="cells per live run (640 of them initialization)")
     parser.add_argument("--points", type=int, default=20, help="random failure points per kind and concurrency")
     parser.add_argument("--failure-rate", type=float, default=0.05)
-    parser.add_argument("--retry-wait", type=float, default=0.05, help="the first retry's wait (the default is 1 s)")
+    parser.add_argument("--retry-wait", type=float, default=1.0, help="the first retry's wait (the library's default)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", default="transient,outlasting,tampering,bad_input")
     args = parser.parse_args(argv)
@@ -487,19 +487,32 @@ def main(argv=None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {out}")
+    command = "python benchmarks/bench_failures.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    out.with_suffix(".md").write_text(f"# Failures a live selection meets\n\n`{command.strip()}` on {result['machine']}, "
+                                      f"Python {result['python']}; {METHOD}, budget {args.budget:,} cells, batch "
+                                      f"{BATCH}, refit every {REFIT_EVERY}.\n\n" + "\n".join(_MARKDOWN))
+    print(f"wrote {out} and {out.with_suffix('.md')}")
     return 0
 
 
+_MARKDOWN: list[str] = []
+
+
 def _table(title: str, rows: list[dict]) -> None:
+    """Print a table and keep it, as Markdown, for the ``.md`` beside ``--out``."""
     print(f"\n{title}")
+    _MARKDOWN.extend([f"## {title}", ""])
     if not rows:
         print("  (none)")
+        _MARKDOWN.extend(["(none)", ""])
         return
     keys = list(rows[0])
     print(" | ".join(keys))
+    _MARKDOWN.extend(["| " + " | ".join(keys) + " |", "|" + "---|" * len(keys)])
     for row in rows:
         print(" | ".join(str(row[k]) for k in keys))
+        _MARKDOWN.append("| " + " | ".join(str(row[k]).replace("|", "\\|") for k in keys) + " |")
+    _MARKDOWN.append("")
 
 
 if __name__ == "__main__":

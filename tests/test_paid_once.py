@@ -204,3 +204,36 @@ def test_a_log_that_cannot_be_written_says_exactly_what_is_asked_again(small_ben
     logged = sum(len(r["examples"]) for r in log_records(tmp_path / "run.db"))
     again = int(str(info.value).rsplit("; ", 1)[1].split(" cells")[0].replace(",", ""))
     assert again == len(scorer.returned) - logged > 0, str(info.value)
+
+
+def test_the_command_line_after_a_keyboard_interrupt_in_the_scorer(tmp_path, monkeypatch, capsys):
+    """``select`` at concurrency 4 whose scorer raises KeyboardInterrupt on its 9th call: exit 130 with one
+    line; the resumed run says which batches it tells from the log and asks none of them again."""
+    from pulse_jax import cli, stand_in
+
+    (tmp_path / "kiscore.py").write_text(
+        "from pulse_jax import stand_in\nCALLS = []\n"
+        "def score(model, ids):\n"
+        "    CALLS.append((model, tuple(ids)))\n"
+        "    if len(CALLS) == 9:\n"
+        "        raise KeyboardInterrupt\n"
+        "    return stand_in.score(model, ids)\n")
+    (tmp_path / "models.txt").write_text("\n".join(stand_in.models()[:6]) + "\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    argv = ["select", "--models", "models.txt", "--examples", "1000", "--budget", "400", "--batch-size", "16",
+            "--method", "ucbe", "--evaluate", "kiscore:score", "--stop", "budget", "--quiet", "--concurrency", "4",
+            "--log", "run.db"]
+    assert cli.main(argv) == 130
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert "stopped by a KeyboardInterrupt in the scorer" in err and "16 will be asked again" in err, err
+    import kiscore
+
+    assert cli.main(argv) == 0
+    line = capsys.readouterr().out.split("\n")[0]
+    assert "; 1 batch(es) that were in flight will be asked again" in line, line      # the failed batch alone
+    assert "batch(es) paid before are told from the log" in line, line              # the others in flight
+    assert not [r for r in log_records(tmp_path / "run.db") if r["type"] == "paid"]
+    returned = [c for k, c in enumerate(kiscore.CALLS) if k != 8]
+    cells = [(m, i) for m, ids in returned for i in ids]
+    assert len(cells) == len(set(cells)) == 400                    # the failed batch alone was asked again
