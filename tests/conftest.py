@@ -54,6 +54,15 @@ def small_bench():
     return b, factorization.fit_example_embeddings(b.train, rank=3)
 
 
+@pytest.fixture(scope="module")
+def journal_bench():
+    """A 6 x 200 built-in benchmark (seed 1) and its rank-3 embeddings (the live log's tests)."""
+    from pulse_jax import factorization, synthetic
+
+    b = synthetic.make_benchmark(seed=1, n_models=6, n_examples=200, n_train=40)
+    return b, factorization.fit_example_embeddings(b.train, rank=3)
+
+
 def tiny_problem(seed=0, m=6, n=40, rank=3):
     """A small low-rank logistic problem with a train split, for engine tests."""
     rng = np.random.default_rng(seed)

@@ -6,6 +6,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,14 +19,8 @@ from pulse_jax.live import Selector, journal, run
 B = 8
 
 
-@pytest.fixture(scope="module")
-def bench():
-    b = synthetic.make_benchmark(seed=1, n_models=6, n_examples=200, n_train=40)
-    return b, factorization.fit_example_embeddings(b.train, rank=3)
-
-
-def _selector(bench, log, **kw):
-    b, V = bench
+def _selector(journal_bench, log, **kw):
+    b, V = journal_bench
     kw.setdefault("method", "pulse")
     return Selector(b.models, 200, 6 * B + 8 * 10, batch_size=B, V=V, seed=5, refit_every=4, log=log, **kw)
 
@@ -34,21 +29,26 @@ def _oracle(b):
     return lambda model, ids: b.scores[b.models.index(model), ids].tolist()
 
 
-def _finished_log(bench, tmp_path, name="run.db"):
+def _finished_log(journal_bench, tmp_path, name="run.db"):
     log = tmp_path / name
-    sel = _selector(bench, log, stop="budget")
-    report = run(_oracle(bench[0]), sel)
+    sel = _selector(journal_bench, log, stop="budget")
+    report = run(_oracle(journal_bench[0]), sel)
     sel.close()
     return log, report
 
 
 def _jsonl_copy(log, out):
-    """The finished database ``log`` exported as a version-3 JSONL log at ``out`` (an earlier version's log)."""
-    j = journal.Journal(log)
-    with open(out, "w") as handle:
-        j.export_jsonl(handle)
-    j.close()
-    return out
+    """The finished database ``log`` as an earlier version's live version-3 JSONL log at ``out``: one
+    checksum chain over the header and the batches, no row count and no closing line (those mark an
+    export)."""
+    header, records = journal.snapshot(log)
+    header = {**{k: v for k, v in header.items() if k != "jsonl_version"}, "version": 3}
+    lines, previous = [], ""
+    for record in [header] + records:
+        previous = journal.checksum(record, previous)
+        lines.append(json.dumps({**record, "crc": previous}) + "\n")
+    Path(out).write_text("".join(lines))
+    return Path(out)
 
 
 def _sql(log, *statements):
@@ -58,8 +58,8 @@ def _sql(log, *statements):
     conn.close()
 
 
-def test_every_told_row_carries_a_chained_checksum(bench, tmp_path):
-    log, report = _finished_log(bench, tmp_path)
+def test_every_told_row_carries_a_chained_checksum(journal_bench, tmp_path):
+    log, report = _finished_log(journal_bench, tmp_path)
     conn = sqlite3.connect(log)
     config, previous = conn.execute("SELECT config, crc FROM run").fetchone()
     assert previous == journal.checksum(json.loads(config), "")
@@ -89,11 +89,11 @@ def test_every_told_row_carries_a_chained_checksum(bench, tmp_path):
     ("UPDATE run SET config = replace(config, '\"version\":4', '\"version\":1')", "configuration fails its checksum"),
     ("UPDATE run SET config = replace(config, '\"budget\":128', '\"budget\":129')", "configuration fails its checksum"),
 ])
-def test_tampering_is_detected_and_named(bench, tmp_path, tamper, needle):
-    log, _ = _finished_log(bench, tmp_path)
+def test_tampering_is_detected_and_named(journal_bench, tmp_path, tamper, needle):
+    log, _ = _finished_log(journal_bench, tmp_path)
     _sql(log, tamper)
     with pytest.raises(PulseInputError, match=needle) as err:
-        _selector(bench, log)
+        _selector(journal_bench, log)
     assert "\n" not in str(err.value)
 
 
@@ -107,9 +107,9 @@ def test_tampering_is_detected_and_named(bench, tmp_path, tamper, needle):
     (lambda r: r.update(model="gpt-9"), "unknown model 'gpt-9'"),
     (lambda r: r.update(ticket="seven"), "field 'ticket' is missing or not an int"),
 ])
-def test_edited_records_with_a_valid_checksum_are_still_validated(bench, tmp_path, edit, needle):
+def test_edited_records_with_a_valid_checksum_are_still_validated(journal_bench, tmp_path, edit, needle):
     """Someone edits a batch and recomputes the chain: the values themselves are checked, one line each."""
-    log, _ = _finished_log(bench, tmp_path)
+    log, _ = _finished_log(journal_bench, tmp_path)
     conn = sqlite3.connect(log, isolation_level=None)
     previous = conn.execute("SELECT crc FROM run").fetchone()[0]
     rows = conn.execute("SELECT seq, ticket, step, asks_issued, model, examples, scores FROM told ORDER BY seq").fetchall()
@@ -123,38 +123,38 @@ def test_edited_records_with_a_valid_checksum_are_still_validated(bench, tmp_pat
                      (record["ticket"], record["model"], json.dumps(record["scores"]), previous, seq))
     conn.close()
     with pytest.raises(PulseInputError, match=needle) as err:
-        _selector(bench, log)
+        _selector(journal_bench, log)
     assert f"{log}: told batch 7" in str(err.value) and "\n" not in str(err.value)
 
 
-def test_a_resume_is_exact_and_a_second_resume_changes_nothing(bench, tmp_path):
-    full, report = _finished_log(bench, tmp_path, "full.db")
+def test_a_resume_is_exact_and_a_second_resume_changes_nothing(journal_bench, tmp_path):
+    full, report = _finished_log(journal_bench, tmp_path, "full.db")
     half = tmp_path / "half.db"
-    sel = _selector(bench, half, stop="budget")
-    oracle = _oracle(bench[0])
+    sel = _selector(journal_bench, half, stop="budget")
+    oracle = _oracle(journal_bench[0])
     for _ in range(9):
         request = sel.ask()
         sel.tell(request, oracle(request.model, list(request.example_ids)))
     sel.close()
-    again = _selector(bench, half, stop="budget")
+    again = _selector(journal_bench, half, stop="budget")
     assert again.spent == sum(len(r["examples"]) for r in log_records(half))
     resumed = run(oracle, again)
     again.close()
     assert resumed.evaluated == report.evaluated
     np.testing.assert_allclose(resumed.estimates, report.estimates, atol=1e-6)
-    second = _selector(bench, half)
+    second = _selector(journal_bench, half)
     assert second.spent == report.spent and not second.pending()
     second.close()
     assert log_records(half) == log_records(full)
 
 
-def test_the_log_is_held_by_its_file_however_the_path_is_spelled(bench, tmp_path):
+def test_the_log_is_held_by_its_file_however_the_path_is_spelled(journal_bench, tmp_path):
     """A symlink, a renamed folder path or a hard link: a second writer in another process is refused in
     one line naming the holder, and nothing is written."""
-    log, _ = _finished_log(bench, tmp_path)
+    log, _ = _finished_log(journal_bench, tmp_path)
     (tmp_path / "link.db").symlink_to(log)
     (tmp_path / "alias").symlink_to(tmp_path)
-    holder = _selector(bench, log)
+    holder = _selector(journal_bench, log)
     script = ("import sys\nfrom pulse_jax.live import journal\nfrom pulse_jax.errors import PulseInputError\n"
               "try:\n    journal.Journal(sys.argv[1])\nexcept PulseInputError as e:\n    print(e); sys.exit(2)\n")
     before = log.read_bytes()
@@ -172,11 +172,11 @@ def test_the_log_is_held_by_its_file_however_the_path_is_spelled(bench, tmp_path
     assert log.read_bytes() == before
 
 
-def test_a_second_selector_in_this_process_takes_the_log_over(bench, tmp_path):
+def test_a_second_selector_in_this_process_takes_the_log_over(journal_bench, tmp_path):
     log = tmp_path / "run.db"
-    first = _selector(bench, log)
+    first = _selector(journal_bench, log)
     request = first.ask()
-    second = _selector(bench, log)
+    second = _selector(journal_bench, log)
     with pytest.raises(PulseInputError, match="no longer holds the log"):
         first.tell(request, [1.0] * len(request.example_ids))
     second.close()
@@ -184,7 +184,7 @@ def test_a_second_selector_in_this_process_takes_the_log_over(bench, tmp_path):
 
 @pytest.mark.parametrize("content", [b'{"models": ["a", "b"]}\n', b"PK\x03\x04 not really a zip", b"x" * 4000,
                                      "sqlite", "fifo"])
-def test_a_file_that_is_not_a_log_is_never_touched(bench, tmp_path, content):
+def test_a_file_that_is_not_a_log_is_never_touched(journal_bench, tmp_path, content):
     log = tmp_path / "config.json"
     if content == "sqlite":           # somebody else's database
         _sql(log, "CREATE TABLE t(x)", "INSERT INTO t VALUES (1)")
@@ -195,7 +195,7 @@ def test_a_file_that_is_not_a_log_is_never_touched(bench, tmp_path, content):
     before = None if content == "fifo" else log.read_bytes()
     with pytest.raises(PulseInputError, match=r"config.json: (exists and is not a pulse-jax log|is an SQLite database "
                                               r"but not a pulse-jax log|is a FIFO, not a file)") as err:
-        _selector(bench, log)
+        _selector(journal_bench, log)
     assert "\n" not in str(err.value)
     if before is not None:
         assert log.read_bytes() == before
@@ -207,74 +207,74 @@ def test_dev_null_is_not_a_log():
         journal.Journal("/dev/null")
 
 
-def test_resume_refuses_embeddings_that_contradict_the_sidecar(bench, tmp_path):
-    b, V = bench
-    log, _ = _finished_log(bench, tmp_path)
+def test_resume_refuses_embeddings_that_contradict_the_sidecar(journal_bench, tmp_path):
+    b, V = journal_bench
+    log, _ = _finished_log(journal_bench, tmp_path)
     with pytest.raises(PulseInputError, match="V differs from the embeddings"):
         Selector(b.models, 200, 6 * B + 8 * 10, batch_size=B, V=V + 1.0, seed=5, refit_every=4, log=log)
     with pytest.raises(PulseInputError, match="rank 7 differs from rank 3"):
         Selector(b.models, 200, 6 * B + 8 * 10, batch_size=B, train=b.train, rank=7, seed=5, refit_every=4, log=log)
 
 
-def test_a_jsonl_log_is_converted_once_in_place_and_resumes_exactly(bench, tmp_path, capsys):
-    full, report = _finished_log(bench, tmp_path, "full.db")
+def test_a_jsonl_log_is_converted_once_in_place_and_resumes_exactly(journal_bench, tmp_path, capsys):
+    full, report = _finished_log(journal_bench, tmp_path, "full.db")
     lines = _jsonl_copy(full, tmp_path / "full.jsonl").read_text().splitlines()
     log = tmp_path / "run.jsonl"
     log.write_text("\n".join(lines[:8]) + "\n")                       # a run stopped after 7 batches
     (tmp_path / "run.jsonl.embeddings.npy").write_bytes((tmp_path / "full.db.embeddings.npy").read_bytes())
-    sel = _selector(bench, log, stop="budget")
+    sel = _selector(journal_bench, log, stop="budget")
     message = capsys.readouterr().err
     assert "converted the version-3 JSONL log to an SQLite database in place (7 record(s)); the original is kept " \
            "as run.jsonl.v3.jsonl" in message
     assert (tmp_path / "run.jsonl.v3.jsonl").read_text() == "\n".join(lines[:8]) + "\n"
     assert log.read_bytes()[:16] == b"SQLite format 3\x00"
-    resumed = run(_oracle(bench[0]), sel)
+    resumed = run(_oracle(journal_bench[0]), sel)
     sel.close()
     assert resumed.evaluated == report.evaluated
-    again = _selector(bench, log)
+    again = _selector(journal_bench, log)
     again.close()
     assert "converted" not in capsys.readouterr().err                 # once
     assert log_records(log) == log_records(full)
 
 
-def test_a_torn_jsonl_tail_is_left_out_of_the_conversion(bench, tmp_path, capsys):
-    full, report = _finished_log(bench, tmp_path, "full.db")
+def test_a_torn_jsonl_tail_is_left_out_of_the_conversion(journal_bench, tmp_path, capsys):
+    full, report = _finished_log(journal_bench, tmp_path, "full.db")
     data = _jsonl_copy(full, tmp_path / "full.jsonl").read_bytes()
     ends = [k for k, byte in enumerate(data) if byte == ord("\n")]
     log = tmp_path / "run.jsonl"
     log.write_bytes(data[:ends[5] - 7])                               # the 6th line torn
     (tmp_path / "run.jsonl.embeddings.npy").write_bytes((tmp_path / "full.db.embeddings.npy").read_bytes())
-    sel = _selector(bench, log, stop="budget")
+    sel = _selector(journal_bench, log, stop="budget")
     assert "left out a torn last record" in capsys.readouterr().err
     assert sel.spent == 4 * B
-    resumed = run(_oracle(bench[0]), sel)
+    resumed = run(_oracle(journal_bench[0]), sel)
     sel.close()
     assert resumed.evaluated == report.evaluated
 
 
-def test_version_1_jsonl_logs_convert_and_a_forged_version_1_header_is_refused(bench, tmp_path):
-    full, report = _finished_log(bench, tmp_path, "full.db")
+def test_version_1_jsonl_logs_convert_and_a_forged_version_1_header_is_refused(journal_bench, tmp_path):
+    full, report = _finished_log(journal_bench, tmp_path, "full.db")
     lines = [json.loads(x) for x in _jsonl_copy(full, tmp_path / "full.jsonl").read_text().splitlines()]
     forged = [dict(r) for r in lines]
     forged[0]["version"] = 1                                          # checksums kept: the header was edited
     (tmp_path / "forged.jsonl").write_text("\n".join(json.dumps(r) for r in forged) + "\n")
     with pytest.raises(PulseInputError, match="header says version 1 .* but the lines carry checksums"):
-        _selector(bench, tmp_path / "forged.jsonl")
+        _selector(journal_bench, tmp_path / "forged.jsonl")
     for record in lines:
         record.pop("crc")
     lines[0]["version"] = 1
     log = tmp_path / "v1.jsonl"
     log.write_text("\n".join(json.dumps(r) for r in lines) + "\n")
     (tmp_path / "v1.jsonl.embeddings.npy").write_bytes((tmp_path / "full.db.embeddings.npy").read_bytes())
-    sel = _selector(bench, log)
+    sel = _selector(journal_bench, log)
     assert sel.spent == report.spent
     sel.close()
 
 
-def test_export_and_import_round_trip(bench, tmp_path):
+def test_export_and_import_round_trip(journal_bench, tmp_path):
     from pulse_jax import cli
 
-    full, _ = _finished_log(bench, tmp_path, "full.db")
+    full, _ = _finished_log(journal_bench, tmp_path, "full.db")
     assert cli.main(["log", "export", str(full), "--jsonl", str(tmp_path / "out.jsonl")]) == 0
     assert cli.main(["log", "import", str(tmp_path / "out.jsonl"), str(tmp_path / "back.db")]) == 0
     assert log_records(tmp_path / "back.db") == log_records(full)
@@ -304,25 +304,25 @@ def test_two_processes_on_one_log(tmp_path):
     assert len(tickets) == len(set(tickets)) == 50
 
 
-def test_a_scorer_that_raises_system_exit_is_an_evaluation_error(bench, tmp_path):
+def test_a_scorer_that_raises_system_exit_is_an_evaluation_error(journal_bench, tmp_path):
     from pulse_jax.live import EvaluationError
 
     def dies(model, ids):
         raise SystemExit(3)
 
-    sel = _selector(bench, tmp_path / "run.db")
+    sel = _selector(journal_bench, tmp_path / "run.db")
     with pytest.raises(EvaluationError, match="SystemExit"):
         run(dies, sel)
     sel.close()
 
 
-def test_requests_are_bound_to_their_selector(bench, tmp_path):
+def test_requests_are_bound_to_their_selector(journal_bench, tmp_path):
     """A request from another selector with the same ticket, or with forged example or model indices, is
     refused before anything is written."""
     import dataclasses
 
-    first = _selector(bench, tmp_path / "a.db")
-    other = _selector(bench, tmp_path / "b.db")
+    first = _selector(journal_bench, tmp_path / "a.db")
+    other = _selector(journal_bench, tmp_path / "b.db")
     mine, theirs = first.ask(), other.ask()
     assert mine.ticket == theirs.ticket == 0
     scores = [1.0] * len(mine.example_ids)

@@ -16,14 +16,8 @@ from pulse_jax.live import LogWriteError, Selector, journal, run
 B = 8
 
 
-@pytest.fixture(scope="module")
-def bench():
-    b = synthetic.make_benchmark(seed=1, n_models=6, n_examples=200, n_train=40)
-    return b, factorization.fit_example_embeddings(b.train, rank=3)
-
-
-def _selector(bench, log, **kw):
-    b, V = bench
+def _selector(journal_bench, log, **kw):
+    b, V = journal_bench
     return Selector(b.models, 200, 6 * B + 8 * 10, batch_size=B, V=V, seed=5, refit_every=4, log=log,
                     method="pulse", stop="budget", **kw)
 
@@ -39,10 +33,10 @@ class _Oracle:
         return self.b.scores[self.b.models.index(model), ids].tolist()
 
 
-def _finished_log(bench, folder, name="run.db"):
+def _finished_log(journal_bench, folder, name="run.db"):
     log = folder / name
-    sel = _selector(bench, log)
-    report = run(_Oracle(bench[0]), sel, handle_signals=False)
+    sel = _selector(journal_bench, log)
+    report = run(_Oracle(journal_bench[0]), sel, handle_signals=False)
     sel.close()
     return log, report
 
@@ -51,12 +45,12 @@ def _digest(path):
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
-def _refused(bench, log, needle, untouched=True):
+def _refused(journal_bench, log, needle, untouched=True):
     """Opening ``log`` is refused in one line containing ``needle``; a file that is not a readable
     pulse-jax log is left byte for byte (a damaged log gets only its holder row written)."""
     before = _digest(log)
     with pytest.raises(PulseInputError) as err:
-        _selector(bench, log)
+        _selector(journal_bench, log)
     assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
     assert not untouched or _digest(log) == before
     return str(err.value)
@@ -69,39 +63,39 @@ def _sql(log, *statements):
     conn.close()
 
 
-def test_an_empty_file_is_not_a_new_log(bench, tmp_path):
+def test_an_empty_file_is_not_a_new_log(journal_bench, tmp_path):
     """A log emptied by mistake is refused (it would start the whole run again, paying every cell anew);
     `log show` says the same; a new name still starts a run."""
     log = tmp_path / "run.db"
     log.write_bytes(b"")
-    message = _refused(bench, log, "is an empty file (0 bytes), not a pulse-jax log")
+    message = _refused(journal_bench, log, "is an empty file (0 bytes), not a pulse-jax log")
     assert "restore it from a copy" in message and log.stat().st_size == 0
     with pytest.raises(PulseInputError, match="an empty file"):
         journal.snapshot(log)
-    _finished_log(bench, tmp_path, "new.db")
+    _finished_log(journal_bench, tmp_path, "new.db")
     assert not list(tmp_path.glob(".new.db.*"))                # the temporary file is gone
 
 
 @pytest.mark.parametrize("cut", [1, 3])
-def test_rows_cut_off_the_end_are_refused(bench, tmp_path, cut):
+def test_rows_cut_off_the_end_are_refused(journal_bench, tmp_path, cut):
     """The last told rows deleted: the chain of what is left verifies, the tally does not."""
-    log, _ = _finished_log(bench, tmp_path)
+    log, _ = _finished_log(journal_bench, tmp_path)
     _sql(log, f"DELETE FROM told WHERE seq > (SELECT max(seq) FROM told) - {cut}")
-    _refused(bench, log, "but holds", untouched=False)
+    _refused(journal_bench, log, "but holds", untouched=False)
     with pytest.raises(PulseInputError, match="rows were deleted or added at its end"):
         journal.snapshot(log)
 
 
-def test_a_deleted_paid_row_is_refused(bench, tmp_path):
-    b, _ = bench
+def test_a_deleted_paid_row_is_refused(journal_bench, tmp_path):
+    b, _ = journal_bench
     log = tmp_path / "run.db"
-    sel = _selector(bench, log)
+    sel = _selector(journal_bench, log)
     requests = [sel.ask() for _ in range(3)]
     for r in requests:
         sel.log_paid(r, b.scores[r.model_index, list(r.example_index)])
     sel.close()
     _sql(log, "DELETE FROM paid WHERE ticket = (SELECT max(ticket) FROM paid)")
-    _refused(bench, log, "the log committed 3 paid batch(es) but holds 2", untouched=False)
+    _refused(journal_bench, log, "the log committed 3 paid batch(es) but holds 2", untouched=False)
 
 
 @pytest.mark.parametrize("statement, needle", [
@@ -113,51 +107,51 @@ def test_a_deleted_paid_row_is_refused(bench, tmp_path):
     ("DROP TABLE reserve", "its table 'reserve' is missing"),
     ("CREATE INDEX i ON told(model)", "holds a index ('i')"),
 ])
-def test_a_schema_other_than_the_logs_is_refused(bench, tmp_path, statement, needle):
+def test_a_schema_other_than_the_logs_is_refused(journal_bench, tmp_path, statement, needle):
     """A trigger would run on every commit (one that deletes each new row left a correct-looking report
     and an empty log); views, extra, dropped or changed tables are not the log either."""
-    log, _ = _finished_log(bench, tmp_path)
+    log, _ = _finished_log(journal_bench, tmp_path)
     _sql(log, statement)
-    _refused(bench, log, needle)
+    _refused(journal_bench, log, needle)
     with pytest.raises(PulseInputError, match="a log is only what pulse-jax wrote"):
         journal.snapshot(log)
 
 
-def test_a_foreign_wal_database_is_left_exactly_as_it_was(bench, tmp_path):
+def test_a_foreign_wal_database_is_left_exactly_as_it_was(journal_bench, tmp_path):
     log = tmp_path / "other.db"
     _sql(log, "PRAGMA journal_mode = WAL", "CREATE TABLE t(x)", "INSERT INTO t VALUES (1)")
-    _refused(bench, log, "an SQLite database but not a pulse-jax log")
+    _refused(journal_bench, log, "an SQLite database but not a pulse-jax log")
     conn = sqlite3.connect(log)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     conn.close()
 
 
-def test_a_journal_symlink_is_refused(bench, tmp_path):
-    log, _ = _finished_log(bench, tmp_path)
+def test_a_journal_symlink_is_refused(journal_bench, tmp_path):
+    log, _ = _finished_log(journal_bench, tmp_path)
     target = tmp_path / "elsewhere"
     target.write_text("keep me")
     os.symlink(target, tmp_path / "run.db-journal")
-    _refused(bench, log, "its rollback journal run.db-journal is a symbolic link")
+    _refused(journal_bench, log, "its rollback journal run.db-journal is a symbolic link")
     assert target.read_text() == "keep me"
 
 
 @pytest.mark.parametrize("fraction", [0.05, 0.3, 0.6, 0.9])
-def test_a_truncated_log_is_refused_in_one_line(bench, tmp_path, fraction):
-    log, _ = _finished_log(bench, tmp_path)
+def test_a_truncated_log_is_refused_in_one_line(journal_bench, tmp_path, fraction):
+    log, _ = _finished_log(journal_bench, tmp_path)
     size = log.stat().st_size
     with open(log, "r+b") as handle:
         handle.truncate(int(size * fraction))
     with pytest.raises(PulseInputError) as err:
-        _selector(bench, log)
+        _selector(journal_bench, log)
     assert "\n" not in str(err.value)
     with pytest.raises(PulseInputError):
         journal.snapshot(log)
 
 
-def test_an_export_cut_at_a_line_break_is_refused(bench, tmp_path, capsys):
+def test_an_export_cut_at_a_line_break_is_refused(journal_bench, tmp_path, capsys):
     """A JSONL export ends with a line that counts its batches: cut at a line break it is refused, by
     `log import` and as --log; whole, it converts and resumes."""
-    log, _ = _finished_log(bench, tmp_path)
+    log, _ = _finished_log(journal_bench, tmp_path)
     assert cli.main(["log", "export", str(log), "--jsonl", str(tmp_path / "x.jsonl")]) == 0
     lines = (tmp_path / "x.jsonl").read_text().splitlines(keepends=True)
     assert json.loads(lines[-1])["type"] == "end" and json.loads(lines[0])["rows"] == len(lines) - 2
@@ -167,15 +161,15 @@ def test_an_export_cut_at_a_line_break_is_refused(bench, tmp_path, capsys):
     err = capsys.readouterr().err
     assert "the file was cut short" in err and len(err.strip().splitlines()) == 1
     with pytest.raises(PulseInputError, match="the file was cut short"):
-        _selector(bench, tmp_path / "cut.jsonl")
+        _selector(journal_bench, tmp_path / "cut.jsonl")
     assert cli.main(["log", "import", str(tmp_path / "x.jsonl"), str(tmp_path / "whole.db")]) == 0
-    again = _selector(bench, tmp_path / "whole.db")
+    again = _selector(journal_bench, tmp_path / "whole.db")
     assert again.spent == again.config.budget
     again.close()
 
 
-def test_log_show_says_what_the_checksums_are(bench, tmp_path, capsys):
-    log, _ = _finished_log(bench, tmp_path)
+def test_log_show_says_what_the_checksums_are(journal_bench, tmp_path, capsys):
+    log, _ = _finished_log(journal_bench, tmp_path)
     assert cli.main(["log", "show", str(log)]) == 0
     out = capsys.readouterr().out
     assert "not signatures" in out and "verified" not in out
@@ -186,8 +180,8 @@ def test_log_show_says_what_the_checksums_are(bench, tmp_path, capsys):
     assert "no checksums, so nothing in it could be verified" in out
 
 
-def test_a_moved_folder_is_followed_and_a_deleted_log_stops_with_the_reason(bench, tmp_path, capsys):
-    b, _ = bench
+def test_a_moved_folder_is_followed_and_a_deleted_log_stops_with_the_reason(journal_bench, tmp_path, capsys):
+    b, _ = journal_bench
     first, moved = tmp_path / "a", tmp_path / "b"
     first.mkdir()
 
@@ -195,7 +189,7 @@ def test_a_moved_folder_is_followed_and_a_deleted_log_stops_with_the_reason(benc
         if k == 9:
             os.rename(first, moved)
 
-    sel = _selector(bench, first / "run.db")
+    sel = _selector(journal_bench, first / "run.db")
     report = run(_Oracle(b, rename), sel, handle_signals=False)
     sel.close()
     assert "the log's folder was moved" in capsys.readouterr().err
@@ -208,7 +202,7 @@ def test_a_moved_folder_is_followed_and_a_deleted_log_stops_with_the_reason(benc
         if k == 9:
             log.unlink()
 
-    sel = _selector(bench, log)
+    sel = _selector(journal_bench, log)
     with pytest.raises(LogWriteError) as err:
         run(_Oracle(b, delete), sel, handle_signals=False)
     sel.close()
