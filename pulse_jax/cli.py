@@ -390,10 +390,19 @@ def _add_log(sub) -> None:
     imp.add_argument("log", help="the database to create (must not exist)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line naming the command's help (argparse prints the
+    whole usage first, which buries the error)."""
+
+    def error(self, message):
+        self.exit(2, f"pulse-jax: error: {self.prog.removeprefix('pulse-jax').strip() or 'pulse-jax'}: {message} "
+                     f"(see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     from pulse_jax import __version__
 
-    parser = argparse.ArgumentParser(prog="pulse-jax", formatter_class=_HelpFormatter, description=(
+    parser = _Parser(prog="pulse-jax", formatter_class=_HelpFormatter, description=(
         "Find the best model while evaluating a fraction of the (model, example) cells: "
         "PULSE, UCB-E and Naive-Pooling as a vmap-ed JAX simulation, and live selection."),
         epilog="Compiled programs are cached in $PULSE_JAX_CACHE (default ~/.cache/pulse-jax/xla); "
@@ -1022,6 +1031,9 @@ def cmd_select(args) -> None:
     _check_live_numbers(args)
     inputs = _hash_inputs(args.models, args.examples, args.train)
     models = _read_lines(args.models, "--models")
+    repeated = sorted({m for m in models if models.count(m) > 1})
+    require(not repeated, f"--models {args.models}: {len(repeated)} name(s) appear more than once: "
+                          f"{', '.join(map(repr, repeated[:5]))}{', ...' if len(repeated) > 5 else ''}")
     require(len(models) >= 2, f"--models {args.models}: {len(models)} model; a selection needs at least 2 candidates")
     _check_certificate_size(args, len(models))
     _check_first_look(args.budget, len(models), args, f"in {args.models}")
@@ -1039,6 +1051,8 @@ def cmd_select(args) -> None:
     numbers = _params(args) if certificate is None else _certificate_levels(args, {**_params(args), **numbers},
                                                                              certificate, len(models))
     require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
+    require(Path(args.log).parent.is_dir(), f"--log {args.log}: its folder {Path(args.log).parent} does not exist; "
+                                            "create it first (a misspelt folder would otherwise start a new log)")
     saved = Path(args.log).with_name(Path(args.log).name + ".embeddings.npy")   # a resumed run's side information
     require(args.train or saved.exists() or not estimator.uses_predictions,
             f"--method {method} needs side information: pass --train FILE (historical models' scores on the same "
@@ -1184,7 +1198,13 @@ def _count(value) -> str:
 
 def main(argv=None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:       # name the command they were given to, not the top level
+        command = " ".join([args.command] + [getattr(args, name) for name in ("source", "action")
+                                             if isinstance(getattr(args, name, None), str)])
+        print(f"pulse-jax: error: {command}: unrecognized arguments: {' '.join(extra)} (see pulse-jax {command} "
+              "--help)", file=sys.stderr)
+        return 2
     args.rule_given = any(a == "--rule" or a.startswith("--rule=") for a in (sys.argv[1:] if argv is None else argv))
     from pulse_jax.compilation_cache import enable_compilation_cache
 

@@ -232,7 +232,7 @@ def test_money_budget_stops_before_passing_it_and_reports_the_spend(history, tmp
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     first = done.stdout.splitlines()[0]
-    assert first.startswith("cost: at most $0.0100 (the money budget)"), first
+    assert first.startswith("cost: up to about $0.0100 (the money budget)"), first
     spend = json.loads((tmp_path / "run_report" / "report.json").read_text())["spend"]
     assert spend["stopped_by_budget"] and spend["usd"] <= 0.01
     # the measured spend is the toy tokens of exactly the evaluated cells at the price
@@ -279,7 +279,7 @@ def test_the_harness_page_inspect_part_runs_as_written(tmp_path):
         assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
         out += done.stdout
     assert "6 models x 200 examples, 0 of 1,200 cells missing" in out
-    assert out.count("cost: at most $") == 1
+    assert out.count("cost: up to about $") == 1
     report = json.loads((tmp_path / "inspect_report" / "report.json").read_text())
     spend = report["spend"]
     assert spend["usd"] <= 0.25 and spend["cells"] == report["spent"]

@@ -733,7 +733,10 @@ def import_jsonl(source, target) -> int:
     """Write the JSONL log ``source`` (any version, verified) as a new log database ``target`` (which must
     not exist); returns the number of batches."""
     source, target = Path(source), Path(target)
-    require(source.is_file() and legacy_jsonl.looks_like_log(source), f"{source}: not a pulse-jax JSONL log")
+    require(os.path.lexists(source), f"{source}: no such file")
+    require(source.is_file(), f"{source}: not a file (a JSONL log is one file)")
+    require(legacy_jsonl.looks_like_log(source), f"{source}: not a pulse-jax JSONL log (its first line is not a log "
+                                                 "header)")
     require(not target.exists(), f"{target}: exists; give a new file name (a log is never written over)")
     header, records, notes = legacy_jsonl.read(source)
     for note in notes:

@@ -157,7 +157,8 @@ class Meter:
         most = budget_cells * dearest if self.budget_usd is None else min(self.budget_usd, budget_cells * dearest)
         why = "the money budget" if self.budget_usd is not None and most == self.budget_usd else \
             f"{budget_cells:,} cells at the dearest model's {money(dearest)}"
-        return (f"cost: at most {money(most)} ({why}); the first look ({first_look_cells:,} cells) "
+        # "about": the token counts behind the estimate are expected ones; a real call may use more.
+        return (f"cost: up to about {money(most)} ({why}); the first look ({first_look_cells:,} cells) "
                 f"{money(first_look_cells * mean)}; {money(1000 * mean)} per 1,000 cells at the models' mean; "
                 f"the whole budget {money(budget_cells * mean)} expected")
 
