@@ -1042,6 +1042,10 @@ def cmd_select(args) -> None:
     require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
     (method, estimator), = methods.items()
     rule = _rule(args)
+    if not estimator.has_interval and not args.rule_given and getattr(rule, "needs_interval", False):
+        print(f"note: --method {method} has no confidence interval, so it samples by the index rule ucbe instead of "
+              f"the default {args.rule}", file=sys.stderr)
+        rule = _plugin("sampling rule", "ucbe", "--rule")
     if args.no_early_stop:
         require(args.stop in (None, "budget"), f"--no-early-stop contradicts --stop {args.stop}; give --stop alone")
         print("pulse-jax: --no-early-stop is deprecated; use --stop budget", file=sys.stderr)

@@ -1,0 +1,49 @@
+"""The first hour's rough edges: one-line errors that name the command, files and names in messages,
+no folder created by mistake, a method without an interval under the live default rule."""
+import pytest
+
+from pulse_jax import cli, stand_in
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["select", "--budget", "x"], "pulse-jax: error: select: argument --budget: invalid int value: 'x' (see "
+                                  "pulse-jax select --help)"),
+    (["demo", "--epsilon", "0.1", "--top-k", "3"], "demo: argument --top-k: not allowed with argument --epsilon"),
+    (["log", "export", "run.db", "--out", "x"], "pulse-jax: error: log export: unrecognized arguments: --out x (see "
+                                                "pulse-jax log export --help)"),
+])
+def test_argument_errors_are_one_line_naming_the_command(capsys, argv, needle):
+    try:
+        code = cli.main(argv)
+    except SystemExit as stop:
+        code = stop.code
+    err = capsys.readouterr().err
+    assert code == 2 and needle in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_messages_name_the_file_and_the_names(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    assert cli.main(["log", "import", "nosuch.jsonl", "x.db"]) == 2
+    assert "nosuch.jsonl: no such file" in capsys.readouterr().err
+    (tmp_path / "models.txt").write_text("a\nb\na\nc\nb\n")
+    assert cli.main(["select", "--models", "models.txt", "--examples", "10", "--budget", "50", "--evaluate",
+                     "pulse_jax.stand_in:score", "--log", "run.db"]) == 2
+    assert "--models models.txt: 2 name(s) appear more than once: 'a', 'b'" in capsys.readouterr().err
+    (tmp_path / "models.txt").write_text("a\nb\n")
+    assert cli.main(["select", "--models", "models.txt", "--examples", "10", "--budget", "50", "--method", "ucbe",
+                     "--evaluate", "pulse_jax.stand_in:score", "--log", str(tmp_path / "nosuch" / "run.db")]) == 2
+    assert "its folder" in capsys.readouterr().err and not (tmp_path / "nosuch").exists()
+
+
+def test_a_method_without_an_interval_selects_with_the_index_rule(tmp_path, monkeypatch, capsys):
+    """``select --method naive --train ...`` under the default rule (Top-Two needs an interval): the index
+    rule instead, with a note; an explicit --rule still has to fit."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "models.txt").write_text("\n".join(stand_in.models()[:4]) + "\n")
+    assert stand_in.main(["train", "history.csv"]) == 0
+    argv = ["select", "--models", "models.txt", "--examples", "1000", "--budget", "160", "--batch-size", "16",
+            "--evaluate", "pulse_jax.stand_in:score", "--train", "history.csv", "--rank", "4", "--method", "naive",
+            "--quiet", "--log", "run.db"]
+    assert cli.main(argv) == 0
+    assert "has no confidence interval, so it samples by the index rule ucbe" in capsys.readouterr().err
+    assert cli.main(argv[:-1] + ["other.db", "--rule", "lucb"]) == 2
