@@ -449,6 +449,38 @@ def _progress(args):
     return False if getattr(args, "quiet", False) else sys.stderr.isatty()
 
 
+#: Without a terminal, long work says how far it is at most this often (seconds).
+PROGRESS_LINE_EVERY = 60.0
+
+
+class _Lines:
+    """Progress for a log file or a pipe (no terminal): one plain line now, then at most one a
+    `PROGRESS_LINE_EVERY` seconds, and one when the work is done."""
+
+    def __init__(self, first: str):
+        sys.stderr.write(first + "\n")
+        sys.stderr.flush()
+        self.last = time.monotonic()
+
+    def __call__(self, text: str, done: bool = False) -> None:
+        now = time.monotonic()
+        if done or now - self.last >= PROGRESS_LINE_EVERY:
+            self.last = now
+            sys.stderr.write(text + "\n")
+            sys.stderr.flush()
+
+
+def _simulation_progress(args, name: str):
+    """``simulate``'s ``progress``: a bar on a terminal, lines otherwise (`_Lines`), none with --quiet."""
+    if getattr(args, "quiet", False):
+        return False
+    if sys.stderr.isatty():
+        return True
+    lines = _Lines(f"  {name}: compiling, then running (a line a minute without a terminal)")
+    return lambda done, total, seconds: lines(f"  {name}: {done:,}/{total:,} repetitions, {seconds:.0f} s",
+                                              done == total)
+
+
 def _check_numbers(args) -> None:
     """The options every run shares, in the options' own words (before anything is loaded)."""
     require(args.budget is None or args.budget >= 1, f"--budget must be >= 1, got {args.budget}")
@@ -541,8 +573,8 @@ def _run_all(scores, V, config, methods, args, names):
         method_config = _for_method(config, estimator, alone=len(methods) == 1)
         results[name] = simulate(scores, method_config, estimator, params=_params(args, method_config),
                                  V=V if estimator.uses_predictions else None, reps=args.reps,
-                                   seed=args.seed, chunk_size=args.chunk_size, progress=_progress(args),
-                                   model_names=names)
+                                   seed=args.seed, chunk_size=args.chunk_size,
+                                   progress=_simulation_progress(args, name), model_names=names)
     return results
 
 
@@ -805,7 +837,8 @@ def cmd_sweep(args) -> None:
               f"long time (Ctrl-C stops it); the table below shows the {SHOWN_ROWS} best points, sweep.csv holds "
               "every one", file=sys.stderr)
     result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=_params(args, config),
-                   baseline=baseline, chunk_size=args.chunk_size, progress=_progress(args), model_names=names)
+                   baseline=baseline, chunk_size=args.chunk_size, progress=_simulation_progress(args, "sweep"),
+                   model_names=names)
     targets = tuple(sorted({0.9, 0.95, args.target}))
     rows = result.table(targets)
     _say_ties(result.results[0])
@@ -858,10 +891,14 @@ def cmd_tune(args) -> None:
     grid = {"rank": _numbers(args.ranks, "ranks", int), "lam": _numbers(args.lams, "lams"),
             "lr": _numbers(args.lrs, "lrs"), "epochs": _numbers(args.epochs, "epochs", int)}
 
+    lines = None if args.quiet or sys.stderr.isatty() else _Lines("  cross-validation: started")
+
     def progress(done, total):
         if _progress(args):
             sys.stderr.write(f"\r  cross-validation: {done}/{total} settings" + ("\n" if done == total else ""))
             sys.stderr.flush()
+        elif lines is not None:
+            lines(f"  cross-validation: {done}/{total} settings", done == total)
 
     result = tuning.cross_validate(train.scores, grid, folds=args.folds, seed=args.seed, progress=progress)
     tuning.save_hparams(result, args.out)
@@ -1019,6 +1056,20 @@ def _check_live_numbers(args) -> None:
         require(math.isfinite(value) and value >= 0, f"{option} must be a number of seconds >= 0, got {value}")
 
 
+def _live_progress(args):
+    """``run``'s ``progress``: a status line on a terminal, plain lines otherwise (`_Lines`)."""
+    if args.quiet:
+        return False
+    if sys.stderr.isatty():
+        return True
+    lines = _Lines("  select: started")
+
+    def report(selector, in_flight: int, seconds: float):
+        lines(f"  select: {selector.spent:,}/{selector.config.budget:,} cells, {in_flight} in flight, {seconds:.0f} s")
+
+    return report
+
+
 def cmd_select(args) -> None:
     from pulse_jax import live
     from pulse_jax.io import data
@@ -1089,7 +1140,7 @@ def cmd_select(args) -> None:
         try:
             report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
                               retry_wait=args.retry_wait, retry_max_wait=args.retry_max_wait,
-                              progress=_progress(args), grace=args.grace, allow=allow)
+                              progress=_live_progress(args), grace=args.grace, allow=allow)
         except live.EvaluationError as err:
             raise PulseInputError(f"{err}. The {selector.spent:,} cells told so far are safe in {args.log}; "
                                   "run the same command again to continue") from None

@@ -47,3 +47,16 @@ def test_a_method_without_an_interval_selects_with_the_index_rule(tmp_path, monk
     assert cli.main(argv) == 0
     assert "has no confidence interval, so it samples by the index rule ucbe" in capsys.readouterr().err
     assert cli.main(argv[:-1] + ["other.db", "--rule", "lucb"]) == 2
+
+
+def test_without_a_terminal_long_work_says_how_far_it_is(tmp_path, monkeypatch, capsys):
+    """stderr to a file or a pipe: plain lines (no carriage returns) when a method starts and when it is done,
+    and at most one a minute between (the period is set to 0 here, so every chunk reports)."""
+    monkeypatch.setattr(cli, "PROGRESS_LINE_EVERY", 0.0)
+    assert cli.main(["demo", "--reps", "4", "--chunk-size", "2", "--method", "ucbe", "--out", str(tmp_path / "d")]) == 0
+    err = capsys.readouterr().err
+    assert "\r" not in err
+    assert "  ucbe: compiling, then running" in err and "  ucbe: 2/4 repetitions" in err and "  ucbe: 4/4 repetitions" \
+        in err, err
+    assert cli.main(["demo", "--reps", "4", "--method", "ucbe", "--quiet", "--out", str(tmp_path / "e")]) == 0
+    assert "repetitions," not in capsys.readouterr().err

@@ -60,7 +60,7 @@ RETRY_AFTER_CAP = 3600.0
 
 def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int = 1,
         retries: int = RETRIES, retry_wait: float = RETRY_WAIT, retry_max_wait: float = RETRY_MAX_WAIT,
-        stop_early: bool | None = None, progress: bool = False, grace: float | None = None,
+        stop_early: bool | None = None, progress: bool | Callable = False, grace: float | None = None,
         handle_signals: bool = True, allow: Callable[[int], bool] | None = None) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
@@ -94,6 +94,9 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
 
     ``stop_early`` is deprecated: ``False`` is ``selector.use_stop("budget")``,
     ``True`` keeps the selector's rule.
+
+    ``progress``: True for a status line on stderr (a terminal's), or ``progress(selector, in_flight,
+    seconds)`` called after every told batch.
 
     ``allow(cells)``, if given, is asked before each batch with the cells still in flight plus
     the next batch's; once it says no, the run asks nothing more and ends when the batches in
@@ -144,7 +147,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
         for s, handler in previous.items():
             signal.signal(s, handler)
         workers.shutdown()
-    if progress:
+    if progress is True:
         sys.stderr.write("\n")
     return dataclasses.replace(selector.result(), failed_attempts=stop.failed_attempts, retries=stop.retries)
 
@@ -200,7 +203,7 @@ class _ScorerInterrupt(Exception):
 _POLL = 0.05   # seconds between checks for a signal while waiting on the scorer
 
 
-def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: _Stop, progress: bool,
+def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: _Stop, progress,
            allow=None):
     """Ask, evaluate and tell in ask order until the selector asks nothing more (or ``allow`` refuses
     the next batch), or something stops the run (``stop``; ``in_flight`` keeps what is still out)."""
@@ -235,7 +238,9 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
             stop.lost += len(request.example_ids)
             stop.fail(error)
             return
-        if progress:
+        if callable(progress):
+            progress(selector, len(in_flight), time.perf_counter() - start)
+        elif progress:
             _progress(selector, len(in_flight), time.perf_counter() - start)
 
 
