@@ -158,7 +158,8 @@ def _certificate(args):
     if not given:
         return None, {}
     (flag, value), = given
-    require(args.stop in (None, "budget"), f"{flag} sets the stopping rule; drop --stop {args.stop}")
+    require(args.stop in (None, "budget") and not getattr(args, "stop_given", False),
+            f"{flag} sets the stopping rule; drop --stop {args.stop}")
     if flag == "--epsilon":
         require(0 <= value < 1, f"--epsilon must be in [0, 1), got {value:g}")
         return stopping.epsilon_good(), {"stop.epsilon": value}
@@ -197,8 +198,9 @@ def _certificate_levels(args, numbers: dict, stop, n_models: int) -> dict:
     k = stop.upper_models
     need = math.log(k) / math.log(n_models) if 1 < k < n_models else 0.0
     if numbers["cs_simultaneous"] < need:
-        print(f"note: --top-k {k} rests on {k} models' upper bounds; cs_simultaneous raised from "
-              f"{numbers['cs_simultaneous']:g} to log {k} / log {n_models} = {need:.3f}", file=sys.stderr)
+        print(f"note: --top-k {k} rests on {k} models' upper bounds at once, so their level is raised to cover "
+              f"{k} of the {n_models} together (cs_simultaneous {numbers['cs_simultaneous']:g} -> log {k} / log "
+              f"{n_models} = {need:.3f})", file=sys.stderr)
         numbers = {**numbers, "cs_simultaneous": need}
     return numbers
 
@@ -1154,7 +1156,8 @@ def cmd_select(args) -> None:
         selector.close()
     if meter is not None:
         meter.update(selector.evaluated())
-        report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line())
+        report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
+                                     finished=report.finished or meter.stopped)   # the money budget ended it
     _write_select_report(out, report, selector, args, inputs)
 
 
@@ -1260,7 +1263,9 @@ def main(argv=None) -> int:
         print(f"pulse-jax: error: {command}: unrecognized arguments: {' '.join(extra)} (see pulse-jax {command} "
               "--help)", file=sys.stderr)
         return 2
-    args.rule_given = any(a == "--rule" or a.startswith("--rule=") for a in (sys.argv[1:] if argv is None else argv))
+    given = sys.argv[1:] if argv is None else argv
+    args.rule_given = any(a == "--rule" or a.startswith("--rule=") for a in given)
+    args.stop_given = any(a == "--stop" or a.startswith("--stop=") for a in given)
     from pulse_jax.compilation_cache import enable_compilation_cache
 
     enable_compilation_cache()

@@ -238,7 +238,7 @@ def test_select_takes_epsilon_top_k_and_tie_group(tmp_path, capsys):
             assert out["stop"] == stop and out["stopped"], out["certificate"]
             assert "with probability at least 0.95" in out["certificate"]
         err = capsys.readouterr().err
-        assert "cs_simultaneous raised" in err   # --top-k 2 of 6 at certification levels
+        assert "so their level is raised to cover 2 of the 6 together (cs_simultaneous" in err   # certification levels
         assert "--top-k 2 samples by lucb_top_2" in err     # the set's rule, as no --rule was given
         provenance = json.loads((tmp_path / "top_k_report" / "provenance.json").read_text())
         assert "lucb_top_2" in json.dumps(provenance)

@@ -49,7 +49,8 @@ def _statement(names, delta, params):
     eps = float(params.epsilon)
     if not names:
         return f"no model is certified within {eps:g} of the best yet (delta = {delta:g})"
-    return (f"{names[0]}'s mean is within {eps:g} of the best model's, with probability at least {1 - delta:g} "
+    within = "is the best model's (up to exact ties)" if eps == 0 else f"is within {eps:g} of the best model's"
+    return (f"{names[0]}'s mean {within}, with probability at least {1 - delta:g} "
             f"(delta = {delta:g}; anytime-valid confidence sequences, so the data-dependent stop keeps the "
             "guarantee)")
 
