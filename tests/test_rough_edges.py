@@ -72,3 +72,19 @@ def test_certificate_wording(capsys):
     assert "is within 0.02 of the best" in rule.statement(["m1"], 0.05, declared_params(rule)._replace(epsilon=0.02))
     assert cli.main(["demo", "--epsilon", "0.02", "--stop", "budget"]) == 2
     assert "--epsilon sets the stopping rule; drop --stop budget" in capsys.readouterr().err
+
+
+def test_a_report_states_what_was_certified_before_what_was_not():
+    """An epsilon-good stop: the report's first line says what is certified; "not separated" is about the
+    exact best only and comes after."""
+    import numpy as np
+
+    from pulse_jax.live import Report
+
+    three = np.array([0.7, 0.69, 0.5])
+    report = Report("pulse", 0, ("a", "b", "c"), three, three - 0.02, three + 0.02, np.full(3, 80), np.full(3, 5), 240,
+                    1000, 0.05, "a", False, ("b",), {"a": [], "b": [], "c": []}, stop="epsilon_good", stopped=True,
+                    claimed=("a",), certificate="a's mean is within 0.02 of the best model's")
+    first = report.to_markdown().splitlines()[2]
+    assert first.index("certified by `epsilon_good`: a's mean is within 0.02") < first.index("not separated"), first
+    assert "tied with the leader" not in first

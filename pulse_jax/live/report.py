@@ -65,9 +65,14 @@ class Report:
 
     def to_markdown(self) -> str:
         level = f"{1 - self.delta:.0%}"
+        # A stop that certified something other than the exact best says that first; "not separated"
+        # answers the exact-best question only.
+        other_claim = bool(self.claimed) and self.stop not in ("certified", "budget") and not self.separated
         lines = [f"# Model selection ({self.method}, seed {self.seed})", "",
                  f"{self.spent:,} of {self.budget:,} cells evaluated. Leader: **{self.leader}**; "
-                 + ("separated from every other model" if self.separated else
+                 + (f"certified by `{self.stop}`: {self.certificate}. As the exact best it is not separated: "
+                    f"{len(self.tied_with_leader)} model(s) overlap it" if other_claim else
+                    "separated from every other model" if self.separated else
                     "not yet separated; tied with the leader: " + ", ".join(self.tied_with_leader)
                     if self.separated is not None else "no valid interval for this method")
                  + f" ({level} confidence sequences, valid at every look"
