@@ -88,3 +88,15 @@ def test_a_report_states_what_was_certified_before_what_was_not():
     first = report.to_markdown().splitlines()[2]
     assert first.index("certified by `epsilon_good`: a's mean is within 0.02") < first.index("not separated"), first
     assert "tied with the leader" not in first
+
+
+def test_a_transposed_csv_is_refused(tmp_path, capsys):
+    """40 models x 1,000 examples written the other way round (rows named 0..999, columns the models)."""
+    models = [f"model-{i}" for i in range(40)]
+    rows = ["model," + ",".join(models)] + [f"{j}," + ",".join(str((i + j) % 2) for i in range(40)) for j in range(1000)]
+    (tmp_path / "t.csv").write_text("\n".join(rows) + "\n")
+    assert cli.main(["simulate", "--scores", str(tmp_path / "t.csv"), "--method", "ucbe", "--out",
+                     str(tmp_path / "o")]) == 2
+    assert "looks transposed: its 1,000 rows are named like example ids (0, 1, 2, ...)" in capsys.readouterr().err
+    assert cli.main(["tune", "--train", str(tmp_path / "t.csv"), "--out", str(tmp_path / "h.json")]) == 2
+    assert "looks transposed" in capsys.readouterr().err

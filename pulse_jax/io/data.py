@@ -158,8 +158,24 @@ def _read_csv(path: Path, source: str) -> ScoreMatrix:
                 value = record[k]
                 meta[names[k]].append(_check_date(value, source, line) if names[k] == "created_date" else value)
     require(rows, f"{source}: no model rows")
+    _check_not_transposed(models, examples, source)
     scores = np.asarray(rows, dtype=np.float64)
     return ScoreMatrix(scores, tuple(models), tuple(examples), source, {k: tuple(v) for k, v in meta.items()})
+
+
+def _is_integer(text: str) -> bool:
+    return text.strip().lstrip("-").isdigit()
+
+
+def _check_not_transposed(models: list, examples: list, source: str) -> None:
+    """Refuse a matrix whose rows are named like example ids (every one an integer) and whose columns like
+    models (some not an integer), with more rows than columns: a transposed file, which would otherwise
+    run as many 'models' on few 'examples'."""
+    if len(models) > len(examples) and all(map(_is_integer, models)) and not all(map(_is_integer, examples)):
+        named = next(e for e in examples if not _is_integer(e))
+        raise PulseInputError(f"{source}: looks transposed: its {len(models):,} rows are named like example ids "
+                              f"({', '.join(models[:3])}, ...) and its {len(examples):,} columns like models "
+                              f"({named!r}); {_LAYOUT}. Transpose it (e.g. pandas: df.set_index('model').T)")
 
 
 def load_npz(path) -> ScoreMatrix:
