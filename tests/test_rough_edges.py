@@ -100,3 +100,27 @@ def test_a_transposed_csv_is_refused(tmp_path, capsys):
     assert "looks transposed: its 1,000 rows are named like example ids (0, 1, 2, ...)" in capsys.readouterr().err
     assert cli.main(["tune", "--train", str(tmp_path / "t.csv"), "--out", str(tmp_path / "h.json")]) == 2
     assert "looks transposed" in capsys.readouterr().err
+
+
+def test_a_simulated_claiming_stop_is_tabled_and_saved(tmp_path, capsys):
+    """``simulate --epsilon``: aligned "stopped" and "false claims" rows, a hint when nothing stopped, and
+    the claim statistics in summary.json and the .npz."""
+    import json
+
+    import numpy as np
+
+    from pulse_jax import synthetic
+
+    b = synthetic.make_benchmark(seed=2, n_models=5, n_examples=80, n_train=10)
+    np.savez(tmp_path / "s.npz", scores=b.scores)
+    assert cli.main(["simulate", "--scores", str(tmp_path / "s.npz"), "--method", "ucbe", "--reps", "4",
+                     "--batch-size", "8", "--epsilon", "0.05", "--budget", "200", "--quiet", "--out",
+                     str(tmp_path / "o")]) == 0
+    out = capsys.readouterr().out
+    rows = {line.split("|")[0].strip(): line for line in out.splitlines() if "|" in line}
+    assert len(rows["stopped"].split("|")[0]) == len(rows["false claims"].split("|")[0]) == 17
+    assert "(no repetition stopped: the budget ran out first" in out or "%)" in rows["stopped"]
+    stop = json.loads((tmp_path / "o" / "summary.json").read_text())["methods"]["ucbe"]["stop"]
+    assert stop["stop"] == "epsilon_good" and 0 <= stop["error_rate"] <= 1 and "stopped_fraction" in stop
+    with np.load(tmp_path / "o" / "ucbe.npz") as saved:
+        assert saved["stopped"].shape == (4,) and saved["claimed"].shape == (4, 5)

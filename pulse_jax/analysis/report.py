@@ -58,14 +58,18 @@ def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) 
     lines.append(f"{'certified best':>16} | " + " | ".join(f"{c:>15}" for c in cells))
     lines.append(f"{'':>16}   (+x%: x% fewer cells than {next(iter(results))} to the target; -x%: more)")
     claiming = {r.config.stop.name for r in results.values() if r.config.stop.claim is not no_claim}
-    if claiming:   # what the stopping rules claimed: how often they stopped, and how soon
-        cells = []
-        for r in results.values():
-            c = metrics.claims(r)
-            cells.append("no claim" if r.config.stop.claim is no_claim else
-                         f"{c['median_cells']:,.0f} ({c['stopped_fraction']:.0%})" if c["stopped_fraction"] else
-                         "0% stopped")
-        lines.append(f"{'stopped: ' + '/'.join(sorted(claiming)):>16} | " + " | ".join(f"{c:>15}" for c in cells))
+    if claiming:   # what the stopping rules claimed: how often they stopped, how soon, how often wrongly
+        found = {k: metrics.claims(r) if r.config.stop.claim is not no_claim else None for k, r in results.items()}
+        stopped = ["no claim" if c is None else f"{c['median_cells']:,.0f} ({c['stopped_fraction']:.0%})"
+                   if c["stopped_fraction"] else "0% stopped" for c in found.values()]
+        wrong = ["" if c is None else f"{c['error_rate']:.1%} ({c['errors']})" for c in found.values()]
+        lines.append(f"{'stopped':>16} | " + " | ".join(f"{c:>15}" for c in stopped))
+        lines.append(f"{'false claims':>16} | " + " | ".join(f"{c:>15}" for c in wrong))
+        lines.append(f"{'':>16}   (stopped: the {'/'.join(sorted(claiming))} rule's median cells when it fired (share "
+                     "of repetitions); false claims: share of repetitions whose claim is false, at most delta)")
+        if all(c is None or not c["stopped_fraction"] for c in found.values()):
+            lines.append(f"{'':>16}   (no repetition stopped: the budget ran out first; a larger --budget, or "
+                         "--bounds certification, lets the rule stop)")
     return "\n".join(lines)
 
 
@@ -91,6 +95,8 @@ def summary(results: dict[str, SimulationResult]) -> dict:
             "final_accuracy": float(r.correct()[:, -1].mean()),
             "final_coverage_min": float(np.nanmin(r.coverage())) if np.isfinite(r.radius).all() else None,
         }
+        if r.config.stop.claim is not no_claim:
+            out["methods"][k]["stop"] = {key: v for key, v in metrics.claims(r).items() if key != "cells"}
         if r.cs_low is not None and np.isfinite(r.cs_low).all():
             out["methods"][k]["confidence_sequence"] = {
                 "anytime_coverage": r.anytime_coverage(),
@@ -125,6 +131,8 @@ def write_results(results: dict[str, SimulationResult], out_dir, title: str = ""
                                 true_means=r.true_means,
                                 cs_low=r.cs_low, cs_high=r.cs_high, certified_spent=r.certified_spent,
                                 certified_model=r.certified_model,
+                                **({} if r.stopped is None else {"stopped": r.stopped}),
+                                **({} if r.claimed is None else {"claimed": r.claimed}),
                                 models=np.array(r.model_names or [], dtype=str))
     paths["plot"] = plotting.accuracy_vs_budget(list(results.values()), out_dir / "accuracy.png", title=title)
     return paths
