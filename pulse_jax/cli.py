@@ -1058,6 +1058,17 @@ def _check_live_numbers(args) -> None:
         require(math.isfinite(value) and value >= 0, f"{option} must be a number of seconds >= 0, got {value}")
 
 
+def _say_resume(selector, log) -> None:
+    """What a resumed run starts from: the cells in the log, the paid batches it tells from the log, and
+    the batches that were in flight, which it asks again."""
+    pending = selector.pending()
+    kept = sum(selector.paid_scores(r) is not None for r in pending)
+    again = len(pending) - kept
+    print(f"resuming {log}: {selector.spent:,} cells already evaluated"
+          + (f"; {kept} batch(es) paid before are told from the log" if kept else "")
+          + (f"; {again} batch(es) that were in flight will be asked again" if again else ""))
+
+
 def _live_progress(args):
     """``run``'s ``progress``: a status line on a terminal, plain lines otherwise (`_Lines`)."""
     if args.quiet:
@@ -1072,6 +1083,28 @@ def _live_progress(args):
     return report
 
 
+def _read_models(args) -> list[str]:
+    """``--models``: at least two names, none twice, more than a top-k or tie-group certificate names."""
+    models = _read_lines(args.models, "--models")
+    repeated = sorted({m for m in models if models.count(m) > 1})
+    require(not repeated, f"--models {args.models}: {len(repeated)} name(s) appear more than once: "
+                          f"{', '.join(map(repr, repeated[:5]))}{', ...' if len(repeated) > 5 else ''}")
+    require(len(models) >= 2, f"--models {args.models}: {len(models)} model; a selection needs at least 2 candidates")
+    _check_certificate_size(args, len(models))
+    return models
+
+
+def _live_rule(args, method: str, estimator):
+    """``select``'s sampling rule; a method without an interval samples by the index rule under the
+    default rule (which needs one), with a note. An explicit ``--rule`` is kept (and checked)."""
+    rule = _rule(args)
+    if not estimator.has_interval and not args.rule_given and getattr(rule, "needs_interval", False):
+        print(f"note: --method {method} has no confidence interval, so it samples by the index rule ucbe instead of "
+              f"the default {args.rule}", file=sys.stderr)
+        rule = _plugin("sampling rule", "ucbe", "--rule")
+    return rule
+
+
 def cmd_select(args) -> None:
     from pulse_jax import live
     from pulse_jax.io import data
@@ -1083,22 +1116,13 @@ def cmd_select(args) -> None:
     _check_numbers(args)
     _check_live_numbers(args)
     inputs = _hash_inputs(args.models, args.examples, args.train)
-    models = _read_lines(args.models, "--models")
-    repeated = sorted({m for m in models if models.count(m) > 1})
-    require(not repeated, f"--models {args.models}: {len(repeated)} name(s) appear more than once: "
-                          f"{', '.join(map(repr, repeated[:5]))}{', ...' if len(repeated) > 5 else ''}")
-    require(len(models) >= 2, f"--models {args.models}: {len(models)} model; a selection needs at least 2 candidates")
-    _check_certificate_size(args, len(models))
+    models = _read_models(args)
     _check_first_look(args.budget, len(models), args, f"in {args.models}")
     evaluate, examples = _scorer(args, models)
     methods = _methods(args.method)
     require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
     (method, estimator), = methods.items()
-    rule = _rule(args)
-    if not estimator.has_interval and not args.rule_given and getattr(rule, "needs_interval", False):
-        print(f"note: --method {method} has no confidence interval, so it samples by the index rule ucbe instead of "
-              f"the default {args.rule}", file=sys.stderr)
-        rule = _plugin("sampling rule", "ucbe", "--rule")
+    rule = _live_rule(args, method, estimator)
     if args.no_early_stop:
         require(args.stop in (None, "budget"), f"--no-early-stop contradicts --stop {args.stop}; give --stop alone")
         print("pulse-jax: --no-early-stop is deprecated; use --stop budget", file=sys.stderr)
@@ -1133,12 +1157,7 @@ def cmd_select(args) -> None:
         (lambda cells: meter.allows(selector.evaluated(), cells))
     try:
         if selector.spent:
-            pending = selector.pending()
-            kept = sum(selector.paid_scores(r) is not None for r in pending)
-            again = len(pending) - kept
-            print(f"resuming {args.log}: {selector.spent:,} cells already evaluated"
-                  + (f"; {kept} batch(es) paid before are told from the log" if kept else "")
-                  + (f"; {again} batch(es) that were in flight will be asked again" if again else ""))
+            _say_resume(selector, args.log)
         try:
             report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
                               retry_wait=args.retry_wait, retry_max_wait=args.retry_max_wait,

@@ -108,11 +108,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     A log without its reserve asks nothing (`Selector.can_pay`): a cell is
     paid for only while the log has room for its score.
     """
-    require(isinstance(concurrency, int) and concurrency >= 1, f"concurrency must be an integer >= 1, got {concurrency!r}")
-    require(isinstance(retries, int) and retries >= 0, f"retries must be an integer >= 0, got {retries!r}")
-    require(retry_wait >= 0 and retry_max_wait >= 0, f"retry waits must be >= 0 seconds, got {retry_wait}, "
-                                                     f"{retry_max_wait}")
-    require(grace is None or grace >= 0, f"grace must be >= 0 seconds, got {grace}")
+    _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace)
     stop = _Stop()
     call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop)
     if stop_early is not None:
@@ -133,16 +129,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     try:
         _drive(selector, workers, call, in_flight, concurrency, stop, progress, allow)
         if stop.halted or selector.log_full:
-            stop.halt()
-            kept, abandoned = _settle(selector, in_flight, stop, grace)
-            again = abandoned + stop.lost
-            if stop.signal is not None:
-                logged = selector.spent - logged_before + kept
-                raise Interrupted(stop.signal, max(stop.paid, logged + again), logged, again, selector.log_path,
-                                  inside=stop.scorer_interrupt)
-            if stop.failure is not None:
-                raise _with_counts(stop.failure, kept, again, selector)
-            raise selector.log_full_error(again)
+            raise _stopped_early(selector, in_flight, stop, grace, logged_before)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -150,6 +137,29 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     if progress is True:
         sys.stderr.write("\n")
     return dataclasses.replace(selector.result(), failed_attempts=stop.failed_attempts, retries=stop.retries)
+
+
+def _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace) -> None:
+    require(isinstance(concurrency, int) and concurrency >= 1, f"concurrency must be an integer >= 1, got {concurrency!r}")
+    require(isinstance(retries, int) and retries >= 0, f"retries must be an integer >= 0, got {retries!r}")
+    require(retry_wait >= 0 and retry_max_wait >= 0, f"retry waits must be >= 0 seconds, got {retry_wait}, "
+                                                     f"{retry_max_wait}")
+    require(grace is None or grace >= 0, f"grace must be >= 0 seconds, got {grace}")
+
+
+def _stopped_early(selector: Selector, in_flight: deque, stop: "_Stop", grace, logged_before: int) -> BaseException:
+    """Log the batches still in flight as they return (`_settle`), then the error that ends the run,
+    with what was logged and what the next run asks again."""
+    stop.halt()
+    kept, abandoned = _settle(selector, in_flight, stop, grace)
+    again = abandoned + stop.lost
+    if stop.signal is not None:
+        logged = selector.spent - logged_before + kept
+        return Interrupted(stop.signal, max(stop.paid, logged + again), logged, again, selector.log_path,
+                           inside=stop.scorer_interrupt)
+    if stop.failure is not None:
+        return _with_counts(stop.failure, kept, again, selector)
+    return selector.log_full_error(again)
 
 
 class _Stop:
