@@ -456,13 +456,15 @@ PROGRESS_LINE_EVERY = 60.0
 
 
 class _Lines:
-    """Progress for a log file or a pipe (no terminal): one plain line now, then at most one a
-    `PROGRESS_LINE_EVERY` seconds, and one when the work is done."""
+    """Progress for a log file or a pipe (no terminal): one plain line at the start (``first``, or the
+    first report), then at most one a `PROGRESS_LINE_EVERY` seconds, and one when the work is done."""
 
-    def __init__(self, first: str):
-        sys.stderr.write(first + "\n")
-        sys.stderr.flush()
-        self.last = time.monotonic()
+    def __init__(self, first: str | None = None):
+        self.last = -float("inf")             # without a first line, the first report is printed
+        if first is not None:
+            sys.stderr.write(first + "\n")
+            sys.stderr.flush()
+            self.last = time.monotonic()
 
     def __call__(self, text: str, done: bool = False) -> None:
         now = time.monotonic()
@@ -893,7 +895,7 @@ def cmd_tune(args) -> None:
     grid = {"rank": _numbers(args.ranks, "ranks", int), "lam": _numbers(args.lams, "lams"),
             "lr": _numbers(args.lrs, "lrs"), "epochs": _numbers(args.epochs, "epochs", int)}
 
-    lines = None if args.quiet or sys.stderr.isatty() else _Lines("  cross-validation: started")
+    lines = None if getattr(args, "quiet", False) or sys.stderr.isatty() else _Lines()
 
     def progress(done, total):
         if _progress(args):

@@ -83,7 +83,7 @@ def test_npz_files_that_are_not_score_matrices(tmp_path):
     npy = tmp_path / "scores.npz"
     with open(npy, "wb") as handle:
         np.save(handle, np.zeros((3, 4)))
-    with pytest.raises(PulseInputError, match="not an .npz archive"):
+    with pytest.raises(PulseInputError, match="not a readable .npz score matrix: not a zip archive"):
         data.load(npy)
     two_d = tmp_path / "two.npz"
     np.savez(two_d, scores=np.zeros((2, 3)), models=np.array([["a", "b"], ["c", "d"]]))

@@ -27,6 +27,7 @@ TaskManager.__init__ = lambda self, *a, **k: _index(self, *a, **dict(k, include_
 
 
 @pytest.mark.slow
+@pytest.mark.integration   # minutes of real harness subprocesses: the second test command
 def test_the_harness_page_runs_as_written(tmp_path):
     pytest.importorskip("lm_eval", reason="lm-eval is not installed (pip install -e '.[harness]')")
     env = dict(os.environ, HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TQDM_DISABLE="1")

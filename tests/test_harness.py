@@ -232,6 +232,7 @@ def _calls(path: Path) -> Counter:
 
 
 @pytest.mark.slow
+@pytest.mark.integration   # minutes of real harness subprocesses: the second test command
 def test_live_select_through_lm_eval_survives_kill_9_without_recomputing(lm_eval_run, tmp_path):
     """4 candidates x 40 documents through lm-eval, with 8 historical models' logs as side information;
     killed with SIGKILL mid-run and resumed: every (model, document) the model computed, it computed
@@ -295,6 +296,7 @@ TINY_HF = textwrap.dedent("""
 
 
 @pytest.mark.slow
+@pytest.mark.integration   # minutes of real harness subprocesses: the second test command
 def test_tiny_hugging_face_models_through_lm_eval_logs_and_live(lm_eval_run, tmp_path):
     """lm-eval's Hugging Face backend on tiny random GPT-2 models built offline: their --log_samples
     logs import, and live scores through the adapter equal the logged ones."""

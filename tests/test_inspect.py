@@ -265,6 +265,7 @@ def test_prices_and_the_meter():
         money.expected_cost_per_cell(models, prices)
 
 
+@pytest.mark.integration   # minutes of real harness subprocesses: the second test command
 def test_the_harness_page_inspect_part_runs_as_written(tmp_path):
     import re
 

@@ -183,9 +183,9 @@ def load_npz(path) -> ScoreMatrix:
     path = Path(path)
     source = str(path)
     require(path.is_file(), f"{source}: no such file" + (" (it is a directory)" if path.is_dir() else ""))
-    require(zipfile.is_zipfile(path), f"{source}: not an .npz archive (a single .npy array, or another file, named "
-                                      ".npz?); save the matrix with numpy.savez(path, scores=..., models=..., "
-                                      "examples=...)")
+    require(zipfile.is_zipfile(path), f"{source}: not a readable .npz score matrix: not a zip archive (a single .npy "
+                                      "array, or another file, named .npz?); save the matrix with numpy.savez(path, "
+                                      "scores=..., models=..., examples=...)")
     try:
         with np.load(path, allow_pickle=False) as data:
             require("scores" in data.files, f"{source}: no array named 'scores' (found {', '.join(data.files)})")
