@@ -63,6 +63,18 @@ def journal_bench():
     return b, factorization.fit_example_embeddings(b.train, rank=3)
 
 
+def run_sql(path, *statements) -> None:
+    """Run SQL statements on the database at ``path`` in autocommit (tests that edit a log by hand)."""
+    import sqlite3
+
+    conn = sqlite3.connect(path, isolation_level=None)
+    try:
+        for sql in statements:
+            conn.execute(sql)
+    finally:
+        conn.close()
+
+
 def tiny_problem(seed=0, m=6, n=40, rank=3):
     """A small low-rank logistic problem with a train split, for engine tests."""
     rng = np.random.default_rng(seed)

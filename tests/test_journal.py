@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import log_records, write_slow_scorer
+from conftest import log_records, run_sql, write_slow_scorer
 from pulse_jax import factorization, synthetic
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import Selector, journal, run
@@ -51,13 +51,6 @@ def _jsonl_copy(log, out):
     return Path(out)
 
 
-def _sql(log, *statements):
-    conn = sqlite3.connect(log, isolation_level=None)
-    for sql in statements:
-        conn.execute(sql)
-    conn.close()
-
-
 def test_every_told_row_carries_a_chained_checksum(journal_bench, tmp_path):
     log, report = _finished_log(journal_bench, tmp_path)
     conn = sqlite3.connect(log)
@@ -91,7 +84,7 @@ def test_every_told_row_carries_a_chained_checksum(journal_bench, tmp_path):
 ])
 def test_tampering_is_detected_and_named(journal_bench, tmp_path, tamper, needle):
     log, _ = _finished_log(journal_bench, tmp_path)
-    _sql(log, tamper)
+    run_sql(log, tamper)
     with pytest.raises(PulseInputError, match=needle) as err:
         _selector(journal_bench, log)
     assert "\n" not in str(err.value)
@@ -187,7 +180,7 @@ def test_a_second_selector_in_this_process_takes_the_log_over(journal_bench, tmp
 def test_a_file_that_is_not_a_log_is_never_touched(journal_bench, tmp_path, content):
     log = tmp_path / "config.json"
     if content == "sqlite":           # somebody else's database
-        _sql(log, "CREATE TABLE t(x)", "INSERT INTO t VALUES (1)")
+        run_sql(log, "CREATE TABLE t(x)", "INSERT INTO t VALUES (1)")
     elif content == "fifo":
         os.mkfifo(log)
     else:

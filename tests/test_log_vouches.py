@@ -8,7 +8,8 @@ import sqlite3
 
 import pytest
 
-from pulse_jax import cli, factorization, synthetic
+from conftest import run_sql
+from pulse_jax import cli
 from pulse_jax.errors import PulseInputError
 from pulse_jax.io import files, provenance
 from pulse_jax.live import LogWriteError, Selector, journal, run
@@ -56,13 +57,6 @@ def _refused(journal_bench, log, needle, untouched=True):
     return str(err.value)
 
 
-def _sql(log, *statements):
-    conn = sqlite3.connect(log, isolation_level=None)
-    for sql in statements:
-        conn.execute(sql)
-    conn.close()
-
-
 def test_an_empty_file_is_not_a_new_log(journal_bench, tmp_path):
     """A log emptied by mistake is refused (it would start the whole run again, paying every cell anew);
     `log show` says the same; a new name still starts a run."""
@@ -80,7 +74,7 @@ def test_an_empty_file_is_not_a_new_log(journal_bench, tmp_path):
 def test_rows_cut_off_the_end_are_refused(journal_bench, tmp_path, cut):
     """The last told rows deleted: the chain of what is left verifies, the tally does not."""
     log, _ = _finished_log(journal_bench, tmp_path)
-    _sql(log, f"DELETE FROM told WHERE seq > (SELECT max(seq) FROM told) - {cut}")
+    run_sql(log, f"DELETE FROM told WHERE seq > (SELECT max(seq) FROM told) - {cut}")
     _refused(journal_bench, log, "but holds", untouched=False)
     with pytest.raises(PulseInputError, match="rows were deleted or added at its end"):
         journal.snapshot(log)
@@ -94,7 +88,7 @@ def test_a_deleted_paid_row_is_refused(journal_bench, tmp_path):
     for r in requests:
         sel.log_paid(r, b.scores[r.model_index, list(r.example_index)])
     sel.close()
-    _sql(log, "DELETE FROM paid WHERE ticket = (SELECT max(ticket) FROM paid)")
+    run_sql(log, "DELETE FROM paid WHERE ticket = (SELECT max(ticket) FROM paid)")
     _refused(journal_bench, log, "the log committed 3 paid batch(es) but holds 2", untouched=False)
 
 
@@ -111,7 +105,7 @@ def test_a_schema_other_than_the_logs_is_refused(journal_bench, tmp_path, statem
     """A trigger would run on every commit (one that deletes each new row left a correct-looking report
     and an empty log); views, extra, dropped or changed tables are not the log either."""
     log, _ = _finished_log(journal_bench, tmp_path)
-    _sql(log, statement)
+    run_sql(log, statement)
     _refused(journal_bench, log, needle)
     with pytest.raises(PulseInputError, match="a log is only what pulse-jax wrote"):
         journal.snapshot(log)
@@ -119,7 +113,7 @@ def test_a_schema_other_than_the_logs_is_refused(journal_bench, tmp_path, statem
 
 def test_a_foreign_wal_database_is_left_exactly_as_it_was(journal_bench, tmp_path):
     log = tmp_path / "other.db"
-    _sql(log, "PRAGMA journal_mode = WAL", "CREATE TABLE t(x)", "INSERT INTO t VALUES (1)")
+    run_sql(log, "PRAGMA journal_mode = WAL", "CREATE TABLE t(x)", "INSERT INTO t VALUES (1)")
     _refused(journal_bench, log, "an SQLite database but not a pulse-jax log")
     conn = sqlite3.connect(log)
     assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
