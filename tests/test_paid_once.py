@@ -237,3 +237,41 @@ def test_the_command_line_after_a_keyboard_interrupt_in_the_scorer(tmp_path, mon
     returned = [c for k, c in enumerate(kiscore.CALLS) if k != 8]
     cells = [(m, i) for m, ids in returned for i in ids]
     assert len(cells) == len(set(cells)) == 400                    # the failed batch alone was asked again
+
+
+def test_a_stop_in_the_middle_of_the_asks_resumes_to_the_uninterrupted_run():
+    """At concurrency 16 on 40 models, a KeyboardInterrupt in the scorer at 12 points, some while the
+    runner is refilling its batches: a batch told after the asks were cut short would be told before asks
+    an uninterrupted run makes first, and the resumed run (which replays asks up to each told batch)
+    would then ask differently. Every resume must equal the uninterrupted run."""
+    import tempfile
+    from pathlib import Path
+
+    from pulse_jax import stand_in
+
+    bench = stand_in.benchmark()
+
+    def selector(log):
+        return Selector(bench.models, 1000, 40 * 8 + 8 * 50, batch_size=8, method="ucbe", seed=3, log=log,
+                        stop="budget")
+
+    with tempfile.TemporaryDirectory() as tmp:
+        root = Path(tmp)
+        first = selector(root / "clean.db")
+        clean = run(_Scorer(bench, delay=0.0), first, concurrency=16, handle_signals=False)
+        first.close()
+        differing = []
+        for point in range(41, 89, 4):
+            scorer = _Scorer(bench, fail_on=point, error=KeyboardInterrupt(), delay=0.001, fail_delay=0.0)
+            sel = selector(root / f"k{point}.db")
+            with pytest.raises(Interrupted):
+                run(scorer, sel, concurrency=16, handle_signals=False)
+            sel.close()
+            scorer.fail_on = None
+            again = selector(root / f"k{point}.db")
+            report = run(scorer, again, concurrency=16, handle_signals=False)
+            again.close()
+            assert len(scorer.returned) == len(set(scorer.returned))
+            if report.evaluated != clean.evaluated:
+                differing.append(point)
+        assert not differing, differing

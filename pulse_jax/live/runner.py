@@ -232,6 +232,11 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
             if request is None:
                 break
             in_flight.append((request, workers.submit(call, request)))
+        if stop.halted:
+            # The asks were cut short: telling now would tell a batch before asks an uninterrupted run
+            # makes first, which a resumed run (replaying asks up to each told batch) could not repeat.
+            # What is in flight is logged as paid instead (`_settle`) and told on resume in order.
+            return
         if not in_flight:
             return
         request, future = in_flight[0]
