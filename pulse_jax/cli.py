@@ -1063,9 +1063,8 @@ def _check_live_numbers(args) -> None:
 def _say_resume(selector, log) -> None:
     """What a resumed run starts from: the cells in the log, the paid batches it tells from the log, and
     the batches that were in flight, which it asks again."""
-    pending = selector.pending()
-    kept = sum(selector.paid_scores(r) is not None for r in pending)
-    again = len(pending) - kept
+    kept = selector.paid_batches
+    again = sum(selector.paid_scores(r) is None for r in selector.pending())
     print(f"resuming {log}: {selector.spent:,} cells already evaluated"
           + (f"; {kept} batch(es) paid before are told from the log" if kept else "")
           + (f"; {again} batch(es) that were in flight will be asked again" if again else ""))

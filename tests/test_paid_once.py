@@ -231,7 +231,6 @@ def test_the_command_line_after_a_keyboard_interrupt_in_the_scorer(tmp_path, mon
 
     assert cli.main(argv) == 0
     line = capsys.readouterr().out.split("\n")[0]
-    assert "; 1 batch(es) that were in flight will be asked again" in line, line      # the failed batch alone
     assert "batch(es) paid before are told from the log" in line, line              # the others in flight
     assert not [r for r in log_records(tmp_path / "run.db") if r["type"] == "paid"]
     returned = [c for k, c in enumerate(kiscore.CALLS) if k != 8]

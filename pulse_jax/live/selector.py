@@ -404,6 +404,11 @@ class Selector:
             return None
         return self._validate(request, record["scores"], f"{self.log_path}: paid batch {request.ticket}")
 
+    @property
+    def paid_batches(self) -> int:
+        """Batches paid for and logged but not yet told (a resumed run tells them without paying again)."""
+        return len(self._paid)
+
     def log_paid(self, request: Request, scores) -> None:
         """Log the scores of a batch in flight as paid (not told): a resumed run tells them where an
         uninterrupted run would have, without paying for them again."""
