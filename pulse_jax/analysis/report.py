@@ -43,7 +43,7 @@ def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) 
             b = found[k]["budget"]
             text = "not reached" if not np.isfinite(b) else f"{int(b):,}"
             if k != baseline and np.isfinite(b) and np.isfinite(base):
-                text += f" ({metrics.savings(b, base):+.0f}%)"
+                text += f" ({-metrics.savings(b, base):+.0f}%)"      # the change in cells: -18% is 18% fewer
             cells.append(text)
         lines.append(f"{'to ' + format(target, '.0%') + ' acc.':>16} | " + " | ".join(f"{c:>15}" for c in cells))
     cells = []
@@ -56,7 +56,7 @@ def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) 
         else:
             cells.append(f"{cert['certified_fraction']:.0%} certified")
     lines.append(f"{'certified best':>16} | " + " | ".join(f"{c:>15}" for c in cells))
-    lines.append(f"{'':>16}   (+x%: x% fewer cells than {next(iter(results))} to the target; -x%: more)")
+    lines.append(f"{'':>16}   (-x%: x% fewer cells than {next(iter(results))} to the target; +x%: more)")
     claiming = {r.config.stop.name for r in results.values() if r.config.stop.claim is not no_claim}
     if claiming:   # what the stopping rules claimed: how often they stopped, how soon, how often wrongly
         found = {k: metrics.claims(r) if r.config.stop.claim is not no_claim else None for k, r in results.items()}
