@@ -1305,10 +1305,21 @@ def main(argv=None) -> int:
 
         if isinstance(err, Interrupted):
             print(f"\npulse-jax: {err}", file=sys.stderr)
-            return err.exit_code
+            return _exit_now(err.exit_code) if argv is None else err.exit_code
         print("pulse-jax: interrupted", file=sys.stderr)
-        return 130
+        return _exit_now(130) if argv is None else 130
     return 0
+
+
+def _exit_now(code: int) -> int:
+    """End the program at once after an interruption (everything paid for is committed and the log
+    closed): the interpreter's shutdown would stop threads still running -- a scorer call abandoned in
+    flight, a library's background thread -- in the middle of native code, which can abort the process
+    instead of exiting with ``code``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+    return code   # not reached
 
 
 if __name__ == "__main__":

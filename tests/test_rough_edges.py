@@ -62,7 +62,7 @@ def test_without_a_terminal_long_work_says_how_far_it_is(tmp_path, monkeypatch, 
     assert "repetitions," not in capsys.readouterr().err
 
 
-def test_certificate_wording(capsys):
+def test_certificate_wording(tmp_path, capsys):
     from pulse_jax import stopping
     from pulse_jax.params import declared_params
 
@@ -70,7 +70,7 @@ def test_certificate_wording(capsys):
     text = rule.statement(["m1"], 0.05, declared_params(rule)._replace(epsilon=0.0))
     assert "within 0 of" not in text and "is the best model's (up to exact ties)" in text
     assert "is within 0.02 of the best" in rule.statement(["m1"], 0.05, declared_params(rule)._replace(epsilon=0.02))
-    assert cli.main(["demo", "--epsilon", "0.02", "--stop", "budget"]) == 2
+    assert cli.main(["demo", "--epsilon", "0.02", "--stop", "budget", "--out", str(tmp_path / "d")]) == 2
     assert "--epsilon sets the stopping rule; drop --stop budget" in capsys.readouterr().err
 
 
