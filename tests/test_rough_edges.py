@@ -124,3 +124,40 @@ def test_a_simulated_claiming_stop_is_tabled_and_saved(tmp_path, capsys):
     assert stop["stop"] == "epsilon_good" and 0 <= stop["error_rate"] <= 1 and "stopped_fraction" in stop
     with np.load(tmp_path / "o" / "ucbe.npz") as saved:
         assert saved["stopped"].shape == (4,) and saved["claimed"].shape == (4, 5)
+
+
+def test_a_larger_budget_continues_a_spent_log(tmp_path):
+    """A log that spent its budget continues with a larger one, and asks exactly what a run started with
+    the larger budget asks; a smaller budget, or one below what the log holds, is refused saying what to
+    give; successive halving, which plans on its budget, keeps it."""
+    from pulse_jax.errors import PulseInputError
+    from pulse_jax.live import Selector, run
+
+    bench = stand_in.benchmark()
+
+    def selector(log, budget, rule="ucbe"):
+        return Selector(bench.models[:8], 1000, budget, batch_size=16, method="pulse", train=bench.train, rank=4,
+                        refit_every=5, log=log, stop="budget", rule=rule)
+
+    def score(model, ids):
+        return stand_in.score(model, ids)
+
+    for log, budget in ((tmp_path / "a.db", 400), (tmp_path / "clean.db", 640)):
+        sel = selector(log, budget)
+        run(score, sel, handle_signals=False)
+        sel.close()
+    extended = selector(tmp_path / "a.db", 640)
+    report = run(score, extended, handle_signals=False)
+    extended.close()
+    clean = selector(tmp_path / "clean.db", 640)
+    assert clean.spent == report.spent == 640 and clean.evaluated() == report.evaluated
+    clean.close()
+    with pytest.raises(PulseInputError, match="--budget 300 is smaller than the 400 .* give --budget 400 or more"):
+        selector(tmp_path / "a.db", 300)
+    with pytest.raises(PulseInputError, match="--budget 500: .* already holds 640 evaluated cells; give --budget 640"):
+        selector(tmp_path / "a.db", 500)
+    sel = selector(tmp_path / "sh.db", 400, rule="successive_halving")
+    run(score, sel, handle_signals=False)
+    sel.close()
+    with pytest.raises(PulseInputError, match="'successive_halving' may plan on the budget"):
+        selector(tmp_path / "sh.db", 640, rule="successive_halving")

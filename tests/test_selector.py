@@ -206,8 +206,8 @@ def test_evaluate_failures(bench, tmp_path):
 def test_log_from_another_configuration_is_refused(bench, tmp_path):
     log = tmp_path / "run.db"
     _selector(bench, log=log)
-    with pytest.raises(PulseInputError, match="budget is 384 in the log, 999 here"):
-        _selector(bench, log=log, budget=999)
+    with pytest.raises(PulseInputError, match="--budget 300 is smaller than the 384 .* give --budget 384 or more"):
+        _selector(bench, log=log, budget=300)
     with pytest.raises(PulseInputError, match="method is 'pulse' in the log, 'ucbe' here"):
         _selector(bench, "ucbe", log=log)
 
@@ -252,9 +252,10 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     assert cli.main(args) == 0                                # resuming a finished run evaluates nothing
     assert "resuming run.db: 960 cells already evaluated" in capsys.readouterr().out
     assert journal.snapshot(tmp_path / "run.db")[1] == records
-    bad = args[:args.index("--budget") + 1] + ["2000"] + args[args.index("--budget") + 2:]
+    bad = args[:args.index("--budget") + 1] + ["500"] + args[args.index("--budget") + 2:]
     assert cli.main(bad) == 2
-    assert "different configuration: budget is 960 in the log, 2000 here" in capsys.readouterr().err
+    assert "--budget 500 is smaller than the 960 run.db was started with; give --budget 960 or more" in \
+        capsys.readouterr().err
     assert cli.main(args + ["--sequence", "bernstein"]) == 2
     assert "different configuration: cs_grid is 1000 in the log, 0 here" in capsys.readouterr().err
 

@@ -170,6 +170,9 @@ def check_header(path: Path, logged: dict, expected: dict) -> None:
         if key in VERSION_FIELDS or (old and key not in logged and key not in HEADER_DEFAULTS):
             continue
         have = logged.get(key, HEADER_DEFAULTS.get(key))
+        if key == "budget" and isinstance(have, int) and isinstance(value, int) and value < have:
+            raise PulseInputError(f"--budget {value:,} is smaller than the {have:,} {path} was started with; give "
+                                  f"--budget {have:,} or more to continue it (a larger budget extends the run)")
         if have != value:
             raise PulseInputError(f"{path} was written by a different configuration: {_difference(key, have, value)}")
 

@@ -55,6 +55,8 @@ from pulse_jax.params import BanditParams, declared_params, default_params, from
 from pulse_jax.live.report import Report, plain_number
 
 
+#: Built-in sampling rules whose requests depend on the budget (a log of theirs cannot be extended).
+BUDGET_PLANNED_RULES = ("successive_halving",)
 #: A failed log write is retried this many times, waiting ``WRITE_RETRY_WAIT * 2**k`` seconds.
 WRITE_RETRIES, WRITE_RETRY_WAIT = 2, 0.05
 
@@ -343,12 +345,30 @@ class Selector:
         if header is None:
             self._journal.append({**self._header, "train": self._train_fingerprint})
             return
-        journal.check_header(self.log_path, self._translated(header), self._header)
+        journal.check_header(self.log_path, self._grown_budget(self._translated(header)), self._header)
         logged_train = header.get("train")
         require(self._train_fingerprint is None or logged_train in (None, self._train_fingerprint),
                 f"train: these historical scores differ from the ones {self.log_path} was started with; resume "
                 "with the same --train, or without --train (the run keeps its first embeddings)")
+        records = list(records)            # verified whole before anything is replayed
+        held = sum(len(r["examples"]) for _, r in records if r.get("type") == "tell" and isinstance(r.get("examples"), list))
+        require(held <= self.config.budget, f"--budget {self.config.budget:,}: {self.log_path} already holds {held:,} "
+                                            f"evaluated cells; give --budget {held:,} or more to continue it")
         self._replay(records)
+
+    def _grown_budget(self, logged: dict) -> dict:
+        """A log continues with a larger budget: the requests of every built-in rule but successive
+        halving do not depend on the budget until it runs out (tested: a run extended from B to B' asks
+        what a run started with B' asks), so the logged budget is read as this run's."""
+        have, want = logged.get("budget"), self._header["budget"]
+        if not (isinstance(have, int) and not isinstance(have, bool) and have < want):
+            return logged
+        rule = self.config.rule
+        module = getattr(getattr(rule.choose, "func", rule.choose), "__module__", "")
+        require(module.startswith("pulse_jax.rules") and rule.name not in BUDGET_PLANNED_RULES,
+                f"--budget {want:,}: {self.log_path} was started with --budget {have:,}, and the sampling rule "
+                f"{rule.name!r} may plan on the budget, so the log continues only with --budget {have:,}")
+        return {**logged, "budget": want}
 
     def _translated(self, header: dict) -> dict:
         """A header written before the plug-ins owned their numbers (flat ``exploration``,
