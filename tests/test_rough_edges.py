@@ -161,3 +161,45 @@ def test_a_larger_budget_continues_a_spent_log(tmp_path):
     sel.close()
     with pytest.raises(PulseInputError, match="'successive_halving' may plan on the budget"):
         selector(tmp_path / "sh.db", 640, rule="successive_halving")
+
+
+def test_the_docs_import_no_deprecated_module_and_list_the_certificates():
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    pages = [root / "README.md", *sorted((root / "docs").glob("*.md"))]
+    for page in pages:
+        text = page.read_text()
+        assert "from pulse_jax import metrics" not in text and "pulse_jax.metrics " not in text, page.name
+    api = (root / "docs" / "api.md").read_text()
+    for name in ("stopping.epsilon_good.epsilon_good", "stopping.top_k.top_k", "stopping.tie_group.tie_group",
+                 "stopping.tie_group.groups", "rules.lucb.lucb_top_k"):
+        assert f"::: pulse_jax.{name}" in api, name
+    readme = (root / "README.md").read_text()
+    assert "pulse-jax --help; pulse-jax --version        # the commands; pulse-jax COMMAND --help" in readme
+
+
+@pytest.mark.parametrize("flag", ["--top-k", "--tie-group"])
+def test_certificates_naming_every_model_are_refused(tmp_path, capsys, flag):
+    assert cli.main(["demo", flag, "40", "--out", str(tmp_path / "d")]) == 2
+    assert f"{flag} 40: must be smaller than the number of models (40)" in capsys.readouterr().err
+
+
+def test_the_comparison_table_shows_the_change_in_cells(tmp_path, capsys):
+    assert cli.main(["demo", "--reps", "30", "--budget", "12000", "--method", "ucbe,pulse", "--quiet", "--out",
+                     str(tmp_path / "d")]) == 0
+    out = capsys.readouterr().out
+    assert "(-x%: x% fewer cells than ucbe to the target; +x%: more)" in out
+    import re
+
+    checked = 0
+    for line in out.splitlines():
+        if line.strip().startswith("to ") and "acc." in line:
+            cells = [c.strip() for c in line.split("|")[1:]]
+            base, other = cells[0], cells[1]
+            if base[0].isdigit() and other[0].isdigit():        # both reached the target: the sign is the change
+                b, o = (int(re.match(r"[\d,]+", c).group().replace(",", "")) for c in (base, other))
+                change = int(re.search(r"\(([+-]\d+)%\)", other).group(1))
+                assert change == round(100 * (o - b) / b), line
+                checked += 1
+    assert checked == 2, out                                     # 90% and 95%: PULSE needs fewer cells (-x%)
