@@ -235,6 +235,7 @@ def test_money_budget_stops_before_passing_it_and_reports_the_spend(history, tmp
     assert first.startswith("cost: up to about $0.0100 (the money budget)"), first
     spend = json.loads((tmp_path / "run_report" / "report.json").read_text())["spend"]
     assert spend["stopped_by_budget"] and spend["usd"] <= 0.01
+    assert "(running)" not in (tmp_path / "run_report" / "report.md").read_text()   # the money budget ended it
     # the measured spend is the toy tokens of exactly the evaluated cells at the price
     report = json.loads((tmp_path / "run_report" / "report.json").read_text())
     usd = 0.0
