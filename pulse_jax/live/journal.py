@@ -80,6 +80,8 @@ HEADER_DEFAULTS = {"rule": "ucbe", "cs_horizon": 0.0, "cs_simultaneous": 1.0, "r
 #: Logs older than this version lack some header fields (every traced parameter, the plug-ins'
 #: settings); those fields are not compared when absent. From this version on every field must match.
 COMPLETE_HEADER_VERSION = 3
+#: The header field a resumed run may raise (`pulse_jax.live.Selector`; a lower one is refused here).
+EXTENDABLE_FIELD = "budget"
 #: Header fields that may differ between versions of the format itself.
 VERSION_FIELDS = ("version", "jsonl_version")
 _SCHEMA = """
@@ -170,7 +172,7 @@ def check_header(path: Path, logged: dict, expected: dict) -> None:
         if key in VERSION_FIELDS or (old and key not in logged and key not in HEADER_DEFAULTS):
             continue
         have = logged.get(key, HEADER_DEFAULTS.get(key))
-        if key == "budget" and isinstance(have, int) and isinstance(value, int) and value < have:
+        if key == EXTENDABLE_FIELD and isinstance(have, int) and isinstance(value, int) and value < have:
             raise PulseInputError(f"--budget {value:,} is smaller than the {have:,} {path} was started with; give "
                                   f"--budget {have:,} or more to continue it (a larger budget extends the run)")
         if have != value:

@@ -55,8 +55,6 @@ from pulse_jax.params import BanditParams, declared_params, default_params, from
 from pulse_jax.live.report import Report, plain_number
 
 
-#: Built-in sampling rules whose requests depend on the budget (a log of theirs cannot be extended).
-BUDGET_PLANNED_RULES = ("successive_halving",)
 #: A failed log write is retried this many times, waiting ``WRITE_RETRY_WAIT * 2**k`` seconds.
 WRITE_RETRIES, WRITE_RETRY_WAIT = 2, 0.05
 
@@ -357,15 +355,16 @@ class Selector:
         self._replay(records)
 
     def _grown_budget(self, logged: dict) -> dict:
-        """A log continues with a larger budget: the requests of every built-in rule but successive
-        halving do not depend on the budget until it runs out (tested: a run extended from B to B' asks
-        what a run started with B' asks), so the logged budget is read as this run's."""
+        """A log continues with a larger budget: the requests of a built-in rule that does not plan on
+        the budget (``SamplingRule.plans_on_budget``: successive halving does) do not depend on it until
+        it runs out (tested: a run extended from B to B' asks what a run started with B' asks), so the
+        logged budget is read as this run's. A plug-in rule keeps its budget (it may plan on it)."""
         have, want = logged.get("budget"), self._header["budget"]
         if not (isinstance(have, int) and not isinstance(have, bool) and have < want):
             return logged
         rule = self.config.rule
         module = getattr(getattr(rule.choose, "func", rule.choose), "__module__", "")
-        require(module.startswith("pulse_jax.rules") and rule.name not in BUDGET_PLANNED_RULES,
+        require(module.startswith("pulse_jax.rules") and not rule.plans_on_budget,
                 f"--budget {want:,}: {self.log_path} was started with --budget {have:,}, and the sampling rule "
                 f"{rule.name!r} may plan on the budget, so the log continues only with --budget {have:,}")
         return {**logged, "budget": want}

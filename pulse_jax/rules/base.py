@@ -76,6 +76,7 @@ class SamplingRule(NamedTuple):
     settings: tuple = ()
     traced: tuple = ()   # deprecated: give ``params`` (a NamedTuple of the rule's numbers) instead
     params: tuple = ()   # the rule's own traced numbers with their defaults (``choose`` receives them)
+    plans_on_budget: bool = False   # its requests depend on the total budget (a live log cannot be extended)
 
 
 def ucb_index(inputs: RuleInputs, exploration) -> chex.Array:

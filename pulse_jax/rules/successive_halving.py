@@ -90,7 +90,7 @@ def _survivors(state: HalvingState):
 @functools.cache
 def successive_halving() -> SamplingRule:
     """Successive halving over the run's bandit budget (see the module docstring)."""
-    return SamplingRule("successive_halving", _choose, _init, _update, _survivors)
+    return SamplingRule("successive_halving", _choose, _init, _update, _survivors, plans_on_budget=True)
 
 
 BUILT_IN["successive_halving"] = successive_halving
