@@ -1,3 +1,4 @@
+import pytest
 """docs/extending.md runs as written: its files are saved, its Python blocks executed in order, its
 console commands run through the CLI."""
 import re
@@ -15,6 +16,7 @@ def _blocks():
     return [(lang, meta.strip(), body) for lang, meta, body in BLOCK.findall(PAGE.read_text(encoding="utf-8"))]
 
 
+@pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_the_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     blocks = _blocks()
     files = [b for b in blocks if b[0] == "python" and b[1].startswith("title=")]

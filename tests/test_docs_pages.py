@@ -19,6 +19,7 @@ def _code(page: str) -> str:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("page", PAGES)
+@pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_each_page_runs_alone(page, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
     namespace = {"__name__": f"docs_{page[:-3]}"}

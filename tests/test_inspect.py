@@ -195,6 +195,7 @@ def _select(folder: Path, *extra):
             "--log", "run.db", "--method", "ucbe", "--stop", "budget", "--quiet", *extra]
 
 
+@pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_kill_9_mid_batch_then_resume_evaluates_every_sample_once(tmp_path):
     shutil.copy(HERE / "inspect_toy.py", tmp_path)
     (tmp_path / "models.txt").write_text("toy/c80\ntoy/c60\ntoy/c40\n")

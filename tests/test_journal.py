@@ -276,6 +276,7 @@ def test_export_and_import_round_trip(journal_bench, tmp_path):
     assert cli.main(["log", "import", str(tmp_path / "out.jsonl"), str(tmp_path / "back.db")]) == 2   # never over a log
 
 
+@pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_two_processes_on_one_log(tmp_path):
     """The second process refuses at once, naming the first, writes nothing; the first completes and
     no cell is evaluated twice."""

@@ -43,6 +43,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+@pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_two_processes_equal_one(tmp_path):
     script = tmp_path / "worker.py"
     script.write_text(WORKER)

@@ -66,6 +66,7 @@ def test_notebooks_are_colab_ready_with_ids_and_the_outputs_of_a_real_run():
             assert any("image/png" in out.get("data", {}) for out in outputs)   # the accuracy figure
 
 
+@pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_reproduce_paper_tiny_end_to_end_and_resume(tmp_path, shared_data):
     script = ROOT / "benchmarks" / "reproduce_paper.py"
     args = [sys.executable, str(script), "--tiny", "--out", str(tmp_path), "--data", str(shared_data),

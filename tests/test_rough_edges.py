@@ -159,7 +159,7 @@ def test_a_larger_budget_continues_a_spent_log(tmp_path):
     sel = selector(tmp_path / "sh.db", 400, rule="successive_halving")
     run(score, sel, handle_signals=False)
     sel.close()
-    with pytest.raises(PulseInputError, match="'successive_halving' may plan on the budget"):
+    with pytest.raises(PulseInputError, match="'successive_halving' plans on the budget"):
         selector(tmp_path / "sh.db", 640, rule="successive_halving")
 
 

@@ -26,6 +26,7 @@ def _wait_for_batches(log, count, proc, limit=120):
 @pytest.mark.slow
 @pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 @pytest.mark.parametrize("concurrency", [1, 4])
+@pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_a_signal_mid_run_pays_no_cell_twice_and_the_resumed_report_is_the_uninterrupted_one(
         tmp_path, tmp_path_factory, sig, code, concurrency):
     """A scorer that records every cell it is asked for (its "paid" file, calls.txt) with a delay per call:
@@ -135,6 +136,7 @@ def test_a_full_disk_pays_no_cell_twice(small_bench, tmp_path, monkeypatch, conc
 
 @pytest.mark.parametrize("concurrency", [1, 4])
 @pytest.mark.parametrize("how", ["grace", "second signal"])
+@pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_a_hung_scorer_is_abandoned_within_the_grace_and_arrived_scores_are_kept(tmp_path, concurrency, how):
     """One call hangs for good. SIGTERM, then ``--grace 1`` or a second signal: the process exits within a
     few seconds (a daemon worker never holds it), every result that had arrived is in the log, only the

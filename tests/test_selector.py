@@ -260,6 +260,7 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     assert "different configuration: cs_grid is 1000 in the log, 0 here" in capsys.readouterr().err
 
 
+@pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
     """A real SIGKILL of ``pulse-jax select``, then the same command again."""
     import os

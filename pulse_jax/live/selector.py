@@ -355,18 +355,18 @@ class Selector:
         self._replay(records)
 
     def _grown_budget(self, logged: dict) -> dict:
-        """A log continues with a larger budget: the requests of a built-in rule that does not plan on
-        the budget (``SamplingRule.plans_on_budget``: successive halving does) do not depend on it until
-        it runs out (tested: a run extended from B to B' asks what a run started with B' asks), so the
-        logged budget is read as this run's. A plug-in rule keeps its budget (it may plan on it)."""
+        """A log continues with a larger budget: the requests of a rule that does not plan on the budget
+        (``SamplingRule.plans_on_budget``; successive halving does) do not depend on it until it runs out
+        (tested: a run extended from B to B' asks what a run started with B' asks), so the logged budget
+        is read as this run's. A rule that plans on it without saying so is still caught: the replay
+        refuses a logged request that differs from what this selector asks."""
         have, want = logged.get("budget"), self._header["budget"]
         if not (isinstance(have, int) and not isinstance(have, bool) and have < want):
             return logged
         rule = self.config.rule
-        module = getattr(getattr(rule.choose, "func", rule.choose), "__module__", "")
-        require(module.startswith("pulse_jax.rules") and not rule.plans_on_budget,
+        require(not rule.plans_on_budget,
                 f"--budget {want:,}: {self.log_path} was started with --budget {have:,}, and the sampling rule "
-                f"{rule.name!r} may plan on the budget, so the log continues only with --budget {have:,}")
+                f"{rule.name!r} plans on the budget, so the log continues only with --budget {have:,}")
         return {**logged, "budget": want}
 
     def _translated(self, header: dict) -> dict:
