@@ -133,5 +133,6 @@ def test_an_inspect_log_nested_without_bound_is_refused_quickly_in_bounded_memor
     assert inspect_harness._check_depth(path).startswith("its JSON nests 100,000 levels deep")
     assert time.perf_counter() - start < 1.0
     assert inspect_harness.json_depth(b'{"a": "[[[[[[", "b": [1, {"c": "\\"]]]"}]}') == 3
+    pytest.importorskip("inspect_ai", reason="reading an Inspect log needs inspect-ai (the harness extra)")
     with pytest.raises(PulseInputError, match="nests 100,000 levels deep"):
         inspect_harness.read_inspect([path])
