@@ -38,7 +38,7 @@ def run(args) -> int:
     import jax
 
     import pulse_jax as pj
-    from pulse_jax.simulate import simulate
+    from pulse_jax.simulation import simulate
 
     bench = pj.make_benchmark(seed=0)
     m, n = bench.scores.shape

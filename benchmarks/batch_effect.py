@@ -75,7 +75,7 @@ def each_dataset(names, rank: int):
 
 def run_one(scores, V, method, batch, reps, seed, challenger="interval") -> dict:
     import pulse_jax as pj
-    from pulse_jax.confidence import BETTING_GRID
+    from pulse_jax.stats.confidence import BETTING_GRID
 
     m, n = scores.shape
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=batch, refit_every=1000,

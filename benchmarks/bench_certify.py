@@ -20,6 +20,7 @@ the paper's scale (1,000 candidates from a factor file, LUCB, the paper's budget
 """
 from __future__ import annotations
 
+import dataclasses
 import argparse
 import json
 import sys
@@ -75,8 +76,8 @@ def main(argv=None) -> int:
     for method in args.methods.split(","):
         config = pj.BanditConfig(n_models=m, n_examples=n, rule=args.rule, **kw)
         run = dict(V=V, reps=args.reps, seed=0, params=params, progress=True)
-        blocked = pj.simulate(scores, config, method, stop="certified", **run)
-        scanned = pj.simulate(scores, config, method, stop=full_scan, **run)
+        blocked = pj.simulate(scores, dataclasses.replace(config, stop="certified"), method, **run)
+        scanned = pj.simulate(scores, dataclasses.replace(config, stop=full_scan), method, **run)
         same = bool(np.array_equal(blocked.certified_spent, scanned.certified_spent)
                     and np.array_equal(blocked.certified_model, scanned.certified_model)
                     and np.array_equal(blocked.chosen, scanned.chosen))

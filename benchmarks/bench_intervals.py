@@ -32,7 +32,7 @@ FRACTIONS = (0.10, 0.25, 0.50, 1.00)
 def problems(args):
     """(name, scores, V, batch, budget, refit_every) per dataset."""
     import pulse_jax as pj
-    from pulse_jax import factorization
+    from pulse_jax.stats import factorization
     from pulse_jax.io import data
 
     out = []
@@ -66,7 +66,7 @@ def problems(args):
 
 def measure(name, scores, V, batch, budget, refit_every, reps, seed=0, fractions=FRACTIONS, combos=None):
     import pulse_jax as pj
-    from pulse_jax.simulate import simulate
+    from pulse_jax.simulation import simulate
 
     m, n = scores.shape
     init = m * batch

@@ -115,8 +115,8 @@ def child(spec: dict) -> dict:
     import numpy as np
 
     from pulse_jax import engine
-    from pulse_jax.confidence import BETTING_GRID
-    from pulse_jax.simulate import simulate
+    from pulse_jax.stats.confidence import BETTING_GRID
+    from pulse_jax.simulation import simulate
 
     m, n = spec["models"], spec["examples"]
     scores, V = problem(spec)

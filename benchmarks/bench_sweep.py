@@ -48,7 +48,7 @@ def main(argv=None) -> int:
     import pulse_jax as pj
     import importlib
 
-    simulate_module = importlib.import_module("pulse_jax.simulate")   # the module (pj.simulate is the function)
+    simulate_module = importlib.import_module("pulse_jax.simulation")   # the module (pj.simulate is the function)
 
     floats = lambda text: [float(x) for x in text.split(",")]   # noqa: E731
     grid = {"exploration": floats(args.exploration), "refit_lr": floats(args.refit_lr),

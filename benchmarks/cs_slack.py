@@ -36,8 +36,8 @@ from pathlib import Path
 import numpy as np
 
 import pulse_jax as pj
-from pulse_jax.confidence import BETTING_GRID
-from pulse_jax.params import BanditParams
+from pulse_jax.stats.confidence import BETTING_GRID
+from pulse_jax.engine.params import BanditParams
 
 CASES = ("ucbe", "pulse_good", "pulse_useless", "pulse_adversarial", "pulse_soft", "certify_ucbe",
          "certify_good", "certify_useless", "certify_adversarial", "certify_soft", "betting_ucbe",

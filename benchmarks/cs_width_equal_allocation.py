@@ -32,7 +32,7 @@ def main(argv=None) -> int:
     p.add_argument("--out", default="results/equal_allocation.json")
     args = p.parse_args(argv)
     import pulse_jax as pj
-    from pulse_jax import factorization
+    from pulse_jax.stats import factorization
     from pulse_jax.io import data
 
     problems = []

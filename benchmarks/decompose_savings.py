@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 import pulse_jax as pj
-from pulse_jax.params import BanditParams
+from pulse_jax.engine.params import BanditParams
 
 ORACLE = Path(__file__).resolve().parents[1] / "docs" / "benchmarks" / "intervals" / "oracle_live_example.json"
 SHARED = Path(__file__).resolve().parents[1].parent / "shared" / "data"

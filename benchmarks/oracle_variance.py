@@ -86,7 +86,7 @@ def achieved(args_list=None) -> int:
     args = p.parse_args(args_list)
     import jax.numpy as jnp
 
-    from pulse_jax import factorization
+    from pulse_jax.stats import factorization
     from pulse_jax.io import data
 
     out = {}
@@ -155,7 +155,7 @@ def _sequence_vs_oracle(S, delta, draws=512, orders=200):
     fixed-time, known-variance Bernstein half-width at that count."""
     import jax.numpy as jnp
 
-    from pulse_jax import confidence
+    from pulse_jax.stats import confidence
 
     m, N = S.shape
     best = S[int(np.argmax(S.mean(1)))]
@@ -186,7 +186,7 @@ def live(args_list=None) -> int:
     import jax.numpy as jnp
 
     import pulse_jax as pj
-    from pulse_jax import factorization
+    from pulse_jax.stats import factorization
 
     bench = pj.make_benchmark(seed=0)
     S = np.asarray(bench.scores, float)

@@ -51,11 +51,11 @@ import jax.numpy as jnp
 import numpy as np
 
 import pulse_jax as pj
-from pulse_jax import factorization
+from pulse_jax.stats import factorization
 from pulse_jax.io import data
 from pulse_jax.analysis import metrics
 from pulse_jax.rules import SamplingRule
-from pulse_jax.ties import PULL, random_argmax, tie_uniform
+from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from decompose_savings import cells_to_top_two  # noqa: E402

@@ -30,9 +30,9 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import factorization
+from pulse_jax.stats import factorization
 from pulse_jax.io import data
-from pulse_jax.params import BanditParams
+from pulse_jax.engine.params import BanditParams
 
 FILES = {"bbh_composite": "openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz",
          "mmlu_pro": "openllm_v2_mmlu_pro_factors.npz"}

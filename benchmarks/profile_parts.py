@@ -22,9 +22,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import engine, factorization, sampling
+from pulse_jax import engine
+from pulse_jax.stats import factorization, without_replacement as sampling
 from pulse_jax.estimators import ucbe
-from pulse_jax.params import BanditParams
+from pulse_jax.engine.params import BanditParams
 
 
 def timed(fn, *args, repeats=3):

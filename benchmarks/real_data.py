@@ -55,7 +55,7 @@ BASE = {"delta": 0.05, "cs_simultaneous": 0.0}   # select's: certification bound
 
 def _config(m, n, batch, stop):
     import pulse_jax as pj
-    from pulse_jax.confidence import BETTING_GRID
+    from pulse_jax.stats.confidence import BETTING_GRID
 
     return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=batch, refit_every=1000,
                            rule=pj.top_two(challenger="interval"), cs_grid=BETTING_GRID, stop=stop)

@@ -26,7 +26,7 @@ def main(argv=None) -> int:
     import jax
     import jax.numpy as jnp
 
-    from pulse_jax import factorization as F
+    from pulse_jax.stats import factorization as F
     from pulse_jax.engine import adam_refit
 
     m, n, r, B, K, epochs = 1000, 12032, 100, 64, 6000, 10

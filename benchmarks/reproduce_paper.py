@@ -29,13 +29,13 @@ from pathlib import Path
 
 import numpy as np
 
-from pulse_jax import factorization
+from pulse_jax.stats import factorization
 from pulse_jax.io import data
 from pulse_jax.analysis import metrics, plotting
 from pulse_jax.engine import BanditConfig
 from pulse_jax.analysis.report import clean_json
-from pulse_jax.compilation_cache import enable_compilation_cache
-from pulse_jax.simulate import SimulationResult, simulate
+from pulse_jax.engine.compilation_cache import enable_compilation_cache
+from pulse_jax.simulation import SimulationResult, simulate
 
 SHARED = Path(__file__).resolve().parents[2] / "shared" / "data"
 FACTOR_FILES = {"mmlu_pro": "openllm_v2_mmlu_pro_factors.npz",

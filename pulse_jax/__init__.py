@@ -19,14 +19,14 @@ from importlib import metadata as _metadata
 
 _EXPORTS = {
     "pulse_jax.engine": ["BanditConfig", "Kernel", "RunResult", "build_kernel", "make_run"],
-    "pulse_jax.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
+    "pulse_jax.stats.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
     "pulse_jax.io.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
     "pulse_jax.errors": ["PulseInputError"],
     "pulse_jax.estimators": ["Estimator", "PulseParams", "constant_lambda", "naive_pooling", "paper_lambda", "pulse", "pulse_certify",
                              "pulse_adaptive", "pulse_hedged", "ucbe"],
-    "pulse_jax.factorization": ["PAPER_INIT_REFIT", "PAPER_REFIT", "RowPrior", "adam_settings",
+    "pulse_jax.stats.factorization": ["PAPER_INIT_REFIT", "PAPER_REFIT", "RowPrior", "adam_settings",
                                 "fit_example_embeddings", "fit_train_factors", "row_prior_from_rows"],
-    "pulse_jax.params": ["BanditParams", "RunParams"],
+    "pulse_jax.engine.params": ["BanditParams", "RunParams"],
     "pulse_jax.rules": ["IndexParams", "RuleInputs", "SamplingRule", "TopTwoParams", "lucb", "lucb_top_k",
                         "successive_halving",
                         "top_two", "ucb_index_rule"],
@@ -35,9 +35,9 @@ _EXPORTS = {
     "pulse_jax.live.report": ["Report"],
     "pulse_jax.live.runner": ["EvaluationError", "run"],
     "pulse_jax.live.selector": ["Request", "Selector"],
-    "pulse_jax.simulate": ["SimulationResult", "simulate"],
-    "pulse_jax.compilation_cache": ["enable_compilation_cache"],
-    "pulse_jax.sweep": ["SweepResult", "sweep"],
+    "pulse_jax.simulation": ["SimulationResult", "simulate"],
+    "pulse_jax.engine.compilation_cache": ["enable_compilation_cache"],
+    "pulse_jax.sweeps": ["SweepResult", "sweep"],
     "pulse_jax.synthetic": ["Benchmark", "make_benchmark"],
 }
 _WHERE = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -61,17 +61,3 @@ def __getattr__(name):
 def __dir__():
     return sorted(set(globals()) | set(_WHERE))
 
-
-class _Package(type(_metadata)):
-    """Keeps the exported functions ``simulate`` and ``sweep`` from being replaced by their submodules:
-    importing a submodule binds it on its package, which here would shadow the function of the same name."""
-
-    def __setattr__(self, name, value):
-        if name in _WHERE and isinstance(value, type(_metadata)):
-            return
-        super().__setattr__(name, value)
-
-
-import sys as _sys  # noqa: E402
-
-_sys.modules[__name__].__class__ = _Package

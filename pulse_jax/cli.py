@@ -211,7 +211,6 @@ def _add_stopping_options(sel: argparse.ArgumentParser) -> None:
                           f"best), budget (spend it all), or {PLUGIN_HELP} (default: certified; budget for a "
                           "method without an interval)")
     _add_certificate_options(sel)
-    sel.add_argument("--no-early-stop", action="store_true", help="deprecated: the same as --stop budget")
     sel.add_argument("--grace", type=float, default=None,
                      help="on SIGINT/SIGTERM, wait at most this many seconds for the batches in flight (default: "
                           "until they finish; a second signal abandons them)")
@@ -427,7 +426,7 @@ def _resolve_defaults(args, source: str) -> None:
 
 def _check_run_args(args) -> None:
     """Every number of a run, checked before anything is loaded or computed."""
-    from pulse_jax.params import seed_key
+    from pulse_jax.stats.seeds import seed_key
 
     seed_key(args.seed, "--seed")
     require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
@@ -528,7 +527,7 @@ def _config(args, m: int, n: int, default_budget: int):
 
 def _cs_grid(args) -> int:
     """``BanditConfig.cs_grid`` of ``--sequence``."""
-    from pulse_jax.confidence import BETTING_GRID
+    from pulse_jax.stats.confidence import BETTING_GRID
 
     return BETTING_GRID if args.sequence == "betting" else 0
 
@@ -558,7 +557,7 @@ def _for_method(config, estimator, alone: bool):
 def _params(args, config=None) -> dict:
     """The options' numbers as ``{name: value}`` (the run resolves them against its plug-ins); with the
     run's ``config``, the certificate's numbers too when its stopping rule is the certificate's."""
-    from pulse_jax.params import check_value
+    from pulse_jax.engine.params import check_value
 
     out = {"delta": check_value("delta", args.delta, "--delta"), "cs_simultaneous": 1.0 if args.bounds == "all" else 0.0}
     if args.exploration is not None:   # the index rule's number (rule.exploration)
@@ -570,7 +569,7 @@ def _params(args, config=None) -> dict:
 
 
 def _run_all(scores, V, config, methods, args, names):
-    from pulse_jax.simulate import simulate
+    from pulse_jax.simulation import simulate
 
     results = {}
     for name, estimator in methods.items():
@@ -650,7 +649,8 @@ def _hash_inputs(*paths) -> list[dict]:
 
 
 def cmd_demo(args) -> None:
-    from pulse_jax import factorization, synthetic
+    from pulse_jax import synthetic
+    from pulse_jax.stats import factorization
 
     _check_run_args(args)
     _resolve_defaults(args, "built-in")
@@ -738,7 +738,7 @@ def _load_embeddings(path, cand, n):
 
 def _side_information(args, cand, n):
     """V from --embeddings, or fitted on --train (aligned to the candidates' examples)."""
-    from pulse_jax import factorization
+    from pulse_jax.stats import factorization
     from pulse_jax.io import data
 
     _one_side_information(args)
@@ -766,9 +766,9 @@ def _fit_rank(args, shape) -> int:
 
 def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
     """``--grid`` and ``--baseline`` as ``({name: values}, {name: value} or None)``."""
-    from pulse_jax.params import parse_grid_option
+    from pulse_jax.engine.params import parse_grid_option
 
-    from pulse_jax.params import run_params
+    from pulse_jax.engine.params import run_params
 
     require(args.grid, "--grid: give at least one, e.g. --grid exploration=0.25,0.5,1,2")
     grid = {}
@@ -791,7 +791,8 @@ def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
 
 def _sweep_data(args, method, estimator):
     """``(scores, model names, title, default budget, V, input files)`` of a sweep."""
-    from pulse_jax import factorization, synthetic
+    from pulse_jax import synthetic
+    from pulse_jax.stats import factorization
     from pulse_jax.io import data
 
     _one_side_information(args)
@@ -818,7 +819,7 @@ def _sweep_data(args, method, estimator):
 
 
 def cmd_sweep(args) -> None:
-    from pulse_jax.sweep import sweep
+    from pulse_jax.sweeps import sweep
 
     _check_run_args(args)
     require(0 < args.target < 1, f"--target must lie in (0, 1), got {args.target}")
@@ -886,7 +887,7 @@ def cmd_tune(args) -> None:
     from pulse_jax import tuning
     from pulse_jax.io import data
 
-    from pulse_jax.params import seed_key
+    from pulse_jax.stats.seeds import seed_key
 
     seed_key(args.seed, "--seed")
     _check_writable_file(args.out, "--out")
@@ -1110,7 +1111,7 @@ def cmd_select(args) -> None:
     from pulse_jax import live
     from pulse_jax.io import data
 
-    from pulse_jax.params import seed_key
+    from pulse_jax.stats.seeds import seed_key
 
     seed_key(args.seed, "--seed")
     _resolve_defaults(args, "live")
@@ -1124,10 +1125,6 @@ def cmd_select(args) -> None:
     require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
     (method, estimator), = methods.items()
     rule = _live_rule(args, method, estimator)
-    if args.no_early_stop:
-        require(args.stop in (None, "budget"), f"--no-early-stop contradicts --stop {args.stop}; give --stop alone")
-        print("pulse-jax: --no-early-stop is deprecated; use --stop budget", file=sys.stderr)
-        args.stop = "budget"
     certificate, numbers = _certificate(args)
     stop = certificate or (None if args.stop is None else _plugin("stopping rule", args.stop, "--stop"))
     numbers = _params(args) if certificate is None else _certificate_levels(args, {**_params(args), **numbers},
@@ -1286,7 +1283,7 @@ def main(argv=None) -> int:
     given = sys.argv[1:] if argv is None else argv
     args.rule_given = any(a == "--rule" or a.startswith("--rule=") for a in given)
     args.stop_given = any(a == "--stop" or a.startswith("--stop=") for a in given)
-    from pulse_jax.compilation_cache import enable_compilation_cache
+    from pulse_jax.engine.compilation_cache import enable_compilation_cache
 
     enable_compilation_cache()
     try:

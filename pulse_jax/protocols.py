@@ -3,15 +3,12 @@
 Each field of `pulse_jax.Estimator`, `pulse_jax.SamplingRule` and
 `pulse_jax.StoppingRule` that holds a function is annotated with one of
 these. They document the contract (argument order, what comes back, the
-shapes); `pulse_jax.conformance.check_plugins` enforces the shapes on a
+shapes); `pulse_jax.engine.conformance.check_plugins` enforces the shapes on a
 run's own sizes before anything is compiled. Shapes use ``m`` models, ``n``
 examples, ``B`` the batch size and ``C`` the estimator's ``n_sequences``.
 """
 from __future__ import annotations
 
-import functools
-import inspect
-import warnings
 from typing import TYPE_CHECKING, Any, Protocol
 
 import chex
@@ -137,43 +134,3 @@ class StopHolds(Protocol):
     count the claims that are not (at most ``delta`` of the stopped runs, if the rule is valid)."""
 
     def __call__(self, claimed: np.ndarray, true_means: np.ndarray, params: Params) -> bool: ...
-
-
-# ----------------------------------------------------------------------------- the earlier signatures
-
-#: Positional arguments of the estimator functions that gained a trailing ``params``.
-_ARITY = {"init": 2, "refresh": 4, "estimate": 3, "radius": 5, "draw_weights": 3}
-
-
-def _positional(fn) -> int | None:
-    """How many positional arguments ``fn`` takes (None: any number, or unknown)."""
-    try:
-        signature = inspect.signature(fn)
-    except (TypeError, ValueError):
-        return None
-    kinds = [p.kind for p in signature.parameters.values()]
-    if inspect.Parameter.VAR_POSITIONAL in kinds:
-        return None
-    return sum(k in (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD) for k in kinds)
-
-
-def _dropping_params(fn):
-    def call(*args):
-        return fn(*args[:-1])
-
-    call.__qualname__ = getattr(fn, "__qualname__", "function")
-    return call
-
-
-@functools.lru_cache(maxsize=256)
-def adapt_estimator(estimator):
-    """``estimator`` with each function written for the earlier signature (no trailing ``params``)
-    wrapped to take it, with a ``DeprecationWarning`` naming them; the same object when none is."""
-    old = [name for name, arity in _ARITY.items()
-           if callable(getattr(estimator, name)) and _positional(getattr(estimator, name)) == arity - 1]
-    if not old:
-        return estimator
-    warnings.warn(f"estimator {estimator.name!r}: {', '.join(old)} without the trailing params argument is "
-                  "deprecated; add it (the estimator's own numbers, pulse_jax.protocols)", DeprecationWarning,
-                  stacklevel=3)
-    return estimator._replace(**{name: _dropping_params(getattr(estimator, name)) for name in old})

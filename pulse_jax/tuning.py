@@ -22,10 +22,10 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 
-from pulse_jax import factorization
+from pulse_jax.stats import factorization
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.factorization import FitSettings
-from pulse_jax.params import seed_key
+from pulse_jax.stats.factorization import FitSettings
+from pulse_jax.stats.seeds import seed_key
 
 DEFAULT_GRID = {"rank": (4, 8, 16, 32), "lam": (0.001, 0.01, 0.1), "lr": (0.05,), "epochs": (150, 300)}
 

@@ -14,7 +14,7 @@ if os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1" and "xla_backend_optimizatio
         "XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
 
-from pulse_jax.compilation_cache import enable_compilation_cache  # noqa: E402
+from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
@@ -48,7 +48,8 @@ def shared_data():
 @pytest.fixture(scope="module")
 def small_bench():
     """A 6 x 200 built-in benchmark and its rank-3 embeddings (live-selection tests)."""
-    from pulse_jax import factorization, synthetic
+    from pulse_jax import synthetic
+    from pulse_jax.stats import factorization
 
     b = synthetic.make_benchmark(seed=0, n_models=6, n_examples=200, n_train=40)
     return b, factorization.fit_example_embeddings(b.train, rank=3)
@@ -57,7 +58,8 @@ def small_bench():
 @pytest.fixture(scope="module")
 def journal_bench():
     """A 6 x 200 built-in benchmark (seed 1) and its rank-3 embeddings (the live log's tests)."""
-    from pulse_jax import factorization, synthetic
+    from pulse_jax import synthetic
+    from pulse_jax.stats import factorization
 
     b = synthetic.make_benchmark(seed=1, n_models=6, n_examples=200, n_train=40)
     return b, factorization.fit_example_embeddings(b.train, rank=3)

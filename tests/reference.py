@@ -3,7 +3,7 @@
 Written from the derivations in docs/confidence.md, independently of the engine: it shares only the
 random numbers (the Fisher-Yates choices of each draw, the model order, the
 tie-breaking uniforms), which it takes from ``pulse_jax.engine.draw_keys``,
-``pulse_jax.sampling.fisher_yates_choices`` and ``tie_uniforms``. Everything
+``pulse_jax.stats.without_replacement.fisher_yates_choices`` and ``tie_uniforms``. Everything
 else -- the swaps that turn choices into a batch, selection, the three
 estimators, the lambda rule, the masked BCE gradient and Adam -- is
 re-implemented here in float64, and so are the confidence sequences (one draw
@@ -15,7 +15,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import engine, sampling, ties
+from pulse_jax import engine
+from pulse_jax.stats import without_replacement as sampling, ties
 
 
 def _sigmoid(z):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import pulse_jax as pj
-from pulse_jax import sampling
+from pulse_jax.stats import without_replacement as sampling
 from pulse_jax.estimators import adaptive
 from pulse_jax.errors import PulseInputError
 from pulse_jax.estimators import Ledger, Pull, draw_design

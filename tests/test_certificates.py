@@ -22,7 +22,8 @@ import pytest
 
 import pulse_jax as pj
 from sweep_compiles import count_compiles
-from pulse_jax import cli, factorization, stopping
+from pulse_jax import cli, stopping
+from pulse_jax.stats import factorization
 from pulse_jax.errors import PulseInputError
 from pulse_jax.stopping import StopInputs
 

@@ -6,11 +6,12 @@ import sys
 import numpy as np
 import pytest
 
-from pulse_jax import cli, factorization
+from pulse_jax import cli
+from pulse_jax.stats import factorization
 from pulse_jax.io import data
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
-from pulse_jax.simulate import simulate
+from pulse_jax.simulation import simulate
 
 
 def _write(path, text):

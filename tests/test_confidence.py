@@ -1,4 +1,5 @@
 """Anytime-valid confidence sequences: exact enumeration, a plain NumPy loop, and coverage at every look."""
+import dataclasses
 import itertools
 
 import jax
@@ -7,9 +8,10 @@ import numpy as np
 import pytest
 
 from conftest import tiny_problem
-from pulse_jax import BanditConfig, BanditParams, RowPrior, confidence, estimators, registry
+from pulse_jax import BanditConfig, BanditParams, RowPrior, estimators, registry
+from pulse_jax.stats import confidence
 from pulse_jax.estimators import Ledger, Pull
-from pulse_jax.simulate import simulate
+from pulse_jax.simulation import simulate
 
 
 def _pulse_proxies(scores, preds, observed, order, lam_state, est=None):
@@ -385,7 +387,7 @@ def _adaptive_sequence_miss_rate(reps=1000, N=100, batch=5, grid=0, share=0.5, m
     design, predictions anti-correlated with the scores): each batch drawn with the residual-sd weights
     over the unseen examples. ``mislabel``: the proxies computed as if the draws were uniform (a
     mutation that must fail)."""
-    from pulse_jax import sampling
+    from pulse_jax.stats import without_replacement as sampling
     from pulse_jax.estimators import adaptive, draw_design
     rng = np.random.default_rng(7)
     population = jnp.asarray((rng.random(N) < 0.5).astype(np.float32))
@@ -455,7 +457,7 @@ def test_certified_stopping_is_wrong_at_most_delta(method, rule, simultaneous, g
     _, _, v = tiny_problem(seed=4, m=3, n=n, rank=3)
     config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule=rule,
                           cs_grid=grid)
-    res = simulate(scores, config, method, V=v, reps=REPS, seed=3, stop="certified",
+    res = simulate(scores, dataclasses.replace(config, stop="certified"), method, V=v, reps=REPS, seed=3,
                    params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous))
     cert = res.certification()
     print(method, rule, simultaneous, grid, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])

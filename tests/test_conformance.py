@@ -1,11 +1,14 @@
 """Plug-in contracts: every built-in passes the conformance check on a run's shapes; a broken
 contract is refused in one line naming the plug-in, the function and the shapes, before compiling."""
+import dataclasses
+
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
 import pulse_jax as pj
-from pulse_jax import conformance, registry, synthetic
+from pulse_jax import registry, synthetic
+from pulse_jax.engine import conformance
 from pulse_jax.estimators import observed_mean
 
 SHAPES = dict(n_models=5, n_examples=120, budget=400, batch_size=8)
@@ -53,7 +56,7 @@ BROKEN = [
      pj.ucbe(), "stopping rule 'idx': claim returned int32[]; expected one flag per model: bool[5]"),
     ("estimator fields in the wrong order", {}, pj.Estimator("x", lambda ledger: (), lambda *a: a),
      "estimator 'x': uses_predictions must be True or False"),
-    ("estimate of one number", {}, pj.Estimator(name="scalar", estimate=lambda s, l: jnp.float32(0.5)),
+    ("estimate of one number", {}, pj.Estimator(name="scalar", estimate=lambda s, l, q: jnp.float32(0.5)),
      "estimator 'scalar': estimate returned float32[]; expected one estimate per model: float[5]"),
     ("proxies of the wrong length", {}, pj.Estimator(name="short", proxies=lambda s, l, p, n, q: (p.scores[:3][None],) * 3),
      "estimator 'short': proxies returned float32[1,3]; expected Y with n_sequences x batch_size entries: "
@@ -63,11 +66,66 @@ BROKEN = [
 ]
 
 
+
+
+@dataclasses.dataclass
+class _DataclassParams:
+    strength: float = 1.0
+
+
+class _Opaque:
+    """Not a pytree, not a NamedTuple."""
+
+
+_NT = "must be () or a NamedTuple of numbers"
+BROKEN += [
+    ("estimator params as a dataclass", {}, pj.Estimator(name="dc", proxies=_raw, params=_DataclassParams()),
+     f"estimator 'dc': params {_NT}"),
+    ("estimator params as a list", {}, pj.Estimator(name="listed", proxies=_raw, params=[1.0]),
+     f"estimator 'listed': params {_NT}"),
+    ("estimator params as a dict", {}, pj.Estimator(name="mapped", proxies=_raw, params={"strength": 1.0}),
+     f"estimator 'mapped': params {_NT}"),
+    ("estimator params as an object", {}, pj.Estimator(name="opaque", proxies=_raw, params=_Opaque()),
+     f"estimator 'opaque': params {_NT}"),
+    ("estimator params as a plain tuple", {}, pj.Estimator(name="plain", proxies=_raw, params=(1.0,)),
+     f"estimator 'plain': params {_NT}"),
+    ("a params field that is not a number", {},
+     pj.Estimator(name="texty", proxies=_raw, params=pj.PulseParams(fixed_lambda="half")),
+     "estimator 'texty': params field 'fixed_lambda' must be a number"),
+    ("rule params as a dict", dict(rule=pj.ucb_index_rule()._replace(name="ucb_dict", params={"exploration": 1.0})),
+     pj.ucbe(), f"sampling rule 'ucb_dict': params {_NT}"),
+    ("stop params as a list", dict(stop=pj.StoppingRule("listy_stop", lambda i, p: i.certified, params=[0.1])),
+     pj.ucbe(), f"stopping rule 'listy_stop': params {_NT}"),
+    ("statement returns a number", dict(stop=pj.StoppingRule("mute", lambda i, p: i.certified,
+                                                             statement=lambda names, delta, p: 3)),
+     pj.ucbe(), "stopping rule 'mute': statement returned int 3"),
+    ("statement raises", dict(stop=pj.StoppingRule("loud", lambda i, p: i.certified,
+                                                   statement=lambda names, delta, p: names[0].upper())),
+     pj.ucbe(), "stopping rule 'loud': statement fails for names=[]: IndexError"),
+]
+
+
 @pytest.mark.parametrize("what, config, estimator, message", BROKEN, ids=[b[0] for b in BROKEN])
 def test_a_broken_contract_is_one_line_naming_plugin_function_and_shapes(what, config, estimator, message):
     with pytest.raises(pj.PulseInputError) as err:
         conformance.check_plugins(_config(**config), estimator)
     assert message in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("params", [_DataclassParams(), [1.0], {"strength": 1.0}, _Opaque()],
+                         ids=["dataclass", "list", "dict", "object"])
+def test_bad_params_are_one_line_in_simulate_sweep_and_the_selector(params):
+    """Nothing hashes the plug-in before its params are checked: one line, never ``unhashable type``."""
+    bench = synthetic.make_benchmark(seed=0, n_models=5, n_examples=120, n_train=20)
+    bad = pj.Estimator(name="bad_params", proxies=_raw, params=params)
+    for call in (lambda: pj.simulate(bench.scores, _config(), bad, reps=2),
+                 lambda: pj.sweep(bench.scores, _config(), bad, {"delta": [0.1]}, reps=2),
+                 lambda: pj.Selector(bench.models, 120, 400, method=bad, batch_size=8)):
+        with pytest.raises(pj.PulseInputError) as err:
+            call()
+        text = str(err.value)
+        assert text.startswith("estimator 'bad_params': params must be () or a NamedTuple") and "\n" not in text
+        assert "unhashable" not in text
 
 
 def test_simulate_refuses_a_broken_plugin_before_compiling():

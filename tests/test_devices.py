@@ -9,7 +9,7 @@ import numpy as np
 from conftest import ON_CPU, tiny_problem
 
 from pulse_jax.engine import BanditConfig
-from pulse_jax.simulate import simulate
+from pulse_jax.simulation import simulate
 
 SCRIPT = """
 import json, sys
@@ -17,7 +17,7 @@ import jax
 sys.path.insert(0, {tests!r})
 from conftest import tiny_problem
 from pulse_jax.engine import BanditConfig
-from pulse_jax.simulate import simulate
+from pulse_jax.simulation import simulate
 assert len(jax.devices()) == 4, jax.devices()
 scores, _, V = tiny_problem(seed=4, m=6, n=40)
 config = BanditConfig(n_models=6, n_examples=40, budget=6 * 4 + 120, batch_size=4, refit_every=5)
@@ -57,7 +57,7 @@ import numpy as np
 sys.path.insert(0, {tests!r})
 from conftest import tiny_problem
 from pulse_jax.engine import BanditConfig
-from pulse_jax.simulate import simulate
+from pulse_jax.simulation import simulate
 scores, _, V = tiny_problem(seed=5, m=6, n=40)
 config = BanditConfig(n_models=6, n_examples=40, budget=6 * 4 + 120, batch_size=4, refit_every=5,
                       record_estimates=True)

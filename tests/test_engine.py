@@ -9,11 +9,12 @@ from conftest import tiny_problem
 from reference import assert_engine_agrees
 
 import pulse_jax as pj
-from pulse_jax import engine, factorization, ties
-from pulse_jax.simulate import simulate
+from pulse_jax import engine
+from pulse_jax.stats import factorization, ties
+from pulse_jax.simulation import simulate
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
-from pulse_jax.params import BanditParams
+from pulse_jax.engine.params import BanditParams
 
 METHODS = ["ucbe", "pulse", "naive"]
 INIT_LR, REFIT_LR = 0.01, 0.1
@@ -437,7 +438,7 @@ def test_init_U_sets_the_first_rows_and_zero_epochs_keep_them_through_refits():
     """``init_U`` with no refit epochs: U stays ``init_U`` through the initial fit and every refit, and
     the ledger's prediction sums are exactly those of ``sigmoid(init_U V^T)`` over each model's
     unobserved cells (the oracle-prediction path of ``benchmarks/paper_scale_configs.py``)."""
-    from pulse_jax import sampling
+    from pulse_jax.stats import without_replacement as sampling
     rng = np.random.default_rng(3)
     m, n, r = 5, 40, 3
     U0, V = rng.normal(0, 1, (m, r)).astype(np.float32), rng.normal(0, 1, (n, r)).astype(np.float32)

@@ -9,7 +9,7 @@ from pulse_jax.io import data
 from pulse_jax.analysis import metrics, plotting
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
-from pulse_jax.simulate import SimulationResult
+from pulse_jax.simulation import SimulationResult
 
 
 def _matrix(m=6, n=4, dates=None):
@@ -154,7 +154,7 @@ def test_enable_compilation_cache_is_exported_at_the_top_level():
 
     import pulse_jax as pj
 
-    module = importlib.import_module("pulse_jax.compilation_cache")
+    module = importlib.import_module("pulse_jax.engine.compilation_cache")
     assert pj.enable_compilation_cache is module.enable_compilation_cache
     assert "enable_compilation_cache" in pj.__all__
 
@@ -175,7 +175,7 @@ def test_the_papers_budget_metric_by_hand():
 
 def test_paired_savings_in_both_metrics_on_a_real_pair():
     from pulse_jax import synthetic
-    from pulse_jax.simulate import simulate
+    from pulse_jax.simulation import simulate
 
     bench = synthetic.make_benchmark(seed=4, n_models=10, n_examples=300, n_train=20)
     m, n = bench.scores.shape
@@ -185,9 +185,9 @@ def test_paired_savings_in_both_metrics_on_a_real_pair():
     for metric in ("paper", "strict"):
         self_pair = metrics.paired_savings(same, ucbe, target=0.5, n_boot=200, metric=metric)
         assert self_pair["savings_pct"] == 0.0 and self_pair["low"] == self_pair["high"] == 0.0   # paired: exact 0
-    from pulse_jax.params import BanditParams
+    from pulse_jax.engine.params import BanditParams
 
-    wide = simulate(bench.scores, config, "ucbe", reps=60, seed=0, params=BanditParams(exploration=8.0))
+    wide = simulate(bench.scores, config, "ucbe", reps=60, seed=0, params={"rule.exploration": 8.0})
     for metric in ("paper", "strict"):
         pair = metrics.paired_savings(ucbe, wide, target=0.5, n_boot=200, metric=metric)
         assert pair["both_reached_fraction"] > 0.5
@@ -201,8 +201,8 @@ def test_paired_certify_savings():
     """Paired savings in cells to certify: exactly 0 against itself, finite and bracketed for two real
     configurations, NaN when one never certifies (its median is beyond the budget)."""
     from pulse_jax import synthetic
-    from pulse_jax.params import BanditParams
-    from pulse_jax.simulate import simulate
+    from pulse_jax.engine.params import BanditParams
+    from pulse_jax.simulation import simulate
 
     bench = synthetic.make_benchmark(seed=4, n_models=6, n_examples=120, n_train=20)
     m, n = bench.scores.shape

@@ -20,8 +20,8 @@ from pulse_jax.io import data
 from pulse_jax.analysis import metrics
 from pulse_jax.engine import BanditConfig
 from pulse_jax.io.provenance import clean_json
-from pulse_jax.simulate import simulate
-from pulse_jax.sweep import sweep
+from pulse_jax.simulation import simulate
+from pulse_jax.sweeps import sweep
 
 
 def _error_line(capsys, argv) -> str:
@@ -175,7 +175,7 @@ def test_budget_intervals_beyond_the_budget_read_as_such():
 def test_progress_bars_from_python_follow_the_terminal(capsys, monkeypatch):
     import importlib
 
-    simulate_module = importlib.import_module("pulse_jax.simulate")
+    simulate_module = importlib.import_module("pulse_jax.simulation")
 
     bench = synthetic.make_benchmark(seed=3, n_models=8, n_examples=200, n_train=20)
     config = BanditConfig(n_models=8, n_examples=200, budget=8 * 16 + 160, batch_size=16)

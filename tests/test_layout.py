@@ -63,24 +63,3 @@ def test_the_structure_check_finds_a_circle_and_a_private_name():
     edges, private = structure.imports(trees)
     assert structure.cycles(edges) == [["pulse_jax.a", "pulse_jax.b"]]
     assert private == [("pulse_jax.a", "pulse_jax.b", "_hidden")]
-
-
-def test_earlier_module_paths_still_import_with_a_deprecation_warning():
-    """``pulse_jax.bandit``, ``pulse_jax.selector``, ... are the moved modules themselves, for one release."""
-    import subprocess
-    import sys
-
-    code = ("import warnings; warnings.simplefilter('always')\n"
-            "import importlib, pulse_jax.moved as m\n"
-            "for old, new in m.MOVED.items():\n"
-            "    with warnings.catch_warnings(record=True) as w:\n"
-            "        warnings.simplefilter('always')\n"
-            "        mod = importlib.import_module(old)\n"
-            "    assert mod is importlib.import_module(new), old\n"
-            "    assert any(issubclass(x.category, DeprecationWarning) and new in str(x.message) for x in w), old\n"
-            "from pulse_jax.bandit import make_run, BanditConfig\n"
-            "from pulse_jax import engine\n"
-            "assert make_run is engine.make_run\n"
-            "print('ok', len(m.MOVED))\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and out.stdout.startswith("ok 12"), out.stderr[-2000:]

@@ -16,7 +16,7 @@ import pytest
 from conftest import tiny_problem
 
 from pulse_jax import BanditConfig
-from pulse_jax.simulate import simulate
+from pulse_jax.simulation import simulate
 
 WORKER = textwrap.dedent("""
     import sys
@@ -28,7 +28,7 @@ WORKER = textwrap.dedent("""
     sys.path.insert(0, sys.argv[4])
     from conftest import tiny_problem
     from pulse_jax import BanditConfig
-    from pulse_jax.simulate import simulate
+    from pulse_jax.simulation import simulate
     scores, _, V = tiny_problem(seed=0, m=5, n=40)
     config = BanditConfig(n_models=5, n_examples=40, budget=80, batch_size=4, refit_every=5)
     res = simulate(scores, config, "pulse", V=V, reps=6, seed=3)

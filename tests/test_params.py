@@ -14,7 +14,7 @@ import pulse_jax as pj
 from pulse_jax import engine
 from pulse_jax.live import journal
 from pulse_jax.errors import PulseInputError
-from pulse_jax.params import run_params
+from pulse_jax.engine.params import run_params
 from sweep_compiles import count_compiles
 from conftest import tiny_problem
 
@@ -70,24 +70,6 @@ def test_values_are_checked_against_the_plugins_declared_ranges():
     assert math.isnan(run_params(PULSE, {"fixed_lambda": float("nan")}).estimator.fixed_lambda)
 
 
-def test_the_deprecated_fields_move_to_the_plugins_that_own_them_with_identical_results():
-    scores, _, V = tiny_problem(seed=5, m=5, n=120)
-    config = pj.BanditConfig(n_models=5, n_examples=120, budget=5 * 4 + 160, batch_size=4, refit_every=6,
-                             rule=pj.top_two())
-    with pytest.warns(DeprecationWarning, match=r"BanditParams\(exploration, fixed_lambda, leader_fraction=...\) "
-                                                "is deprecated"):
-        old = pj.simulate(scores, config, "pulse", V=V, reps=3, seed=1, params=pj.BanditParams(
-            exploration=0.3, fixed_lambda=0.5, plugin={"leader_fraction": 0.7}))
-    new = pj.simulate(scores, config, "pulse", V=V, reps=3, seed=1, params={
-        "rule.exploration": 0.3, "estimator.fixed_lambda": 0.5, "rule.leader_fraction": 0.7})
-    assert new.params == old.params and new.params.rule == pj.TopTwoParams(0.7, 0.3)
-    np.testing.assert_array_equal(old.chosen, new.chosen)
-    np.testing.assert_array_equal(old.estimates, new.estimates)
-    with pytest.raises(PulseInputError, match="'leader_fractoin' is not a number of this run's plug-ins"):
-        with pytest.warns(DeprecationWarning):
-            run_params(PULSE, pj.BanditParams(plugin={"leader_fractoin": 0.5}))
-
-
 def test_an_estimators_own_number_sweeps_without_recompiling_and_changes_what_it_estimates():
     """``estimator.strength`` reaches ``estimate``: each sweep point equals simulate with its value, a
     second sweep over new values compiles nothing, and the shrinkage moves the estimates towards 1/2."""
@@ -111,28 +93,7 @@ def test_an_estimators_own_number_sweeps_without_recompiling_and_changes_what_it
         pj.sweep(scores, config, SHRUNK, {"strength": [-1.0]}, reps=2)
 
 
-def test_a_plugin_declaring_traced_and_functions_without_params_still_work_with_a_warning():
-    scores, _, _ = tiny_problem(seed=7, m=4, n=80)
-    config = pj.BanditConfig(n_models=4, n_examples=80, budget=4 * 4 + 80, batch_size=4)
-
-    def old_estimate(state, ledger):                          # the earlier signature
-        return ledger.obs_sum / jnp.maximum(ledger.n_obs, 1)
-
-    old = pj.Estimator(name="old_mean", estimate=old_estimate, proxies=_raw)
-    with pytest.warns(DeprecationWarning, match="estimator 'old_mean': estimate without the trailing params"):
-        result = pj.simulate(scores, config, old, reps=2)
-    np.testing.assert_array_equal(result.chosen, pj.simulate(scores, config, "ucbe", reps=2).chosen)
-    from pulse_jax.params import plugin_value
-
-    stop = pj.StoppingRule("spent_past", lambda inputs, params: inputs.spent >= plugin_value(params, "cells", 40.0),
-                           traced=(("cells", 40.0, 0.0, 1e9),))
-    with pytest.warns(DeprecationWarning, match="traced=... is deprecated"):
-        stopped = pj.simulate(scores, pj.BanditConfig(n_models=4, n_examples=80, budget=4 * 4 + 80, batch_size=4,
-                                                      stop=stop), "ucbe", reps=2, params={"stop.cells": 24.0})
-    assert (stopped.spent[:, -1] == 24).all()
-
-
-def test_live_logs_record_the_plugins_numbers_and_resume_logs_with_the_earlier_flat_fields(tmp_path):
+def test_live_logs_record_the_plugins_numbers(tmp_path):
     scores, _, V = tiny_problem(seed=8, m=4, n=60)
     models = [f"m{i}" for i in range(4)]
     log = tmp_path / "run.jsonl"
@@ -150,23 +111,6 @@ def test_live_logs_record_the_plugins_numbers_and_resume_logs_with_the_earlier_f
     assert lines[0]["rule.exploration"] == 0.5 and lines[0]["estimator.fixed_lambda"] is None
     with pytest.raises(PulseInputError, match="rule.exploration is 0.5 in the log, 1.0 here"):
         selector()
-    # The same log as an earlier version wrote it: flat exploration / fixed_lambda / plugin fields.
-    header = {k: v for k, v in lines[0].items() if not k.startswith(("rule.", "estimator."))}
-    header.update(exploration=0.5, fixed_lambda=None, plugin=None)
-    previous, rewritten = "", []
-    for record in [header] + lines[1:]:
-        record = {k: v for k, v in record.items() if k != "crc"}
-        record["crc"] = previous = journal.checksum(record, previous)
-        rewritten.append(json.dumps(record))
-    log.write_text("\n".join(rewritten) + "\n")      # a JSONL log of that version: converted on resume
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        again = selector(exploration=0.5)
-    assert not [w for w in caught if "BanditParams" in str(w.message)]   # an old log resumes without a warning
-    assert again.spent == first.spent and again.ask() is not None
-    again.close()
-    with pytest.raises(PulseInputError, match="rule.exploration is 0.5 in the log, 2.0 here"):
-        selector(exploration=2.0)
 
 
 def test_kernel_functions_take_run_params_or_the_engines_bandit_params():

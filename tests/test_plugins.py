@@ -3,6 +3,7 @@
 An estimator, a sampling rule and a stopping rule are written below exactly as a user would write
 them in their own module; nothing in pulse_jax knows their names.
 """
+import dataclasses
 import json
 import subprocess
 import sys
@@ -16,9 +17,10 @@ from pulse_jax.live import journal
 from conftest import tiny_problem
 
 import pulse_jax as pj
-from pulse_jax import cli, factorization, synthetic
+from pulse_jax import cli, synthetic
+from pulse_jax.stats import factorization
 from pulse_jax.errors import PulseInputError
-from pulse_jax.ties import PULL, random_argmax, tie_uniform
+from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform
 
 COMPILES = []   # XLA backend compilations, as JAX's own monitoring reports them
 jax.monitoring.register_event_duration_secs_listener(
@@ -31,7 +33,7 @@ jax.monitoring.register_event_duration_secs_listener(
 def negated_mean() -> pj.Estimator:
     """The sample mean, negated: an estimator that prefers the *worst* model (no interval)."""
     base = pj.ucbe()
-    return base._replace(name="negated_mean", estimate=lambda state, ledger: -ledger.obs_sum / ledger.n_obs,
+    return base._replace(name="negated_mean", estimate=lambda state, ledger, params: -ledger.obs_sum / ledger.n_obs,
                          proxies=None, n_sequences=1)
 
 
@@ -79,11 +81,11 @@ def test_plugins_run_through_simulate(problem):
     assert neg.method == "negated_mean"
     assert np.all(neg.estimates[neg.n_obs < 60] <= 0)     # (a model seen whole is known exactly)
     whole = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 60, batch_size=4, rule=ROUND_ROBIN)
-    stopped = pj.simulate(scores, whole, "ucbe", reps=6, seed=2, stop=NARROW_LEADER)
+    stopped = pj.simulate(scores, dataclasses.replace(whole, stop=NARROW_LEADER), "ucbe", reps=6, seed=2)
     full = pj.simulate(scores, whole, "ucbe", reps=6, seed=2)
     assert (stopped.spent[:, -1] <= full.spent[:, -1]).all() and (stopped.spent[:, -1] < full.spent[:, -1]).any()
     with pytest.raises(PulseInputError, match="negated_mean.*no valid interval.*narrow_leader"):
-        pj.simulate(scores, config, NEGATED, reps=2, stop=NARROW_LEADER)
+        pj.simulate(scores, dataclasses.replace(config, stop=NARROW_LEADER), NEGATED, reps=2)
 
 
 def test_plugins_sweep_without_recompiling(problem):
@@ -146,7 +148,7 @@ def test_selector_with_a_custom_rule_equals_simulate(bench):
 
 @pytest.mark.parametrize("change, needle", [
     (dict(params=pj.BanditParams(refit_lr=0.2)), "refit_lr is 0.1 in the log, 0.2 here"),
-    (dict(params=pj.BanditParams(fixed_lambda=0.5)), "fixed_lambda is None in the log, 0.5 here"),
+    (dict(params={"estimator.fixed_lambda": 0.5}), "estimator.fixed_lambda is None in the log, 0.5 here"),
     (dict(params=pj.BanditParams(init_refit_l2=0.02)), "init_refit_l2 is 0.01 in the log, 0.02 here"),
     (dict(rule="top_two"), "rule is 'ucbe' in the log, 'top_two' here"),
     (dict(method=pj.pulse(variance_bound=2.0)), "method_settings"),
@@ -198,6 +200,6 @@ def test_cli_takes_plugins_as_module_attribute(problem, tmp_path, capsys):
 
 def test_live_selection_loads_neither_the_simulation_nor_matplotlib():
     code = ("import sys, pulse_jax.live; "
-            "print([m for m in ('pulse_jax.simulate', 'pulse_jax.sweep', 'matplotlib') if m in sys.modules])")
+            "print([m for m in ('pulse_jax.simulation', 'pulse_jax.sweeps', 'matplotlib') if m in sys.modules])")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"

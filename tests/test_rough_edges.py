@@ -64,7 +64,7 @@ def test_without_a_terminal_long_work_says_how_far_it_is(tmp_path, monkeypatch, 
 
 def test_certificate_wording(tmp_path, capsys):
     from pulse_jax import stopping
-    from pulse_jax.params import declared_params
+    from pulse_jax.engine.params import declared_params
 
     rule = stopping.epsilon_good()
     text = rule.statement(["m1"], 0.05, declared_params(rule)._replace(epsilon=0.0))

@@ -12,7 +12,7 @@ from reference import assert_engine_agrees
 from pulse_jax import engine, registry, rules
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
-from pulse_jax.params import BanditParams
+from pulse_jax.engine.params import BanditParams
 from pulse_jax.rules.successive_halving import schedule
 
 CASES = {   # name: (m, n, bandit cells, batch, refit_every)

@@ -1,4 +1,4 @@
-"""Sampling without replacement (pulse_jax.sampling): exact, by enumeration and against literal swaps."""
+"""Sampling without replacement (pulse_jax.stats.without_replacement): exact, by enumeration and against literal swaps."""
 import itertools
 
 import jax
@@ -6,7 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from pulse_jax import sampling
+from pulse_jax.stats import without_replacement as sampling
 
 
 def _literal_fisher_yates(choices, r):

@@ -9,11 +9,12 @@ import pytest
 
 from pulse_jax.live import journal
 
-from pulse_jax import cli, factorization, synthetic
+from pulse_jax import cli, synthetic
+from pulse_jax.stats import factorization
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import EvaluationError, Selector, run
-from pulse_jax.simulate import simulate
+from pulse_jax.simulation import simulate
 
 B = 8
 
@@ -294,10 +295,8 @@ def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
 def test_selector_with_swept_parameters_equals_simulate_and_writes_nothing_into_the_episode(bench):
     """The selector runs the simulation's kernel: non-default traced parameters give the same choices,
     and told scores live in the kernel's state, never in the (constant) episode."""
-    from pulse_jax.params import BanditParams
-
     b, V = bench
-    params = BanditParams(exploration=0.3, delta=0.1, refit_lr=0.05, fixed_lambda=0.7)
+    params = {"rule.exploration": 0.3, "delta": 0.1, "refit_lr": 0.05, "estimator.fixed_lambda": 0.7}
     sel = _selector(bench, "pulse", params=params)
     chosen = []
     episode = None

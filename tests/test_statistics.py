@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 from conftest import tiny_problem
 
-from pulse_jax import factorization, synthetic
+from pulse_jax import synthetic
+from pulse_jax.stats import factorization
 from pulse_jax.analysis import metrics
 from pulse_jax.engine import BanditConfig
-from pulse_jax.params import BanditParams
-from pulse_jax.simulate import simulate
+from pulse_jax.engine.params import BanditParams
+from pulse_jax.simulation import simulate
 
 REPS = 3000
 
@@ -49,7 +50,7 @@ def test_pulse_final_estimates_unbiased_and_naive_bias_detected(biased_setup):
     estimate itself is unbiased for PULSE; Naive-Pooling with the same wrong
     predictions is biased by many standard errors (this is the test's power)."""
     scores, V_bad, config = biased_setup
-    fixed_counts = LOOSE._replace(exploration=1e6)
+    fixed_counts = {"delta": 0.2, "rule.exploration": 1e6}
     pulse = simulate(scores, config, "pulse", V=V_bad, reps=REPS, seed=1, params=fixed_counts)
     naive = simulate(scores, config, "naive", V=V_bad, reps=REPS, seed=1, params=fixed_counts)
     assert np.all(np.abs(_z(pulse.estimates - pulse.true_means)) < 4.5)

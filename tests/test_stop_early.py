@@ -1,4 +1,6 @@
 """Fixed-confidence runs stop computing once a whole batch has stopped, with every result equal to the scan's."""
+import dataclasses
+
 import jax
 import numpy as np
 import pytest
@@ -53,7 +55,7 @@ def test_simulate_certified_stops_computing_and_agrees(monkeypatch):
     monkeypatch.setattr(engine.drivers, "step", reporting)
     monkeypatch.setattr(engine.drivers, "STOP_BLOCK_STEPS", 16)
     pj.simulate.__globals__["compiled_runner"].cache_clear()
-    stopped = pj.simulate(scores, config, "ucbe", reps=16, seed=3, stop="certified", chunk_size=16,
+    stopped = pj.simulate(scores, dataclasses.replace(config, stop="certified"), "ucbe", reps=16, seed=3, chunk_size=16,
                           params=pj.BanditParams(delta=0.5))
     computed = max(seen)
     pj.simulate.__globals__["compiled_runner"].cache_clear()
@@ -100,9 +102,10 @@ def test_summary_only_runs_keep_one_record_and_the_same_results(stop):
 
     scores, _, V = tiny_problem(seed=6, m=5, n=120)
     config = pj.BanditConfig(n_models=5, n_examples=120, budget=5 * 120, batch_size=4, refit_every=5, rule="lucb")
-    full = pj.simulate(scores, config, "pulse", V=V, reps=8, seed=2, stop=stop, params=pj.BanditParams(delta=0.5))
+    config = dataclasses.replace(config, stop=stop)
+    full = pj.simulate(scores, config, "pulse", V=V, reps=8, seed=2, params=pj.BanditParams(delta=0.5))
     brief = pj.simulate(scores, dataclasses.replace(config, record_steps=False), "pulse", V=V, reps=8, seed=2,
-                        stop=stop, params=pj.BanditParams(delta=0.5))
+                        params=pj.BanditParams(delta=0.5))
     assert brief.best.shape == (8, 2) and brief.chosen.shape == (8, 1)
     np.testing.assert_array_equal(brief.best[:, -1], full.best[:, -1])
     np.testing.assert_array_equal(brief.spent[:, -1], full.spent[:, -1])

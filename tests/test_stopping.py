@@ -4,10 +4,11 @@ import numpy as np
 import pytest
 
 import pulse_jax as pj
-from pulse_jax import cli, factorization, synthetic
+from pulse_jax import cli, synthetic
+from pulse_jax.stats import factorization
 from pulse_jax.engine import BanditConfig
 from pulse_jax.live import Selector, run
-from pulse_jax.simulate import simulate
+from pulse_jax.simulation import simulate
 
 B = 8
 
@@ -68,7 +69,7 @@ def test_budget_rule_spends_everything_and_claims_nothing(bench):
     assert "certifies nothing" in report.certificate
 
 
-def test_use_stop_lets_a_certified_run_go_on_and_the_deprecated_flag_still_works(bench):
+def test_use_stop_lets_a_certified_run_go_on(bench):
     b, V = bench
     sel, report = _live(bench, "certified")
     assert sel.ask() is None                                   # stopped: nothing more is asked
@@ -76,8 +77,8 @@ def test_use_stop_lets_a_certified_run_go_on_and_the_deprecated_flag_still_works
     assert sel.ask() is not None and not sel.stopped
     fresh = Selector(b.models, 400, 6 * B + 8 * 20, batch_size=B, V=V, seed=3, refit_every=7)
     assert fresh.stop.name == "certified"                     # the default for a method with an interval
-    with pytest.warns(DeprecationWarning, match="stop_early"):
-        spent = run(lambda model, ids: b.scores[b.models.index(model), ids].tolist(), fresh, stop_early=False)
+    fresh.use_stop("budget")
+    spent = run(lambda model, ids: b.scores[b.models.index(model), ids].tolist(), fresh)
     assert spent.spent == spent.budget and fresh.stop.name == "budget"
     assert Selector(b.models, 400, 100, method="naive", batch_size=B, V=V).stop.name == "budget"
 
@@ -91,7 +92,7 @@ def test_a_stopping_rule_that_needs_an_interval_is_refused_for_a_method_without_
 
 def test_select_takes_stop_on_the_command_line(bench, tmp_path, capsys, monkeypatch):
     """``select --stop budget`` spends the budget, ``--stop certified`` (the default) stops at the
-    certificate and the report says what it certifies; ``--no-early-stop`` is a deprecated alias."""
+    certificate and the report says what it certifies."""
     b, _ = bench
     models = tmp_path / "models.txt"
     models.write_text("\n".join(b.models))
@@ -110,9 +111,8 @@ def test_select_takes_stop_on_the_command_line(bench, tmp_path, capsys, monkeypa
     assert cli.main(common + ["--budget", "2400", "--log", str(tmp_path / "b.jsonl")]) == 0
     out = capsys.readouterr().out
     assert "Stopping rule `certified` (stopped)" in out and "is the best model, with probability at least 0.8" in out
-    assert cli.main(common + ["--budget", "400", "--log", str(tmp_path / "c.jsonl"), "--no-early-stop"]) == 0
-    captured = capsys.readouterr()
-    assert "deprecated; use --stop budget" in captured.err and "400 of 400 cells evaluated" in captured.out
+    assert cli.main(common + ["--budget", "400", "--log", str(tmp_path / "c.jsonl"), "--no-early-stop"]) == 2
+    assert "unrecognized arguments: --no-early-stop" in capsys.readouterr().err
     assert cli.main(common + ["--budget", "400", "--log", str(tmp_path / "d.jsonl"), "--stop", "nope"]) == 2
     assert "--stop: unknown stopping rule 'nope'" in capsys.readouterr().err
 

@@ -10,9 +10,9 @@ import pulse_jax as pj
 from conftest import same_floats, tiny_problem
 from pulse_jax import engine, cli
 from pulse_jax.errors import PulseInputError
-from pulse_jax.sweep import grid_points
+from pulse_jax.sweeps import grid_points
 
-simulate_module = importlib.import_module("pulse_jax.simulate")   # the module, not pj.simulate
+simulate_module = importlib.import_module("pulse_jax.simulation")   # the module, not pj.simulate
 
 COMPILES = []   # XLA backend compilations, as JAX's own monitoring reports them
 jax.monitoring.register_event_duration_secs_listener(
@@ -65,8 +65,8 @@ def test_simulate_with_new_parameter_values_compiles_nothing(problem, counted_tr
     first = pj.simulate(scores, config, "pulse", V=V, reps=4, seed=0)
     before = len(COMPILES)
     second = pj.simulate(scores, config, "pulse", V=V, reps=4, seed=0,
-                         params=pj.BanditParams(exploration=0.05, delta=0.2, refit_lr=0.3, refit_l2=0.1,
-                                                fixed_lambda=0.5, refit_prior=2.0, cs_simultaneous=0.0))
+                         params={"rule.exploration": 0.05, "delta": 0.2, "refit_lr": 0.3, "refit_l2": 0.1,
+                                 "estimator.fixed_lambda": 0.5, "refit_prior": 2.0, "cs_simultaneous": 0.0})
     assert len(COMPILES) == before and len(counted_traces) == 1
     assert not np.array_equal(first.chosen, second.chosen)
     assert second.params.delta == pytest.approx(0.2)
@@ -94,7 +94,7 @@ def test_each_sweep_point_equals_simulate_with_its_parameters(problem, method):
 def test_fixed_lambda_parameter_equals_a_constant_lambda_estimator(problem):
     """The traced switch: fixed_lambda = 0.6 behaves exactly like the static constant-lambda rule."""
     scores, V, config = problem
-    traced = pj.simulate(scores, config, "pulse", V=V, reps=6, seed=2, params=pj.BanditParams(fixed_lambda=0.6))
+    traced = pj.simulate(scores, config, "pulse", V=V, reps=6, seed=2, params={"estimator.fixed_lambda": 0.6})
     static = pj.simulate(scores, config, pj.pulse(pj.constant_lambda(0.6)), V=V, reps=6, seed=2)
     np.testing.assert_array_equal(traced.chosen, static.chosen)
     same_floats(traced.estimates, static.estimates)
@@ -106,7 +106,7 @@ def test_sweep_repetitions_share_keys_across_points(problem):
     draws and every batch are the same at every point, whatever delta is."""
     scores, V, config = problem
     result = pj.sweep(scores, config, "ucbe", {"delta": [0.05, 0.2, 0.5]}, reps=4, seed=3,
-                      base=pj.BanditParams(exploration=1e6))
+                      base={"rule.exploration": 1e6})
     first = result.results[0]
     for res in result.results[1:]:
         np.testing.assert_array_equal(res.chosen, first.chosen)

@@ -11,7 +11,7 @@ import numpy as np
 from pulse_jax.errors import require
 
 if TYPE_CHECKING:   # annotations only: simulate's results call these functions
-    from pulse_jax.simulate import SimulationResult
+    from pulse_jax.simulation import SimulationResult
 
 
 def correct(result: SimulationResult) -> np.ndarray:

@@ -21,7 +21,7 @@ The engine imports the plug-in interfaces (``pulse_jax.estimators.base``, ``rule
 runs every repetition at once, and ``in_axes=(0, None, None, 0)`` runs a
 sweep over parameter values as well (`pulse_jax.sweep`).
 
-Sampling without replacement (`pulse_jax.sampling`): each model's
+Sampling without replacement (`pulse_jax.stats.without_replacement`): each model's
 observed examples are a packed bit mask carried in the state, and a pull of
 ``B'`` examples is an exact uniform ``B'``-subset of the unobserved ones,
 drawn in ``O(B log B + n / 32)`` work with no per-repetition permutation.
@@ -38,7 +38,7 @@ batches, and the same k-th batch of a model whenever both pull it k times.
 from pulse_jax.engine.bookkeeping import Certificate, Snapshots
 from pulse_jax.engine.config import (INTERVALS, BanditConfig, Plugins, check_compatible, check_levels, get_estimator,
                                      log_chunk_slots, plugins_of, refit_due, refit_period, refits_periodically,
-                                     resolve_params, traced_params, with_plugin_params)
+                                     resolve_params, traced_params)
 from pulse_jax.engine.drivers import STOP_BLOCK_STEPS, make_batched_run, make_run
 from pulse_jax.engine.kernel import (Kernel, adam_refit, bounds, build_kernel, choose, draw, finished, init, observe,
                                      play, recommend, refit, room, select, step, stop_status)
@@ -50,4 +50,4 @@ __all__ = ["BanditConfig", "BanditState", "Certificate", "Episode", "INTERVALS",
            "check_compatible", "check_levels", "choose", "draw", "draw_keys", "finished", "get_estimator", "init",
            "initial_draws", "log_chunk_slots", "make_batched_run", "make_run", "observe", "observed_blocks", "play",
            "plugins_of", "recommend", "refit", "refit_due", "refit_period", "refits_periodically", "resolve_params",
-           "room", "select", "step", "stop_status", "traced_params", "with_plugin_params"]
+           "room", "select", "step", "stop_status", "traced_params"]

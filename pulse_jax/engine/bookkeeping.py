@@ -12,7 +12,7 @@ from typing import NamedTuple
 import chex
 import jax.numpy as jnp
 
-from pulse_jax import confidence
+from pulse_jax.stats import confidence
 from pulse_jax.estimators.base import populations
 
 

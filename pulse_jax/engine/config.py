@@ -12,10 +12,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import conformance, protocols, registry
+from pulse_jax import registry
+from pulse_jax.engine import conformance
 from pulse_jax.errors import require
 from pulse_jax.estimators.base import Estimator
-from pulse_jax.params import BanditParams, RunParams, default_params, from_legacy, run_params
+from pulse_jax.engine.params import BanditParams, RunParams, default_params, run_params
 
 
 INTERVALS = ("cs", "paper")
@@ -52,7 +53,7 @@ class BanditConfig:
         ``"successive_halving"``, or ``"package.module:attribute"``.
       interval: the bounds behind certification and the LUCB rule. ``"cs"``
         (default): the anytime-valid confidence sequences of
-        `pulse_jax.confidence.ConfSeq`, simultaneous over the models.
+        `pulse_jax.stats.confidence.ConfSeq`, simultaneous over the models.
         ``"paper"``: the paper's fixed-count radius (Freedman for PULSE,
         Bernstein-Serfling for UCB-E) at ``delta / (m k (k + 1))`` for a
         model's k-th pull (a union bound over models and pulls).
@@ -204,23 +205,15 @@ def refit_due(config: BanditConfig, plugins: Plugins, t):
 
 
 def get_estimator(method: str | Estimator) -> Estimator:
-    """The estimator named or given by ``method`` (see `pulse_jax.registry`); functions written
-    for the earlier signatures are adapted (`pulse_jax.protocols.adapt_estimator`)."""
-    return protocols.adapt_estimator(registry.estimator(method, "method"))
+    """The estimator named or given by ``method`` (see `pulse_jax.registry`)."""
+    return registry.estimator(method, "method")
 
 
 def resolve_params(params, plugins: Plugins, where: str = "params") -> RunParams:
     """The run's `pulse_jax.RunParams`, validated on the host, from ``None`` (the defaults), a
     ``RunParams``, a dict ``{name or path: value}`` or a `pulse_jax.BanditParams`
-    (`pulse_jax.params.run_params`)."""
+    (`pulse_jax.engine.params.run_params`)."""
     return run_params(tuple(plugins), params, where)
-
-
-def with_plugin_params(params, plugins: Plugins, where: str = "params") -> RunParams:
-    """Deprecated: `resolve_params`."""
-    warnings.warn("bandit.with_plugin_params is deprecated; use pulse_jax.engine.resolve_params", DeprecationWarning,
-                  stacklevel=2)
-    return resolve_params(params, plugins, where)
 
 
 def traced_params(plugins: Plugins, params) -> RunParams:
@@ -232,7 +225,7 @@ def traced_params(plugins: Plugins, params) -> RunParams:
     if params is None:
         return default_params(plugins)
     if isinstance(params, BanditParams):
-        out = from_legacy(default_params(plugins), params, "params")
+        out = default_params(plugins)._replace(engine=params)
         shape = jnp.shape(params.delta)
         return out._replace(**{part: jax.tree_util.tree_map(lambda v: jnp.broadcast_to(jnp.asarray(v, jnp.float32),
                                                                                       shape), getattr(out, part))
@@ -242,7 +235,7 @@ def traced_params(plugins: Plugins, params) -> RunParams:
 
 def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
     """Refuse, in one line, a plug-in that breaks its contract on this run's shapes
-    (`pulse_jax.conformance.check_plugins`), or a rule or stopping rule that needs an interval
+    (`pulse_jax.engine.conformance.check_plugins`), or a rule or stopping rule that needs an interval
     the method does not have."""
     conformance.check_plugins(config, estimator)
     if estimator.has_interval:
@@ -256,7 +249,7 @@ def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
 def check_levels(config: BanditConfig, plugins: Plugins, params: RunParams, where: str = "params") -> None:
     """Refuse, in one line, a stopping rule whose claim rests on more upper bounds than the run's
     levels pay for: ``k = stop.upper_models`` upper bounds need ``cs_simultaneous >= log k / log m``
-    (`pulse_jax.confidence.cs_levels`), and the claim needs ``k < n_models``. Host side, on
+    (`pulse_jax.stats.confidence.cs_levels`), and the claim needs ``k < n_models``. Host side, on
     concrete numbers (every point of a sweep)."""
     k, m = plugins.stop.upper_models, config.n_models
     if k <= 1:

@@ -45,7 +45,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     evaluations, or, with ``init_refit_epochs = refit_epochs = 0``, fixed
     predictions ``sigmoid(init_U V^T)`` that are never refit (an oracle, when
     they are the true probabilities' logits). ``row_prior`` (a
-    `pulse_jax.factorization.RowPrior`, optional) is the Gaussian every
+    `pulse_jax.stats.factorization.RowPrior`, optional) is the Gaussian every
     refit pulls the rows towards, with weight ``params.refit_prior``.
     """
     estimator = get_estimator(method)

@@ -15,17 +15,17 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from pulse_jax import confidence, factorization, sampling
+from pulse_jax.stats import confidence, factorization, without_replacement as sampling
 from pulse_jax.engine.bookkeeping import (Certificate, Snapshots, current_estimates, interval_bounds,
                                           record_certificate, take_snapshots)
 from pulse_jax.engine.config import BanditConfig, Plugins, log_chunk_slots, plugins_of, refit_due, traced_params
 from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepRecord, draw_keys, initial_draws,
                                     observed_blocks)
 from pulse_jax.estimators.base import DrawDesign, Estimator, Ledger, Pull, draw_design
-from pulse_jax.factorization import FitSettings
+from pulse_jax.stats.factorization import FitSettings
 from pulse_jax.rules.base import RuleInputs
 from pulse_jax.stopping.base import StopInputs, no_claim
-from pulse_jax.ties import BEST, random_argmax, tie_uniform
+from pulse_jax.stats.ties import BEST, random_argmax, tie_uniform
 
 
 def _where_tree(pred, new, old):
@@ -35,7 +35,7 @@ def _where_tree(pred, new, old):
 def adam_refit(epochs: int, learning_rate, l2, shrink=0.0, row_prior=None) -> FitSettings:
     """The bandit's refit schedule: ``epochs`` (static) Adam steps; rate, L2 weight and the prior's
     weight (``BanditParams.refit_prior``) may be traced; ``row_prior`` is the episode's
-    `pulse_jax.factorization.RowPrior` (None: the candidates' own mean row)."""
+    `pulse_jax.stats.factorization.RowPrior` (None: the candidates' own mean row)."""
     return FitSettings(epochs, l2, optax.adam(learning_rate), shrink, row_prior)
 
 
@@ -46,7 +46,7 @@ def _refit(episode: Episode, state: BanditState, settings: FitSettings, with_log
     ``F_i``/``Phi_i`` (sums of predictions and their squares over model i's
     unobserved cells) are the dense row sums minus the observed cells' part.
     ``with_log=False`` fits the initial batches alone; ``filled`` visits only the
-    log's used slots (see `pulse_jax.factorization.FilledPrefix`).
+    log's used slots (see `pulse_jax.stats.factorization.FilledPrefix`).
     """
     blocks = observed_blocks(episode, state, with_log)
     filled = filled if len(blocks) > 1 else None
@@ -95,7 +95,7 @@ def init(config: BanditConfig, plugins: Plugins, key, scores, V, params, init_U=
     """Stage 1: the repetition's draws, the initial batches (``scores`` needs only their cells; NaN
     marks a cell a model has no score for) and the first fit of U, which starts from ``init_U``
     (``(m, r)``; zeros when None) and, like every refit, is pulled towards ``row_prior``
-    (a `pulse_jax.factorization.RowPrior`; None: the candidates' mean row) with weight
+    (a `pulse_jax.stats.factorization.RowPrior`; None: the candidates' mean row) with weight
     ``params.refit_prior``."""
     params = traced_params(plugins, params)
     estimator = plugins.estimator
@@ -188,7 +188,7 @@ def refit(config: BanditConfig, plugins: Plugins, episode: Episode, state: Bandi
     step only), so under ``vmap`` it stays a real ``lax.cond`` and plain steps
     never pay for a refit. Given a traced step ``t`` (unbatched too), the refit
     visits only the log chunks that steps ``1 .. t - 1`` may have filled
-    (`pulse_jax.factorization.FilledPrefix`), so its cost follows the cells
+    (`pulse_jax.stats.factorization.FilledPrefix`), so its cost follows the cells
     observed, not the budget; ``t = None`` visits the whole log.
     """
     params = traced_params(plugins, params)

@@ -8,8 +8,8 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from pulse_jax import factorization, sampling
-from pulse_jax.confidence import ConfSeq
+from pulse_jax.stats import factorization, without_replacement as sampling
+from pulse_jax.stats.confidence import ConfSeq
 from pulse_jax.engine.bookkeeping import Certificate, Snapshots
 from pulse_jax.engine.config import BanditConfig
 from pulse_jax.estimators.base import Ledger

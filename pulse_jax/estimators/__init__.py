@@ -23,10 +23,7 @@ own state pytree -- that the bandit step calls at fixed points:
 
 ``params`` is the estimator's own traced numbers: the pytree its ``params``
 field declares (PULSE: `PulseParams`), with the run's values, so a sweep
-over ``estimator.<field>`` never recompiles. A function written for the
-earlier signatures, without the trailing ``params`` (``init``, ``refresh``,
-``estimate``, ``radius``, ``draw_weights``), still works for one release, with a
-``DeprecationWarning`` (`pulse_jax.protocols.adapt_estimator`).
+over ``estimator.<field>`` never recompiles.
 
 Declared capabilities, which the engine, the CLI and the reports follow
 (nothing looks at an estimator's name): ``uses_predictions`` (needs example

@@ -12,7 +12,7 @@ from 0). The proxy of draw ``s`` is Des Raj's (1956) ordered estimator of the un
     Y_s = (1/|R_s|) sum_{j in R_s} f_j + (S_{J_s} - f_{J_s}) / (|R_s| q_s(J_s)),
 
 and ``E[Y_s | past] = mean_{R_s} S`` for *any* predictions (`desraj_proxies`): the property
-the confidence sequences of `pulse_jax.confidence` rest on, with the range
+the confidence sequences of `pulse_jax.stats.confidence` rest on, with the range
 ``mean_{R_s} f + [-max f_j / (|R_s| q_s(j)), max (1 - f_j) / (|R_s| q_s(j))]`` known before the
 draw. The sequence on the raw scores is *not* valid under these draws (their conditional mean is
 not the unseen mean), so the model has the proxy sequence alone. The estimate is the running mean

@@ -116,7 +116,7 @@ class Estimator(NamedTuple):
         Estimator(name="shrunk", estimate=my_estimate, proxies=my_proxies)
 
     The signatures are the protocols of `pulse_jax.protocols`;
-    `pulse_jax.conformance.check_plugins` checks them on a run's shapes before it compiles.
+    `pulse_jax.engine.conformance.check_plugins` checks them on a run's shapes before it compiles.
 
     ``update`` must leave the state unchanged when ``pull.size == 0`` (a step
     that spends nothing). Each estimator masks its own scatters rather than
@@ -135,7 +135,6 @@ class Estimator(NamedTuple):
     proxies: EstimatorProxies | None = None
     n_sequences: int = 1    # rows of what ``proxies`` returns: confidence sequences per model
     settings: tuple = ()    # static settings, (name, value) pairs
-    traced: tuple = ()      # deprecated: give ``params`` (a NamedTuple of the estimator's numbers) instead
     draw_weights: DrawWeights | None = None   # (preds (n,), unseen (n,), params) -> draw weights; None: uniform
     params: tuple = ()      # the estimator's own traced numbers with their defaults (each function receives them)
 

@@ -9,7 +9,7 @@ from typing import Callable, NamedTuple
 import chex
 import jax.numpy as jnp
 
-from pulse_jax import confidence
+from pulse_jax.stats import confidence
 from pulse_jax.errors import require
 from pulse_jax.estimators.base import BUILT_IN, Estimator, Ledger, observed_mean, populations, raw_proxies
 
@@ -241,7 +241,7 @@ def pulse_hedged() -> Estimator:
     """PULSE for certification with betting sequences: lambda fixed at 1/2, raw and proxy sequences.
 
     Under betting confidence sequences (``BanditConfig.cs_grid > 0``) a model's two capitals are
-    summed (`pulse_jax.confidence.mixed_capital`), which rejects whatever either sequence
+    summed (`pulse_jax.stats.confidence.mixed_capital`), which rejects whatever either sequence
     alone would: the raw bets carry a model through its first batches, where the proxies' range
     of 1.5 costs more than the predictions save (CRUXEval-O), the proxies' after. It is the
     estimator of ``pulse-jax select``'s default (with ``--sequence betting``). Under the

@@ -5,7 +5,7 @@ import functools
 
 import jax.numpy as jnp
 
-from pulse_jax import confidence
+from pulse_jax.stats import confidence
 from pulse_jax.estimators.base import BUILT_IN, Estimator, observed_mean, populations, raw_proxies
 
 

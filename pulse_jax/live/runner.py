@@ -18,7 +18,6 @@ import signal
 import sys
 import threading
 import time
-import warnings
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, Future
 from concurrent.futures import wait as futures_wait
@@ -60,7 +59,7 @@ RETRY_AFTER_CAP = 3600.0
 
 def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int = 1,
         retries: int = RETRIES, retry_wait: float = RETRY_WAIT, retry_max_wait: float = RETRY_MAX_WAIT,
-        stop_early: bool | None = None, progress: bool | Callable = False, grace: float | None = None,
+        progress: bool | Callable = False, grace: float | None = None,
         handle_signals: bool = True, allow: Callable[[int], bool] | None = None) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
@@ -92,9 +91,6 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     batch's and those abandoned while still running, never one whose
     scores came back.
 
-    ``stop_early`` is deprecated: ``False`` is ``selector.use_stop("budget")``,
-    ``True`` keeps the selector's rule.
-
     ``progress``: True for a status line on stderr (a terminal's), or ``progress(selector, in_flight,
     seconds)`` called after every told batch.
 
@@ -111,11 +107,6 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace)
     stop = _Stop()
     call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop)
-    if stop_early is not None:
-        warnings.warn("run(stop_early=...) is deprecated: give the selector its stopping rule, "
-                      "Selector(stop='budget') or Selector(stop='certified')", DeprecationWarning, stacklevel=2)
-        if not stop_early:
-            selector.use_stop("budget")
 
     def on_signal(signum, frame):
         del frame

@@ -24,7 +24,7 @@ run uses exactly the same side information.
 Stopping: the selector's `pulse_jax.stopping.StoppingRule` (``stop=``),
 checked before every ask by the same `pulse_jax.engine.stop_status` that
 stops a simulated run, on the kernel's anytime-valid confidence sequences
-(`pulse_jax.confidence.ConfSeq`): they are valid at every look, so
+(`pulse_jax.stats.confidence.ConfSeq`): they are valid at every look, so
 checking them after every batch is valid. The rule declares what its stop
 certifies, and `Selector.result` states it. Naive-Pooling has no
 interval, so it spends its budget.
@@ -38,7 +38,6 @@ import os
 import secrets
 import tempfile
 import time
-import warnings
 from pathlib import Path
 from typing import Sequence
 
@@ -46,12 +45,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax.compilation_cache import use_compilation_cache
-from pulse_jax import confidence, engine, factorization, registry, stopping
+from pulse_jax.engine.compilation_cache import use_compilation_cache
+from pulse_jax import engine, registry, stopping
+from pulse_jax.stats import confidence, factorization
 from pulse_jax.live import journal
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import BanditParams, declared_params, default_params, from_legacy, seed_key
+from pulse_jax.engine.params import BanditParams, declared_params
+from pulse_jax.stats.seeds import seed_key
 from pulse_jax.live.report import Report, plain_number
 
 
@@ -343,7 +344,7 @@ class Selector:
         if header is None:
             self._journal.append({**self._header, "train": self._train_fingerprint})
             return
-        journal.check_header(self.log_path, self._grown_budget(self._translated(header)), self._header)
+        journal.check_header(self.log_path, self._grown_budget(header), self._header)
         logged_train = header.get("train")
         require(self._train_fingerprint is None or logged_train in (None, self._train_fingerprint),
                 f"train: these historical scores differ from the ones {self.log_path} was started with; resume "
@@ -368,22 +369,6 @@ class Selector:
                 f"--budget {want:,}: {self.log_path} was started with --budget {have:,}, and the sampling rule "
                 f"{rule.name!r} plans on the budget, so the log continues only with --budget {have:,}")
         return {**logged, "budget": want}
-
-    def _translated(self, header: dict) -> dict:
-        """A header written before the plug-ins owned their numbers (flat ``exploration``,
-        ``fixed_lambda``, ``plugin``), with those moved where this version keeps them."""
-        if "exploration" not in header:
-            return header
-        legacy = BanditParams(exploration=header.get("exploration"),
-                              fixed_lambda=header.get("fixed_lambda"), plugin=header.get("plugin") or None)
-        plugins = engine.plugins_of(self.config, self.estimator)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", DeprecationWarning)
-            try:
-                moved = from_legacy(default_params(plugins), legacy, str(self.log_path)).to_dict()
-            except PulseInputError:
-                return header      # numbers this run's plug-ins lack: the comparison names the difference
-        return {**header, **_plugin_numbers(moved)}
 
     def _replay(self, records):
         told_on = {}

@@ -21,8 +21,8 @@ state pytree (``()`` for a stateless rule), in the optax style:
 which logs and results record, and ``params`` holds the rule's own numbers: a
 small ``NamedTuple`` with their defaults (and, optionally, a ``RANGES`` class
 attribute), traced like the engine's, so a sweep over ``rule.<field>`` never
-recompiles (`pulse_jax.params`). Every random choice takes its uniform from
-`pulse_jax.ties.tie_uniform` (``inputs.tie_key``, ``inputs.t``, a
+recompiles (`pulse_jax.engine.params`). Every random choice takes its uniform from
+`pulse_jax.stats.ties.tie_uniform` (``inputs.tie_key``, ``inputs.t``, a
 stream), so runs on one key share their random numbers.
 """
 from __future__ import annotations
@@ -74,7 +74,6 @@ class SamplingRule(NamedTuple):
     eligible: RuleEligible | None = None
     needs_interval: bool = False
     settings: tuple = ()
-    traced: tuple = ()   # deprecated: give ``params`` (a NamedTuple of the rule's numbers) instead
     params: tuple = ()   # the rule's own traced numbers with their defaults (``choose`` receives them)
     plans_on_budget: bool = False   # its requests depend on the total budget (a live log cannot be extended)
 

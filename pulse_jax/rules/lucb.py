@@ -22,7 +22,7 @@ import jax.numpy as jnp
 
 from pulse_jax.rules.base import BUILT_IN, SamplingRule
 from pulse_jax.rules.ucb_index import IndexParams, choose_by_index
-from pulse_jax.ties import CHALLENGER, LEADER, random_argmax, tie_uniform
+from pulse_jax.stats.ties import CHALLENGER, LEADER, random_argmax, tie_uniform
 
 
 def _wider(inputs, a, b, fallback):

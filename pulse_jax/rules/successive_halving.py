@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from pulse_jax.rules.base import BUILT_IN, SamplingRule
-from pulse_jax.ties import PULL, random_argmax, tie_uniform
+from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform
 
 
 class HalvingState(NamedTuple):

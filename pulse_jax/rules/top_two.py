@@ -39,7 +39,7 @@ import jax.numpy as jnp
 
 from pulse_jax.rules.base import BUILT_IN, SamplingRule
 from pulse_jax.rules.ucb_index import choose_by_index
-from pulse_jax.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
+from pulse_jax.stats.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
 
 
 def transportation_cost(estimates, n_obs, leader):

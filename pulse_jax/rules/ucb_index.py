@@ -11,7 +11,7 @@ import math
 from typing import NamedTuple
 
 from pulse_jax.rules.base import BUILT_IN, SamplingRule, ucb_index
-from pulse_jax.ties import PULL, random_argmax, tie_uniform
+from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform
 
 
 class IndexParams(NamedTuple):

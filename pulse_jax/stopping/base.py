@@ -5,7 +5,7 @@ every step, a run whose rule says ``True`` pulls nothing more (its remaining
 steps spend no cells). `StopInputs` carries what the run knows then,
 including its first certificate: the engine records, for every method with
 an interval, the first time the leader's lower bound exceeds every other
-model's upper bound (`pulse_jax.confidence.certify` on the
+model's upper bound (`pulse_jax.stats.confidence.certify` on the
 simultaneous, anytime-valid bounds), whatever the stopping rule.
 
 A stop is final: once ``done`` says ``True`` the run pulls nothing more,
@@ -108,7 +108,6 @@ class StoppingRule(NamedTuple):
     needs_interval: bool = False
     settings: tuple = ()
     stops_early: bool = True
-    traced: tuple = ()   # deprecated: give ``params`` (a NamedTuple of the rule's numbers) instead
     claim: StopClaim = no_claim
     statement: StopStatement = no_statement
     params: tuple = ()   # the rule's own traced numbers with their defaults (its functions receive them)

@@ -2,7 +2,7 @@
 
 Certified means the leader's lower confidence bound exceeds every other
 model's upper bound. The bounds are simultaneous over the models and valid
-at every look (`pulse_jax.confidence`), so with probability at least
+at every look (`pulse_jax.stats.confidence`), so with probability at least
 ``1 - delta`` a certified model is the true best, whenever the check fires.
 """
 from __future__ import annotations

@@ -102,6 +102,7 @@ def _check_fields(kind: str, plugin, functions: dict, flags: dict) -> None:
         if not isinstance(value, expected) or (expected is int and isinstance(value, bool)):
             _fail(kind, plugin, field, f"must be {'True or False' if expected is bool else 'an integer'}, got "
                                        f"{value!r} (build plug-ins by keyword to keep fields in place)")
+    _check_params_field(kind, plugin)
     settings = getattr(plugin, "settings", ())
     if not isinstance(settings, tuple) or not all(isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str)
                                                   for p in settings):
@@ -111,10 +112,27 @@ def _check_fields(kind: str, plugin, functions: dict, flags: dict) -> None:
     except TypeError:
         _fail(kind, plugin, "settings", "must hold hashable values (tuples, not lists): the plug-in is a static "
                                         "argument of the compiled program")
-    traced = getattr(plugin, "traced", ())
-    if not isinstance(traced, tuple) or not all(isinstance(t, tuple) and len(t) == 4 and isinstance(t[0], str)
-                                                for t in traced):
-        _fail(kind, plugin, "traced", f"must be a tuple of (name, default, low, high), got {traced!r}"[:300])
+
+
+def _check_params_field(kind: str, plugin) -> None:
+    """``params`` must be ``()`` or a NamedTuple of numbers: a pytree (so its values are traced) and
+    hashable (the plug-in is a static argument of the compiled program). Checked before anything
+    hashes the plug-in, so a dict or a dataclass gets this line rather than ``unhashable type``."""
+    params = getattr(plugin, "params", ())
+    example = "class MyParams(NamedTuple): strength: float = 1.0"
+    if isinstance(params, tuple) and not hasattr(params, "_fields"):
+        if params != ():
+            _fail(kind, plugin, "params", f"must be () or a NamedTuple of numbers ({example}), got a plain tuple "
+                                          f"{params!r}"[:300])
+        return
+    if not (isinstance(params, tuple) and hasattr(params, "_fields")):
+        _fail(kind, plugin, "params", f"must be () or a NamedTuple of numbers ({example}), got "
+                                      f"{type(params).__name__} {params!r}"[:300])
+    for field in params._fields:
+        value = getattr(params, field)
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            _fail(kind, plugin, "params", f"field {field!r} must be a number (its default), got "
+                                          f"{type(value).__name__} {value!r}"[:300])
 
 
 def _abstract_params(params):
@@ -207,6 +225,7 @@ def check_stop(stop, config, params) -> None:
     vec_f = _struct((m,), _FLOAT)
     inputs = StopInputs(_struct((), _INT), _struct((), _INT), config.budget, vec_f, vec_f, vec_f, _struct((), _BOOL),
                         _struct((), _INT))
+    _check_statement(kind, stop, params)
     params = _abstract_params(params)
     done = _call(kind, stop, "done", stop.done, inputs, params)
     _expect_array(kind, stop, "done", done, (), ("bool",), "one flag for the run")
@@ -214,9 +233,21 @@ def check_stop(stop, config, params) -> None:
     _expect_array(kind, stop, "claim", claim, (m,), ("bool",), "one flag per model")
 
 
+def _check_statement(kind, stop, params) -> None:
+    """``statement`` runs on the host: once for a claim of one model and once for none, each a string."""
+    for names in (["model 0"], []):
+        try:
+            text = stop.statement(names, 0.05, params)
+        except Exception as err:   # noqa: BLE001 -- the user's code may raise anything
+            _fail(kind, stop, "statement", f"fails for names={names!r}: {type(err).__name__}: {err}"[:400])
+        if not isinstance(text, str):
+            _fail(kind, stop, "statement", f"returned {type(text).__name__} {text!r} for names={names!r}; expected "
+                                           "one line of text (str)"[:400])
+
+
 @functools.lru_cache(maxsize=256)
 def _check_hashable(config, estimator) -> None:
-    from pulse_jax.params import default_params
+    from pulse_jax.engine.params import default_params
 
     params = default_params((estimator, config.rule, config.stop))
     check_estimator(estimator, config.n_models, config.n_examples, config.batch_size, params.estimator)
@@ -229,8 +260,6 @@ def check_plugins(config, estimator) -> None:
     against their protocols on the run's sizes; raises `pulse_jax.PulseInputError` in one line
     on a broken contract. Cached per configuration and plug-ins (they are hashable: the compiled
     program takes them as static arguments)."""
-    from pulse_jax.protocols import adapt_estimator
-
     plugins = (("estimator", estimator), ("sampling rule", config.rule), ("stopping rule", config.stop))
     for kind, plugin in plugins:   # fields first: a list where a tuple goes makes the plug-in unhashable
         _check_fields(kind, plugin, {}, {})
@@ -239,7 +268,7 @@ def check_plugins(config, estimator) -> None:
     except TypeError as err:
         raise PulseInputError(f"plug-ins must be hashable (tuples, not lists or dicts, in their fields): {err}") \
             from None
-    _check_hashable(config, adapt_estimator(estimator))
+    _check_hashable(config, estimator)
 
 
 __all__ = ["check_estimator", "check_plugins", "check_rule", "check_stop"]

@@ -26,7 +26,7 @@ import numpy as np
 import optax
 
 from pulse_jax.errors import require
-from pulse_jax.params import seed_key
+from pulse_jax.stats.seeds import seed_key
 
 
 class FitSettings(NamedTuple):

@@ -14,13 +14,12 @@ A number is named by its path, ``part.field`` (``engine.delta``,
 ``rule.exploration``, ``estimator.fixed_lambda``, ``stop.epsilon``), or by its
 field name alone where that is unambiguous (every engine field, and a plug-in
 field no other part of the run has). A plug-in's params class may declare
-``RANGES = {field: (low, high, low_inclusive, high_inclusive, nan_allowed)}``;
-values outside are refused in one line naming the path.
+``RANGES = {field: Range(low, high, ...)}``; values outside are refused in one line
+naming the path.
 """
 from __future__ import annotations
 
 import math
-import warnings
 from typing import Any, Mapping, NamedTuple
 
 import jax
@@ -58,23 +57,16 @@ class BanditParams(NamedTuple):
         model seen on one batch gets predictions near the candidates' average. 0 (default): the
         paper's refit. Predictions stay fitted on observed cells only, so validity never depends
         on it.
-      exploration: deprecated: the index rule's own number now (``rule.exploration``); given here
-        it is moved there with a ``DeprecationWarning``.
-      fixed_lambda: deprecated: the estimator's own number now (``estimator.fixed_lambda``).
-      plugin: deprecated: any plug-in's numbers, by name.
     """
 
-    exploration: Any = None
     delta: Any = 0.05
     init_refit_lr: Any = 0.01
     init_refit_l2: Any = 0.01
     refit_lr: Any = 0.1
     refit_l2: Any = 0.01
-    fixed_lambda: Any = None
     cs_horizon: Any = 0.0
     cs_simultaneous: Any = 1.0
     refit_prior: Any = 0.0
-    plugin: Any = None
 
     def as_arrays(self) -> "BanditParams":
         """Every number as a float32 array (what the compiled program takes)."""
@@ -88,47 +80,49 @@ class BanditParams(NamedTuple):
         return getattr(self, name)
 
 
-#: The engine's numbers (the fields of `BanditParams` that are not deprecated).
-NUMBER_FIELDS = ("delta", "init_refit_lr", "init_refit_l2", "refit_lr", "refit_l2", "cs_horizon", "cs_simultaneous",
-                 "refit_prior")
-#: Deprecated fields of `BanditParams`, moved to the plug-ins' params.
-LEGACY_FIELDS = ("exploration", "fixed_lambda")
+#: The engine's numbers, in `BanditParams`' order.
+NUMBER_FIELDS = BanditParams._fields
 PARTS = ("engine", "estimator", "rule", "stop")
 
 
-def plugin_value(params, name: str, default: float):
-    """Deprecated: a number of a plug-in that declares ``traced`` instead of a params class (its params
-    are then a dict ``{name: value}``); a params class's field is read as ``params.name``."""
-    if isinstance(params, Mapping):
-        return params.get(name, default)
-    table = getattr(params, "plugin", None)
-    if isinstance(table, Mapping):
-        return table.get(name, default)
-    return getattr(params, name, default)
+class Range(NamedTuple):
+    """The values a number may take: between ``low`` and ``high``, each end included where its
+    ``*_closed`` flag says so; NaN only where ``nan`` is set (e.g. ``fixed_lambda``, where NaN
+    means "the paper's adaptive lambda")."""
+
+    low: float
+    high: float
+    low_closed: bool = False
+    high_closed: bool = False
+    nan: bool = False
+
+    def holds(self, x: float) -> bool:
+        if math.isnan(x):
+            return self.nan
+        return (x > self.low or (self.low_closed and x == self.low)) and (
+            x < self.high or (self.high_closed and x == self.high))
+
+    def __str__(self) -> str:
+        text = f"{'[' if self.low_closed else '('}{self.low:g}, {self.high:g}{']' if self.high_closed else ')'}"
+        return text + (" or NaN" if self.nan else "")
 
 
-#: Allowed values per engine parameter: (low, high, low inclusive, high inclusive, NaN allowed).
+#: Allowed values per engine parameter.
 RANGES = {
-    "delta": (0.0, 1.0, False, False, False),
-    "init_refit_lr": (0.0, math.inf, False, False, False),
-    "init_refit_l2": (0.0, math.inf, True, False, False),
-    "refit_lr": (0.0, math.inf, False, False, False),
-    "refit_l2": (0.0, math.inf, True, False, False),
-    "cs_horizon": (0.0, math.inf, True, False, False),
-    "cs_simultaneous": (0.0, 1.0, True, True, False),
-    "refit_prior": (0.0, math.inf, True, False, False),
+    "delta": Range(0.0, 1.0),
+    "init_refit_lr": Range(0.0, math.inf),
+    "init_refit_l2": Range(0.0, math.inf, low_closed=True),
+    "refit_lr": Range(0.0, math.inf),
+    "refit_l2": Range(0.0, math.inf, low_closed=True),
+    "cs_horizon": Range(0.0, math.inf, low_closed=True),
+    "cs_simultaneous": Range(0.0, 1.0, low_closed=True, high_closed=True),
+    "refit_prior": Range(0.0, math.inf, low_closed=True),
 }
 
 
 def _plain(v):
     v = float(np.asarray(v))
     return None if math.isnan(v) else v
-
-
-def _describe(bounds) -> str:
-    lo, hi, lo_in, hi_in, nan_ok = bounds
-    text = f"{'[' if lo_in else '('}{lo:g}, {hi:g}{']' if hi_in else ')'}"
-    return text + (" or NaN" if nan_ok else "")
 
 
 def check_value(name: str, value, where: str = "", ranges: Mapping | None = None) -> float:
@@ -139,27 +133,17 @@ def check_value(name: str, value, where: str = "", ranges: Mapping | None = None
     if name not in ranges:
         raise PulseInputError(f"{prefix}unknown parameter {name!r}; the engine's parameters are " + ", ".join(ranges))
     x = as_number(name, value, where)
-    lo, hi, lo_in, hi_in, nan_ok = ranges[name]
-    if math.isnan(x):
-        if nan_ok:
-            return x
-    elif (x > lo or (lo_in and x == lo)) and (x < hi or (hi_in and x == hi)):
+    allowed = Range(*ranges[name])
+    if allowed.holds(x):
         return x
-    raise PulseInputError(f"{prefix}{name}={value!r} is out of range; it must lie in {_describe(ranges[name])}")
+    raise PulseInputError(f"{prefix}{name}={value!r} is out of range; it must lie in {allowed}")
 
 
 def check_params(params: BanditParams, where: str = "params") -> BanditParams:
-    """Validate every engine field (scalars) on the host; returns a BanditParams of floats (the deprecated
-    fields are kept as given, for `run_params` to move)."""
+    """Validate every engine field (scalars) on the host; returns a BanditParams of floats."""
     if not isinstance(params, BanditParams):
         raise PulseInputError(f"{where} must be a pulse_jax.BanditParams, got {type(params).__name__}")
-    plugin = params.plugin
-    if plugin is not None:
-        require(isinstance(plugin, dict), f"{where}.plugin must be a dict {{name: number}}, got {type(plugin).__name__}")
-        plugin = {str(k): as_number(k, v, where) for k, v in plugin.items()} or None
-    legacy = {k: None if getattr(params, k) is None else as_number(k, getattr(params, k), where) for k in LEGACY_FIELDS}
-    return params._replace(**{k: check_value(k, getattr(params, k), where) for k in NUMBER_FIELDS}, **legacy,
-                           plugin=plugin)
+    return BanditParams(**{k: check_value(k, getattr(params, k), where) for k in NUMBER_FIELDS})
 
 
 def as_number(name, value, where) -> float:
@@ -252,25 +236,15 @@ class RunParams(NamedTuple):
 
 
 def declared_params(plugin):
-    """A plug-in's default params: its ``params`` field, or (deprecated) a dict of its ``traced`` numbers."""
-    own = getattr(plugin, "params", ())
-    traced = getattr(plugin, "traced", ())
-    if traced and not _fields(own):
-        warnings.warn(f"plug-in {plugin.name!r}: traced=... is deprecated; declare params=YourParams(...) (a "
-                      "NamedTuple of the plug-in's numbers with their defaults)", DeprecationWarning, stacklevel=3)
-        return {name: float(default) for name, default, *_ in traced}
-    return own
+    """A plug-in's default params: its ``params`` field (``()`` for a plug-in without numbers)."""
+    return plugin.params
 
 
 def declared_ranges(plugin) -> dict:
-    """``{field: (low, high, low_inclusive, high_inclusive, nan_ok)}`` of a plug-in's numbers (open ranges
-    for the deprecated ``traced`` declarations; unbounded where its params class declares none)."""
-    own = getattr(plugin, "params", ())
-    ranges = {f: (-math.inf, math.inf, False, False, False) for f in _fields(declared_params(plugin))}
-    ranges.update(getattr(type(own), "RANGES", {}) or {})
-    if not _fields(own):
-        ranges.update({name: (float(low), float(high), False, False, False)
-                       for name, _, low, high in getattr(plugin, "traced", ())})
+    """``{field: Range}`` of a plug-in's numbers: its params class's ``RANGES``, unbounded elsewhere."""
+    own = plugin.params
+    ranges = {f: Range(-math.inf, math.inf) for f in _fields(own)}
+    ranges.update({f: Range(*r) for f, r in (getattr(type(own), "RANGES", {}) or {}).items()})
     return ranges
 
 
@@ -287,8 +261,7 @@ def run_params(plugins, params=None, where: str = "params") -> RunParams:
     * ``None``: every default;
     * a `RunParams` whose plug-in parts have the plug-ins' structure;
     * a mapping ``{name or path: value}`` (e.g. ``{"delta": 0.1, "rule.exploration": 0.5}``) over the defaults;
-    * a `BanditParams`: the engine's numbers, its deprecated ``exploration`` / ``fixed_lambda`` /
-      ``plugin`` moved to the plug-ins that have a number of that name (with a ``DeprecationWarning``).
+    * a `BanditParams`: the engine's numbers, every plug-in at its defaults.
 
     Each number is checked against its declared range; a one-line error names the path.
     """
@@ -298,13 +271,10 @@ def run_params(plugins, params=None, where: str = "params") -> RunParams:
     elif isinstance(params, Mapping):
         params = defaults.replace({str(k): v for k, v in params.items()})
     elif isinstance(params, BanditParams):
-        params = from_legacy(defaults, check_params(params, where), where)
+        params = defaults._replace(engine=params)
     require(isinstance(params, RunParams), f"{where} must be a pulse_jax.RunParams, a BanditParams or a dict "
                                            f"{{name: value}}, got {type(params).__name__}")
     engine = check_params(params.engine, where)
-    require(all(getattr(engine, k) is None for k in LEGACY_FIELDS) and engine.plugin is None,
-            f"{where}.engine: exploration, fixed_lambda and plugin belong to the plug-ins' params "
-            "(rule.exploration, estimator.fixed_lambda)")
     parts = {}
     for part, plugin in zip(PARTS[1:], plugins):
         given, default = getattr(params, part), getattr(defaults, part)
@@ -316,27 +286,6 @@ def run_params(plugins, params=None, where: str = "params") -> RunParams:
             value = _set(value, field, check_value(field, _get(given, field), f"{where}: {part}.{field}", ranges))
         parts[part] = value
     return RunParams(engine, **parts)
-
-
-def from_legacy(defaults: RunParams, params: BanditParams, where: str) -> RunParams:
-    """A BanditParams' engine numbers, and its deprecated fields moved to the plug-ins that own them."""
-    moved = {k: getattr(params, k) for k in LEGACY_FIELDS if getattr(params, k) is not None}
-    moved.update(params.plugin or {})
-    engine = params._replace(exploration=None, fixed_lambda=None, plugin=None)
-    out = defaults._replace(engine=engine)
-    if not moved:
-        return out
-    warnings.warn(f"{where}: BanditParams({', '.join(moved)}=...) is deprecated; these are plug-in numbers now: "
-                  "pass params={'rule.exploration': ..., 'estimator.fixed_lambda': ...} or a pulse_jax.RunParams",
-                  DeprecationWarning, stacklevel=4)
-    for name, value in moved.items():
-        owners = [f"{part}.{name}" for part in PARTS[1:] if name in _fields(getattr(out, part))]
-        if not owners and name in LEGACY_FIELDS:
-            continue   # a number this run's plug-ins do not read (e.g. exploration with successive halving)
-        require(owners, f"{where}: {name!r} is not a number of this run's plug-ins; they have "
-                        f"{', '.join(out.paths()[len(NUMBER_FIELDS):]) or 'none'}")
-        out = out.replace({path: value for path in owners})
-    return out
 
 
 def parse_grid_option(text: str) -> tuple[str, list[float]]:
@@ -358,20 +307,3 @@ def parse_grid_option(text: str) -> tuple[str, list[float]]:
         raise PulseInputError(f"--grid {name}: the value {repeated[0]:g} is given more than once (each point "
                               "would run twice); give each value once")
     return name, values
-
-
-def seed_key(seed, where: str = "seed"):
-    """The base PRNG key of a seed anywhere in ``[0, 2**64)``, refused clearly outside it.
-
-    Seeds below ``2**32`` give ``PRNGKey(seed)``; larger ones fold their high 32
-    bits into the key of the low 32 bits, so ``2**32`` does not repeat seed 0.
-    """
-    import jax
-
-    if isinstance(seed, (bool, np.bool_)) or not isinstance(seed, (int, np.integer)):
-        raise PulseInputError(f"{where} must be an integer, got {seed!r}")
-    seed = int(seed)
-    if not 0 <= seed < 2**64:
-        raise PulseInputError(f"{where} must lie in [0, 2**64), got {seed}")
-    key = jax.random.PRNGKey(seed & 0xFFFFFFFF)
-    return key if seed < 2**32 else jax.random.fold_in(key, seed >> 32)

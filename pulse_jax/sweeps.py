@@ -24,8 +24,9 @@ from pulse_jax import engine
 from pulse_jax.analysis import metrics
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import BanditParams, RunParams, as_number, seed_key
-from pulse_jax.simulate import SimulationResult, is_count, prepare_run, start_rows, execute, result_from
+from pulse_jax.engine.params import BanditParams, RunParams, as_number
+from pulse_jax.stats.seeds import seed_key
+from pulse_jax.simulation import SimulationResult, is_count, prepare_run, start_rows, execute, result_from
 
 
 @dataclasses.dataclass
@@ -141,7 +142,7 @@ def grid_points(grid, base=None, plugins=None) -> tuple[tuple[str, ...], list[Ru
     order given), a sequence of mappings (an explicit list) or a sequence of ``RunParams`` /
     ``BanditParams``. A name is a number's path (``engine.delta``, ``rule.exploration``,
     ``estimator.fixed_lambda``, ``stop.epsilon``) or its field name alone where that is unambiguous.
-    Unswept numbers take ``base`` (anything `pulse_jax.params.run_params` takes; default: the
+    Unswept numbers take ``base`` (anything `pulse_jax.engine.params.run_params` takes; default: the
     defaults). ``plugins`` is the run's ``(estimator, rule, stop)`` (default: the paper's PULSE with
     the UCB-E index rule and a fixed budget). Every point is checked against the plug-ins' declared
     ranges; one-line errors name the number."""
@@ -218,7 +219,7 @@ def _same(a, b) -> bool:
 
 def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: int = 100, seed: int = 0, *,
           V=None, base: BanditParams | None = None, baseline=None, chunk_size: int | None = None,
-          progress: bool | Callable[[int, int, float], None] | None = None, devices=None, stop: str | None = None,
+          progress: bool | Callable[[int, int, float], None] | None = None, devices=None,
           model_names=None, row_prior=None) -> SweepResult:
     """Run every point of ``grid`` x ``reps`` repetitions as one compiled program.
 
@@ -245,7 +246,6 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
       seed: the seed; repetition ``r`` uses the same key at every point.
       chunk_size: repetitions per compiled call, as in `pulse_jax.simulate`.
       devices: the devices to spread repetitions over, as in `pulse_jax.simulate`.
-      stop: a stopping rule or its name replacing ``config.stop``, as in `pulse_jax.simulate`.
       model_names: the candidates' names, for the results.
       row_prior: as in `pulse_jax.simulate` (needs ``refit_prior > 0`` at some point of the grid).
 
@@ -253,7 +253,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every
     point, so comparisons between points are paired.
     """
-    config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
+    config, estimator, scores, V = prepare_run(scores, config, method, V)
     plugins = engine.plugins_of(config, estimator)
     axes, points = grid_points(grid, base, plugins)
     for k, point in enumerate(points):

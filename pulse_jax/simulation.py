@@ -17,12 +17,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import engine, factorization, registry, sampling
+from pulse_jax import engine
+from pulse_jax.stats import factorization, without_replacement as sampling
 from pulse_jax.analysis import metrics
 from pulse_jax.engine import BanditConfig
-from pulse_jax.compilation_cache import use_compilation_cache
+from pulse_jax.engine.compilation_cache import use_compilation_cache
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.params import BanditParams, RunParams, check_params, seed_key
+from pulse_jax.engine.params import BanditParams, RunParams, check_params
+from pulse_jax.stats.seeds import seed_key
 
 #: Memory the default chunk size aims to stay within (bytes).
 DEFAULT_MEMORY_BUDGET = 4 * 1024**3
@@ -183,7 +185,7 @@ def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predicti
     for methods that refit, the pull log, two dense ``(m, n)`` float32
     prediction arrays, the ``(m, r)`` factors with their optimizer moments, and
     the gathered ``V`` rows: of every observed cell, or of one chunk where the
-    refit gathers chunk by chunk (`pulse_jax.factorization.chunk_bytes`,
+    refit gathers chunk by chunk (`pulse_jax.stats.factorization.chunk_bytes`,
     decided like the kernel's, by JAX's default backend).
     (At 1,000 x 12,032, rank 100, 400,000 bandit cells: 96 MB per PULSE
     repetition on a CPU, 282 MB on an accelerator.)
@@ -244,7 +246,7 @@ def _interactive() -> bool:
 def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: BanditParams | None = None, V=None,
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
-             stop: str | None = None, follow=None, init_U=None, row_prior=None) -> SimulationResult:
+             follow=None, init_U=None, row_prior=None) -> SimulationResult:
     """Run ``reps`` repetitions of ``method``: an `pulse_jax.Estimator` or its name ("ucbe",
     "pulse", "naive", or "package.module:attribute"; see `pulse_jax.registry`).
 
@@ -257,7 +259,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         `pulse_jax.RunParams`, or a `pulse_jax.BanditParams` (the engine's numbers);
         default: the paper's. New values reuse the compiled program.
       V: (n, r) example embeddings from the train split (required by PULSE and
-        Naive-Pooling; see `pulse_jax.factorization.fit_example_embeddings`).
+        Naive-Pooling; see `pulse_jax.stats.factorization.fit_example_embeddings`).
       reps: number of repetitions.
       seed: base seed (repetition ``r`` uses ``fold_in(PRNGKey(seed), r)``).
       chunk_size: repetitions per compiled batch (default: from the problem
@@ -270,12 +272,6 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
       devices: the devices to split the repetitions over (default: all of
         ``jax.devices()``, i.e. every GPU / TPU core, or every host's devices
         after ``jax.distributed.initialize()``). Results do not depend on it.
-      stop: a stopping rule (`pulse_jax.stopping.StoppingRule`) or its
-        name, replacing ``config.stop``: ``"certified"`` stops each repetition
-        once a model is certified best (fixed-confidence mode), ``"budget"``
-        spends the whole budget; default: as ``config`` says.
-        Either way the first certification is recorded
-        (`SimulationResult.certification`).
       follow: ``(reps, n_steps)`` model indices (-1: no pull), e.g. another
         run's ``chosen``: repetition ``r`` pulls ``follow[r, t - 1]`` at step
         ``t`` instead of choosing, and computes everything else as usual. With
@@ -297,7 +293,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     seed_key(seed)   # refuses a bad seed before anything runs
     require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
-    config, estimator, scores, V = prepare_run(scores, config, method, V, stop)
+    config, estimator, scores, V = prepare_run(scores, config, method, V)
     params = engine.resolve_params(params, engine.plugins_of(config, estimator))
     engine.check_levels(config, engine.plugins_of(config, estimator), params)
     if follow is not None:
@@ -371,11 +367,9 @@ def is_count(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and x >= 1
 
 
-def prepare_run(scores, config: BanditConfig, method, V, stop):
+def prepare_run(scores, config: BanditConfig, method, V):
     """Validate the inputs of a simulation or sweep; returns ``(config, estimator, scores, V)``."""
     require(isinstance(config, BanditConfig), f"config must be a pulse_jax.BanditConfig, got {type(config).__name__}")
-    if stop is not None:
-        config = dataclasses.replace(config, stop=registry.stopping_rule(stop, "stop"))
     estimator = engine.get_estimator(method)
     engine.check_compatible(config, estimator)
     scores = np.asarray(scores, dtype=np.float32)

@@ -1,4 +1,0 @@
-"""Deprecated: moved to `pulse_jax.engine` (see `pulse_jax.moved`)."""
-from pulse_jax.moved import alias
-
-alias(__name__)

@@ -1,4 +1,0 @@
-"""Deprecated: moved to `pulse_jax.live.selector` (see `pulse_jax.moved`)."""
-from pulse_jax.moved import alias
-
-alias(__name__)
