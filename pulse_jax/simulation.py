@@ -220,13 +220,13 @@ def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None
     per_item = (0,) * (2 if follow else 1)
     run = engine.make_batched_run(config, method, follow)
 
-    def batched(keys, scores, V, init_U, row_prior, params, choices=None):
-        return run(keys, scores, V, params, choices, init_U, row_prior)
+    def batched(keys, scores, V, start, params, choices=None):
+        return run(keys, scores, V, params, choices, start)
 
     if mesh is None or mesh.size == 1:
         return jax.jit(batched)
     P = jax.sharding.PartitionSpec
-    specs = (P("reps"), P(), P(), P(), P()) + (P("reps"),) * len(per_item)
+    specs = (P("reps"), P(), P(), P()) + (P("reps"),) * len(per_item)
     return jax.jit(jax.shard_map(batched, mesh=mesh, in_specs=specs, out_specs=P("reps"),
                                  check_vma=False))   # the scan carries start replicated, become per-device
 
@@ -298,11 +298,13 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     engine.check_levels(config, engine.plugins_of(config, estimator), params)
     if follow is not None:
         follow = _check_follow(follow, reps, config)
-    init_U, row_prior = start_rows(init_U, row_prior, config, estimator, V, params)
+    start = start_rows(init_U, row_prior, config, estimator, V, params)
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
-    out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed,
-                                            chunk_size, progress, devices, follow, init_U, row_prior)
-    return result_from(out, estimator.name, config, params, seed, scores, seconds, compile_seconds, model_names)
+    out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed=seed,
+                                            chunk_size=chunk_size, progress=progress, devices=devices, follow=follow,
+                                            start=start)
+    return result_from(out, estimator.name, config, params, seed, scores, seconds=seconds,
+                       compile_seconds=compile_seconds, model_names=model_names)
 
 
 def _check_init_U(init_U, config: BanditConfig, estimator, V) -> np.ndarray:
@@ -317,12 +319,12 @@ def _check_init_U(init_U, config: BanditConfig, estimator, V) -> np.ndarray:
     return arr
 
 
-def start_rows(init_U, row_prior, config: BanditConfig, estimator, V, params):
-    """``(init_U, row_prior)`` checked; the rows start from the prior's mean unless ``init_U`` is given."""
+def start_rows(init_U, row_prior, config: BanditConfig, estimator, V, params) -> engine.Start:
+    """``Start(init_U, row_prior)`` checked; the rows start from the prior's mean unless ``init_U`` is given."""
     row_prior = _check_row_prior(row_prior, estimator, V, params)
     if init_U is None and row_prior is not None:
         init_U = np.tile(row_prior.mean, (config.n_models, 1))
-    return _check_init_U(init_U, config, estimator, V), row_prior
+    return engine.Start(_check_init_U(init_U, config, estimator, V), row_prior)
 
 
 def _check_row_prior(row_prior, estimator, V, params: RunParams):
@@ -395,8 +397,8 @@ def prepare_run(scores, config: BanditConfig, method, V):
     return config, estimator, scores, V
 
 
-def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunParams, seed: int,
-            chunk_size=None, progress=False, devices=None, follow=None, init_U=None, row_prior=None):
+def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunParams, *, seed: int,
+            chunk_size=None, progress=False, devices=None, follow=None, start: engine.Start | None = None):
     """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program
     (each following the choices ``follow[k]`` when given: see `simulate`).
 
@@ -424,11 +426,11 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
                           follow is not None)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     by_rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("reps"))
-    if init_U is None:
-        init_U = np.zeros((config.n_models, rank), np.float32)
+    start = start or engine.Start()
+    init_U = np.zeros((config.n_models, rank), np.float32) if start.init_U is None else start.init_U
     scores_dev = _put(scores, replicated)
-    V_dev = (_put(V, replicated), _put(init_U, replicated),
-             None if row_prior is None else jax.tree_util.tree_map(lambda a: _put(a, replicated), row_prior))
+    V_dev = (_put(V, replicated), engine.Start(_put(init_U, replicated), None if start.row_prior is None else
+                                               jax.tree_util.tree_map(lambda a: _put(a, replicated), start.row_prior)))
     use_compilation_cache()
     if progress is None:
         progress = _interactive()
@@ -472,7 +474,7 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
 
 
 def _with_data(items, scores, side):
-    """The run's arguments: the items' keys, the shared data (scores, V, init_U, row_prior), then the
+    """The run's arguments: the items' keys, the shared data (scores, V, the rows' `Start`), then the
     items' parameters (and choices)."""
     return (items[0], scores) + tuple(side) + tuple(items[1:])
 
@@ -483,7 +485,7 @@ def rep_keys_for(seed: int, reps) -> jax.Array:
     return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.asarray(reps))
 
 
-def result_from(out, method_name: str, config: BanditConfig, params: RunParams, seed: int, scores, seconds: float,
+def result_from(out, method_name: str, config: BanditConfig, params: RunParams, seed: int, scores, *, seconds: float,
                 compile_seconds: float, model_names=None) -> SimulationResult:
     """A `SimulationResult` from the stacked run outputs (NumPy, leading axis = repetition)."""
     reps = out.init_best.shape[0]

@@ -265,14 +265,14 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     P = len(points)
     rep_index = np.tile(np.arange(reps), P)
     stacked = jax.tree_util.tree_map(lambda *vs: np.repeat(np.asarray(vs, np.float32), reps), *points)
-    init_U, row_prior = start_rows(None, row_prior, config, estimator, V, stacked)
-    out, seconds, compile_seconds = execute(scores, config, estimator, V, rep_index, stacked, seed,
-                                            chunk_size, progress, devices, None, init_U, row_prior)
+    start = start_rows(None, row_prior, config, estimator, V, stacked)
+    out, seconds, compile_seconds = execute(scores, config, estimator, V, rep_index, stacked, seed=seed,
+                                            chunk_size=chunk_size, progress=progress, devices=devices, start=start)
     results = []
     for k, point in enumerate(points):
         part = _take(out, slice(k * reps, (k + 1) * reps))
-        results.append(result_from(part, estimator.name, config, point, seed, scores, seconds, compile_seconds,
-                                   model_names))
+        results.append(result_from(part, estimator.name, config, point, seed, scores, seconds=seconds,
+                                   compile_seconds=compile_seconds, model_names=model_names))
     reason = "given"
     if baseline is None:
         baseline, reason = _paper_or_best(axes, points, results, plugins)

@@ -446,12 +446,12 @@ def test_init_U_sets_the_first_rows_and_zero_epochs_keep_them_through_refits():
     scores = (rng.random((m, n)) < P).astype(np.float32)
     config = BanditConfig(n_models=m, n_examples=n, budget=m * 4 + 40, batch_size=4, refit_every=2,
                           init_refit_epochs=0, refit_epochs=0)
-    plugins = engine.plugins_of(config, engine.get_estimator("pulse"))
-    params = BanditParams().as_arrays()
-    episode, state = engine.init(config, plugins, jax.random.PRNGKey(0), jax.numpy.asarray(scores),
-                                 jax.numpy.asarray(V), params, init_U=U0)
+    kernel = engine.bind(config, "pulse")
+    params = engine.resolve_params(BanditParams(), kernel.plugins).as_arrays()
+    episode, state = kernel.init(jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V), params,
+                                 engine.Start(init_U=U0))
     for t in range(1, 6):   # refits at t = 2 and 4
-        state, _ = engine.step(config, plugins, episode, state, params, t)
+        state, _ = kernel.step(episode, state, params, t)
         np.testing.assert_array_equal(np.asarray(state.U), U0)
         unseen = ~np.asarray(sampling.unpack(state.observed, n)).astype(bool)
         np.testing.assert_allclose(state.ledger.pred_sum, (P * unseen).sum(1), rtol=0, atol=2e-4)
@@ -472,12 +472,13 @@ def test_a_row_prior_reaches_every_refit_and_bad_priors_are_refused():
     cfg, (scores, train, V) = SEEDED_CONFIG, SEEDED
     mean = np.array([0.5, -1.0, 2.0], np.float32)
     prior = pj.RowPrior(mean, np.float32(1e6 * np.eye(3)))
-    plugins = engine.plugins_of(cfg, engine.get_estimator("pulse"))
-    params = BanditParams(refit_prior=1.0, init_refit_lr=0.01, refit_lr=0.01).as_arrays()
-    episode, state = engine.init(cfg, plugins, jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V),
-                                 params, np.tile(mean, (6, 1)), prior)
+    kernel = engine.bind(cfg, "pulse")
+    params = engine.resolve_params(BanditParams(refit_prior=1.0, init_refit_lr=0.01, refit_lr=0.01),
+                                   kernel.plugins).as_arrays()
+    episode, state = kernel.init(jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V), params,
+                                 engine.Start(np.tile(mean, (6, 1)), prior))
     for t in range(1, 10):   # refits at t = 4 and 8
-        state, _ = engine.step(cfg, plugins, episode, state, params, t)
+        state, _ = kernel.step(episode, state, params, t)
         # Adam moves a coordinate by about its learning rate per step whatever the gradient's size, so
         # at so stiff an optimum it rattles within ~0.01 of it.
         np.testing.assert_allclose(np.asarray(state.U), np.tile(mean, (6, 1)), atol=0.02)

@@ -51,8 +51,8 @@ def test_top_two_pulls_the_leader_at_its_leader_fraction():
         config = BanditConfig(n_models=6, n_examples=1000, budget=6 * 4 + 400, batch_size=4,
                               rule=rules.top_two(beta), record_estimates=True)
         run = engine.make_run(config, "ucbe")
-        init = jax.vmap(lambda k: engine.build_kernel(config, registry.estimator("ucbe")).init(
-            k, scores, V, BanditParams())[1].ledger)(jax.random.split(jax.random.PRNGKey(0), 16))
+        kernel = engine.bind(config, "ucbe")
+        init = jax.vmap(lambda k: kernel.init(k, scores, V, engine.resolve_params(None, kernel.plugins))[1].ledger)(jax.random.split(jax.random.PRNGKey(0), 16))
         out = jax.jit(jax.vmap(run, in_axes=(0, None, None)))(jax.random.split(jax.random.PRNGKey(0), 16), scores, V)
         before = np.concatenate([np.asarray(init.obs_sum / init.n_obs)[:, None],
                                  np.asarray(out.steps.estimates)[:, :-1]], axis=1)

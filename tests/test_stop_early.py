@@ -46,13 +46,17 @@ def test_simulate_certified_stops_computing_and_agrees(monkeypatch):
     scores, _, V = tiny_problem(seed=5, m=5, n=200)
     config = pj.BanditConfig(n_models=5, n_examples=200, budget=5 * 200, batch_size=4, rule="lucb")
     seen = set()
-    original = engine.step
+    original = engine.drivers.build_kernel
 
-    def reporting(config, plugins, episode, state, params, t, *rest):
-        jax.debug.callback(lambda t: seen.add(int(t)), t)
-        return original(config, plugins, episode, state, params, t, *rest)
+    def reporting_kernel(config, estimator):
+        kernel = original(config, estimator)
 
-    monkeypatch.setattr(engine.drivers, "step", reporting)
+        def step(episode, state, params, t, *rest):
+            jax.debug.callback(lambda t: seen.add(int(t)), t)
+            return kernel.step(episode, state, params, t, *rest)
+        return kernel._replace(step=step)
+
+    monkeypatch.setattr(engine.drivers, "build_kernel", reporting_kernel)
     monkeypatch.setattr(engine.drivers, "STOP_BLOCK_STEPS", 16)
     pj.simulate.__globals__["compiled_runner"].cache_clear()
     stopped = pj.simulate(scores, dataclasses.replace(config, stop="certified"), "ucbe", reps=16, seed=3, chunk_size=16,

@@ -39,15 +39,13 @@ from pulse_jax.engine.bookkeeping import Certificate, Snapshots
 from pulse_jax.engine.config import (INTERVALS, BanditConfig, Plugins, check_compatible, check_levels, get_estimator,
                                      log_chunk_slots, plugins_of, refit_due, refit_period, refits_periodically,
                                      resolve_params, traced_params)
-from pulse_jax.engine.drivers import STOP_BLOCK_STEPS, make_batched_run, make_run
-from pulse_jax.engine.kernel import (Kernel, adam_refit, bounds, build_kernel, choose, draw, finished, init, observe,
-                                     play, recommend, refit, room, select, step, stop_status)
+from pulse_jax.engine.drivers import EPISODE_AXES, STOP_BLOCK_STEPS, bind, make_batched_run, make_run
+from pulse_jax.engine.kernel import Batch, Choice, Kernel, Start, Static, adam_refit, build_kernel, room
 from pulse_jax.engine.state import (BanditState, Episode, PullLog, RunResult, StepRecord, draw_keys, initial_draws,
                                     observed_blocks)
 
-__all__ = ["BanditConfig", "BanditState", "Certificate", "Episode", "INTERVALS", "Kernel", "Plugins", "PullLog",
-           "RunResult", "STOP_BLOCK_STEPS", "Snapshots", "StepRecord", "adam_refit", "bounds", "build_kernel",
-           "check_compatible", "check_levels", "choose", "draw", "draw_keys", "finished", "get_estimator", "init",
-           "initial_draws", "log_chunk_slots", "make_batched_run", "make_run", "observe", "observed_blocks", "play",
-           "plugins_of", "recommend", "refit", "refit_due", "refit_period", "refits_periodically", "resolve_params",
-           "room", "select", "step", "stop_status", "traced_params"]
+__all__ = ["BanditConfig", "BanditState", "Batch", "Certificate", "Choice", "EPISODE_AXES", "Episode", "INTERVALS",
+           "Kernel", "Plugins", "PullLog", "RunResult", "STOP_BLOCK_STEPS", "Snapshots", "Start", "Static",
+           "StepRecord", "adam_refit", "bind", "build_kernel", "check_compatible", "check_levels", "draw_keys",
+           "get_estimator", "initial_draws", "log_chunk_slots", "make_batched_run", "make_run", "observed_blocks",
+           "plugins_of", "refit_due", "refit_period", "refits_periodically", "resolve_params", "room", "traced_params"]

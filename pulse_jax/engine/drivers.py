@@ -1,30 +1,52 @@
 """The drivers: a whole run for one PRNG key (`make_run`, a ``lax.scan`` of the kernel's step)
-and a batch of runs that stops computing once every repetition has stopped (`make_batched_run`)."""
+and a batch of runs that stops computing once every repetition has stopped (`make_batched_run`).
+Both drive the kernel that `bind` builds; a run's params are resolved once, where it starts."""
 from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
 
 from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths, interval_bounds
-from pulse_jax.engine.config import (BanditConfig, Plugins, check_compatible, get_estimator, plugins_of,
-                                     refits_periodically, traced_params)
-from pulse_jax.engine.kernel import choose, finished, idle_record, init, play, refit, step, stop_status
+from pulse_jax.engine.config import BanditConfig, check_compatible, get_estimator, refits_periodically, traced_params
+from pulse_jax.engine.kernel import Kernel, Start, build_kernel
+from pulse_jax.engine.params import RunParams
 from pulse_jax.engine.state import BanditState, Episode, RunResult
 from pulse_jax.estimators.base import Estimator
 
 
 #: Backends on which a run with periodic refits is a scan over refit phases (`_phases`: one
 #: conditional per phase) rather than over steps (a conditional in every step). On an H100, 500
-#: full-scale PULSE repetitions without periodic refits took 9.6 s with a (never taken) conditional
-#: in every step and 5.9 s without one (measured at different commits; docs/performance.md). On a CPU the
-#: phases cost 12-16% more run time (20 full-scale repetitions; padding to whole phases, nested
-#: loops), so a CPU scans steps.
+#: full-scale PULSE repetitions took 12.4 s with a conditional in every step and 11.6 s with the
+#: phases (docs/performance.md). On a CPU the phases cost 12-16% more run time (20 full-scale
+#: repetitions; padding to whole phases, nested loops), so a CPU scans steps.
 #: Both compute the same numbers in the same order (tested for equality on a CPU).
 PHASED_BACKENDS = ("gpu", "tpu")
 
+#: Steps per block of a run that stops early (see `make_batched_run`): a stopped batch wastes at
+#: most one block, and each block costs one check of whether the whole batch has stopped.
+STOP_BLOCK_STEPS = 64
+
+#: ``vmap`` axes of an `Episode` across repetitions: the score matrix, its mask, ``V`` and the row
+#: prior stay shared (one copy, not one per repetition); each repetition has its own draws.
+EPISODE_AXES = Episode(scores=None, missing=None, V=None, model_order=0, init_examples=0, examples_key=0, key=0,
+                       row_prior=None)
+
+
+def bind(config: BanditConfig, method: str | Estimator) -> Kernel:
+    """The checked kernel of ``method`` on ``config``: the prologue every driver shares."""
+    estimator = get_estimator(method)
+    check_compatible(config, estimator)
+    return build_kernel(config, estimator)
+
+
+def _start_params(kernel: Kernel, params) -> RunParams:
+    """``params`` (None, a RunParams or a possibly stacked BanditParams) as float32 arrays, once per run."""
+    return traced_params(kernel.plugins, params).as_arrays()
+
 
 def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False):
-    """Return ``run(key, scores, V, params=None) -> RunResult`` for one repetition (pure, jittable).
+    """Return ``run(key, scores, V, params=None, choices=None, start=Start()) -> RunResult`` for one
+    repetition (pure, jittable).
 
     ``scores`` is the (m, n) float32 matrix of true scores in [0, 1]; ``V`` the
     (n, r) example embeddings from the train split (any (n, r) array for UCB-E,
@@ -33,61 +55,51 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     defaults), so ``jax.vmap`` over them sweeps without recompiling. Rows are never
     reordered: results index the input rows.
 
-    With ``follow=True`` the run is ``run(key, scores, V, params, choices)``: step
-    ``t`` pulls model ``choices[t - 1]`` (-1: none) instead of the rule's choice,
-    and everything else (draws, estimates, refits, intervals) is computed as
-    usual. Given a run's own ``chosen`` it repeats that run; given another
-    backend's, it computes the same sample path there, so the two backends'
+    With ``follow=True``, ``choices`` holds step ``t``'s model at ``choices[t - 1]`` (-1: none),
+    pulled instead of the rule's choice; everything else (draws, estimates, refits,
+    intervals) is computed as usual. Given a run's own ``chosen`` it repeats that run; given
+    another backend's, it computes the same sample path there, so the two backends'
     arithmetic can be compared step for step.
 
-    ``init_U`` (``(m, r)``, optional) is where the candidates' rows start
-    before the first fit (zeros by default): rows known from earlier
-    evaluations, or, with ``init_refit_epochs = refit_epochs = 0``, fixed
-    predictions ``sigmoid(init_U V^T)`` that are never refit (an oracle, when
-    they are the true probabilities' logits). ``row_prior`` (a
-    `pulse_jax.stats.factorization.RowPrior`, optional) is the Gaussian every
-    refit pulls the rows towards, with weight ``params.refit_prior``.
+    ``start`` (a `pulse_jax.engine.Start`) says where the candidates' rows start before the
+    first fit (``init_U``, zeros by default: rows known from earlier evaluations, or, with
+    ``init_refit_epochs = refit_epochs = 0``, fixed predictions ``sigmoid(init_U V^T)`` that are
+    never refit) and the Gaussian every refit pulls them towards (``row_prior``), with weight
+    ``params.refit_prior``.
     """
-    estimator = get_estimator(method)
-    check_compatible(config, estimator)
-    plugins = plugins_of(config, estimator)
+    kernel = bind(config, method)
 
-    def run(key, scores, V, params=None, choices=None, init_U=None, row_prior=None):
-        params = traced_params(plugins, params).as_arrays()
-        episode, state = init(config, plugins, key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32),
-                              params, init_U, row_prior)
+    def run(key, scores, V, params=None, choices=None, start=Start()):
+        params = _start_params(kernel, params)
+        episode, state = kernel.init(key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32), params,
+                                     start)
         init_best = state.best
         # choices[t] is step t's model (index 0: the padding step t = 0, never a pull).
         choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
-
         follow_at = (lambda t: None) if choices is None else (lambda t: choices[t])   # noqa: E731
-        if not (refits_periodically(config, plugins) and jax.default_backend() in PHASED_BACKENDS):
+        if not (refits_periodically(config, kernel.plugins) and jax.default_backend() in PHASED_BACKENDS):
             # One scan over t = 0 .. n_steps (t = 0 is the no-op padding step); a refit is a
             # `lax.cond` in every step, taken every refit_every steps.
             def one(s, t):
-                s, record = step(config, plugins, episode, s, params, t, follow_at(t))
+                s, record = kernel.step(episode, s, params, t, follow_at(t))
                 return s, (record if config.record_steps else None)
 
             state, records = jax.lax.scan(one, state, jnp.arange(config.n_steps + 1))
         else:
-            state, records = _phases(config, plugins, episode, state, params, follow_at)
+            state, records = _phases(kernel, episode, state, params, follow_at)
         records = jax.tree_util.tree_map(lambda a: a[1:config.n_steps + 1], records)
         if not config.record_steps:   # the summary only: the final state's record as the one "step"
-            records = jax.tree_util.tree_map(lambda a: a[None], idle_record(config, plugins, episode, state, params,
-                                                                             jnp.int32(0)))
-        return _run_result(config, plugins, state, params, records, init_best)
+            records = jax.tree_util.tree_map(lambda a: a[None], kernel.idle_record(episode, state, params,
+                                                                                   jnp.int32(0)))
+        return _run_result(kernel, state, params, records, init_best)
 
     return run
 
 
-#: Steps per block of a run that stops early (see `make_batched_run`): a stopped batch wastes at
-#: most one block, and each block costs one check of whether the whole batch has stopped.
-STOP_BLOCK_STEPS = 64
-
-
 def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False,
                      block: int | None = None):
-    """``run(keys, scores, V, params[, choices]) -> RunResult`` for a batch of repetitions (leading axis).
+    """``run(keys, scores, V, params, choices=None, start=Start()) -> RunResult`` for a batch of
+    repetitions (leading axis of ``keys``, ``params`` and ``choices``).
 
     With a stopping rule that fixes no budget (``config.stop.stops_early``, e.g. ``"certified"``)
     the steps run in blocks of ``block`` inside a ``lax.while_loop`` that ends once every
@@ -98,79 +110,78 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
     computes for them: a stopped run changes nothing). Otherwise this is
     ``vmap(make_run(config, method, follow))``.
     """
-    estimator = get_estimator(method)
-    check_compatible(config, estimator)
-    plugins = plugins_of(config, estimator)
+    kernel = bind(config, method)
     if not config.stop.stops_early:
-        per_rep = jax.vmap(make_run(config, estimator, follow),
-                           in_axes=(0, None, None, 0, 0 if follow else None, None, None))
-        return lambda keys, scores, V, params, choices=None, init_U=None, row_prior=None: per_rep(
-            keys, scores, V, params, choices, init_U, row_prior)
+        per_rep = jax.vmap(make_run(config, kernel.plugins.estimator, follow),
+                           in_axes=(0, None, None, 0, 0 if follow else None, None))
+        return lambda keys, scores, V, params, choices=None, start=Start(): per_rep(keys, scores, V, params, choices,
+                                                                                    start)
     block = block or STOP_BLOCK_STEPS
-    n_blocks = -(-(config.n_steps + 1) // block)
 
-    def run(keys, scores, V, params, choices=None, init_U=None, row_prior=None):
-        params = traced_params(plugins, params).as_arrays()
+    def run(keys, scores, V, params, choices=None, start=Start()):
+        params = _start_params(kernel, params)
         scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
-        # The score matrix, its mask and V stay shared (one copy, not one per repetition).
-        shared = Episode(None, None, None, 0, 0, 0, 0, None)
-        episodes, states = jax.vmap(init, in_axes=(None, None, 0, None, None, 0, None, None), out_axes=(shared, 0))(
-            config, plugins, keys, scores, V, params, init_U, row_prior)
-        init_best = states.best
+        episodes, states = jax.vmap(kernel.init, in_axes=(0, None, None, 0, None), out_axes=(EPISODE_AXES, 0))(
+            keys, scores, V, params, start)
         padded = None if choices is None else jnp.pad(jnp.asarray(choices, jnp.int32), ((0, 0), (1, 0)),
                                                       constant_values=-1)
-
-        def steps_of_block(states, b):
-            def one(states, t):
-                t = jnp.where(t <= config.n_steps, t, 0)     # past the last step: the no-op step 0
-                follow_t = None if padded is None else padded[:, t]
-                return jax.vmap(step, in_axes=(None, None, shared, 0, 0, None, 0 if follow else None))(
-                    config, plugins, episodes, states, params, t, follow_t)
-            return jax.lax.scan(one, states, b * block + jnp.arange(block))
-
-        shapes = jax.eval_shape(steps_of_block, states, 0)[1]
-        width = n_blocks * block if config.record_steps else 0    # summary only: no per-step buffer
-        buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], width) + a.shape[2:], a.dtype), shapes)
-
-        def running(carry):
-            b, states, _ = carry
-            return (b < n_blocks) & ~jnp.all(jax.vmap(finished, in_axes=(None, None, 0, 0, None))(
-                config, plugins, states, params, jnp.maximum(b * block, 1)))
-
-        def body(carry):
-            b, states, buffer = carry
-            states, records = steps_of_block(states, b)
-            if config.record_steps:
-                records = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), records)
-                buffer = jax.tree_util.tree_map(
-                    lambda buf, r: jax.lax.dynamic_update_slice_in_dim(buf, r, b * block, axis=1), buffer, records)
-            return b + 1, states, buffer
-
-        b, states, buffer = jax.lax.while_loop(running, body, (jnp.int32(0), states, buffer))
-        states = jax.vmap(_settle, in_axes=(None, None, 0, 0, None))(config, plugins, states, params,
-                                                                      jnp.maximum(b * block, 1))
-        idle = jax.vmap(idle_record, in_axes=(None, None, shared, 0, 0, None))(config, plugins, episodes, states,
-                                                                                params, jnp.int32(0))
-        ran = jnp.arange(width) < b * block
-        records = jax.tree_util.tree_map(
-            lambda buf, i: jnp.where(ran.reshape((1, -1) + (1,) * (buf.ndim - 2)), buf, i[:, None])[:, 1:config.n_steps + 1],
-            buffer, idle) if config.record_steps else jax.tree_util.tree_map(lambda i: i[:, None], idle)
-        return jax.vmap(_run_result, in_axes=(None, None, 0, 0, 0, 0))(config, plugins, states, params, records,
-                                                                        init_best)
+        final, records = _blocks(kernel, block, episodes, states, params, padded)
+        return jax.vmap(lambda *a: _run_result(kernel, *a))(final, params, records, states.best)
 
     return run
 
 
-def _settle(config: BanditConfig, plugins: Plugins, state: BanditState, params, t) -> BanditState:
+def _blocks(kernel: Kernel, block: int, episodes: Episode, states: BanditState, params: RunParams, padded):
+    """Blocks of ``block`` steps of every repetition, until all have stopped: ``(states, records)``."""
+    config = kernel.config
+    n_blocks = -(-(config.n_steps + 1) // block)
+    step = jax.vmap(kernel.step, in_axes=(EPISODE_AXES, 0, 0, None, None if padded is None else 0))
+
+    def steps_of_block(states, b):
+        def one(states, t):
+            t = jnp.where(t <= config.n_steps, t, 0)     # past the last step: the no-op step 0
+            return step(episodes, states, params, t, None if padded is None else padded[:, t])
+        return jax.lax.scan(one, states, b * block + jnp.arange(block))
+
+    shapes = jax.eval_shape(steps_of_block, states, 0)[1]
+    width = n_blocks * block if config.record_steps else 0    # summary only: no per-step buffer
+    buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], width) + a.shape[2:], a.dtype), shapes)
+    finished = jax.vmap(kernel.finished, in_axes=(0, 0, None))
+
+    def running(carry):
+        b, states, _ = carry
+        return (b < n_blocks) & ~jnp.all(finished(states, params, jnp.maximum(b * block, 1)))
+
+    def body(carry):
+        b, states, buffer = carry
+        states, records = steps_of_block(states, b)
+        if config.record_steps:
+            records = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), records)
+            buffer = jax.tree_util.tree_map(
+                lambda buf, r: jax.lax.dynamic_update_slice_in_dim(buf, r, b * block, axis=1), buffer, records)
+        return b + 1, states, buffer
+
+    b, states, buffer = jax.lax.while_loop(running, body, (jnp.int32(0), states, buffer))
+    states = jax.vmap(_settle, in_axes=(None, 0, 0, None))(kernel, states, params, jnp.maximum(b * block, 1))
+    idle = jax.vmap(kernel.idle_record, in_axes=(EPISODE_AXES, 0, 0, None))(episodes, states, params, jnp.int32(0))
+    if not config.record_steps:
+        return states, jax.tree_util.tree_map(lambda i: i[:, None], idle)
+    ran = jnp.arange(width) < b * block
+    return states, jax.tree_util.tree_map(
+        lambda buf, i: jnp.where(ran.reshape((1, -1) + (1,) * (buf.ndim - 2)), buf, i[:, None])[:, 1:config.n_steps + 1],
+        buffer, idle)
+
+
+def _settle(kernel: Kernel, state: BanditState, params: RunParams, t) -> BanditState:
     """A blocked run that ended early, as the scan leaves it: a repetition whose rule fires at step ``t``
     (the loop found every repetition done there, so that step never ran) records the stop and the
     claim the scan's step ``t`` would have recorded. Past the last step nothing fires."""
-    done, claim = stop_status(config, plugins, state, params, t)
-    fires = done & ~state.stopped & (t <= config.n_steps)
+    done, claim = kernel.stop_status(state, params, t)
+    fires = done & ~state.stopped & (t <= kernel.config.n_steps)
     return state._replace(stopped=state.stopped | fires, claimed=jnp.where(fires, claim, state.claimed))
 
 
-def _phases(config: BanditConfig, plugins: Plugins, episode: Episode, state: BanditState, params, follow_at):
+def _phases(kernel: Kernel, episode: Episode, state: BanditState, params: RunParams, follow_at):
     """Steps ``0 .. n_steps`` with a refit every ``tau`` steps, as a scan over refit phases.
 
     Phase ``p`` is steps ``p tau .. (p + 1) tau - 1`` (the last one padded with no-op steps ``t = 0``
@@ -181,30 +192,31 @@ def _phases(config: BanditConfig, plugins: Plugins, episode: Episode, state: Ban
     round trip to read its predicate, so one per step adds up.
     Returns ``(state, records)``, records indexed by ``t`` (``0 .. n_phases tau - 1``).
     """
+    config = kernel.config
     tau, n = config.refit_every, config.n_steps
     n_phases = n // tau + 1
     as_step = lambda u: jnp.where(u <= n, u, 0)   # noqa: E731   (past the last step: the no-op step 0)
 
     def one(carry, u):
-        s, i, size = carry
-        t = as_step(u)
-        s, record = play(config, plugins, episode, s, params, t, i, size)
-        s, i, size = choose(config, plugins, episode, s, params, as_step(u + 1), follow_at(as_step(u + 1)))
-        return (s, i, size), (record if config.record_steps else None)
+        s, choice = carry
+        s, record = kernel.play(episode, s, params, as_step(u), choice)
+        s, choice = kernel.choose(episode, s, params, as_step(u + 1), follow_at(as_step(u + 1)))
+        return (s, choice), (record if config.record_steps else None)
 
     def phase(carry, p):
-        s, i, size = carry
-        s = refit(config, plugins, episode, s, params, p * tau, size, p >= 1)
-        return jax.lax.scan(one, (s, i, size), p * tau + jnp.arange(tau))
+        s, choice = carry
+        s = kernel.refit(episode, s, params, p * tau, choice, due=p >= 1)
+        return jax.lax.scan(one, (s, choice), p * tau + jnp.arange(tau))
 
     zero = jnp.int32(0)
-    first = choose(config, plugins, episode, state, params, zero, follow_at(zero))
-    (state, _, _), records = jax.lax.scan(phase, first, jnp.arange(n_phases, dtype=jnp.int32))
+    first = kernel.choose(episode, state, params, zero, follow_at(zero))
+    (state, _), records = jax.lax.scan(phase, first, jnp.arange(n_phases, dtype=jnp.int32))
     return state, jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), records)
 
 
-def _run_result(config: BanditConfig, plugins: Plugins, state: BanditState, params, records, init_best) -> RunResult:
-    estimator, n = plugins.estimator, config.n_examples
+def _run_result(kernel: Kernel, state: BanditState, params: RunParams, records, init_best) -> RunResult:
+    config, estimator = kernel.config, kernel.plugins.estimator
+    n = config.n_examples
     radius = estimator.radius(state.estimator, state.ledger, n, params.delta, params.estimator)
     radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
     # The interval certification used: a model evaluated on every example is known exactly (its mean,

@@ -39,7 +39,7 @@ import secrets
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import NamedTuple, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -106,6 +106,15 @@ def _save_atomically(path: Path, array) -> None:
                               "space there or give --log in another folder, then run the same command again") from None
 
 
+class Asked(NamedTuple):
+    """What an ask needs besides the state: the models with a batch in flight (``blocked``), the cells
+    they hold (``reserved``) and whether the step refits (``due``)."""
+
+    blocked: jax.Array
+    reserved: jax.Array
+    due: jax.Array
+
+
 @functools.lru_cache(maxsize=16)
 def _compiled(config: BanditConfig, estimator):
     """Jitted kernel pieces for one configuration and estimator object, shared by every selector that
@@ -118,15 +127,14 @@ def _compiled(config: BanditConfig, estimator):
     kernel = engine.build_kernel(dataclasses.replace(config, stop="budget"), estimator)
     status = jax.jit(engine.build_kernel(config, estimator).stop_status)
 
-    def ask(episode, state, t, params, blocked, reserved, due):
-        state, i, size = kernel.select(episode, state, params, t, blocked, reserved)
-        state = kernel.refit(episode, state, params, t, size, due)
-        examples, _ = kernel.draw(episode, state, i, size, params)
-        return state, i, size, examples
+    def ask(episode, state, params, t, asked: Asked):
+        state, choice = kernel.select(episode, state, params, t, asked.blocked, asked.reserved)
+        state = kernel.refit(episode, state, params, t, choice, due=asked.due)
+        examples, _ = kernel.draw(episode, state, params, choice)
+        return state, choice.model, choice.size, examples
 
-    def tell(episode, state, t, i, size, examples, scores, params):
-        valid = jnp.arange(config.batch_size) < size
-        return kernel.observe(episode, state, params, t, i, size, examples, valid, scores)[0]
+    def tell(episode, state, params, t, batch: engine.Batch):
+        return kernel.observe(episode, state, params, t, batch)[0]
 
     def summary(state, params):
         estimates, low, high = kernel.bounds(state, params)
@@ -540,8 +548,8 @@ class Selector:
         if due and self._pending:
             return None
         reserved = sum(len(r.example_index) for r in self._pending.values())
-        state, i, size, examples = self._ask_fn(self._episode, self._state, jnp.int32(self._t), self._params,
-                                                jnp.asarray(self._blocked()), jnp.int32(reserved), jnp.bool_(due))
+        asked = Asked(jnp.asarray(self._blocked()), jnp.int32(reserved), jnp.bool_(due))
+        state, i, size, examples = self._ask_fn(self._episode, self._state, self._params, jnp.int32(self._t), asked)
         i, size = int(i), int(size)
         unobserved = config.n_examples - int(self._state.ledger.n_obs[i]) if size else 0
         if size == 0 or size < min(config.batch_size, unobserved):
@@ -623,8 +631,9 @@ class Selector:
         padded[:len(index)] = index
         values = np.zeros(self.config.batch_size, np.float32)
         values[:len(index)] = scores
-        self._state = self._tell_fn(self._episode, self._state, jnp.int32(request.step), jnp.int32(i),
-                                    jnp.int32(len(index)), jnp.asarray(padded), jnp.asarray(values), self._params)
+        batch = engine.Batch(jnp.int32(i), jnp.int32(len(index)), jnp.asarray(padded),
+                             jnp.asarray(np.arange(self.config.batch_size) < len(index)), jnp.asarray(values))
+        self._state = self._tell_fn(self._episode, self._state, self._params, jnp.int32(request.step), batch)
 
     # ------------------------------------------------------------------ results
 
