@@ -1,5 +1,7 @@
-"""Structure facts of the package: largest module, longest function, import circles, private names
-used across modules, ``Any`` annotations. Prints a table and writes JSON.
+"""Structure facts of the package: top-level modules, deprecated modules, largest module, longest
+function, most positional parameters (in the engine and anywhere), import circles (at run time and
+through annotation-only imports), private names used across modules, ``Any`` annotations. Prints a
+table and writes JSON.
 
     python benchmarks/structure.py --out docs/benchmarks/structure.json
 
@@ -34,14 +36,16 @@ def _resolve(importer: str, node: ast.ImportFrom, is_package: bool) -> str:
     return ".".join(base + ([node.module] if node.module else []))
 
 
-def imports(trees: dict[str, ast.Module]) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
+def imports(trees: dict[str, ast.Module], annotations: bool = False
+            ) -> tuple[dict[str, set[str]], list[tuple[str, str, str]]]:
     """``(edges, private)``: the package modules each module imports (annotation-only imports under
-    ``TYPE_CHECKING`` left out), and every ``(importer, module, name)`` with a private name."""
+    ``TYPE_CHECKING`` left out unless ``annotations``), and every ``(importer, module, name)`` with a
+    private name."""
     edges, private = {m: set() for m in trees}, []
     for name, tree in trees.items():
         skip = set()
         for node in ast.walk(tree):   # `if TYPE_CHECKING:` blocks import for annotations only
-            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING":
+            if isinstance(node, ast.If) and getattr(node.test, "id", None) == "TYPE_CHECKING" and not annotations:
                 skip.update(id(n) for sub in node.body for n in ast.walk(sub))
         bound = {}   # local name -> package module it is bound to
         for node in ast.walk(tree):
@@ -123,7 +127,34 @@ def engine_reaches_built_ins(edges: dict[str, set[str]]) -> list[str]:
                   and not m.endswith(".base"))
 
 
-GROUPS = ("engine", "live", "io", "analysis", "estimators", "rules", "stopping")
+GROUPS = ("engine", "stats", "live", "io", "analysis", "estimators", "rules", "stopping", "cli")
+
+
+def top_level_modules(trees: dict[str, ast.Module]) -> list[str]:
+    """The modules directly in ``pulse_jax/`` (not ``__init__``, not a subpackage)."""
+    return sorted(m for m in trees if m.count(".") == 1 and (PACKAGE / (m.split(".")[1] + ".py")).exists())
+
+
+def deprecated_modules(trees: dict[str, ast.Module]) -> list[str]:
+    """Modules that warn of their own deprecation or say they are deprecated in their docstring."""
+    out = []
+    for m, tree in trees.items():
+        doc = (ast.get_docstring(tree) or "").lower()
+        warns = any(isinstance(n, ast.Name) and n.id in ("DeprecationWarning", "FutureWarning") for n in ast.walk(tree))
+        if "deprecat" in doc or warns:
+            out.append(m)
+    return sorted(out)
+
+
+def positional(node) -> int:
+    """Positional parameters of a function, ``self`` / ``cls`` not counted."""
+    names = [a.arg for a in node.args.posonlyargs + node.args.args]
+    return len(names) - (1 if names and names[0] in ("self", "cls") else 0)
+
+
+def most_positional(trees: dict[str, ast.Module], prefix: str = "pulse_jax.") -> tuple[int, str]:
+    return max(((positional(n), f"{m}.{n.name}") for m, t in trees.items() if m.startswith(prefix)
+                for n in ast.walk(t) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))), default=(0, ""))
 
 
 def group_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -148,13 +179,19 @@ def facts() -> dict:
     longest = max(((n.end_lineno - n.lineno + 1, f"{m}.{n.name}") for m, t in trees.items() for n in ast.walk(t)
                    if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))))
     edges, private = imports(trees)
+    with_annotations, _ = imports(trees, annotations=True)
+    engine_args, anywhere_args = most_positional(trees, "pulse_jax.engine"), most_positional(trees)
     any_count = sum(1 for t in trees.values() for n in ast.walk(t) if isinstance(n, ast.Name) and n.id == "Any")
     largest = max(sizes.items(), key=lambda kv: kv[1])
     return {"modules": len(trees), "largest_module": {"name": largest[0], "lines": largest[1]},
             "longest_function": {"name": longest[1], "lines": longest[0]}, "import_circles": cycles(edges),
             "private_cross_module_names": sorted({f"{a} -> {b}.{n}" for a, b, n in private}),
             "any_annotations": any_count, "engine_reaches_built_ins": engine_reaches_built_ins(edges),
-            "group_circles": cycles(group_edges(edges))}
+            "group_circles": cycles(group_edges(edges)),
+            "annotation_circles": [c for c in cycles(with_annotations) if c not in cycles(edges)],
+            "top_level_modules": top_level_modules(trees), "deprecated_modules": deprecated_modules(trees),
+            "most_positional_engine": {"name": engine_args[1], "count": engine_args[0]},
+            "most_positional": {"name": anywhere_args[1], "count": anywhere_args[0]}}
 
 
 def main(argv=None) -> None:
@@ -162,9 +199,14 @@ def main(argv=None) -> None:
     parser.add_argument("--out", default=None, help="write the facts as JSON here")
     args = parser.parse_args(argv)
     f = facts()
-    rows = [("modules", f["modules"]), ("largest module", f"{f['largest_module']['name']} ({f['largest_module']['lines']} lines)"),
+    rows = [("modules", f["modules"]), ("top-level modules (besides subpackages)", len(f["top_level_modules"])),
+            ("deprecated modules", len(f["deprecated_modules"])), ("largest module", f"{f['largest_module']['name']} ({f['largest_module']['lines']} lines)"),
             ("longest function", f"{f['longest_function']['name']} ({f['longest_function']['lines']} lines)"),
+            ("most positional parameters, engine",
+             f"{f['most_positional_engine']['name']} ({f['most_positional_engine']['count']})"),
+            ("most positional parameters, anywhere", f"{f['most_positional']['name']} ({f['most_positional']['count']})"),
             ("import circles", len(f["import_circles"])),
+            ("import circles through annotation-only imports", len(f["annotation_circles"])),
             ("private names across modules", len(f["private_cross_module_names"])),
             ("`Any` in annotations and code", f["any_annotations"]),
             ("built-in plug-ins the engine imports", len(f["engine_reaches_built_ins"])),

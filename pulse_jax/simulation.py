@@ -19,7 +19,7 @@ import numpy as np
 
 from pulse_jax import engine
 from pulse_jax.stats import factorization, without_replacement as sampling
-from pulse_jax.analysis import metrics
+from pulse_jax.analysis.metrics import SimulationResult
 from pulse_jax.engine import BanditConfig
 from pulse_jax.engine.compilation_cache import use_compilation_cache
 from pulse_jax.errors import PulseInputError, require
@@ -31,133 +31,6 @@ DEFAULT_MEMORY_BUDGET = 4 * 1024**3
 #: On a CPU, more repetitions per chunk than this only add cache misses: a 12-point x 200-repetition
 #: ``sweep`` of PULSE on the demo's setting took 22.5 s with ``chunk_size=2400`` and 16.2 s with 256 (2 cores).
 CPU_MAX_CHUNK = 256
-
-
-@dataclasses.dataclass
-class SimulationResult:
-    """Repetitions of one method on one score matrix (NumPy arrays, leading axis = repetition).
-
-    ``best[:, k]`` / ``spent[:, k]`` are the best guess (row index) and the
-    cells spent after step ``k`` (``k = 0``: after initialization).
-    """
-
-    method: str
-    config: BanditConfig
-    seed: int
-    true_means: np.ndarray     # (m,)
-    best: np.ndarray           # (R, n_steps + 1)
-    spent: np.ndarray          # (R, n_steps + 1), initialization included
-    chosen: np.ndarray         # (R, n_steps), -1 = no pull
-    lam: np.ndarray            # (R, n_steps), the estimator's per-step ``lam`` if it reports one (PULSE), else NaN
-    estimates: np.ndarray      # (R, m)
-    radius: np.ndarray         # (R, m)
-    n_obs: np.ndarray          # (R, m)
-    n_pulls: np.ndarray        # (R, m)
-    seconds: float = 0.0             # wall time, compilation included
-    compile_seconds: float = 0.0     # of which XLA compilation (near 0 when the disk cache has it)
-    model_names: tuple[str, ...] | None = None
-    cs_low: np.ndarray | None = None           # (R, m) running intersection of the confidence sequence
-    cs_high: np.ndarray | None = None
-    certified_spent: np.ndarray | None = None  # (R,) cells spent at the first certification (-1: never)
-    certified_model: np.ndarray | None = None  # (R,) the model certified (-1: never)
-    snapshot_cs: np.ndarray | None = None      # (R, K, m) CS half-widths at config.snapshot_budgets
-    snapshot_paper: np.ndarray | None = None   # (R, K, m) the paper's radius there
-    params: RunParams = RunParams()            # the traced numbers of the run (engine's and plug-ins')
-    # With config.record_estimates: every step's estimates and confidence-sequence bounds, (R, n_steps, m).
-    step_estimates: np.ndarray | None = None
-    step_low: np.ndarray | None = None
-    step_high: np.ndarray | None = None
-    step_info: dict | None = None              # the estimator's per-step info, field -> (R, n_steps) array
-    cs_seq_low: np.ndarray | None = None       # (R, m, C) each confidence sequence on its own (PULSE: raw, proxies)
-    cs_seq_high: np.ndarray | None = None
-    stopped: np.ndarray | None = None          # (R,) the stopping rule fired
-    claimed: np.ndarray | None = None          # (R, m) what its claim named then (config.stop.holds checks it)
-
-    @property
-    def reps(self) -> int:
-        return self.best.shape[0]
-
-    #: Models whose true means differ from the best by at most this tie for the best. The means are
-    #: float64 averages of float32 scores, so equal rows (or equal sums) give exactly equal means;
-    #: 1e-9 only absorbs summation order, and is far below any gap of 1 / n_examples.
-    TIE_TOLERANCE = 1e-9
-    CS_TOLERANCE = 1e-5   # float32 bounds vs the float64 truth (see metrics.CS_TOLERANCE)
-
-    @property
-    def best_model(self) -> int:
-        """The first best model (row index); see `best_models` for ties."""
-        return int(np.argmax(self.true_means))
-
-    @property
-    def best_models(self) -> np.ndarray:
-        """Every model tying for the best true mean (within `TIE_TOLERANCE`)."""
-        return np.flatnonzero(self.true_means >= self.true_means.max() - self.TIE_TOLERANCE)
-
-    @property
-    def n_best(self) -> int:
-        """How many models tie for the best (a guess of any of them is correct)."""
-        return len(self.best_models)
-
-    def is_best(self, models) -> np.ndarray:
-        """Booleans: is each model index a best model? (-1, no guess, is not.)"""
-        models = np.asarray(models)
-        return (models >= 0) & np.isin(models, self.best_models)
-
-    @property
-    def populations(self) -> np.ndarray:
-        """(m,) each model's number of scored examples (its benchmark; ragged when cells are missing)."""
-        sizes = self.config.populations
-        return np.full(self.config.n_models, self.config.n_examples) if sizes is None else np.asarray(sizes)
-
-    def exhausted(self) -> np.ndarray:
-        """(R, m) booleans: was every example of the model observed (its mean known exactly)?"""
-        return self.n_obs >= self.populations
-
-    # The metrics themselves live in `pulse_jax.analysis.metrics` (one home); these methods call them.
-
-    def correct(self) -> np.ndarray:
-        """(R, n_steps + 1) booleans: is the current guess a best model (`metrics.correct`)?"""
-        return metrics.correct(self)
-
-    def best_at_budget(self, budgets) -> np.ndarray:
-        """(R, len(budgets)) best guess with at most ``b`` cells spent (`metrics.best_at_budget`)."""
-        return metrics.best_at_budget(self, budgets)
-
-    def accuracy_at_budget(self, budgets) -> tuple[np.ndarray, np.ndarray]:
-        """Accuracy@budget and its standard error (`metrics.accuracy_at_budget`)."""
-        return metrics.accuracy_at_budget(self, budgets)
-
-    def coverage(self) -> np.ndarray:
-        """(m,) coverage of the final paper intervals (`metrics.coverage`)."""
-        return metrics.coverage(self)
-
-    def cs_covers(self) -> np.ndarray:
-        """(R, m) did each confidence sequence cover at every look (`metrics.cs_covers`)?"""
-        return metrics.cs_covers(self)
-
-    def cs_sequence_covers(self) -> np.ndarray:
-        """(R, m, C) the same for each of a model's sequences (`metrics.cs_sequence_covers`)."""
-        return metrics.cs_sequence_covers(self)
-
-    def anytime_coverage(self) -> float:
-        """Simultaneous anytime coverage (`metrics.anytime_coverage`)."""
-        return metrics.anytime_coverage(self)
-
-    def certification_coverage(self) -> float:
-        """The event certification rests on (`metrics.certification_coverage`)."""
-        return metrics.certification_coverage(self)
-
-    def certification(self) -> dict:
-        """Certified stopping: how often, how soon, how often wrong (`metrics.certification`)."""
-        return metrics.certification(self)
-
-    def claims(self) -> dict:
-        """What the stopping rule claimed: how often, how soon, how often wrong (`metrics.claims`)."""
-        return metrics.claims(self)
-
-    def certificate(self, rep: int = 0) -> str:
-        """Repetition ``rep``'s certificate in one line a paper can quote (the stopping rule's statement)."""
-        return metrics.certificate(self, rep)
 
 
 def device_memory_budget(device=None) -> int:
@@ -272,12 +145,9 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
       devices: the devices to split the repetitions over (default: all of
         ``jax.devices()``, i.e. every GPU / TPU core, or every host's devices
         after ``jax.distributed.initialize()``). Results do not depend on it.
-      follow: ``(reps, n_steps)`` model indices (-1: no pull), e.g. another
-        run's ``chosen``: repetition ``r`` pulls ``follow[r, t - 1]`` at step
-        ``t`` instead of choosing, and computes everything else as usual. With
-        the same seed this repeats that run's sample path, on any backend, so
-        two backends' estimates can be compared on one path
-        (``benchmarks/backend_agreement.py``).
+      follow: ``(reps, n_steps)`` model indices (-1: no pull), e.g. another run's ``chosen``:
+        repetition ``r`` pulls ``follow[r, t - 1]`` at step ``t`` instead of choosing. With the
+        same seed this repeats that run's sample path on any backend (``backend_agreement.py``).
       init_U: ``(m, r)`` rows of ``U`` the first fit starts from (zeros by default; see
         `pulse_jax.engine.make_run`). With ``init_refit_epochs = refit_epochs = 0`` in
         ``config`` the predictions stay ``sigmoid(init_U V^T)``: e.g. the true probabilities'
@@ -294,10 +164,10 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     config, estimator, scores, V = prepare_run(scores, config, method, V)
-    params = engine.resolve_params(params, engine.plugins_of(config, estimator))
-    engine.check_levels(config, engine.plugins_of(config, estimator), params)
-    if follow is not None:
-        follow = _check_follow(follow, reps, config)
+    plugins = engine.plugins_of(config, estimator)
+    params = engine.resolve_params(params, plugins)
+    engine.check_levels(config, plugins, params)
+    follow = None if follow is None else _check_follow(follow, reps, config)
     start = start_rows(init_U, row_prior, config, estimator, V, params)
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
     out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed=seed,
@@ -412,15 +282,7 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
     require(devices is None or len(devices) >= 1, "devices: pass at least one device (or None for all)")
     require(chunk_size is None or is_count(chunk_size), f"chunk_size must be a positive integer, got {chunk_size!r}")
     mesh = repetition_mesh(devices)
-    device = mesh.devices.flat[0]
-    chunk = int(chunk_size) if chunk_size else default_chunk_size(
-        config, rank, total, estimator.uses_predictions, device_memory_budget(device)) * mesh.size
-    if not chunk_size and device.platform == "cpu":
-        chunk = min(chunk, CPU_MAX_CHUNK * mesh.size)
-    # Equal chunks (the last one is padded to reuse the compiled program), a multiple of the device count.
-    n_chunks = -(-total // min(chunk, total))
-    chunk = -(-total // n_chunks)
-    chunk = -(-chunk // mesh.size) * mesh.size
+    chunk = _chunk_of(config, estimator, rank, total, chunk_size, mesh)
 
     run = compiled_runner(config, estimator, mesh if mesh.size > 1 else None,
                           follow is not None)
@@ -451,15 +313,33 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
     start_time = time.perf_counter()
     compiled = run.lower(*_with_data(inputs(0), scores_dev, V_dev)).compile()
     compile_seconds = time.perf_counter() - start_time
-    # On accelerators, chunk k + 1 is dispatched before chunk k is fetched, so the device never waits
-    # on the host (executions on one device run in order). On CPU two dispatched chunks would run at
-    # once and compete for the same cores and caches, so each chunk is fetched before the next starts.
+    launch = lambda start: compiled(*_with_data(inputs(start), scores_dev, V_dev))   # noqa: E731
+    out = _run_chunks(launch, total, chunk, report, start_time)
+    return out, time.perf_counter() - start_time, compile_seconds
+
+
+def _chunk_of(config: BanditConfig, estimator, rank: int, total: int, chunk_size, mesh) -> int:
+    """Items per compiled call: ``chunk_size``, or sized from the device's memory (capped on a CPU);
+    equal chunks (the last one padded to reuse the compiled program), a multiple of the device count."""
+    device = mesh.devices.flat[0]
+    chunk = int(chunk_size) if chunk_size else default_chunk_size(
+        config, rank, total, estimator.uses_predictions, device_memory_budget(device)) * mesh.size
+    if not chunk_size and device.platform == "cpu":
+        chunk = min(chunk, CPU_MAX_CHUNK * mesh.size)
+    n_chunks = -(-total // min(chunk, total))
+    chunk = -(-total // n_chunks)
+    return -(-chunk // mesh.size) * mesh.size
+
+
+def _run_chunks(launch, total: int, chunk: int, report, start_time: float):
+    """Every chunk's results, concatenated. On accelerators chunk k + 1 is dispatched before chunk k is
+    fetched, so the device never waits on the host (executions on one device run in order). On CPU two
+    dispatched chunks would run at once and compete for the same cores and caches, so each chunk is
+    fetched before the next starts."""
     overlap = jax.default_backend() != "cpu"
     parts, in_flight = [], None
     for start in list(range(0, total, chunk)) + [None]:
-        launched = None
-        if start is not None and overlap:
-            launched = (start, compiled(*_with_data(inputs(start), scores_dev, V_dev)))
+        launched = (start, launch(start)) if start is not None and overlap else None
         if in_flight is not None:
             done_start, result = in_flight
             count = min(chunk, total - done_start)
@@ -467,10 +347,9 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
             if report:
                 report(done_start + count, total, time.perf_counter() - start_time)
         if start is not None and not overlap:
-            launched = (start, compiled(*_with_data(inputs(start), scores_dev, V_dev)))
+            launched = (start, launch(start))
         in_flight = launched
-    out = jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
-    return out, time.perf_counter() - start_time, compile_seconds
+    return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
 
 
 def _with_data(items, scores, side):

@@ -1,17 +1,146 @@
-"""Metrics over repetitions (paper, Section 5), computed from SimulationResults.
+"""A simulation's results (`SimulationResult`) and the metrics over its repetitions (paper, Section 5).
 
 All budgets are in cells, initialization included unless a function says otherwise.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pulse_jax.engine.params import RunParams
 from pulse_jax.errors import require
 
-if TYPE_CHECKING:   # annotations only: simulate's results call these functions
-    from pulse_jax.simulation import SimulationResult
+if TYPE_CHECKING:   # annotations only
+    from pulse_jax.engine import BanditConfig
+
+
+@dataclasses.dataclass
+class SimulationResult:
+    """Repetitions of one method on one score matrix (NumPy arrays, leading axis = repetition).
+
+    ``best[:, k]`` / ``spent[:, k]`` are the best guess (row index) and the
+    cells spent after step ``k`` (``k = 0``: after initialization).
+    """
+
+    method: str
+    config: BanditConfig
+    seed: int
+    true_means: np.ndarray     # (m,)
+    best: np.ndarray           # (R, n_steps + 1)
+    spent: np.ndarray          # (R, n_steps + 1), initialization included
+    chosen: np.ndarray         # (R, n_steps), -1 = no pull
+    lam: np.ndarray            # (R, n_steps), the estimator's per-step ``lam`` if it reports one (PULSE), else NaN
+    estimates: np.ndarray      # (R, m)
+    radius: np.ndarray         # (R, m)
+    n_obs: np.ndarray          # (R, m)
+    n_pulls: np.ndarray        # (R, m)
+    seconds: float = 0.0             # wall time, compilation included
+    compile_seconds: float = 0.0     # of which XLA compilation (near 0 when the disk cache has it)
+    model_names: tuple[str, ...] | None = None
+    cs_low: np.ndarray | None = None           # (R, m) running intersection of the confidence sequence
+    cs_high: np.ndarray | None = None
+    certified_spent: np.ndarray | None = None  # (R,) cells spent at the first certification (-1: never)
+    certified_model: np.ndarray | None = None  # (R,) the model certified (-1: never)
+    snapshot_cs: np.ndarray | None = None      # (R, K, m) CS half-widths at config.snapshot_budgets
+    snapshot_paper: np.ndarray | None = None   # (R, K, m) the paper's radius there
+    params: RunParams = RunParams()            # the traced numbers of the run (engine's and plug-ins')
+    # With config.record_estimates: every step's estimates and confidence-sequence bounds, (R, n_steps, m).
+    step_estimates: np.ndarray | None = None
+    step_low: np.ndarray | None = None
+    step_high: np.ndarray | None = None
+    step_info: dict | None = None              # the estimator's per-step info, field -> (R, n_steps) array
+    cs_seq_low: np.ndarray | None = None       # (R, m, C) each confidence sequence on its own (PULSE: raw, proxies)
+    cs_seq_high: np.ndarray | None = None
+    stopped: np.ndarray | None = None          # (R,) the stopping rule fired
+    claimed: np.ndarray | None = None          # (R, m) what its claim named then (config.stop.holds checks it)
+
+    @property
+    def reps(self) -> int:
+        return self.best.shape[0]
+
+    #: Models whose true means differ from the best by at most this tie for the best. The means are
+    #: float64 averages of float32 scores, so equal rows (or equal sums) give exactly equal means;
+    #: 1e-9 only absorbs summation order, and is far below any gap of 1 / n_examples.
+    TIE_TOLERANCE = 1e-9
+    CS_TOLERANCE = 1e-5   # float32 bounds vs the float64 truth (see CS_TOLERANCE)
+
+    @property
+    def best_model(self) -> int:
+        """The first best model (row index); see `best_models` for ties."""
+        return int(np.argmax(self.true_means))
+
+    @property
+    def best_models(self) -> np.ndarray:
+        """Every model tying for the best true mean (within `TIE_TOLERANCE`)."""
+        return np.flatnonzero(self.true_means >= self.true_means.max() - self.TIE_TOLERANCE)
+
+    @property
+    def n_best(self) -> int:
+        """How many models tie for the best (a guess of any of them is correct)."""
+        return len(self.best_models)
+
+    def is_best(self, models) -> np.ndarray:
+        """Booleans: is each model index a best model? (-1, no guess, is not.)"""
+        models = np.asarray(models)
+        return (models >= 0) & np.isin(models, self.best_models)
+
+    @property
+    def populations(self) -> np.ndarray:
+        """(m,) each model's number of scored examples (its benchmark; ragged when cells are missing)."""
+        sizes = self.config.populations
+        return np.full(self.config.n_models, self.config.n_examples) if sizes is None else np.asarray(sizes)
+
+    def exhausted(self) -> np.ndarray:
+        """(R, m) booleans: was every example of the model observed (its mean known exactly)?"""
+        return self.n_obs >= self.populations
+
+    # The metrics themselves live in `pulse_jax.analysis.metrics` (one home); these methods call them.
+
+    def correct(self) -> np.ndarray:
+        """(R, n_steps + 1) booleans: is the current guess a best model (`correct`)?"""
+        return correct(self)
+
+    def best_at_budget(self, budgets) -> np.ndarray:
+        """(R, len(budgets)) best guess with at most ``b`` cells spent (`best_at_budget`)."""
+        return best_at_budget(self, budgets)
+
+    def accuracy_at_budget(self, budgets) -> tuple[np.ndarray, np.ndarray]:
+        """Accuracy@budget and its standard error (`accuracy_at_budget`)."""
+        return accuracy_at_budget(self, budgets)
+
+    def coverage(self) -> np.ndarray:
+        """(m,) coverage of the final paper intervals (`coverage`)."""
+        return coverage(self)
+
+    def cs_covers(self) -> np.ndarray:
+        """(R, m) did each confidence sequence cover at every look (`cs_covers`)?"""
+        return cs_covers(self)
+
+    def cs_sequence_covers(self) -> np.ndarray:
+        """(R, m, C) the same for each of a model's sequences (`cs_sequence_covers`)."""
+        return cs_sequence_covers(self)
+
+    def anytime_coverage(self) -> float:
+        """Simultaneous anytime coverage (`anytime_coverage`)."""
+        return anytime_coverage(self)
+
+    def certification_coverage(self) -> float:
+        """The event certification rests on (`certification_coverage`)."""
+        return certification_coverage(self)
+
+    def certification(self) -> dict:
+        """Certified stopping: how often, how soon, how often wrong (`certification`)."""
+        return certification(self)
+
+    def claims(self) -> dict:
+        """What the stopping rule claimed: how often, how soon, how often wrong (`claims`)."""
+        return claims(self)
+
+    def certificate(self, rep: int = 0) -> str:
+        """Repetition ``rep``'s certificate in one line a paper can quote (the stopping rule's statement)."""
+        return certificate(self, rep)
 
 
 def correct(result: SimulationResult) -> np.ndarray:

@@ -123,6 +123,78 @@ def effective_budget_plot(results, path):
     return _save(fig, path)
 
 
+def _show(v) -> str:
+    return "rule" if v is None else f"{v:g}"   # fixed_lambda NaN (None in the rows) = the rule's lambda
+
+
+def _budget(row, tag: str, end: str = "") -> float:
+    value = row[f"budget_to_{tag}{end}"]
+    return np.nan if value is None else value
+
+
+def _sweep_line(sweep, rows, a: str, tag: str):
+    """Budget to the target against the one varying parameter ``a``, with error bars."""
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120, layout="constrained")
+    xs = np.arange(len(rows))
+    ys = np.array([_budget(r, tag) for r in rows])
+    lo = np.array([_budget(r, tag, "_low") for r in rows])
+    hi = np.array([_budget(r, tag, "_high") for r in rows])
+    ax.errorbar(xs, ys, yerr=[np.nan_to_num(ys - lo), np.nan_to_num(hi - ys)], fmt="o-",
+                color=COLORS.get(sweep.method, "k"), capsize=4)
+    for x, y in zip(xs, ys):
+        if not np.isfinite(y):
+            ax.annotate("not reached", (x, 0.5), xycoords=("data", "axes fraction"), ha="center", fontsize=8)
+    ax.set_xticks(xs, [_show(r[a]) for r in rows])
+    ax.set_xlabel(a)
+    ax.set_ylabel(f"cells to {tag}% accuracy (initialization included)")
+    return fig
+
+
+def _heat_panel(ax, group, axes_values, tag: str, limits):
+    """One heatmap panel: the budget of each (a, b) point, annotated with its interval."""
+    (a, a_vals), (b, b_vals) = axes_values
+    vmin, vmax = limits
+    grid = np.full((len(b_vals), len(a_vals)), np.nan)
+    for r in group:
+        i, j = b_vals.index(r[b]), a_vals.index(r[a])
+        grid[i, j] = _budget(r, tag)
+        lo, hi = r[f"budget_to_{tag}_low"], r[f"budget_to_{tag}_high"]
+        text = ("not\nreached" if not np.isfinite(grid[i, j]) else
+                f"{grid[i, j]:,.0f}\n[{'-' if lo is None else f'{lo:,.0f}'}, "
+                f"{'beyond' if hi is None else f'{hi:,.0f}'}]")
+        dark = np.isfinite(grid[i, j]) and vmax > vmin and (grid[i, j] - vmin) / (vmax - vmin) > 0.6
+        ax.text(j, i, text, ha="center", va="center", fontsize=6.5, color="white" if dark else "black")
+    image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis_r", vmin=vmin, vmax=vmax, aspect="auto",
+                      origin="lower")
+    ax.set_xticks(range(len(a_vals)), [_show(v) for v in a_vals])
+    ax.set_yticks(range(len(b_vals)), [_show(v) for v in b_vals])
+    ax.set_xlabel(a)
+    ax.set_ylabel(b)
+    return image
+
+
+def _sweep_heatmaps(rows, varying, tag: str):
+    """A heatmap over the first two varying parameters, one panel per combination of the rest."""
+    a, b = varying[:2]
+    rest = varying[2:]
+    order = lambda v: -1 if v is None else v   # noqa: E731
+    axes_values = ((a, sorted({r[a] for r in rows}, key=order)), (b, sorted({r[b] for r in rows}, key=order)))
+    groups = {}
+    for r in rows:
+        groups.setdefault(tuple(r[c] for c in rest), []).append(r)
+    fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups) + 1, 4.2), dpi=120, squeeze=False,
+                             layout="constrained")
+    finite = [_budget(r, tag) for r in rows if np.isfinite(_budget(r, tag))]
+    limits = (min(finite), max(finite)) if finite else (0, 1)
+    image = None
+    for ax, (key, group) in zip(axes[0], groups.items()):
+        image = _heat_panel(ax, group, axes_values, tag, limits)
+        if rest:
+            ax.set_title(", ".join(f"{c} = {_show(v)}" for c, v in zip(rest, key)), fontsize=9)
+    fig.colorbar(image, ax=axes[0].tolist(), label=f"cells to {tag}% accuracy")
+    return fig
+
+
 def sweep_figure(sweep, rows, path, target: float = 0.95):
     """Budget to ``target`` accuracy over a sweep, with bootstrap intervals.
 
@@ -133,60 +205,7 @@ def sweep_figure(sweep, rows, path, target: float = 0.95):
     """
     tag = f"{target * 100:g}"
     varying = [a for a in sweep.axes if len({str(r[a]) for r in rows}) > 1] or list(sweep.axes[:1])
-    show = lambda v: "rule" if v is None else f"{v:g}"   # noqa: E731 -- fixed_lambda NaN = the rule's lambda
-
-    def budget(row):
-        b = row[f"budget_to_{tag}"]
-        return np.nan if b is None else b
-
-    if len(varying) == 1:
-        a = varying[0]
-        fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120, layout="constrained")
-        xs = np.arange(len(rows))
-        ys = np.array([budget(r) for r in rows])
-        lo = np.array([np.nan if r[f"budget_to_{tag}_low"] is None else r[f"budget_to_{tag}_low"] for r in rows])
-        hi = np.array([np.nan if r[f"budget_to_{tag}_high"] is None else r[f"budget_to_{tag}_high"] for r in rows])
-        ax.errorbar(xs, ys, yerr=[np.nan_to_num(ys - lo), np.nan_to_num(hi - ys)], fmt="o-",
-                    color=COLORS.get(sweep.method, "k"), capsize=4)
-        for x, y, r in zip(xs, ys, rows):
-            if not np.isfinite(y):
-                ax.annotate("not reached", (x, 0.5), xycoords=("data", "axes fraction"), ha="center", fontsize=8)
-        ax.set_xticks(xs, [show(r[a]) for r in rows])
-        ax.set_xlabel(a)
-        ax.set_ylabel(f"cells to {tag}% accuracy (initialization included)")
-    else:
-        a, b = varying[:2]
-        rest = varying[2:]
-        a_vals = sorted({r[a] for r in rows}, key=lambda v: -1 if v is None else v)
-        b_vals = sorted({r[b] for r in rows}, key=lambda v: -1 if v is None else v)
-        groups = {}
-        for r in rows:
-            groups.setdefault(tuple(r[c] for c in rest), []).append(r)
-        fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups) + 1, 4.2), dpi=120, squeeze=False,
-                                 layout="constrained")
-        finite = [budget(r) for r in rows if np.isfinite(budget(r))]
-        vmin, vmax = (min(finite), max(finite)) if finite else (0, 1)
-        image = None
-        for ax, (key, group) in zip(axes[0], groups.items()):
-            grid = np.full((len(b_vals), len(a_vals)), np.nan)
-            for r in group:
-                i, j = b_vals.index(r[b]), a_vals.index(r[a])
-                grid[i, j] = budget(r)
-                lo, hi = r[f"budget_to_{tag}_low"], r[f"budget_to_{tag}_high"]
-                text = ("not\nreached" if not np.isfinite(grid[i, j]) else
-                        f"{grid[i, j]:,.0f}\n[{'-' if lo is None else f'{lo:,.0f}'}, "
-                        f"{'beyond' if hi is None else f'{hi:,.0f}'}]")
-                dark = np.isfinite(grid[i, j]) and vmax > vmin and (grid[i, j] - vmin) / (vmax - vmin) > 0.6
-                ax.text(j, i, text, ha="center", va="center", fontsize=6.5, color="white" if dark else "black")
-            image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis_r", vmin=vmin, vmax=vmax, aspect="auto",
-                              origin="lower")
-            ax.set_xticks(range(len(a_vals)), [show(v) for v in a_vals])
-            ax.set_yticks(range(len(b_vals)), [show(v) for v in b_vals])
-            ax.set_xlabel(a)
-            ax.set_ylabel(b)
-            if rest:
-                ax.set_title(", ".join(f"{c} = {show(v)}" for c, v in zip(rest, key)), fontsize=9)
-        fig.colorbar(image, ax=axes[0].tolist(), label=f"cells to {tag}% accuracy")
+    fig = _sweep_line(sweep, rows, varying[0], tag) if len(varying) == 1 else _sweep_heatmaps(rows, varying, tag)
     fig.suptitle(f"{LABELS.get(sweep.method, sweep.method)}: budget to {tag}% accuracy over the sweep\n"
                  f"({sweep.results[0].reps} repetitions per point, 95% bootstrap intervals)", fontsize=9)
     return _save(fig, path)

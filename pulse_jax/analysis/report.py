@@ -13,7 +13,7 @@ from pulse_jax.io.provenance import clean_json
 from pulse_jax.stopping.base import no_claim
 
 if TYPE_CHECKING:   # annotations only: analysis reads results, simulate makes them
-    from pulse_jax.simulation import SimulationResult
+    from pulse_jax.analysis.metrics import SimulationResult
 
 
 def report_budgets(config, points: int = 6) -> np.ndarray:

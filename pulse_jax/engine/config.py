@@ -6,7 +6,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -16,6 +16,8 @@ from pulse_jax import registry
 from pulse_jax.engine import conformance
 from pulse_jax.errors import require
 from pulse_jax.estimators.base import Estimator
+from pulse_jax.rules.base import SamplingRule
+from pulse_jax.stopping.base import StoppingRule
 from pulse_jax.engine.params import BanditParams, RunParams, default_params, run_params
 
 
@@ -80,10 +82,10 @@ class BanditConfig:
     refit_epochs: int = 10
     record_estimates: bool = False
     record_steps: bool = True
-    rule: Any = "ucbe"
+    rule: str | SamplingRule = "ucbe"
     interval: str = "cs"
     cs_grid: int = 0
-    stop: Any = "budget"
+    stop: str | StoppingRule = "budget"
     snapshot_budgets: tuple = ()
     populations: tuple | None = None
 
@@ -174,8 +176,8 @@ class Plugins(NamedTuple):
     """The run's plug-ins: estimator, sampling rule, stopping rule (static, hashable)."""
 
     estimator: Estimator
-    rule: Any
-    stop: Any
+    rule: SamplingRule
+    stop: StoppingRule
 
 
 def plugins_of(config: BanditConfig, estimator: Estimator) -> Plugins:

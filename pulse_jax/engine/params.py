@@ -20,13 +20,17 @@ naming the path.
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, NamedTuple
+from typing import Mapping, NamedTuple, Union
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
+
+
+#: A number of a run: a float on the host, a (possibly stacked) array inside the compiled program.
+Number = Union[float, jax.Array]
 
 
 class BanditParams(NamedTuple):
@@ -59,14 +63,14 @@ class BanditParams(NamedTuple):
         on it.
     """
 
-    delta: Any = 0.05
-    init_refit_lr: Any = 0.01
-    init_refit_l2: Any = 0.01
-    refit_lr: Any = 0.1
-    refit_l2: Any = 0.01
-    cs_horizon: Any = 0.0
-    cs_simultaneous: Any = 1.0
-    refit_prior: Any = 0.0
+    delta: Number = 0.05
+    init_refit_lr: Number = 0.01
+    init_refit_l2: Number = 0.01
+    refit_lr: Number = 0.1
+    refit_l2: Number = 0.01
+    cs_horizon: Number = 0.0
+    cs_simultaneous: Number = 1.0
+    refit_prior: Number = 0.0
 
     def as_arrays(self) -> "BanditParams":
         """Every number as a float32 array (what the compiled program takes)."""
@@ -178,9 +182,9 @@ class RunParams(NamedTuple):
     """
 
     engine: BanditParams = BanditParams()
-    estimator: Any = ()
-    rule: Any = ()
-    stop: Any = ()
+    estimator: tuple = ()   # a NamedTuple of the estimator's numbers (``()``: none)
+    rule: tuple = ()
+    stop: tuple = ()
 
     delta = property(lambda self: self.engine.delta)
     init_refit_lr = property(lambda self: self.engine.init_refit_lr)

@@ -2,7 +2,7 @@
 (`BanditState`), what a step and a run return, and the repetition's random draws."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import chex
 import jax
@@ -13,6 +13,7 @@ from pulse_jax.stats.confidence import ConfSeq
 from pulse_jax.engine.bookkeeping import Certificate, Snapshots
 from pulse_jax.engine.config import BanditConfig
 from pulse_jax.estimators.base import Ledger
+from pulse_jax.stats.factorization import RowPrior
 
 
 class Episode(NamedTuple):
@@ -25,7 +26,7 @@ class Episode(NamedTuple):
     init_examples: chex.Array  # (m, T0 B) int32: the initial batches
     examples_key: chex.PRNGKey  # stream of the example draws (see sampling.draw_key)
     key: chex.PRNGKey          # per-step tie-breaking stream
-    row_prior: Any = None      # factorization.RowPrior every refit of U is pulled towards (None: the paper's)
+    row_prior: RowPrior | None = None   # factorization.RowPrior every refit of U is pulled towards (None: the paper's)
 
 
 class PullLog(NamedTuple):
@@ -41,7 +42,7 @@ class BanditState(NamedTuple):
     """Everything that changes during a run, and everything observed so far."""
 
     ledger: Ledger        # per-model observed / predicted sums
-    estimator: Any        # the estimator's own state
+    estimator: chex.ArrayTree   # the estimator's own state
     U: chex.Array         # (m, r) current model factors
     observed: chex.Array  # (m, ceil(n / 32)) uint32: packed mask of the observed cells
     init_scores: chex.Array  # (m, T0 B) scores of the initial batches
@@ -51,16 +52,16 @@ class BanditState(NamedTuple):
     cs: ConfSeq           # anytime-valid confidence sequences, one per model
     certified: "Certificate"
     snapshots: "Snapshots"
-    rule: Any = ()        # the sampling rule's own state
-    stopped: Any = False  # the stopping rule has fired (final: a stopped run pulls nothing more)
-    claimed: Any = None   # (m,) bool: the models the stopping rule's claim named when it fired
+    rule: chex.ArrayTree = ()   # the sampling rule's own state
+    stopped: chex.Array | bool = False   # the stopping rule has fired (final: a stopped run pulls nothing more)
+    claimed: chex.Array | None = None    # (m,) bool: the models the stopping rule's claim named when it fired
 
 
 class StepRecord(NamedTuple):
     best: chex.Array        # argmax of mu_hat after the step (row index)
     spent: chex.Array       # cells spent after the step, initialization included
     chosen: chex.Array      # model pulled (-1 when the step spent nothing)
-    info: Any               # the estimator's own per-step pytree (PULSE: PulseInfo, its lambda; () for none)
+    info: chex.ArrayTree    # the estimator's own per-step pytree (PULSE: PulseInfo, its lambda; () for none)
     estimates: chex.Array   # (m,) when config.record_estimates, else ()
     low: chex.Array         # (m,) confidence-sequence bounds when config.record_estimates, else ()
     high: chex.Array

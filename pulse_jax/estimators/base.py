@@ -2,13 +2,12 @@
 (`Ledger`, `Pull`, `DrawDesign`). See `pulse_jax.estimators`."""
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import NamedTuple, Protocol
 
 import chex
 import jax.numpy as jnp
 
-from pulse_jax.protocols import (DrawWeights, EstimatorEstimate, EstimatorInit, EstimatorProxies, EstimatorRadius,
-                                 EstimatorRefresh, EstimatorUpdate)
+from pulse_jax.protocols import Info, Params, State
 
 #: The built-in estimators by name. Each built-in's own file adds itself; the names resolve in
 #: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
@@ -51,7 +50,7 @@ class Pull(NamedTuple):
     scores: chex.Array = None   # (B,) S_ij in draw order, 0 past ``size`` (for ``proxies``)
     preds: chex.Array = None    # (B,) f_ij in draw order, 0 past ``size``
     valid: chex.Array = None    # (B,) bool, the first ``size``
-    design: Any = None          # DrawDesign of a weighted draw (estimators with ``draw_weights``), else None
+    design: "DrawDesign | None" = None       # DrawDesign of a weighted draw (estimators with ``draw_weights``), else None
 
 
 class DrawDesign(NamedTuple):
@@ -103,6 +102,55 @@ def _observed_mean(state, ledger, params):
 def _no_radius(state, ledger, n_examples, delta, params):
     del state, n_examples, delta, params
     return jnp.full(ledger.n_obs.shape, jnp.nan, jnp.float32)
+
+
+class EstimatorInit(Protocol):
+    """``init(ledger, params) -> state``, after every model's initial batches."""
+
+    def __call__(self, ledger: Ledger, params: Params) -> State: ...
+
+
+class EstimatorUpdate(Protocol):
+    """``update(state, ledger, pull, n_examples, params) -> (state, info)``; ``ledger`` is the
+    bookkeeping before the pull; the state must not change when ``pull.size == 0``."""
+
+    def __call__(self, state: State, ledger: Ledger, pull: Pull, n_examples: int,
+                 params: Params) -> tuple[State, Info]: ...
+
+
+class EstimatorRefresh(Protocol):
+    """``refresh(state, ledger, n_examples, params) -> state``, right after a refit of the factorization."""
+
+    def __call__(self, state: State, ledger: Ledger, n_examples: int, params: Params) -> State: ...
+
+
+class EstimatorEstimate(Protocol):
+    """``estimate(state, ledger, params) -> (m,) float``: every model's current mean estimate."""
+
+    def __call__(self, state: State, ledger: Ledger, params: Params) -> chex.Array: ...
+
+
+class EstimatorRadius(Protocol):
+    """``radius(state, ledger, n_examples, delta, params) -> (m,) float``: the fixed-count ``1 - delta``
+    half-width (NaN where the method has none); ``delta`` may be an ``(m,)`` array."""
+
+    def __call__(self, state: State, ledger: Ledger, n_examples: int, delta: chex.Array,
+                 params: Params) -> chex.Array: ...
+
+
+class EstimatorProxies(Protocol):
+    """``proxies(state, ledger, pull, n_examples, params) -> (Y, lower, width)``, each ``(C, B)``:
+    per-draw observations with ``E[Y_s | past]`` the mean of the unseen scores, and ``Y_s`` in
+    ``[lower_s, lower_s + width_s]``."""
+
+    def __call__(self, state: State, ledger: Ledger, pull: Pull, n_examples: int,
+                 params: Params) -> tuple[chex.Array, chex.Array, chex.Array]: ...
+
+
+class DrawWeights(Protocol):
+    """``draw_weights(preds, unseen, params) -> (n,) float``: one model's draw weight per example."""
+
+    def __call__(self, preds: chex.Array, unseen: chex.Array, params: Params) -> chex.Array: ...
 
 
 class Estimator(NamedTuple):

@@ -139,26 +139,22 @@ def _first_weight(ledger: Ledger) -> chex.Array:
 
 
 @functools.cache
-def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None = None,
-          raw_sequence: bool = True, weighting: str = "equal") -> Estimator:
-    """PULSE: the running mean of doubly robust one-step estimates ``theta``.
+def _lambda_of(lambda_rule: LambdaRule):
+    """``lam_for(state, ledger, i, n_unobserved, params)``: the rule's lambda, or ``params.fixed_lambda``
+    where that is not NaN (a traced switch)."""
 
-    The initial sample mean is the first ``theta`` (it is ``theta`` with
-    ``lambda = 0`` and no observed cells); its ``Z`` does not enter ``Zbar``,
-    which averages the residuals of bandit pulls only ("0 before any").
-    Interval: Freedman radius of Theorem 1 with ``variance_bound`` (default
-    ``n^2``, always valid).
+    def lam_for(state, ledger, i, n_unobserved, params):
+        mean_past_z = jnp.where(state.n_z[i] > 0, state.z_sum[i] / jnp.maximum(state.n_z[i], 1), 0.0)
+        lam = lambda_rule(ledger.pred_sum[i], ledger.pred_sq_sum[i], mean_past_z, n_unobserved)
+        fixed = jnp.asarray(params.fixed_lambda, jnp.float32)
+        return jnp.where(jnp.isnan(fixed), lam, fixed)
 
-    ``raw_sequence``: the anytime-valid interval intersects a confidence sequence on the raw
-    scores with one on the AIPW proxies (True), or runs the proxy sequence alone (False: one
-    sequence at twice the level; the initial batch enters it as raw scores, the proxy at lambda 0).
-    ``weighting``: ``"equal"`` (the paper's running mean) or ``"inverse_variance"``:
-    ``sum_k w_k theta_k / sum_k w_k`` with the predictable weights of
-    `inverse_variance_weight` (the initial theta's: `_first_weight`).
-    """
-    require(weighting in ("equal", "inverse_variance"),
-            f"pulse: weighting must be 'equal' or 'inverse_variance', got {weighting!r}")
-    weighted = weighting == "inverse_variance"
+    return lam_for
+
+
+def _running_theta(lambda_rule: LambdaRule, weighted: bool):
+    """PULSE's ``(init, update, estimate)``: the running (equal or inverse-variance weighted) mean of theta."""
+    lam_for = _lambda_of(lambda_rule)
 
     def init(ledger, params):
         del params
@@ -166,13 +162,6 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         zeros = jnp.zeros(m, jnp.float32)
         first = _first_weight(ledger) if weighted else None   # theta_sum is a weighted sum only when weighted
         return PulseState(observed_mean(ledger) * (first if weighted else 1.0), zeros, jnp.zeros(m, jnp.int32), first)
-
-    def lam_for(state, ledger, i, n_unobserved, params):
-        """The rule's lambda, or ``params.fixed_lambda`` where that is not NaN (a traced switch)."""
-        mean_past_z = jnp.where(state.n_z[i] > 0, state.z_sum[i] / jnp.maximum(state.n_z[i], 1), 0.0)
-        lam = lambda_rule(ledger.pred_sum[i], ledger.pred_sq_sum[i], mean_past_z, n_unobserved)
-        fixed = jnp.asarray(params.fixed_lambda, jnp.float32)
-        return jnp.where(jnp.isnan(fixed), lam, fixed)
 
     def update(state, ledger, pull, n_examples, params):
         i = pull.model
@@ -198,6 +187,13 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
             return state.theta_sum / jnp.maximum(state.weight_sum, 1e-12)
         return state.theta_sum / jnp.maximum(ledger.n_pulls, 1)
 
+    return init, update, estimate
+
+
+def _intervals(lambda_rule: LambdaRule, variance_bound, raw_sequence: bool):
+    """PULSE's ``(radius, proxies)``: Theorem 1's fixed-count radius and the confidence sequences' draws."""
+    lam_for = _lambda_of(lambda_rule)
+
     def radius(state, ledger, n_examples, delta, params):
         del state, params
         return confidence.freedman_radius(ledger.n_pulls, populations(ledger, n_examples), delta, variance_bound)
@@ -211,6 +207,32 @@ def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None =
         if not raw_sequence:
             return tuple(r[None] for r in rows)
         return tuple(jnp.stack([r[0], p]) for r, p in zip(raw_proxies(pull), rows))
+
+    return radius, proxies
+
+
+def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None = None,
+          raw_sequence: bool = True, weighting: str = "equal") -> Estimator:
+    """PULSE: the running mean of doubly robust one-step estimates ``theta``.
+
+    The initial sample mean is the first ``theta`` (it is ``theta`` with
+    ``lambda = 0`` and no observed cells); its ``Z`` does not enter ``Zbar``,
+    which averages the residuals of bandit pulls only ("0 before any").
+    Interval: Freedman radius of Theorem 1 with ``variance_bound`` (default
+    ``n^2``, always valid).
+
+    ``raw_sequence``: the anytime-valid interval intersects a confidence sequence on the raw
+    scores with one on the AIPW proxies (True), or runs the proxy sequence alone (False: one
+    sequence at twice the level; the initial batch enters it as raw scores, the proxy at lambda 0).
+    ``weighting``: ``"equal"`` (the paper's running mean) or ``"inverse_variance"``:
+    ``sum_k w_k theta_k / sum_k w_k`` with the predictable weights of
+    `inverse_variance_weight` (the initial theta's: `_first_weight`).
+    """
+    require(weighting in ("equal", "inverse_variance"),
+            f"pulse: weighting must be 'equal' or 'inverse_variance', got {weighting!r}")
+    weighted = weighting == "inverse_variance"
+    init, update, estimate = _running_theta(lambda_rule, weighted)
+    radius, proxies = _intervals(lambda_rule, variance_bound, raw_sequence)
 
     # raw_sequence is recorded only when it is not the default, so logs written without it still resume.
     settings = (("lambda_rule", getattr(lambda_rule, "__qualname__", repr(lambda_rule))),

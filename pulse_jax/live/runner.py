@@ -6,6 +6,29 @@ in ask order (so the outcome never depends on timing) and retries failures. The
 run ends when the selector asks nothing more: its stopping rule fired (the
 same `pulse_jax.stopping.StoppingRule` a simulation stops by), its
 budget is spent, or every model is known exactly.
+
+Transient failures: an exception from ``evaluate`` is retried up to
+``retries`` times in its own worker (the others keep going), waiting
+``retry_wait * 2**k`` seconds times a random factor in [0.5, 1] (jitter,
+so that workers hit by one rate limit do not come back together), at
+most ``retry_max_wait``; an exception that carries a retry-after hint
+(a ``retry_after`` attribute in seconds, or a ``Retry-After`` header on
+its ``response``) waits what the hint says instead (at most
+`RETRY_AFTER_CAP`). The report counts the failed attempts and the
+retries (``Report.failed_attempts``, ``Report.retries``).
+
+Stopping without paying twice: whatever ends the run early -- a call
+that failed after its retries (`EvaluationError`), a
+``KeyboardInterrupt`` raised inside the scorer, a log write that failed,
+SIGINT or SIGTERM -- the run stops asking, tells the batches before the
+failed one, and waits for the other batches in flight, logging each
+result as *paid* the moment it arrives (the next run tells it where this
+run would have, without calling the scorer). A second signal, or
+``grace`` seconds after the first, ends the wait: every result already
+arrived is logged, only the calls still running are abandoned. The
+error then says how many cells the next run asks again: the failed
+batch's and those abandoned while still running, never one whose
+scores came back.
 """
 from __future__ import annotations
 
@@ -68,28 +91,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     alive once the run has given up on it); results are told in ask order,
     so the outcome does not depend on timing.
 
-    Transient failures: an exception from ``evaluate`` is retried up to
-    ``retries`` times in its own worker (the others keep going), waiting
-    ``retry_wait * 2**k`` seconds times a random factor in [0.5, 1] (jitter,
-    so that workers hit by one rate limit do not come back together), at
-    most ``retry_max_wait``; an exception that carries a retry-after hint
-    (a ``retry_after`` attribute in seconds, or a ``Retry-After`` header on
-    its ``response``) waits what the hint says instead (at most
-    `RETRY_AFTER_CAP`). The report counts the failed attempts and the
-    retries (``Report.failed_attempts``, ``Report.retries``).
-
-    Stopping without paying twice: whatever ends the run early -- a call
-    that failed after its retries (`EvaluationError`), a
-    ``KeyboardInterrupt`` raised inside the scorer, a log write that failed,
-    SIGINT or SIGTERM -- the run stops asking, tells the batches before the
-    failed one, and waits for the other batches in flight, logging each
-    result as *paid* the moment it arrives (the next run tells it where this
-    run would have, without calling the scorer). A second signal, or
-    ``grace`` seconds after the first, ends the wait: every result already
-    arrived is logged, only the calls still running are abandoned. The
-    error then says how many cells the next run asks again: the failed
-    batch's and those abandoned while still running, never one whose
-    scores came back.
+    Failed calls are retried and an early stop pays for no cell twice: see the module docstring.
 
     ``progress``: True for a status line on stderr (a terminal's), or ``progress(selector, in_flight,
     seconds)`` called after every told batch.

@@ -27,12 +27,12 @@ stream), so runs on one key share their random numbers.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import chex
 import jax.numpy as jnp
 
-from pulse_jax.protocols import RuleChoose, RuleEligible, RuleInit, RuleUpdate
+from pulse_jax.protocols import Params, RunShape, State
 
 #: The built-in sampling rules by name. Each built-in's own file adds itself; the names resolve in
 #: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
@@ -62,6 +62,31 @@ def no_state(config) -> tuple:
 def keep_state(state, model, size):
     del model, size
     return state
+
+
+class RuleInit(Protocol):
+    """``init(config) -> state``, once per repetition."""
+
+    def __call__(self, config: RunShape) -> State: ...
+
+
+class RuleChoose(Protocol):
+    """``choose(state, inputs, params) -> (model, state)``: an integer scalar (-1: pull nothing) and
+    the rule's state, of the same structure as the one it was given."""
+
+    def __call__(self, state: State, inputs: RuleInputs, params: Params) -> tuple[chex.Array, State]: ...
+
+
+class RuleUpdate(Protocol):
+    """``update(state, model, size) -> state`` after a batch of ``size`` cells of ``model``."""
+
+    def __call__(self, state: State, model: chex.Array, size: chex.Array) -> State: ...
+
+
+class RuleEligible(Protocol):
+    """``eligible(state) -> (m,) bool``: the models the run's recommendation may name."""
+
+    def __call__(self, state: State) -> chex.Array: ...
 
 
 class SamplingRule(NamedTuple):

@@ -17,7 +17,7 @@ paper's published settings (Adam; see `PAPER_REFIT`).
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import chex
 import jax
@@ -42,8 +42,8 @@ class FitSettings(NamedTuple):
     epochs: int
     lam: float
     optimizer: optax.GradientTransformation
-    shrink: Any = 0.0
-    row_prior: Any = None
+    shrink: float | jax.Array = 0.0
+    row_prior: "RowPrior | None" = None
 
 
 class RowPrior(NamedTuple):
@@ -213,7 +213,7 @@ class FilledPrefix(NamedTuple):
     the group's capacity. The bandit's pull log is such a group: it is allocated for the whole
     budget and filled one slot per step."""
 
-    used: Any
+    used: jax.Array
     chunk: int
 
 
@@ -239,9 +239,9 @@ class _Visit(NamedTuple):
     gathered as it is visited."""
 
     block: CellBlocks
-    rows: Any
+    rows: jax.Array
     chunk: int
-    n_chunks: Any
+    n_chunks: jax.Array
     tail: int
 
 

@@ -39,12 +39,13 @@ prints the rule's statement.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import NamedTuple, Protocol
 
 import chex
 import jax.numpy as jnp
+import numpy as np
 
-from pulse_jax.protocols import StopClaim, StopDone, StopHolds, StopStatement
+from pulse_jax.protocols import Params
 
 #: The built-in stopping rules by name. Each built-in's own file adds itself; the names resolve in
 #: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
@@ -98,6 +99,31 @@ def no_statement(names, delta, params) -> str:
     """The default statement of a rule that certifies nothing."""
     del names, delta, params
     return "nothing is certified (this stopping rule makes no claim)"
+
+
+class StopDone(Protocol):
+    """``done(inputs, params) -> bool scalar``: stop before this step (final)."""
+
+    def __call__(self, inputs: StopInputs, params: Params) -> chex.Array: ...
+
+
+class StopClaim(Protocol):
+    """``claim(inputs, params) -> (m,) bool``: the models the rule's certificate names now."""
+
+    def __call__(self, inputs: StopInputs, params: Params) -> chex.Array: ...
+
+
+class StopStatement(Protocol):
+    """``statement(names, delta, params) -> str`` (host side): what is certified, in one line."""
+
+    def __call__(self, names: list[str], delta: float, params: Params) -> str: ...
+
+
+class StopHolds(Protocol):
+    """``holds(claimed, true_means, params) -> bool`` (host side, NumPy): is the claim true? Simulations
+    count the claims that are not (at most ``delta`` of the stopped runs, if the rule is valid)."""
+
+    def __call__(self, claimed: np.ndarray, true_means: np.ndarray, params: Params) -> bool: ...
 
 
 class StoppingRule(NamedTuple):
