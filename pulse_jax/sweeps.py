@@ -41,7 +41,7 @@ class SweepResult:
     baseline: int                      # index of the point that savings are measured against
     seconds: float                     # wall time, compilation included
     compile_seconds: float
-    baseline_reason: str = "given"     # why that point: given, the paper's setting, or the best point
+    baseline_reason: str = "given"     # why that point: given, the defaults, or the best point
 
     def values(self, k: int) -> dict:
         """The swept parameters' values at point ``k``."""
@@ -201,15 +201,16 @@ def _baseline_index(baseline, axes, points) -> int | None:
 
 
 def _paper_or_best(axes, points, results, plugins) -> tuple[int, str]:
-    """The default baseline: the point with the paper's value on every swept axis (the defaults of
-    the engine's and the plug-ins' numbers) when the grid has it; otherwise the point with the
-    highest accuracy averaged over the run (area under its accuracy curve), the first of ties."""
-    paper = engine.resolve_params(None, plugins, "the paper's point")
+    """The default baseline: the point with every swept number at its default (the engine's and the
+    plug-ins' declared defaults; for the built-in plug-ins, the paper's values) when the grid has it;
+    otherwise the point with the highest accuracy averaged over the run (area under its accuracy
+    curve), the first of ties."""
+    defaults = engine.resolve_params(None, plugins, "the defaults")
     for k, point in enumerate(points):
-        if all(_same(point.value(a), paper.value(a)) for a in axes):
-            return k, "the paper's setting"
+        if all(_same(point.value(a), defaults.value(a)) for a in axes):
+            return k, "every swept number at its default"
     return (int(np.argmax([r.correct().mean() for r in results])),
-            "the most accurate point over the run (the grid lacks the paper's setting)")
+            "the most accurate point over the run (the grid lacks the defaults)")
 
 
 def _same(a, b) -> bool:
@@ -238,7 +239,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
       base: values of the parameters not in the grid (default: the paper's): a dict
         ``{name: value}``, a ``RunParams`` or a ``BanditParams``.
       baseline: the point savings are measured against: an index or a dict of
-        values (default: the paper's setting when the grid has it, else the
+        values (default: every swept number at its default when the grid has it, else the
         point with the highest accuracy averaged over the run).
       progress: a progress bar over all (point, repetition) pairs: True, False,
         or None (the default) for one only when a person is watching.

@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from pulse_jax import cli
+from pulse_jax.cli import scorers
 from pulse_jax.stats import factorization
 from pulse_jax.io import data
 from pulse_jax.engine import BanditConfig
@@ -161,21 +162,21 @@ def test_cli_tune_then_simulate_with_hparams(tmp_path, capsys):
 
 def test_harness_task_examples_all_first_n_or_listed_and_unknown_ids_are_named(tmp_path):
     docs = list(range(5))
-    assert cli._task_examples(None, docs, "arith", "document", cli._document_id) == docs
-    assert cli._task_examples("3", docs, "arith", "document", cli._document_id) == [0, 1, 2]
+    assert scorers.task_examples(None, docs, "arith", "document", scorers.document_id) == docs
+    assert scorers.task_examples("3", docs, "arith", "document", scorers.document_id) == [0, 1, 2]
     with pytest.raises(PulseInputError, match=r"--examples 6: the task 'arith' has 5 documents"):
-        cli._task_examples("6", docs, "arith", "document", cli._document_id)
+        scorers.task_examples("6", docs, "arith", "document", scorers.document_id)
     listed = _write(tmp_path / "ids.txt", "4\n1\n")
-    assert cli._task_examples(str(listed), docs, "arith", "document", cli._document_id) == [4, 1]
+    assert scorers.task_examples(str(listed), docs, "arith", "document", scorers.document_id) == [4, 1]
     with pytest.raises(PulseInputError, match=r"no document 7 in 'arith' \(5 documents\)"):
-        cli._task_examples(str(_write(tmp_path / "bad.txt", "1\n7\n")), docs, "arith", "document", cli._document_id)
+        scorers.task_examples(str(_write(tmp_path / "bad.txt", "1\n7\n")), docs, "arith", "document", scorers.document_id)
     with pytest.raises(PulseInputError, match=r"document ids \(integers\), got 'x'"):
-        cli._task_examples(str(_write(tmp_path / "text.txt", "x\n")), docs, "arith", "document", cli._document_id)
+        scorers.task_examples(str(_write(tmp_path / "text.txt", "x\n")), docs, "arith", "document", scorers.document_id)
     samples = ["a", 2]                      # Inspect sample ids: strings or integers, listed as text
     by_text = {str(i): i for i in samples}
-    found = cli._task_examples(str(_write(tmp_path / "s.txt", "2\na\n")), samples, "t.py@t", "sample",
+    found = scorers.task_examples(str(_write(tmp_path / "s.txt", "2\na\n")), samples, "t.py@t", "sample",
                                lambda text: by_text.get(text, text))
     assert found == [2, "a"]
     with pytest.raises(PulseInputError, match=r"no sample 'z' in 't.py@t'"):
-        cli._task_examples(str(_write(tmp_path / "z.txt", "z\n")), samples, "t.py@t", "sample",
+        scorers.task_examples(str(_write(tmp_path / "z.txt", "z\n")), samples, "t.py@t", "sample",
                            lambda text: by_text.get(text, text))

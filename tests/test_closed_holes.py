@@ -112,7 +112,7 @@ def test_a_byte_order_mark_is_not_part_of_a_name(tmp_path):
     (tmp_path / "long.csv").write_bytes("\ufeffmodel,example,score\nm1,e1,1\nm2,e1,0\n".encode())
     assert harness.read_long(tmp_path / "long.csv").models == ("m1", "m2")
     (tmp_path / "models.txt").write_bytes("\ufeffgpt-x\nclaude-y\n".encode())
-    assert cli._read_lines(str(tmp_path / "models.txt"), "--models") == ["gpt-x", "claude-y"]
+    assert cli.inputs.read_lines(str(tmp_path / "models.txt"), "--models") == ["gpt-x", "claude-y"]
 
 
 @pytest.mark.parametrize("doc_id, ok", [(1.7, False), ("1.7", False), (True, False), (3, True), (3.0, True), ("3", True)])
@@ -182,8 +182,8 @@ def test_select_writes_provenance_and_keeps_other_reports(tmp_path, capsys, monk
 
 
 def test_a_large_sweep_warns_and_prints_a_summary(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(cli, "LARGE_SWEEP", 3)
-    monkeypatch.setattr(cli, "SHOWN_ROWS", 3)
+    monkeypatch.setattr(cli.sweep, "LARGE_SWEEP", 3)
+    monkeypatch.setattr(cli.sweep, "SHOWN_ROWS", 3)
     assert cli.main(["sweep", "--grid", "exploration=0.5,1,2,4", "--reps", "2", "--quiet", "--budget", "1000",
                      "--out", str(tmp_path / "s")]) == 0
     captured = capsys.readouterr()

@@ -174,7 +174,7 @@ def small_files(tmp_path):
 def test_cli_input_errors_are_one_line_and_early(small_files, monkeypatch, capsys, argv, needle):
     monkeypatch.chdir(small_files)
     (small_files / "m.txt").write_text("m0\nm1\n")
-    monkeypatch.setattr("pulse_jax.cli._load_evaluate", lambda spec: (lambda model, ids: [0.0] * len(ids)))
+    monkeypatch.setattr("pulse_jax.cli.scorers.load_evaluate", lambda spec: (lambda model, ids: [0.0] * len(ids)))
     assert cli.main(argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1 and "Traceback" not in err

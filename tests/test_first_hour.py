@@ -86,7 +86,7 @@ def test_help_states_every_default_and_the_version(capsys):
             if action.default in (None, False, [], "==SUPPRESS==") or action.help is None:
                 continue
             flag = action.option_strings[0] if action.option_strings else action.dest
-            shown = cli._HelpFormatter(prog="x")._get_help_string(action)
+            shown = cli.options.HelpFormatter(prog="x")._get_help_string(action)
             assert "default" in shown, f"pulse-jax {name} {flag}: the help does not say its default"
         assert "--help" in text
     sweep_help = subparsers.choices["sweep"].format_help()
@@ -129,8 +129,8 @@ def test_simulate_and_sweep_share_one_set_of_defaults_and_record_provenance(tiny
     swp = json.loads((tmp_path / "sw" / "provenance.json").read_text())
     for key in ("batch_size", "refit_every", "budget", "init_batches"):
         assert sim["config"][key] == swp["config"][key], key
-    assert sim["config"]["batch_size"] == cli.RUN_DEFAULTS["file"]["batch_size"]
-    assert sim["config"]["refit_every"] == cli.RUN_DEFAULTS["file"]["refit_every"]
+    assert sim["config"]["batch_size"] == cli.options.RUN_DEFAULTS["file"]["batch_size"]
+    assert sim["config"]["refit_every"] == cli.options.RUN_DEFAULTS["file"]["refit_every"]
     # Provenance: inputs with their hashes, versions, backend, config, params, seed, command line.
     (record,) = sim["inputs"]
     assert record["path"] == str(cand.resolve())
@@ -139,7 +139,7 @@ def test_simulate_and_sweep_share_one_set_of_defaults_and_record_provenance(tiny
 
     assert sim["versions"]["jax"] == jax.__version__ and sim["versions"]["jaxlib"] and sim["versions"]["pulse-jax"]
     assert sim["backend"] == jax.default_backend() and sim["seed"] == 0 and sim["method"] == ["ucbe"]
-    assert sim["config"]["rule"]["name"] and sim["params"]["rule"]["exploration"] == 1.0
+    assert sim["config"]["rule"]["name"] and all(p["rule"]["exploration"] == 1.0 for p in sim["params"].values())
     assert "command" in sim and swp["points"] == [{**swp["points"][0]}, {**swp["points"][1]}]
 
 
@@ -147,7 +147,7 @@ def test_sweep_savings_default_to_the_papers_point_else_the_best(tiny_files):
     bench = synthetic.make_benchmark(seed=3, n_models=8, n_examples=200, n_train=20)
     config = BanditConfig(n_models=8, n_examples=200, budget=8 * 16 + 800, batch_size=16)
     res = sweep(bench.scores, config, "ucbe", {"exploration": [0.25, 1.0, 4.0]}, reps=16, seed=0)
-    assert res.baseline == 1 and res.baseline_reason == "the paper's setting"
+    assert res.baseline == 1 and res.baseline_reason == "every swept number at its default"
     res = sweep(bench.scores, config, "ucbe", {"exploration": [0.25, 4.0]}, reps=16, seed=0)
     auc = [r.correct().mean() for r in res.results]
     assert res.baseline == int(np.argmax(auc)) and "most accurate" in res.baseline_reason
@@ -215,15 +215,16 @@ def test_bounds_option_and_the_select_defaults():
     from pulse_jax import cli, registry
 
     parser = cli.build_parser()
-    sim = parser.parse_args(["simulate", "--scores", "s.csv", "--out", "o"])
+    parse = lambda argv: cli.parse(argv, parser)[0]   # noqa: E731  (the command-dependent defaults filled)
+    sim = parse(["simulate", "--scores", "s.csv", "--out", "o"])
     assert (sim.method, sim.rule, sim.bounds) == ("ucbe,pulse,naive", "ucbe", "all")
-    assert cli._params(sim)["cs_simultaneous"] == 1.0 and "exploration" not in cli._params(sim)   # the rule's own
-    assert cli._params(parser.parse_args(["simulate", "--scores", "s.csv", "--out", "o", "--bounds", "certification"])
+    assert cli.options.numbers_of(sim)["cs_simultaneous"] == 1.0 and "exploration" not in cli.options.numbers_of(sim)   # the rule's own
+    assert cli.options.numbers_of(parse(["simulate", "--scores", "s.csv", "--out", "o", "--bounds", "certification"])
                        )["cs_simultaneous"] == 0.0
-    sel = parser.parse_args(["select", "--models", "m.txt", "--budget", "10", "--log", "l.jsonl"])
+    sel = parse(["select", "--models", "m.txt", "--budget", "10", "--log", "l.jsonl"])
     assert (sel.method, sel.rule, sel.bounds, sel.sequence) == ("pulse_hedged", "top_two_interval", "certification",
                                                                 "betting")
-    assert cli._params(sel)["cs_simultaneous"] == 0.0 and cli._cs_grid(sel) == 1000
+    assert cli.options.numbers_of(sel)["cs_simultaneous"] == 0.0 and cli.options.cs_grid(sel) == 1000
     hedged = registry.estimator(sel.method)
     assert hedged.name == "pulse_hedged" and hedged.n_sequences == 2
     assert dict(hedged.settings)["lambda_rule"] == "constant_lambda(0.5)"
@@ -232,11 +233,11 @@ def test_bounds_option_and_the_select_defaults():
     rule = registry.sampling_rule(sel.rule)
     assert rule.needs_interval and dict(rule.settings)["challenger"] == "interval"
     # --sequence picks the confidence sequences' family (BanditConfig.cs_grid)
-    bet = parser.parse_args(["simulate", "--scores", "s.csv", "--out", "o", "--sequence", "betting"])
+    bet = parse(["simulate", "--scores", "s.csv", "--out", "o", "--sequence", "betting"])
     bet.batch_size, bet.refit_every = 16, 10
-    assert sim.sequence == "bernstein" and cli._config(bet, 4, 100, 400).cs_grid == 1000
+    assert sim.sequence == "bernstein" and cli.options.bandit_config(bet, 4, 100, 400).cs_grid == 1000
     bet.sequence = "bernstein"
-    assert cli._config(bet, 4, 100, 400).cs_grid == 0
+    assert cli.options.bandit_config(bet, 4, 100, 400).cs_grid == 0
 
 
 @pytest.mark.parametrize("extra, needle", [

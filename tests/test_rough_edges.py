@@ -52,7 +52,7 @@ def test_a_method_without_an_interval_selects_with_the_index_rule(tmp_path, monk
 def test_without_a_terminal_long_work_says_how_far_it_is(tmp_path, monkeypatch, capsys):
     """stderr to a file or a pipe: plain lines (no carriage returns) when a method starts and when it is done,
     and at most one a minute between (the period is set to 0 here, so every chunk reports)."""
-    monkeypatch.setattr(cli, "PROGRESS_LINE_EVERY", 0.0)
+    monkeypatch.setattr(cli.output, "PROGRESS_LINE_EVERY", 0.0)
     assert cli.main(["demo", "--reps", "4", "--chunk-size", "2", "--method", "ucbe", "--out", str(tmp_path / "d")]) == 0
     err = capsys.readouterr().err
     assert "\r" not in err

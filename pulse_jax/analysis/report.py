@@ -83,7 +83,7 @@ def summary(results: dict[str, SimulationResult]) -> dict:
            "best_models": any_result.best_models.tolist(),
            "best_model_name": any_result.model_names[any_result.best_model] if any_result.model_names else None,
            "methods": {}}
-    out["params"] = any_result.params.to_dict()
+    out["params"] = {k: r.params.to_dict() for k, r in results.items()}   # every method's own numbers
     for k, r in results.items():
         acc, se = r.accuracy_at_budget(budgets)
         out["methods"][k] = {
@@ -117,8 +117,9 @@ def write_results(results: dict[str, SimulationResult], out_dir, title: str = ""
     files.remove_previous_outputs(out_dir)
     first = next(iter(results.values()))
     paths = {"provenance": provenance.write(out_dir, provenance.collect(
-        config=first.config, params=first.params, seed=first.seed, inputs=inputs, method=list(results),
-        extra={"configs": {k: provenance.describe_config(r.config) for k, r in results.items()},
+        config=first.config, seed=first.seed, inputs=inputs, method=list(results),
+        extra={"params": {k: r.params.to_dict() for k, r in results.items()},
+               "configs": {k: provenance.describe_config(r.config) for k, r in results.items()},
                "reps": {k: r.reps for k, r in results.items()}}),
         files=["summary.json", *(f"{k}.npz" for k in results), "accuracy.png"])}
     paths["summary"] = files.write_atomically(out_dir / "summary.json", json.dumps(clean_json(summary(results)),

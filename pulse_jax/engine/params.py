@@ -292,22 +292,22 @@ def run_params(plugins, params=None, where: str = "params") -> RunParams:
     return RunParams(engine, **parts)
 
 
-def parse_grid_option(text: str) -> tuple[str, list[float]]:
-    """``"name=v1,v2,..."`` (the CLI's ``--grid``) as ``(name, values)``: numbers, each once. An engine
-    number (``delta`` or ``engine.delta``) is range-checked here; a plug-in's (``rule.exploration``,
+def parse_grid_option(text: str, option: str = "--grid") -> tuple[str, list[float]]:
+    """``"name=v1,v2,..."`` (the CLI's ``--grid``; ``--param`` with one value) as ``(name, values)``:
+    numbers, each once. An engine number (``delta`` or ``engine.delta``) is range-checked here; a plug-in's (``rule.exploration``,
     or its field name alone) against its declaration when the run's plug-ins are known."""
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or not name:
-        raise PulseInputError(f"--grid {text!r}: expected NAME=V1,V2,... (e.g. exploration=0.5,1,2)")
+        raise PulseInputError(f"{option} {text!r}: expected NAME=V1,V2,... (e.g. exploration=0.5,1,2)")
     items = [v.strip() for v in values.split(",") if v.strip()]
     if not items:
-        raise PulseInputError(f"--grid {name}: no values given")
+        raise PulseInputError(f"{option} {name}: no values given")
     bare = name[len("engine."):] if name.startswith("engine.") else name
-    values = [check_value(bare, v, f"--grid {name}") if bare in RANGES else as_number(name, v, f"--grid {name}")
+    values = [check_value(bare, v, f"{option} {name}") if bare in RANGES else as_number(name, v, f"{option} {name}")
               for v in items]
     repeated = sorted({v for v in values if values.count(v) > 1 or (math.isnan(v) and sum(map(math.isnan, values)) > 1)})
     if repeated:
-        raise PulseInputError(f"--grid {name}: the value {repeated[0]:g} is given more than once (each point "
+        raise PulseInputError(f"{option} {name}: the value {repeated[0]:g} is given more than once (each point "
                               "would run twice); give each value once")
     return name, values

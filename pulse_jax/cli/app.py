@@ -1,0 +1,81 @@
+"""The ``pulse-jax`` program: its parser (one subcommand per module of `pulse_jax.cli`) and ``main``.
+
+Errors in the input print one line (``pulse-jax: error: ...``) and exit 2."""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from pulse_jax.cli import demo, imports, log, select, simulate, sweep, tune
+from pulse_jax.cli.options import HelpFormatter, Parser, fill_defaults
+from pulse_jax.errors import PulseInputError
+
+#: Each subcommand's module: ``add(subparsers)`` declares its options, ``run(args)`` carries it out.
+COMMANDS = {"demo": demo, "simulate": simulate, "sweep": sweep, "tune": tune, "select": select, "import": imports,
+            "log": log}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from pulse_jax import __version__
+
+    parser = Parser(prog="pulse-jax", formatter_class=HelpFormatter, description=(
+        "Find the best model while evaluating a fraction of the (model, example) cells: "
+        "PULSE, UCB-E and Naive-Pooling as a vmap-ed JAX simulation, and live selection."),
+        epilog="Compiled programs are cached in $PULSE_JAX_CACHE (default ~/.cache/pulse-jax/xla); "
+               "PULSE_JAX_CACHE=off turns the cache off.")
+    parser.add_argument("--version", action="version", version=f"pulse-jax {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS.values():
+        command.add(sub)
+    return parser
+
+
+def parse(argv=None, parser=None):
+    """``(args, unrecognized)``: the command line parsed, with the defaults that depend on the command
+    filled in (`pulse_jax.cli.options.fill_defaults`; ``args.given`` names the options given)."""
+    args, extra = (parser or build_parser()).parse_known_args(argv)
+    fill_defaults(args)
+    return args, extra
+
+
+def main(argv=None) -> int:
+    args, extra = parse(argv)
+    if extra:       # name the command they were given to, not the top level
+        command = " ".join([args.command] + [getattr(args, name) for name in ("source", "action")
+                                             if isinstance(getattr(args, name, None), str)])
+        print(f"pulse-jax: error: {command}: unrecognized arguments: {' '.join(extra)} (see pulse-jax {command} "
+              "--help)", file=sys.stderr)
+        return 2
+    from pulse_jax.engine.compilation_cache import enable_compilation_cache
+
+    enable_compilation_cache()
+    try:
+        COMMANDS[args.command].run(args)
+    except PulseInputError as err:
+        print(f"pulse-jax: error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:   # a file we were told to read or write: say which, in one line
+        where = f"{err.filename}: " if getattr(err, "filename", None) else ""
+        print(f"pulse-jax: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt as err:
+        from pulse_jax.live.runner import Interrupted
+
+        if isinstance(err, Interrupted):
+            print(f"\npulse-jax: {err}", file=sys.stderr)
+            return _exit_now(err.exit_code) if argv is None else err.exit_code
+        print("pulse-jax: interrupted", file=sys.stderr)
+        return _exit_now(130) if argv is None else 130
+    return 0
+
+
+def _exit_now(code: int) -> int:
+    """End the program at once after an interruption (everything paid for is committed and the log
+    closed): the interpreter's shutdown would stop threads still running -- a scorer call abandoned in
+    flight, a library's background thread -- in the middle of native code, which can abort the process
+    instead of exiting with ``code``."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+    return code   # not reached

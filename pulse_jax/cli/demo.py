@@ -1,0 +1,41 @@
+"""``pulse-jax demo``: UCB-E, PULSE and Naive-Pooling on the built-in benchmark (no files needed)."""
+from __future__ import annotations
+
+import time
+
+from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_run_options, bandit_config, check_params, check_run_args, parse_methods, resolve_defaults, uses_predictions
+from pulse_jax.cli.output import check_out_dir, finish, run_all
+
+
+def add(sub) -> None:
+    demo = sub.add_parser("demo", formatter_class=HelpFormatter,
+                          help="compare the three methods on the built-in synthetic benchmark",
+                          description="UCB-E, PULSE and Naive-Pooling on the built-in 40 x 1,000 benchmark.")
+    add_run_options(demo, reps=300, budget_help="total cells, initialization included "
+                                                 f"(default: initialization + {BUILTIN_BANDIT_CELLS:,})")
+    demo.add_argument("--out", default="pulse_demo", help="results directory")
+
+
+def run(args) -> None:
+    from pulse_jax import synthetic
+    from pulse_jax.stats import factorization
+
+    check_run_args(args)
+    resolve_defaults(args, "built-in")
+    check_out_dir(args.out, args.force)
+    methods = parse_methods(args.method)
+    bench = synthetic.make_benchmark(seed=args.seed)
+    m, n = bench.scores.shape
+    config = bandit_config(args, m, n, default_budget=m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS)
+    check_params(args, [(e, config.rule, config.stop) for e in methods.values()])
+    print(bench.description)
+    print(f"budget {config.budget:,} cells ({config.init_cells:,} for initialization), batch {config.batch_size}, "
+          f"refit every {config.refit_every} steps, {args.reps} repetitions per method")
+    start = time.perf_counter()
+    V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
+        if uses_predictions(methods) else None
+    if args.chunk_size is None:  # a few chunks so the progress bar moves
+        args.chunk_size = max(1, -(-args.reps // 5))
+    results = run_all(bench.scores, V, config, methods, args, bench.models)
+    finish(results, args.out, bench.description)
+    print(f"total {time.perf_counter() - start:.1f} s")

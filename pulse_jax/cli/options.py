@@ -1,0 +1,404 @@
+"""The options the commands share (argparse groups), and turning them into a run's configuration
+and numbers: methods, plug-ins, certificates, ``--param PATH=VALUE``, the defaults by data source."""
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from pulse_jax.errors import PulseInputError, require
+
+
+PLUGIN_HELP = "a registered name or package.module:attribute (a plug-in of your own)"
+
+
+def parse_methods(text: str) -> dict:
+    """``--method``: comma-separated estimators (names or ``module:attribute``) as ``{name: Estimator}``."""
+    from pulse_jax import registry
+
+    items = [m.strip() for m in text.split(",") if m.strip()]
+    require(items, "--method: no method given")
+    methods = {}
+    for item in items:
+        key = item if ":" in item else item.lower().replace("-", "")
+        estimator = registry.estimator(key, "--method")
+        require(estimator.name not in methods, f"--method: {estimator.name!r} given twice")
+        methods[estimator.name] = estimator
+    return methods
+
+
+def plugin_option(kind: str, value: str, option: str):
+    """``--rule`` / ``--stop``: a registered name or ``module:attribute``, resolved before any computation."""
+    from pulse_jax import registry
+
+    return registry.resolve(kind, value if ":" in value else value.lower().replace("-", "_"), option)
+
+
+def uses_predictions(methods: dict) -> bool:
+    return any(e.uses_predictions for e in methods.values())
+
+
+#: The defaults of a run, by where the scores come from; ``demo``, ``simulate`` and ``sweep`` share them.
+#: The built-in benchmark (40 x 1,000) is small: small batches and frequent refits. A file gets the
+#: paper's settings (B = 64, a refit every 1,000 steps). ``select`` certifies with the fewest cells at
+#: the smallest batch measured (``docs/benchmarks/batch_effect.md``; ``docs/confidence.md``, "Batch
+#: size and the challenger"), so it asks for small batches.
+RUN_DEFAULTS = {
+    "built-in": {"batch_size": 16, "refit_every": 25, "rank": 8},
+    "file": {"batch_size": 64, "refit_every": 1000, "rank": 16},
+    "live": {"batch_size": 8, "refit_every": 1000, "rank": 16},
+}
+
+
+#: Bandit cells after initialization on the built-in benchmark; a file gets a quarter of its cells.
+BUILTIN_BANDIT_CELLS = 6400
+
+
+def by_source(key: str, live: bool = False) -> str:
+    b, f = RUN_DEFAULTS["built-in"][key], RUN_DEFAULTS["file"][key]
+    return f"default: {RUN_DEFAULTS['live'][key]:,}" if live else \
+        f"default: {b:,} on the built-in benchmark, {f:,} on a file"
+
+
+class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
+    """Every option's default in its help, except where there is none or the help states it."""
+
+    def _get_help_string(self, action):
+        text = action.help or ""
+        if action.default is None or action.default is False or action.default == [] \
+                or action.default == argparse.SUPPRESS or "default" in text:
+            return text
+        return super()._get_help_string(action)
+
+
+def add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, live: bool = False) -> None:
+    """The options every run shares (simulation and live selection)."""
+    p.add_argument("--method", help=methods_help)
+    p.add_argument("--batch-size", type=int, default=None, help=f"examples per pull, B ({by_source('batch_size', live)})")
+    p.add_argument("--init-batches", type=int, default=1, help="batches per model at initialization (T0)")
+    p.add_argument("--exploration", type=float, default=None,
+                   help="the index rule's exploration constant a (rule.exploration; default 1)")
+    p.add_argument("--refit-every", type=int, default=None,
+                   help="bandit steps between refits of the factorization (tau); 0 = only the initial fit "
+                        f"({by_source('refit_every', live)})")
+    p.add_argument("--rank", type=int, default=None,
+                   help=f"rank of the example embeddings fitted on the train split ({by_source('rank', live)})")
+    p.add_argument("--delta", type=float, default=None,
+                   help="intervals hold with probability 1 - delta (default 0.05; shorthand for --param delta=...)")
+    p.add_argument("--bounds", default=None, choices=("all", "certification"),
+                   help="all: every model's interval holds at every look at once; certification: only what "
+                        "certifying the best needs (a certificate is still wrong at most delta; each upper bound at "
+                        "delta/2 on its own, so far fewer cells). Shorthand for --param cs_simultaneous=1 or 0 "
+                        "(default: all; select: certification)")
+    p.add_argument("--sequence", default="bernstein", choices=("bernstein", "betting"),
+                   help="the confidence sequences behind certification: bernstein (predictable-mixture empirical "
+                        "Bernstein) or betting (the exact capital on 1,000 grid means: narrower, more memory "
+                        "per model)")
+    p.add_argument("--rule", default=None,
+                   help="sampling rule: ucbe (the paper's index), lucb, top_two, top_two_interval (Top-Two with the "
+                        "interval challenger), successive_halving, or "
+                        f"{PLUGIN_HELP}; methods without an interval keep ucbe when the rule needs one "
+                        "(default: ucbe; select: top_two_interval)")
+    p.add_argument("--param", action="append", default=[], metavar="PATH=VALUE",
+                   help="set one number of the run by its path, as sweep --grid names them (repeatable): an engine "
+                        "number (delta, refit_lr, refit_l2, init_refit_lr, init_refit_l2, cs_horizon, "
+                        "cs_simultaneous, refit_prior) or a plug-in's (rule.exploration, rule.leader_fraction, "
+                        "estimator.fixed_lambda, stop.epsilon, stop.size, ...), checked against its range. "
+                        "--delta, --bounds, --exploration, --epsilon and --tie-group are shorthands for it")
+    p.add_argument("--seed", type=int, default=0, help="random seed, an integer in [0, 2**64)")
+    p.set_defaults(rule_default="ucbe", delta_default=0.05, bounds_default="all")
+
+
+def add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, one_method: bool = False) -> None:
+    names = "ucbe, pulse, pulse_certify, pulse_hedged, naive"
+    add_bandit_options(p, methods_help=(f"the estimator: {names}, or {PLUGIN_HELP} (default: pulse)" if one_method
+                                         else f"comma-separated estimators: {names}, or {PLUGIN_HELP} "
+                                              "(default: ucbe,pulse,naive)"))
+    p.set_defaults(method="pulse" if one_method else "ucbe,pulse,naive")
+    p.add_argument("--reps", type=int, default=reps, help="repetitions" + ("" if one_method else " per method"))
+    p.add_argument("--budget", type=int, default=None, help=budget_help)
+    p.add_argument("--stop", default=None,
+                   help="stopping rule: budget (spend it all), certified (stop once a model is certified best), "
+                        f"or {PLUGIN_HELP}; methods without an interval spend the budget (default: budget)")
+    p.set_defaults(stop_default="budget")
+    add_certificate_options(p)
+    p.add_argument("--chunk-size", type=int, default=None,
+                   help="repetitions per compiled batch (default: sized from memory)")
+    p.add_argument("--quiet", action="store_true", help="no progress bars")
+    p.add_argument("--force", action="store_true", help="write into --out even if it already holds files")
+
+
+def add_input_options(p: argparse.ArgumentParser, *, scores_required: bool) -> None:
+    p.add_argument("--scores", required=scores_required,
+                   help="candidates' scores (.csv or .npz; missing cells allowed)"
+                        + ("" if scores_required else " (default: the built-in benchmark)"))
+    p.add_argument("--missing", default="keep", choices=("keep", "drop-examples", "drop-models"),
+                   help="missing candidate cells: keep (each model's benchmark is what it has scores for), "
+                        "or drop the examples / the models that have gaps")
+    p.add_argument("--train", default=None, help="historical models' scores on the same examples (side information)")
+    p.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x rank)")
+
+
+def add_certificate_options(p: argparse.ArgumentParser) -> None:
+    group = p.add_mutually_exclusive_group()
+    group.add_argument("--epsilon", type=float, default=None,
+                       help="stop once a model is certified within EPSILON of the best mean: shorthand for "
+                            "--stop epsilon_good --param stop.epsilon=EPSILON")
+    group.add_argument("--top-k", type=int, default=None, metavar="K",
+                       help="stop once the K best models are certified as a set: the stopping rule top_k for K "
+                            "models (K is static: it shapes the program); the upper bounds are raised to the level K "
+                            "of them need")
+    group.add_argument("--tie-group", type=int, default=None, metavar="SIZE",
+                       help="stop once the best model is certified to be one of at most SIZE models (1 is "
+                            "exact-best certification): shorthand for --stop tie_group --param stop.size=SIZE")
+
+
+def certificate_of(args):
+    """``(stop, numbers)`` of ``--epsilon`` / ``--top-k`` / ``--tie-group``; ``(None, {})`` without them."""
+    from pulse_jax import stopping
+
+    given = [(flag, value) for flag, value in (("--epsilon", args.epsilon), ("--top-k", args.top_k),
+                                                ("--tie-group", args.tie_group)) if value is not None]
+    if not given:
+        return None, {}
+    (flag, value), = given
+    require(args.stop in (None, "budget") and not getattr(args, "stop_given", False),
+            f"{flag} sets the stopping rule; drop --stop {args.stop}")
+    if flag == "--epsilon":
+        require(0 <= value < 1, f"--epsilon must be in [0, 1), got {value:g}")
+        return stopping.epsilon_good(), {"stop.epsilon": value}
+    require(value >= 1, f"{flag} must be >= 1, got {value}")
+    if flag == "--top-k":
+        return stopping.top_k(value), {}
+    return stopping.tie_group(), {"stop.size": float(value)}
+
+
+def check_certificate_size(args, n_models: int) -> None:
+    """``--top-k K`` and ``--tie-group SIZE`` name fewer models than there are: a set of all of them
+    certifies nothing."""
+    for flag, value in (("--top-k", getattr(args, "top_k", None)), ("--tie-group", getattr(args, "tie_group", None))):
+        require(value is None or value < n_models,
+                f"{flag} {value}: must be smaller than the number of models ({n_models}); {value} of {n_models} "
+                "models certifies nothing")
+
+
+def rule_option(args):
+    """``--rule``'s plug-in; with ``--top-k K`` (K > 1) and no ``--rule``, LUCB for the top K: the
+    default rules chase the best model alone, which a top-k certificate does not wait on."""
+    if getattr(args, "top_k", None) and args.top_k > 1 and not getattr(args, "rule_given", True):
+        from pulse_jax.rules import lucb_top_k
+
+        rule = lucb_top_k(args.top_k)
+        print(f"note: --top-k {args.top_k} samples by {rule.name} (the set's weakest member against the best "
+              "outsider); give --rule to choose another", file=sys.stderr)
+        return rule
+    return plugin_option("sampling rule", args.rule, "--rule")
+
+
+def certificate_levels(args, numbers: dict, stop, n_models: int) -> dict:
+    """The numbers with ``cs_simultaneous`` raised to what ``stop``'s claim needs (top-k: log k / log m)."""
+    k = stop.upper_models
+    need = math.log(k) / math.log(n_models) if 1 < k < n_models else 0.0
+    if numbers["cs_simultaneous"] < need:
+        print(f"note: --top-k {k} rests on {k} models' upper bounds at once, so their level is raised to cover "
+              f"{k} of the {n_models} together (cs_simultaneous {numbers['cs_simultaneous']:g} -> log {k} / log "
+              f"{n_models} = {need:.3f})", file=sys.stderr)
+        numbers = {**numbers, "cs_simultaneous": need}
+    return numbers
+
+
+def add_stopping_options(sel: argparse.ArgumentParser) -> None:
+    sel.add_argument("--stop", default=None,
+                     help="stopping rule, checked before every batch: certified (stop once a model is certified "
+                          f"best), budget (spend it all), or {PLUGIN_HELP} (default: certified; budget for a "
+                          "method without an interval)")
+    add_certificate_options(sel)
+    sel.add_argument("--grace", type=float, default=None,
+                     help="on SIGINT/SIGTERM, wait at most this many seconds for the batches in flight (default: "
+                          "until they finish; a second signal abandons them)")
+
+
+class Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line naming the command's help (argparse prints the
+    whole usage first, which buries the error)."""
+
+    def error(self, message):
+        self.exit(2, f"pulse-jax: error: {self.prog.removeprefix('pulse-jax').strip() or 'pulse-jax'}: {message} "
+                     f"(see {self.prog} --help)\n")
+
+
+def resolve_defaults(args, source: str) -> None:
+    """Fill the options whose default depends on where the scores come from (`RUN_DEFAULTS`)."""
+    args.defaulted = set()
+    for key, value in RUN_DEFAULTS[source].items():
+        if getattr(args, key, None) is None:
+            setattr(args, key, value)
+            args.defaulted.add(key)
+
+
+def check_run_args(args) -> None:
+    """Every number of a run, checked before anything is loaded or computed."""
+    from pulse_jax.stats.seeds import seed_key
+
+    seed_key(args.seed, "--seed")
+    require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
+    require(args.chunk_size is None or args.chunk_size >= 1, f"--chunk-size must be >= 1, got {args.chunk_size}")
+    at_most(args.reps, "--reps")
+    at_most(args.chunk_size, "--chunk-size")
+    check_numbers(args)
+
+
+#: The largest count any option takes (the engine indexes with 32-bit integers).
+LARGEST_COUNT = 2**31 - 1
+
+
+def at_most(value, option: str, high: int = LARGEST_COUNT) -> None:
+    require(value is None or value <= high, f"{option} {value}: at most {high:,}")
+
+
+def check_numbers(args) -> None:
+    """The options every run shares, in the options' own words (before anything is loaded)."""
+    require(args.budget is None or args.budget >= 1, f"--budget must be >= 1, got {args.budget}")
+    at_most(args.budget, "--budget")
+    for option in ("batch_size", "init_batches", "refit_every", "rank"):
+        value = getattr(args, option, None)
+        low = 0 if option == "refit_every" else 1
+        require(value is None or value >= low, f"--{option.replace('_', '-')} must be >= {low}, got {value}")
+        at_most(value, f"--{option.replace('_', '-')}")
+    delta = getattr(args, "delta", None)
+    if delta is not None:
+        require(0 < delta < 1, f"--delta {delta:g}: must lie strictly between 0 and 1 (the chance of a wrong "
+                               "certificate)")
+
+
+def check_first_look(budget: int, models: int, args, where: str) -> None:
+    """The budget pays for the first look (every model on ``--init-batches`` batches), in option words."""
+    first = models * args.batch_size * args.init_batches
+    require(budget >= first, f"--budget {budget:,} is smaller than the first look: {models} models ({where}) x "
+                             f"--batch-size {args.batch_size} x --init-batches {args.init_batches} = {first:,} cells; "
+                             f"give --budget {first:,} or more")
+
+
+def bandit_config(args, m: int, n: int, default_budget: int):
+    from pulse_jax.engine import BanditConfig
+
+    budget = args.budget if args.budget is not None else default_budget
+    if budget > m * n:
+        print(f"note: --budget {budget:,} is more than the matrix's {m * n:,} cells; using {m * n:,}")
+        budget = m * n
+    require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
+    require(args.batch_size <= n, f"--batch-size {args.batch_size} is larger than the number of examples ({n})")
+    check_first_look(budget, m, args, "candidates")
+    check_certificate_size(args, m)
+    return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
+                        init_batches=args.init_batches, refit_every=args.refit_every,
+                        rule=rule_option(args),
+                        stop=certificate_of(args)[0] or plugin_option("stopping rule", args.stop, "--stop"),
+                        cs_grid=cs_grid(args))
+
+
+def cs_grid(args) -> int:
+    """``BanditConfig.cs_grid`` of ``--sequence``."""
+    from pulse_jax.stats.confidence import BETTING_GRID
+
+    return BETTING_GRID if args.sequence == "betting" else 0
+
+
+def for_method(config, estimator, alone: bool):
+    """In a comparison of several methods, a method without an interval keeps the index rule and spends
+    the budget when the chosen rule or stopping rule needs an interval (so it runs beside the others), and
+    says so; run alone, such a choice is refused (nothing would be what was asked for)."""
+    import dataclasses
+
+    from pulse_jax import engine
+
+    if estimator.has_interval or not (config.rule.needs_interval or config.stop.needs_interval):
+        return config
+    if alone:
+        engine.check_compatible(config, estimator)
+    changed = dataclasses.replace(config, rule="ucbe" if config.rule.needs_interval else config.rule,
+                                  stop="budget" if config.stop.needs_interval else config.stop)
+    swaps = [f"{kind} {old.name} -> {new.name}" for kind, old, new in (("rule", config.rule, changed.rule),
+                                                                      ("stop", config.stop, changed.stop))
+             if old.name != new.name]
+    print(f"pulse-jax: {estimator.name} has no confidence interval, so it runs with {', '.join(swaps)} beside the "
+          "other methods", file=sys.stderr)
+    return changed
+
+
+#: The options that are shorthands for ``--param``: ``(option, its dest, the number it sets)``.
+SHORTHANDS = (("--delta", "delta", "delta"), ("--bounds", "bounds", "cs_simultaneous"),
+              ("--exploration", "exploration", "exploration"), ("--epsilon", "epsilon", "epsilon"),
+              ("--tie-group", "tie_group", "size"))
+
+
+def fill_defaults(args) -> None:
+    """Options whose default depends on the command (``rule_default``, ...) are parsed as None, so an
+    option given on the command line is told from its default (``args.given``); then filled."""
+    args.given = {name for name in ("rule", "stop", *(dest for _, dest, _ in SHORTHANDS))
+                  if getattr(args, name, None) is not None}
+    for name in ("rule", "stop", "delta", "bounds"):
+        if getattr(args, name, None) is None and hasattr(args, f"{name}_default"):
+            setattr(args, name, getattr(args, f"{name}_default"))
+    args.rule_given, args.stop_given = "rule" in args.given, "stop" in args.given
+
+
+def param_values(args) -> dict:
+    """``--param PATH=VALUE`` (repeatable) as ``{path: value}``: one value each, each path once, an engine
+    number range-checked here, a plug-in's against the run's plug-ins (`check_params`); a number its
+    shorthand option also sets is refused."""
+    from pulse_jax.engine.params import parse_grid_option
+
+    out = {}
+    for text in getattr(args, "param", ()):
+        name, values = parse_grid_option(text, option="--param")
+        require(len(values) == 1, f"--param {name}: one value, got {len(values)} (several values are a sweep: "
+                                  "pulse-jax sweep --grid)")
+        require(name not in out, f"--param {name}: given twice")
+        field = name.rpartition(".")[2]
+        for option, dest, number in SHORTHANDS:
+            require(not (field == number and dest in getattr(args, "given", ())),
+                    f"--param {name}: {option} sets the same number; give one of them")
+        out[name] = values[0]
+    return out
+
+
+def check_params(args, plugin_sets) -> None:
+    """Every ``--param`` path is a number of at least one of the runs' plug-ins (``plugin_sets``:
+    ``(estimator, rule, stop)`` per run) and lies in its range there; one line naming the option."""
+    from pulse_jax.engine.params import default_params, run_params
+
+    for name, value in param_values(args).items():
+        owners = [plugins for plugins in plugin_sets if _has_number(default_params(plugins), name)]
+        known = dict.fromkeys(path for plugins in plugin_sets for path in default_params(plugins).paths())
+        require(owners, f"--param {name}: not a number of this run; its numbers are {', '.join(known)}")
+        for plugins in owners:
+            run_params(plugins, {name: value}, f"--param {name}")
+
+
+def _has_number(defaults, name: str) -> bool:
+    try:
+        defaults.path_of(name)
+    except PulseInputError:
+        return False
+    return True
+
+
+def numbers_of(args, config=None, estimator=None) -> dict:
+    """The options' numbers as ``{name: value}`` (the run resolves them against its plug-ins): the
+    shorthands, then ``--param`` (those the run's plug-ins have, given ``config`` and ``estimator``); with
+    ``config``, the certificate's numbers too when its stopping rule is the certificate's."""
+    from pulse_jax.engine.params import check_value, default_params
+
+    out = {"delta": check_value("delta", args.delta, "--delta"), "cs_simultaneous": 1.0 if args.bounds == "all" else 0.0}
+    if args.exploration is not None:   # the index rule's number (rule.exploration)
+        out["exploration"] = args.exploration
+    given = param_values(args)
+    if config is not None and estimator is not None:
+        defaults = default_params((estimator, config.rule, config.stop))
+        given = {name: value for name, value in given.items() if _has_number(defaults, name)}
+    out.update(given)
+    stop, numbers = certificate_of(args)
+    if config is not None and stop is not None and config.stop is stop:
+        out = certificate_levels(args, {**out, **numbers}, stop, config.n_models)
+    return out
