@@ -17,19 +17,8 @@ from pulse_jax.cli.scorers import scorer_of
 from pulse_jax.errors import PulseInputError, require
 
 
-def add(sub) -> None:
-    sel = sub.add_parser("select", formatter_class=HelpFormatter,
-                         help="pick the best real model, evaluating batches with your scorer",
-                         description="Live selection: asks your scorer for one batch at a time, logs every "
-                                     "paid-for score, resumes from the log, stops once the best is certified.")
-    sel.add_argument("--models", required=True, help="text file, one candidate name per line")
-    sel.add_argument("--examples", default=None,
-                     help="number of examples (ids 0..N-1), or a text file with one example id per line "
-                          "(default with --lm-eval-task: every document of the task)")
-    sel.add_argument("--budget", type=int, required=True, help="total cells, initialization included")
-    sel.add_argument("--evaluate", default=None,
-                     help="package.module:function taking (model, example_ids) and returning one score in [0, 1] "
-                          "per example (or use --lm-eval-task)")
+def _add_scoring_options(sel) -> None:
+    """How a batch is scored (lm-eval, Inspect) and what it costs (prices, a money budget)."""
     sel.add_argument("--lm-eval-task", default=None,
                      help="score through lm-evaluation-harness on this task; each line of --models is then an lm-eval "
                           "model spec TYPE[:MODEL_ARGS], e.g. hf:pretrained=EleutherAI/pythia-70m")
@@ -56,6 +45,22 @@ def add(sub) -> None:
                      help="stop asking before a batch that could take the spend past this many dollars")
     sel.add_argument("--usage", action="append", default=[], metavar="LOGS",
                      help="Inspect logs (files or folders) of the task whose token counts estimate the cost")
+
+
+def add(sub) -> None:
+    sel = sub.add_parser("select", formatter_class=HelpFormatter,
+                         help="pick the best real model, evaluating batches with your scorer",
+                         description="Live selection: asks your scorer for one batch at a time, logs every "
+                                     "paid-for score, resumes from the log, stops once the best is certified.")
+    sel.add_argument("--models", required=True, help="text file, one candidate name per line")
+    sel.add_argument("--examples", default=None,
+                     help="number of examples (ids 0..N-1), or a text file with one example id per line "
+                          "(default with --lm-eval-task: every document of the task)")
+    sel.add_argument("--budget", type=int, required=True, help="total cells, initialization included")
+    sel.add_argument("--evaluate", default=None,
+                     help="package.module:function taking (model, example_ids) and returning one score in [0, 1] "
+                          "per example (or use --lm-eval-task)")
+    _add_scoring_options(sel)
     sel.add_argument("--log", required=True, help="the log (an SQLite database, e.g. run.db); run the same command "
                                                  "again to resume")
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
@@ -87,8 +92,6 @@ def add(sub) -> None:
 
 def run(args) -> None:
     from pulse_jax import live
-    from pulse_jax.io import data
-
     from pulse_jax.stats.seeds import seed_key
 
     seed_key(args.seed, "--seed")
@@ -99,27 +102,8 @@ def run(args) -> None:
     models = _read_models(args)
     check_first_look(args.budget, len(models), args, f"in {args.models}")
     evaluate, examples = scorer_of(args, models)
-    methods = parse_methods(args.method)
-    require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
-    (method, estimator), = methods.items()
-    rule = _live_rule(args, method, estimator)
-    certificate, numbers = certificate_of(args)
-    stop = certificate or (None if args.stop is None else plugin_option("stopping rule", args.stop, "--stop"))
-    default_stop = "certified" if estimator.has_interval else "budget"   # the Selector's default
-    check_params(args, [(estimator, rule, stop or plugin_option("stopping rule", default_stop, "--stop"))])
-    numbers = numbers_of(args) if certificate is None else certificate_levels(args, {**numbers_of(args), **numbers},
-                                                                             certificate, len(models))
-    require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
-    require(Path(args.log).parent.is_dir(), f"--log {args.log}: its folder {Path(args.log).parent} does not exist; "
-                                            "create it first (a misspelt folder would otherwise start a new log)")
-    saved = Path(args.log).with_name(Path(args.log).name + ".embeddings.npy")   # a resumed run's side information
-    require(args.train or saved.exists() or not estimator.uses_predictions,
-            f"--method {method} needs side information: pass --train FILE (historical models' scores on the same "
-            "examples), or use --method ucbe")
-    train = None
-    if args.train and estimator.uses_predictions:
-        train = data.load(args.train)
-        args.rank = fit_rank(args, train.scores.shape)
+    estimator, rule, stop, numbers = _plan(args, len(models))
+    train = _side_information(args, estimator)
     out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
     _check_report_dir(out, Path(args.log), args.force)
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
@@ -131,24 +115,8 @@ def run(args) -> None:
         meter.update(selector.evaluated())
         print(meter.cost_line(args.budget, len(models) * args.batch_size * args.init_batches)
               + (f"; {meter.line()} before this run" if selector.spent else ""))
-    allow = None if meter is None or meter.budget_usd is None else \
-        (lambda cells: meter.allows(selector.evaluated(), cells))
     try:
-        if selector.spent:
-            _say_resume(selector, args.log)
-        try:
-            report = live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
-                              retry_wait=args.retry_wait, retry_max_wait=args.retry_max_wait,
-                              progress=_live_progress(args), grace=args.grace, allow=allow)
-        except live.EvaluationError as err:
-            raise PulseInputError(f"{err}. The {selector.spent:,} cells told so far are safe in {args.log}; "
-                                  "run the same command again to continue") from None
-        except live.Interrupted:
-            raise
-        except KeyboardInterrupt:   # before the run started (replay, compilation): nothing was in flight
-            print(f"\ninterrupted: {selector.spent:,} cells are safe in {args.log}; run the same command again "
-                  "to continue", file=sys.stderr)
-            raise
+        report = _drive(args, selector, evaluate, meter)
     finally:
         selector.close()
     if meter is not None:
@@ -156,6 +124,64 @@ def run(args) -> None:
         report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
                                      finished=report.finished or meter.stopped)   # the money budget ended it
     _write_select_report(out, report, selector, args, inputs)
+
+
+def _plan(args, n_models: int):
+    """``(estimator, rule, stop, numbers)`` of the options, each checked (``stop`` None: the Selector's
+    default, certified for a method with an interval, else budget)."""
+    methods = parse_methods(args.method)
+    require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
+    (method, estimator), = methods.items()
+    rule = _live_rule(args, method, estimator)
+    certificate, numbers = certificate_of(args)
+    stop = certificate or (None if args.stop is None else plugin_option("stopping rule", args.stop, "--stop"))
+    default_stop = "certified" if estimator.has_interval else "budget"   # the Selector's default
+    check_params(args, [(estimator, rule, stop or plugin_option("stopping rule", default_stop, "--stop"))])
+    numbers = numbers_of(args) if certificate is None else certificate_levels(args, {**numbers_of(args), **numbers},
+                                                                             certificate, n_models)
+    return estimator, rule, stop, numbers
+
+
+def _side_information(args, estimator):
+    """The ``--train`` scores a method with predictions fits its embeddings on (None: the log keeps them,
+    or the method needs none); the log's folder checked first."""
+    from pulse_jax.io import data
+
+    require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
+    require(Path(args.log).parent.is_dir(), f"--log {args.log}: its folder {Path(args.log).parent} does not exist; "
+                                            "create it first (a misspelt folder would otherwise start a new log)")
+    saved = Path(args.log).with_name(Path(args.log).name + ".embeddings.npy")   # a resumed run's side information
+    require(args.train or saved.exists() or not estimator.uses_predictions,
+            f"--method {estimator.name} needs side information: pass --train FILE (historical models' scores on "
+            "the same examples), or use --method ucbe")
+    if not (args.train and estimator.uses_predictions):
+        return None
+    train = data.load(args.train)
+    args.rank = fit_rank(args, train.scores.shape)
+    return train
+
+
+def _drive(args, selector, evaluate, meter):
+    """Run the selection to its end; an interruption or a failed call says the cells told are safe."""
+    from pulse_jax import live
+
+    allow = None if meter is None or meter.budget_usd is None else \
+        (lambda cells: meter.allows(selector.evaluated(), cells))
+    if selector.spent:
+        _say_resume(selector, args.log)
+    try:
+        return live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
+                        retry_wait=args.retry_wait, retry_max_wait=args.retry_max_wait,
+                        progress=_live_progress(args), grace=args.grace, allow=allow)
+    except live.EvaluationError as err:
+        raise PulseInputError(f"{err}. The {selector.spent:,} cells told so far are safe in {args.log}; "
+                              "run the same command again to continue") from None
+    except live.Interrupted:
+        raise
+    except KeyboardInterrupt:   # before the run started (replay, compilation): nothing was in flight
+        print(f"\ninterrupted: {selector.spent:,} cells are safe in {args.log}; run the same command again "
+              "to continue", file=sys.stderr)
+        raise
 
 
 def _check_report_dir(out: Path, log: Path, force: bool) -> None:

@@ -56,7 +56,7 @@ def _call(kind, plugin, function, fn, *args):
         _fail(kind, plugin, function, f"fails on this run's shapes: {type(err).__name__}: {first}"[:400])
 
 
-def _expect_array(kind, plugin, function, value, shape, dtypes, what):
+def _expect_array(kind, plugin, function, value, shape, dtypes, *, what):
     """``value`` must be one array of ``shape`` whose dtype is one of ``dtypes`` (a kind: 'float', 'int', 'bool')."""
     ok = isinstance(value, jax.ShapeDtypeStruct) and tuple(value.shape) == tuple(shape) and \
         _dtype_kind(value.dtype) in dtypes
@@ -162,7 +162,7 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
 
     state = _call(kind, estimator, "init", estimator.init, ledger, params)
     estimate = _call(kind, estimator, "estimate", estimator.estimate, state, ledger, params)
-    _expect_array(kind, estimator, "estimate", estimate, (m,), ("float",), "one estimate per model")
+    _expect_array(kind, estimator, "estimate", estimate, (m,), ("float",), what="one estimate per model")
     out = _call(kind, estimator, "update", lambda s, l, p, q: estimator.update(s, l, p, n, q), state, ledger, pull,
                 params)
     if not (isinstance(out, tuple) and len(out) == 2):
@@ -172,7 +172,7 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
     _same_structure(kind, estimator, "refresh", state, refreshed)
     radius = _call(kind, estimator, "radius", lambda s, l, d, q: estimator.radius(s, l, n, d, q), state, ledger, vec_f,
                    params)
-    _expect_array(kind, estimator, "radius", radius, (m,), ("float",), "one half-width per model")
+    _expect_array(kind, estimator, "radius", radius, (m,), ("float",), what="one half-width per model")
     if estimator.proxies is not None:
         rows = _call(kind, estimator, "proxies", lambda s, l, p, q: estimator.proxies(s, l, p, n, q), state, ledger,
                      pull, params)
@@ -180,11 +180,11 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
             _fail(kind, estimator, "proxies", f"returned {_describe(rows)}; expected a (Y, lower, width) triple")
         for label, row in zip(("Y", "lower", "width"), rows):
             _expect_array(kind, estimator, "proxies", row, (C, B), ("float",),
-                          f"{label} with n_sequences x batch_size entries")
+                          what=f"{label} with n_sequences x batch_size entries")
     if estimator.draw_weights is not None:
         weights = _call(kind, estimator, "draw_weights", estimator.draw_weights, _struct((n,), _FLOAT),
                         _struct((n,), _BOOL), params)
-        _expect_array(kind, estimator, "draw_weights", weights, (n,), ("float",), "one weight per example")
+        _expect_array(kind, estimator, "draw_weights", weights, (n,), ("float",), what="one weight per example")
 
 
 def check_rule(rule, config, params) -> None:
@@ -205,13 +205,13 @@ def check_rule(rule, config, params) -> None:
     out = _call(kind, rule, "choose", rule.choose, state, inputs, _abstract_params(params))
     if not (isinstance(out, tuple) and len(out) == 2):
         _fail(kind, rule, "choose", f"returned {_describe(out)}; expected a (model, state) pair")
-    _expect_array(kind, rule, "choose", out[0], (), ("int",), "the model to pull as an integer scalar")
+    _expect_array(kind, rule, "choose", out[0], (), ("int",), what="the model to pull as an integer scalar")
     _same_structure(kind, rule, "choose", state, out[1])
     updated = _call(kind, rule, "update", rule.update, state, _struct((), _INT), _struct((), _INT))
     _same_structure(kind, rule, "update", state, updated)
     if rule.eligible is not None:
         eligible = _call(kind, rule, "eligible", rule.eligible, state)
-        _expect_array(kind, rule, "eligible", eligible, (m,), ("bool",), "one flag per model")
+        _expect_array(kind, rule, "eligible", eligible, (m,), ("bool",), what="one flag per model")
 
 
 def check_stop(stop, config, params) -> None:
@@ -228,9 +228,9 @@ def check_stop(stop, config, params) -> None:
     _check_statement(kind, stop, params)
     params = _abstract_params(params)
     done = _call(kind, stop, "done", stop.done, inputs, params)
-    _expect_array(kind, stop, "done", done, (), ("bool",), "one flag for the run")
+    _expect_array(kind, stop, "done", done, (), ("bool",), what="one flag for the run")
     claim = _call(kind, stop, "claim", stop.claim, inputs, params)
-    _expect_array(kind, stop, "claim", claim, (m,), ("bool",), "one flag per model")
+    _expect_array(kind, stop, "claim", claim, (m,), ("bool",), what="one flag per model")
 
 
 def _check_statement(kind, stop, params) -> None:
