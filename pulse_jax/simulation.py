@@ -151,7 +151,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
       init_U: ``(m, r)`` rows of ``U`` the first fit starts from (zeros by default; see
         `pulse_jax.engine.make_run`). With ``init_refit_epochs = refit_epochs = 0`` in
         ``config`` the predictions stay ``sigmoid(init_U V^T)``: e.g. the true probabilities'
-        factors, an oracle (``benchmarks/paper_scale_configs.py``).
+        factors, an oracle (``benchmarks/paper/paper_scale_configs.py``).
       row_prior: a `pulse_jax.RowPrior` (``row_prior_from_rows(U_train)``: the Gaussian of a
         train split's rows) that every refit pulls each candidate's row towards, with weight
         ``params.refit_prior`` (1: the maximum a posteriori row; it must be > 0). The rows then

@@ -437,7 +437,7 @@ def test_refit_with_a_row_prior_converges_to_the_map_rows():
 def test_init_U_sets_the_first_rows_and_zero_epochs_keep_them_through_refits():
     """``init_U`` with no refit epochs: U stays ``init_U`` through the initial fit and every refit, and
     the ledger's prediction sums are exactly those of ``sigmoid(init_U V^T)`` over each model's
-    unobserved cells (the oracle-prediction path of ``benchmarks/paper_scale_configs.py``)."""
+    unobserved cells (the oracle-prediction path of ``benchmarks/paper/paper_scale_configs.py``)."""
     from pulse_jax.stats import without_replacement as sampling
     rng = np.random.default_rng(3)
     m, n, r = 5, 40, 3

@@ -1,0 +1,113 @@
+"""What the benchmark scripts share: where the repository, the shared data and the published results
+are, the command-line options most scripts take, the real data sets split as every study splits them,
+and writing a result as JSON with its Markdown table beside it.
+
+A script in a group folder (``speed/``, ``statistics/``, ...) imports this module after putting
+``benchmarks/`` on ``sys.path``::
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    import common
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+
+#: The repository, the data shared beside it (never copied in), the published results.
+ROOT = Path(__file__).resolve().parents[1]
+SHARED = ROOT.parent / "shared" / "data"
+RESULTS = ROOT / "docs" / "benchmarks"
+#: The factor file of the paper's MMLU-Pro setting (1,000 x 12,032, rank 100).
+FACTORS = SHARED / "openllm_v2_mmlu_pro_factors.npz"
+#: The real score matrices, by the name the studies give them.
+REAL_FILES = {"cruxeval_o": "zeroeval_cruxeval_o.csv", "chembench": "chembench.csv"}
+
+#: The options many scripts take: name -> (type, help). A script names the ones it takes, with its defaults.
+OPTIONS = {
+    "reps": (int, "repetitions per configuration"),
+    "seed": (int, "base seed"),
+    "rank": (int, "rank of the example embeddings fitted on the train split"),
+    "delta": (float, "intervals hold with probability 1 - delta"),
+    "batch_size": (int, "examples per pull"),
+    "refit_every": (int, "bandit steps between refits"),
+    "data": (str, "comma-separated data sets: builtin, cruxeval_o, chembench"),
+    "methods": (str, "comma-separated estimators"),
+    "models": (int, "candidate models"),
+    "out": (str, "where the JSON goes (a .md table is written beside it)"),
+}
+
+
+def parser(doc: str, **defaults) -> argparse.ArgumentParser:
+    """An argument parser described by the first paragraph of ``doc`` with each named common option
+    (`OPTIONS`) at the given default, e.g. ``parser(__doc__, reps=200, seed=0, out="x.json")``."""
+    p = argparse.ArgumentParser(description=doc.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    for name, default in defaults.items():
+        kind, text = OPTIONS[name]
+        p.add_argument("--" + name.replace("_", "-"), type=kind, default=default, help=f"{text} (default: {default})")
+    return p
+
+
+def command(script: str, argv=None) -> str:
+    """How a result was made: ``python benchmarks/<group>/<script> <arguments>``, for its JSON and table."""
+    path = Path(script).resolve().relative_to(ROOT)
+    return " ".join(["python", str(path), *(sys.argv[1:] if argv is None else argv)])
+
+
+def real_split(name: str, seed: int = 0):
+    """``(train, candidates)`` of a real data set split as every study splits it (`pulse_jax.io.data.split_models`),
+    or None with a line on stderr when its file is absent."""
+    from pulse_jax.io import data
+
+    path = SHARED / REAL_FILES[name]
+    if not path.is_file():
+        print(f"skipping {name}: {path} is absent", file=sys.stderr)
+        return None
+    train, cand, _ = data.split_models(data.load(path), seed=seed)
+    return train, cand
+
+
+def datasets(rank: int, names=("builtin", *REAL_FILES)):
+    """``name -> (scores, V)``: the candidates and embeddings fitted on a train split (absent files skipped)."""
+    import pulse_jax as pj
+
+    out = {}
+    for name in names:
+        if name == "builtin":
+            bench = pj.make_benchmark(seed=0)
+            out[name] = (bench.scores, np.asarray(pj.fit_example_embeddings(bench.train, rank=rank)))
+        elif (split := real_split(name)) is not None:
+            train, cand = split
+            out[name] = (cand.scores, np.asarray(pj.fit_example_embeddings(train.scores, rank=rank)))
+    return out
+
+
+def train_priors(rank: int, names=("builtin", *REAL_FILES)):
+    """``name -> RowPrior``: the Gaussian of the train models' stage-0 rows (``pj.row_prior_from_rows``),
+    from the same fits as `datasets`' embeddings."""
+    import pulse_jax as pj
+
+    out = {}
+    for name in names:
+        if name == "builtin":
+            train = pj.make_benchmark(seed=0).train
+        elif (split := real_split(name)) is not None:
+            train = split[0].scores
+        else:
+            continue
+        out[name] = pj.row_prior_from_rows(pj.fit_train_factors(train, rank=rank)[0])
+    return out
+
+
+def write(out, payload: dict, table: str | None = None) -> None:
+    """``payload`` as JSON at ``out`` (folders made) and, given a Markdown ``table``, ``out`` with ``.md`` beside
+    it, headed by the command; the table is printed too."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(payload, indent=2))
+    if table is not None:
+        out.with_suffix(".md").write_text(f"`{payload.get('command', '')}`\n\n{table}\n")
+        print(table)
