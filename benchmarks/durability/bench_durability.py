@@ -38,6 +38,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
+
 SCORER = """import os, time
 from pulse_jax import stand_in
 DELAY = float(os.environ.get("SCORER_DELAY", "0.02"))
@@ -313,11 +316,9 @@ def _markdown(result: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = common.parser(__doc__, seed=0, out=None)
     parser.add_argument("--kills", type=int, default=30)
     parser.add_argument("--commits", type=int, default=500)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--out", default=None)
     parser.add_argument("--only", default=None, choices=["commit_cost", "two_runs", "full_disk", "kills"],
                         help="run one scenario and replace its part of an existing --out file")
     parser.add_argument("--inside-full-disk", default=None, help=argparse.SUPPRESS)

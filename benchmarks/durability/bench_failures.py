@@ -29,7 +29,6 @@ Prints a table per scenario and writes ``--out`` (JSON) and the same path with `
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import errno
 import io
@@ -51,6 +50,9 @@ import numpy as np
 from pulse_jax import stand_in
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import EvaluationError, Interrupted, LogWriteError, Selector, journal, run
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 BATCH, REFIT_EVERY, METHOD = 16, 25, "pulse_hedged"
 
@@ -455,13 +457,11 @@ def bad_input(root: Path) -> dict:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="docs/benchmarks/failures.json")
+    parser = common.parser(__doc__, out="docs/benchmarks/failures.json", seed=0)
     parser.add_argument("--budget", type=int, default=3200, help="cells per live run (640 of them initialization)")
     parser.add_argument("--points", type=int, default=20, help="random failure points per kind and concurrency")
     parser.add_argument("--failure-rate", type=float, default=0.05)
     parser.add_argument("--retry-wait", type=float, default=1.0, help="the first retry's wait (the library's default)")
-    parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--only", default="transient,outlasting,tampering,bad_input")
     args = parser.parse_args(argv)
     train = stand_in.benchmark().train

@@ -18,7 +18,6 @@ extra (``pip install -e ".[harness]"``) for part 2.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -28,6 +27,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 
 def write_logs(root: Path, models: int, docs: int, seed: int = 0) -> int:
@@ -124,11 +127,9 @@ def bench_overhead(task_docs: int, batch_size: int, batches: int, workdir: Path)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", type=int, default=100)
+    parser = common.parser(__doc__, models=100, batch_size=32)
     parser.add_argument("--docs", type=int, default=10_000)
     parser.add_argument("--task-docs", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--batches", type=int, default=50)
     parser.add_argument("--skip-live", action="store_true", help="only the import (no lm-eval needed)")
     parser.add_argument("--out", default=None, help="JSON file (and .md beside it)")

@@ -20,7 +20,6 @@ Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import platform
@@ -30,6 +29,10 @@ import time
 from pathlib import Path
 
 import numpy as np
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 
 def write_logs(folder: Path, models: int, samples: int, seed: int = 0) -> float:
@@ -190,11 +193,9 @@ def bench_cost_line(reps: int, workdir: Path) -> list[dict]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--models", type=int, default=100)
+    parser = common.parser(__doc__, models=100, batch_size=32)
     parser.add_argument("--samples", type=int, default=10_000)
     parser.add_argument("--task-samples", type=int, default=1000)
-    parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--batches", type=int, default=20)
     parser.add_argument("--reps", type=int, default=10, help="seeds of the replayed fixed-budget runs")
     parser.add_argument("--workdir", default=None, help="where the logs are written (kept and reused)")

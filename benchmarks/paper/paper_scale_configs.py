@@ -38,7 +38,6 @@ kept in ``--out``, so an interrupted run resumes.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -220,18 +219,13 @@ def table(rows, init_cells: int) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(__doc__, reps=200, batch_size=64, refit_every=1000, rank=100, seed=0, out=None)
     p.add_argument("--data-dir", default=str(SHARED))
     p.add_argument("--datasets", default="bbh_composite,mmlu_pro")
     p.add_argument("--delta", type=float, default=0.01, help="the top-2 gap of the paper's difficulty subset")
-    p.add_argument("--reps", type=int, default=200)
     p.add_argument("--candidates", type=int, default=1000)
     p.add_argument("--bandit-budget", type=int, default=400_000)
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--refit-every", type=int, default=1000)
-    p.add_argument("--rank", type=int, default=100)
     p.add_argument("--stage0-epochs", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--refit-priors", default="",
                    help="comma-separated BanditParams.refit_prior values to add as PULSE rows (e.g. 1,10,100)")
     p.add_argument("--configs", default="half,oracle",
@@ -249,7 +243,6 @@ def main() -> None:
                         "train prior)")
     p.add_argument("--cs-grid", type=int, default=0,
                    help="with --certify: BanditConfig.cs_grid (0: empirical-Bernstein sequences; 1000: betting)")
-    p.add_argument("--out", default=None)
     args = p.parse_args()
     out = Path(args.out) if args.out else None
     done = json.loads(out.read_text()) if out and out.is_file() else {"rows": []}

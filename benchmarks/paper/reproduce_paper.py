@@ -20,7 +20,6 @@ budget_to_95.png/.pdf, effective_budget_<setting>.png, and one .npz per result.
 """
 from __future__ import annotations
 
-import argparse
 import csv
 import dataclasses
 import json
@@ -49,22 +48,16 @@ LABEL = {"mmlu_pro": "Bench 1 (MMLU-Pro)", "bbh_composite": "Bench 2 (BBH compos
 
 
 def parse_args(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="results/paper")
+    p = common.parser(__doc__, out="results/paper", methods="ucbe,pulse,naive", reps=500, batch_size=64, refit_every=1000, seed=0)
     p.add_argument("--data", default=str(SHARED), help="folder with the shared data files")
     p.add_argument("--datasets", default="mmlu_pro,bbh_composite,cruxeval,chembench")
     p.add_argument("--deltas", default="0.01,0.02,0.03")
-    p.add_argument("--methods", default="ucbe,pulse,naive")
-    p.add_argument("--reps", type=int, default=500)
     p.add_argument("--candidates", type=int, default=1000)
     p.add_argument("--bandit-budget", type=int, default=400_000, help="cells after initialization (paper scale)")
     p.add_argument("--real-budget-fraction", type=float, default=0.3,
                    help="bandit budget for the real matrices, as a fraction of their candidate cells")
-    p.add_argument("--batch-size", type=int, default=64)
-    p.add_argument("--refit-every", type=int, default=1000)
     p.add_argument("--rank", type=int, default=100, help="stage-0 factorization rank (paper: 100)")
     p.add_argument("--stage0-epochs", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--chunk-size", type=int, default=None)
     p.add_argument("--tiny", action="store_true", help="a seconds-long configuration (CI)")
     args = p.parse_args(argv)

@@ -22,7 +22,6 @@ Resumable: measurements already in ``--out`` are kept.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import platform
 import subprocess
@@ -141,12 +140,11 @@ def table(report: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(__doc__, out="docs/benchmarks/accelerator.json")
     p.add_argument("--quick", action="store_true", help="small sizes (CPU, a few minutes)")
     p.add_argument("--reps", type=int, default=500, help="repetitions of the full-scale runs")
     p.add_argument("--skip", default="", help="comma-separated parts to leave out: runs, hlo, sweep")
     p.add_argument("--runs", default="", help="comma-separated run groups to time (default: all): full, no refit, size")
-    p.add_argument("--out", default="docs/benchmarks/accelerator.json")
     args = p.parse_args(argv)
     out = Path(args.out)
     report = json.loads(out.read_text()) if out.is_file() else {}

@@ -26,12 +26,15 @@ That is the float tolerance within which the backends agree.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
 
 import numpy as np
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 
 def run(args) -> int:
@@ -112,12 +115,8 @@ def compare(a_path, b_path, json_out=None) -> int:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", default="agreement.npz")
-    p.add_argument("--reps", type=int, default=100)
-    p.add_argument("--seed", type=int, default=0)
+    p = common.parser(__doc__, out="agreement.npz", reps=100, seed=0, methods="ucbe,pulse,naive")
     p.add_argument("--bandit-budget", type=int, default=6400)
-    p.add_argument("--methods", default="ucbe,pulse,naive")
     p.add_argument("--V", help="example embeddings (.npy) to use instead of fitting them here")
     p.add_argument("--follow", metavar="A.npz", help="also run along the choices saved in A.npz (same seeds)")
     p.add_argument("--compare", nargs=2, metavar=("A", "B"))

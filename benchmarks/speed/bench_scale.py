@@ -28,6 +28,9 @@ import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
+
 
 def problem(spec: dict):
     """The benchmark's score matrix and example embeddings (deterministic in ``spec``)."""
@@ -156,14 +159,13 @@ def write(out: str, rows: list, final: bool = False) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(__doc__, refit_every=100, out="results/bench_scale.json")
     p.add_argument("--models", default="100,400")
     p.add_argument("--examples", default="2000")
     p.add_argument("--rank", default="32")
     p.add_argument("--batch", default="64")
     p.add_argument("--bandit-budget", default="40000")
     p.add_argument("--reps", default="32")
-    p.add_argument("--refit-every", type=int, default=100)
     p.add_argument("--methods", default="ucbe,pulse,naive",
                    help="comma-separated; a method name followed by +betting runs betting confidence sequences")
     p.add_argument("--factors", help="draw the candidates from this factor file (e.g. "
@@ -174,7 +176,6 @@ def main(argv=None) -> int:
                    help="banditeval steps to time before extrapolating to the whole run")
     p.add_argument("--chunk", type=int, help="repetitions per compiled batch (default: from the memory budget)")
     p.add_argument("--quick", action="store_true", help="small grid: 50 and 100 models x 1,000 examples")
-    p.add_argument("--out", default="results/bench_scale.json")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:

@@ -19,7 +19,6 @@ that every sweep point equals its separate run (same seed, same draws).
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import os
@@ -30,14 +29,15 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
+
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reps", type=int, default=200)
+    p = common.parser(__doc__, reps=200, out="results/bench_sweep.json")
     p.add_argument("--exploration", default="0.25,0.5,1,2")
     p.add_argument("--refit-lr", default="0.03,0.1,0.3")
     p.add_argument("--fixed-lambda", default="nan,1")
-    p.add_argument("--out", default="results/bench_sweep.json")
     args = p.parse_args(argv)
     # Cold means cold: no program from the persistent cache of an earlier call or process.
     os.environ["PULSE_JAX_CACHE"] = "off"

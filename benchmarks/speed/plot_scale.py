@@ -11,18 +11,20 @@ one line per method, log-log.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 AXES = ("models", "examples", "rank", "reps", "bandit_budget")
 SYMBOL = {"models": "m", "examples": "n", "rank": "r", "reps": "reps", "bandit_budget": "T"}
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(__doc__, out="results/scaling.png")
     p.add_argument("files", nargs="+")
-    p.add_argument("--out", default="results/scaling.png")
     args = p.parse_args(argv)
     import matplotlib
     import matplotlib.ticker

@@ -14,7 +14,6 @@ before it worked on observed cells only).
 """
 from __future__ import annotations
 
-import argparse
 import statistics
 import time
 
@@ -25,7 +24,12 @@ import numpy as np
 from pulse_jax import engine
 from pulse_jax.stats import factorization, without_replacement as sampling
 from pulse_jax.estimators import ucbe
-from pulse_jax.engine.params import BanditParams
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 
 def timed(fn, *args, repeats=3):
@@ -39,10 +43,8 @@ def timed(fn, *args, repeats=3):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--models", type=int, default=1000)
+    p = common.parser(__doc__, models=1000, rank=100)
     p.add_argument("--examples", type=int, default=12032)
-    p.add_argument("--rank", type=int, default=100)
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--bandit-budget", type=int, default=400_000)
     args = p.parse_args(argv)

@@ -8,7 +8,6 @@ bandit cells), 200 repetitions; each configuration is compiled once and timed on
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import sys
@@ -16,11 +15,12 @@ from pathlib import Path
 
 import numpy as np
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
+
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--out", default="results/refit_cost.json")
+    p = common.parser(__doc__, reps=200, out="results/refit_cost.json")
     args = p.parse_args(argv)
     import pulse_jax as pj
 

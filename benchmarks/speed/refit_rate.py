@@ -11,17 +11,17 @@ Prints the rate and writes ``--out`` (JSON).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
+
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--out", default="results/refit_rate.json")
+    p = common.parser(__doc__, reps=20, out="results/refit_rate.json")
     args = p.parse_args(argv)
     import jax
     import jax.numpy as jnp

@@ -16,13 +16,16 @@ the train split and, as a ceiling, in sample. Medians over the 40 candidates.
 """
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
 import numpy as np
 
 import pulse_jax as pj
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 
 def fit_row(scores: np.ndarray, V: np.ndarray, l2: float = 0.01, steps: int = 50) -> np.ndarray:
@@ -50,8 +53,7 @@ def variance_ratios(S: np.ndarray, V: np.ndarray, mix: float = 0.5) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=None)
+    parser = common.parser(__doc__, out=None)
     args = parser.parse_args()
     bench = pj.make_benchmark(seed=0)
     rows = {"train split": np.asarray(pj.fit_example_embeddings(bench.train, rank=8), np.float64),

@@ -20,7 +20,6 @@ Resumable: rows already in ``--out`` are kept and skipped. Prints a table and wr
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -29,7 +28,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 from common import SHARED, datasets  # noqa: E402
+
 
 DEFAULT_DATA = "builtin,cruxeval_o,chembench,factor:openllm_v2_mmlu_pro_factors.npz:200x1300"
 
@@ -118,16 +119,10 @@ def table(rows) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rank", type=int, default=8)
-    p.add_argument("--data", default=DEFAULT_DATA)
-    p.add_argument("--methods", default="ucbe,pulse_hedged")
+    p = common.parser(__doc__, reps=200, seed=0, rank=8, data=DEFAULT_DATA, methods="ucbe,pulse_hedged", out="docs/benchmarks/batch_effect.json")
     p.add_argument("--batches", default="8,16,32,64")
     p.add_argument("--challenger", default="interval", help="Top-Two's challenger cost: interval (select's) or "
                    "interval_symmetric (the gap in half-widths, to measure the difference)")
-    p.add_argument("--out", default="docs/benchmarks/batch_effect.json")
     args = p.parse_args(argv)
     out = Path(args.out)
     rows = json.loads(out.read_text())["rows"] if out.is_file() else []

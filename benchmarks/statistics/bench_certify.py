@@ -21,12 +21,14 @@ the paper's scale (1,000 candidates from a factor file, LUCB, the paper's budget
 from __future__ import annotations
 
 import dataclasses
-import argparse
 import json
 import sys
 from pathlib import Path
 
 import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 
 def setting(args):
@@ -49,17 +51,10 @@ def setting(args):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(__doc__, models=1000, reps=200, methods="ucbe,pulse", refit_every=10, rank=16, delta=0.05, out="results/certify.json")
     p.add_argument("--setting", choices=("live", "paper"), default="live")
     p.add_argument("--factors", default=None, help="factor file for --setting paper")
-    p.add_argument("--models", type=int, default=1000)
-    p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--methods", default="ucbe,pulse")
     p.add_argument("--rule", default="lucb")
-    p.add_argument("--refit-every", type=int, default=10)
-    p.add_argument("--rank", type=int, default=16)
-    p.add_argument("--delta", type=float, default=0.05)
-    p.add_argument("--out", default="results/certify.json")
     args = p.parse_args(argv)
     if args.setting == "paper" and not args.factors:
         p.error("--setting paper needs --factors FILE")

@@ -39,7 +39,6 @@ Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
 """
 from __future__ import annotations
 
-import argparse
 import itertools
 import json
 import sys
@@ -50,7 +49,9 @@ import pulse_jax as pj
 from pulse_jax.analysis import metrics
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 from common import datasets, train_priors  # noqa: E402
+
 
 METHODS = {"ucbe": "ucbe", "pulse": pj.pulse(), "pulse_proxy_only": pj.pulse(raw_sequence=False),
            "pulse_certify": pj.pulse_certify(), "pulse_hedged": pj.pulse_hedged(),
@@ -72,9 +73,7 @@ def paired_saving(method, baseline) -> dict:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=200)
-    parser.add_argument("--data", default="builtin")
+    parser = common.parser(__doc__, reps=200, data="builtin", out=None)
     parser.add_argument("--rules", default="lucb,top_two")
     parser.add_argument("--horizons", default="0,100,300,500,800")
     parser.add_argument("--simultaneous", default="1,0")
@@ -85,7 +84,6 @@ def main() -> None:
     parser.add_argument("--methods", default=",".join(METHODS), help=f"comma-separated, of {', '.join(METHODS)}")
     parser.add_argument("--challenger", default="interval",
                         help="Top-Two's challenger cost: interval (select's) or interval_symmetric")
-    parser.add_argument("--out", default=None)
     args = parser.parse_args()
     RULES["top_two"] = ("Top-Two (interval)" if args.challenger == "interval" else f"Top-Two ({args.challenger})",
                         pj.top_two(challenger=args.challenger))

@@ -17,7 +17,6 @@ Writes ``--out`` (JSON) and the same path with ``.md`` (a table).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -156,13 +155,11 @@ def write(out, rows):
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(__doc__, reps=200, out="results/bench_intervals.json")
     p.add_argument("--datasets", default="builtin,cruxeval,chembench,mmlu_pro")
     p.add_argument("--data", default=str(SHARED))
-    p.add_argument("--reps", type=int, default=200)
     p.add_argument("--paper-candidates", type=int, default=1000)
     p.add_argument("--paper-bandit-budget", type=int, default=400_000)
-    p.add_argument("--out", default="results/bench_intervals.json")
     p.add_argument("--fractions", default=",".join(str(f) for f in FRACTIONS),
                    help="budget fractions at which to record the widths")
     p.add_argument("--figure", help="PNG of width against cells (the first dataset)")

@@ -25,7 +25,6 @@ Rows already in ``--out`` are kept, so an interrupted run resumes::
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -103,14 +102,7 @@ def table(rows) -> str:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--batch-size", type=int, default=16)
-    p.add_argument("--refit-every", type=int, default=25)
-    p.add_argument("--rank", type=int, default=8)
-    p.add_argument("--delta", type=float, default=0.05)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--data", default="builtin,cruxeval_o,chembench")
+    p = common.parser(__doc__, reps=200, batch_size=16, refit_every=25, rank=8, delta=0.05, seed=0, data="builtin,cruxeval_o,chembench", out="results/rules.json")
     p.add_argument("--regimes", default="fixed_budget,fixed_confidence")
     p.add_argument("--rules", default=",".join(RULES))
     p.add_argument("--methods", default=",".join(METHODS), help="estimators (names), e.g. ucbe,pulse,pulse_certify")
@@ -118,7 +110,6 @@ def main(argv=None) -> int:
                    help="BanditParams.cs_simultaneous 1 (all) or 0 (certification)")
     p.add_argument("--sequence", default="bernstein", choices=("bernstein", "betting"),
                    help="the confidence sequences: empirical Bernstein or betting (BanditConfig.cs_grid = 1000)")
-    p.add_argument("--out", default="results/rules.json")
     args = p.parse_args(argv)
 
     out = Path(args.out)

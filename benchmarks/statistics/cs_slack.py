@@ -28,7 +28,6 @@ Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
@@ -38,6 +37,10 @@ import numpy as np
 import pulse_jax as pj
 from pulse_jax.stats.confidence import BETTING_GRID
 from pulse_jax.engine.params import BanditParams
+import sys
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 CASES = ("ucbe", "pulse_good", "pulse_useless", "pulse_adversarial", "pulse_soft", "certify_ucbe",
          "certify_good", "certify_useless", "certify_adversarial", "certify_soft", "betting_ucbe",
@@ -97,14 +100,11 @@ def measure(case: str, delta: float, reps: int, models: int, examples: int, batc
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=1000)
+    parser = common.parser(__doc__, reps=1000, models=5, out=None)
     parser.add_argument("--deltas", default="0.2,0.5")
-    parser.add_argument("--models", type=int, default=5)
     parser.add_argument("--examples", type=int, default=40)
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--bandit-cells", type=int, default=120)
-    parser.add_argument("--out", default=None)
     args = parser.parse_args()
     rows = [measure(case, float(d), args.reps, args.models, args.examples, args.batch, args.bandit_cells)
             for d in args.deltas.split(",") for case in CASES]

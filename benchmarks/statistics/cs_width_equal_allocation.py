@@ -12,7 +12,6 @@ every ``--refit-every`` steps::
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -25,13 +24,10 @@ SHARED = common.SHARED
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(__doc__, refit_every=20, reps=20, out="results/equal_allocation.json")
     p.add_argument("--data", default=str(SHARED))
     p.add_argument("--top", type=int, default=20)
     p.add_argument("--cells", type=int, default=1024, help="bandit cells per model")
-    p.add_argument("--refit-every", type=int, default=20)
-    p.add_argument("--reps", type=int, default=20)
-    p.add_argument("--out", default="results/equal_allocation.json")
     args = p.parse_args(argv)
     import pulse_jax as pj
     from pulse_jax.stats import factorization

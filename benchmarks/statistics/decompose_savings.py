@@ -24,7 +24,6 @@ Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
@@ -92,10 +91,7 @@ def _data(names):
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--reps", type=int, default=200)
-    parser.add_argument("--data", default="builtin")
-    parser.add_argument("--out", default=None)
+    parser = common.parser(__doc__, reps=200, data="builtin", out=None)
     args = parser.parse_args()
     rules = {"LUCB": "lucb", "Top-Two (interval)": "top_two_interval"}
     rows = []

@@ -41,10 +41,9 @@ FILES = {"mmlu_pro": "openllm_v2_mmlu_pro_factors.npz",
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(__doc__, out="results/oracle_live_example.json", rank=16, delta=0.05)
     p.add_argument("--data", default=str(common.SHARED))
     p.add_argument("--top", type=int, default=20)
-    p.add_argument("--out", default="results/oracle_variance.json")
     args = p.parse_args(argv)
     from pulse_jax.io.data import load_factors
 
@@ -80,11 +79,9 @@ def achieved(args_list=None) -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--data", default=str(common.SHARED))
     p.add_argument("--top", type=int, default=20)
-    p.add_argument("--rank", type=int, default=100)
     p.add_argument("--cells", default="64,256,1024")
     p.add_argument("--epochs", type=int, default=200, help="Adam steps of the u_i fit (paper's initial refit: 50)")
     p.add_argument("--lr", type=float, default=0.05, help="its learning rate (paper's initial refit: 0.01)")
-    p.add_argument("--out", default="results/achieved_rho2.json")
     args = p.parse_args(args_list)
     import jax.numpy as jnp
 
@@ -180,10 +177,7 @@ def _sequence_vs_oracle(S, delta, draws=512, orders=200):
 def live(args_list=None) -> int:
     """Residual variance and oracle cells-to-certify on the live example (see the module doc)."""
     p = argparse.ArgumentParser()
-    p.add_argument("--delta", type=float, default=0.05)
-    p.add_argument("--rank", type=int, default=16)
     p.add_argument("--cells", default="64,256,1000")
-    p.add_argument("--out", default="results/oracle_live_example.json")
     args = p.parse_args(args_list)
     import jax.numpy as jnp
 

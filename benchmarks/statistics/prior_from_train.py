@@ -20,7 +20,6 @@ finished data set is kept in ``--out``, so an interrupted run resumes.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -128,15 +127,11 @@ def table(rows) -> str:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p = common.parser(__doc__, delta=0.01, rank=100, seed=0, out=None)
     p.add_argument("--data-dir", default=str(SHARED))
     p.add_argument("--datasets", default="bbh_composite,mmlu_pro")
     p.add_argument("--candidates", type=int, default=1000)
-    p.add_argument("--delta", type=float, default=0.01)
-    p.add_argument("--rank", type=int, default=100)
     p.add_argument("--stage0-epochs", type=int, default=300)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None)
     args = p.parse_args()
     start = time.time()
     out = Path(args.out) if args.out else None

@@ -31,7 +31,6 @@ Resumable: rows already in ``--out`` are kept. Prints a table and writes JSON (a
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
@@ -43,6 +42,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from batch_effect import each_dataset, paired  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
 
 DEFAULT_DATA = ("cruxeval_o,chembench,factor:openllm_v2_mmlu_pro_factors.npz:200x1300@0.007,"
                 "factor:openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz:200x1300@0.007,"
@@ -209,16 +211,10 @@ def write_readme(path: Path, rows) -> None:
 
 
 def main(argv=None) -> int:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--reps", type=int, default=200)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--rank", type=int, default=8)
+    p = common.parser(__doc__, reps=200, seed=0, rank=8, data=DEFAULT_DATA, methods="ucbe,pulse_hedged", out="docs/benchmarks/real_data.json")
     p.add_argument("--batch-size", type=int, default=8, help="B (select's default, 8)")
-    p.add_argument("--data", default=DEFAULT_DATA)
-    p.add_argument("--methods", default="ucbe,pulse_hedged")
     p.add_argument("--chunk", type=int, default=None, help="repetitions per compiled call (memory: a 1,000-candidate "
                    "PULSE sweep of 800 runs needs more than 13 GB in one call)")
-    p.add_argument("--out", default="docs/benchmarks/real_data.json")
     p.add_argument("--readme", action="append", default=[], help="also rewrite the real-data table of this Markdown "
                    "file (between <!-- real-data --> and <!-- /real-data -->; repeatable)")
     args = p.parse_args(argv)
