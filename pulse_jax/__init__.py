@@ -22,6 +22,7 @@ _EXPORTS = {
     "pulse_jax.stats.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
     "pulse_jax.io.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
     "pulse_jax.errors": ["PulseInputError"],
+    "pulse_jax.protocols": ["Range"],
     "pulse_jax.estimators": ["Estimator", "PulseParams", "constant_lambda", "naive_pooling", "paper_lambda", "pulse", "pulse_certify",
                              "pulse_adaptive", "pulse_hedged", "ucbe"],
     "pulse_jax.stats.factorization": ["PAPER_INIT_REFIT", "PAPER_REFIT", "RowPrior", "adam_settings",

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
+from pulse_jax.protocols import Range
 
 
 #: A number of a run: a float on the host, a (possibly stacked) array inside the compiled program.
@@ -87,28 +88,6 @@ class BanditParams(NamedTuple):
 #: The engine's numbers, in `BanditParams`' order.
 NUMBER_FIELDS = BanditParams._fields
 PARTS = ("engine", "estimator", "rule", "stop")
-
-
-class Range(NamedTuple):
-    """The values a number may take: between ``low`` and ``high``, each end included where its
-    ``*_closed`` flag says so; NaN only where ``nan`` is set (e.g. ``fixed_lambda``, where NaN
-    means "the paper's adaptive lambda")."""
-
-    low: float
-    high: float
-    low_closed: bool = False
-    high_closed: bool = False
-    nan: bool = False
-
-    def holds(self, x: float) -> bool:
-        if math.isnan(x):
-            return self.nan
-        return (x > self.low or (self.low_closed and x == self.low)) and (
-            x < self.high or (self.high_closed and x == self.high))
-
-    def __str__(self) -> str:
-        text = f"{'[' if self.low_closed else '('}{self.low:g}, {self.high:g}{']' if self.high_closed else ')'}"
-        return text + (" or NaN" if self.nan else "")
 
 
 #: Allowed values per engine parameter.

@@ -12,6 +12,7 @@ import jax.numpy as jnp
 from pulse_jax.stats import confidence
 from pulse_jax.errors import require
 from pulse_jax.estimators.base import BUILT_IN, Estimator, Ledger, observed_mean, populations, raw_proxies
+from pulse_jax.protocols import Range
 
 
 class PulseInfo(NamedTuple):
@@ -26,7 +27,7 @@ class PulseParams(NamedTuple):
 
     fixed_lambda: float = math.nan
 
-    RANGES = {"fixed_lambda": (0.0, 1.0, True, True, True)}
+    RANGES = {"fixed_lambda": Range(0.0, 1.0, low_closed=True, high_closed=True, nan=True)}
 
 
 class PulseState(NamedTuple):
@@ -138,7 +139,6 @@ def _first_weight(ledger: Ledger) -> chex.Array:
     return jnp.minimum(1.0 / jnp.maximum(0.25 / n0 * fpc, 1e-6), 1e6)
 
 
-@functools.cache
 def _lambda_of(lambda_rule: LambdaRule):
     """``lam_for(state, ledger, i, n_unobserved, params)``: the rule's lambda, or ``params.fixed_lambda``
     where that is not NaN (a traced switch)."""
@@ -211,6 +211,7 @@ def _intervals(lambda_rule: LambdaRule, variance_bound, raw_sequence: bool):
     return radius, proxies
 
 
+@functools.cache
 def pulse(lambda_rule: LambdaRule = paper_lambda, variance_bound: float | None = None,
           raw_sequence: bool = True, weighting: str = "equal") -> Estimator:
     """PULSE: the running mean of doubly robust one-step estimates ``theta``.

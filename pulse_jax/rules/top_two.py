@@ -40,6 +40,7 @@ import jax.numpy as jnp
 from pulse_jax.rules.base import BUILT_IN, SamplingRule
 from pulse_jax.rules.ucb_index import choose_by_index
 from pulse_jax.stats.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
+from pulse_jax.protocols import Range
 
 
 def transportation_cost(estimates, n_obs, leader):
@@ -83,7 +84,7 @@ class TopTwoParams(NamedTuple):
     leader_fraction: float = 0.5
     exploration: float = 1.0
 
-    RANGES = {"leader_fraction": (0.0, 1.0, False, False, False), "exploration": (0.0, math.inf, True, False, False)}
+    RANGES = {"leader_fraction": Range(0.0, 1.0), "exploration": Range(0.0, math.inf, low_closed=True)}
 
 
 @functools.cache

@@ -12,6 +12,7 @@ from typing import NamedTuple
 
 from pulse_jax.rules.base import BUILT_IN, SamplingRule, ucb_index
 from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform
+from pulse_jax.protocols import Range
 
 
 class IndexParams(NamedTuple):
@@ -19,7 +20,7 @@ class IndexParams(NamedTuple):
 
     exploration: float = 1.0
 
-    RANGES = {"exploration": (0.0, math.inf, True, False, False)}
+    RANGES = {"exploration": Range(0.0, math.inf, low_closed=True)}
 
 
 def choose_by_index(state, inputs, params):

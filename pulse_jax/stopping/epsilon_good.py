@@ -20,6 +20,7 @@ from typing import NamedTuple
 import jax.numpy as jnp
 
 from pulse_jax.stopping.base import BUILT_IN, TIE_TOLERANCE, StoppingRule, others_max
+from pulse_jax.protocols import Range
 
 
 class EpsilonParams(NamedTuple):
@@ -27,7 +28,7 @@ class EpsilonParams(NamedTuple):
 
     epsilon: float = 0.01
 
-    RANGES = {"epsilon": (0.0, 1.0, True, False, False)}
+    RANGES = {"epsilon": Range(0.0, 1.0, low_closed=True)}
 
 
 def _margins(inputs, params):

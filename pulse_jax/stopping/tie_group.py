@@ -24,6 +24,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.stopping.base import BUILT_IN, TIE_TOLERANCE, StoppingRule
+from pulse_jax.protocols import Range
 
 
 class TieGroupParams(NamedTuple):
@@ -31,7 +32,7 @@ class TieGroupParams(NamedTuple):
 
     size: float = 1.0
 
-    RANGES = {"size": (1.0, float("inf"), True, False, False)}
+    RANGES = {"size": Range(1.0, float("inf"), low_closed=True)}
 
 
 def leader_group(inputs) -> jnp.ndarray:
