@@ -448,10 +448,11 @@ def test_init_U_sets_the_first_rows_and_zero_epochs_keep_them_through_refits():
                           init_refit_epochs=0, refit_epochs=0)
     kernel = engine.bind(config, "pulse")
     params = engine.resolve_params(BanditParams(), kernel.plugins).as_arrays()
-    episode, state = kernel.init(jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V), params,
-                                 engine.Start(init_U=U0))
+    episode, state = jax.jit(kernel.init)(jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V),
+                                          params, engine.Start(init_U=U0))
+    step = jax.jit(kernel.step)   # one compiled step, t traced (the refit is its conditional)
     for t in range(1, 6):   # refits at t = 2 and 4
-        state, _ = kernel.step(episode, state, params, t)
+        state, _ = step(episode, state, params, t)
         np.testing.assert_array_equal(np.asarray(state.U), U0)
         unseen = ~np.asarray(sampling.unpack(state.observed, n)).astype(bool)
         np.testing.assert_allclose(state.ledger.pred_sum, (P * unseen).sum(1), rtol=0, atol=2e-4)
@@ -475,10 +476,11 @@ def test_a_row_prior_reaches_every_refit_and_bad_priors_are_refused():
     kernel = engine.bind(cfg, "pulse")
     params = engine.resolve_params(BanditParams(refit_prior=1.0, init_refit_lr=0.01, refit_lr=0.01),
                                    kernel.plugins).as_arrays()
-    episode, state = kernel.init(jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V), params,
-                                 engine.Start(np.tile(mean, (6, 1)), prior))
+    episode, state = jax.jit(kernel.init)(jax.random.PRNGKey(0), jax.numpy.asarray(scores), jax.numpy.asarray(V),
+                                          params, engine.Start(np.tile(mean, (6, 1)), prior))
+    step = jax.jit(kernel.step)
     for t in range(1, 10):   # refits at t = 4 and 8
-        state, _ = kernel.step(episode, state, params, t)
+        state, _ = step(episode, state, params, t)
         # Adam moves a coordinate by about its learning rate per step whatever the gradient's size, so
         # at so stiff an optimum it rattles within ~0.01 of it.
         np.testing.assert_allclose(np.asarray(state.U), np.tile(mean, (6, 1)), atol=0.02)

@@ -189,6 +189,7 @@ def test_progress_bars_from_python_follow_the_terminal(capsys, monkeypatch):
     assert simulate_module._interactive() is True
 
 
+@pytest.mark.integration   # subprocesses that compile cold: the second test command
 def test_the_python_api_uses_the_compilation_cache_unless_turned_off(tmp_path):
     script = textwrap.dedent("""
         import sys, jax, pulse_jax as pj
@@ -299,7 +300,7 @@ def test_no_carriage_returns_when_stderr_is_not_a_terminal(tmp_path, capsys):
     assert "\r" not in capsys.readouterr().err
 
 
-@pytest.mark.slow
+@pytest.mark.integration   # the README's whole command-line block: the second test command
 def test_the_readmes_command_line_block_runs_top_to_bottom_in_an_empty_folder(tmp_path, monkeypatch, capsys):
     """Every line of the README's CLI block, in order, in an empty folder (repetitions and the tuning grid
     cut so the suite stays quick; nothing else changed)."""

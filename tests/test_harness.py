@@ -147,6 +147,7 @@ def lm_eval_run(tmp_path_factory):
             "runner": runner}
 
 
+@pytest.mark.integration   # real lm-eval runs (the session fixture): the second test command
 def test_lm_eval_logs_import_and_equal_live_scores(lm_eval_run):
     matrix = harness.read_lm_eval([lm_eval_run["candidates"]], "pulse_arith", "acc")
     assert set(matrix.models) == set(CANDIDATES)
@@ -183,6 +184,7 @@ def _edit_first_sample(folder: Path, edit):
     return path
 
 
+@pytest.mark.integration   # real lm-eval runs (the session fixture): the second test command
 def test_lm_eval_import_refuses_bad_logs_in_one_line(lm_eval_run, tmp_path):
     cands, hist = lm_eval_run["candidates"], lm_eval_run["history"]
     empty = tmp_path / "empty"
@@ -209,6 +211,7 @@ def test_lm_eval_import_refuses_bad_logs_in_one_line(lm_eval_run, tmp_path):
         assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
 
 
+@pytest.mark.integration   # real lm-eval runs (the session fixture): the second test command
 def test_cli_imports_lm_eval_logs_and_long_tables(lm_eval_run, tmp_path, capsys):
     out = tmp_path / "history.csv"
     assert cli.main(["import", "lm-eval", str(lm_eval_run["history"]), "--task", "pulse_arith", "--metric", "acc",

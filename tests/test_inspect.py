@@ -224,6 +224,7 @@ def test_kill_9_mid_batch_then_resume_evaluates_every_sample_once(tmp_path):
         assert row["cells"] == len(ids) and row["estimate"] == pytest.approx(np.mean(truth), abs=1e-6)   # float32 estimates
 
 
+@pytest.mark.integration   # a real Inspect subprocess: the second test command
 def test_money_budget_stops_before_passing_it_and_reports_the_spend(history, tmp_path):
     folder, _ = history
     shutil.copy(HERE / "inspect_toy.py", tmp_path)

@@ -52,7 +52,7 @@ def test_top_two_pulls_the_leader_at_its_leader_fraction():
                               rule=rules.top_two(beta), record_estimates=True)
         run = engine.make_run(config, "ucbe")
         kernel = engine.bind(config, "ucbe")
-        init = jax.vmap(lambda k: kernel.init(k, scores, V, engine.resolve_params(None, kernel.plugins))[1].ledger)(jax.random.split(jax.random.PRNGKey(0), 16))
+        init = jax.jit(jax.vmap(lambda k: kernel.init(k, scores, V, engine.resolve_params(None, kernel.plugins))[1].ledger))(jax.random.split(jax.random.PRNGKey(0), 16))
         out = jax.jit(jax.vmap(run, in_axes=(0, None, None)))(jax.random.split(jax.random.PRNGKey(0), 16), scores, V)
         before = np.concatenate([np.asarray(init.obs_sum / init.n_obs)[:, None],
                                  np.asarray(out.steps.estimates)[:, :-1]], axis=1)
