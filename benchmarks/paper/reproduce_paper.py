@@ -32,7 +32,7 @@ from pulse_jax.stats import factorization
 from pulse_jax.io import data
 from pulse_jax.analysis import metrics, plotting
 from pulse_jax.engine import BanditConfig
-from pulse_jax.analysis.report import clean_json
+from pulse_jax.analysis.results import clean_json
 from pulse_jax.engine.compilation_cache import enable_compilation_cache
 from pulse_jax.simulation import SimulationResult, simulate
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common

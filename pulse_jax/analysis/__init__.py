@@ -1,2 +1,2 @@
 """Analysis of simulation results: every metric (`metrics`), the figures
-(`plotting`) and the written reports (`report`)."""
+(`plotting`) and the comparison table and results folder of a simulation (`results`)."""

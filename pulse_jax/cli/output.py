@@ -86,11 +86,11 @@ def say_ties(result):
 
 
 def finish(results, out, title, inputs=()):
-    from pulse_jax.analysis import report
+    from pulse_jax.analysis import results as written
 
     say_ties(next(iter(results.values())))
-    print(report.comparison_table(results))
-    paths = report.write_results(results, out, title=title, inputs=inputs)
+    print(written.comparison_table(results))
+    paths = written.write_results(results, out, title=title, inputs=inputs)
     for method, r in results.items():
         print(f"  {method:<6} {r.reps} repetitions in {r.seconds:.1f} s (of which compilation {r.compile_seconds:.1f} s)")
     print(f"results: {paths['summary']}  plot: {paths['plot']}  provenance: {paths['provenance']}")
