@@ -68,7 +68,7 @@ def test_notebooks_are_colab_ready_with_ids_and_the_outputs_of_a_real_run():
 
 @pytest.mark.integration   # subprocesses for seconds each: the second test command
 def test_reproduce_paper_tiny_end_to_end_and_resume(tmp_path, shared_data):
-    script = ROOT / "benchmarks" / "reproduce_paper.py"
+    script = ROOT / "benchmarks" / "paper" / "reproduce_paper.py"
     args = [sys.executable, str(script), "--tiny", "--out", str(tmp_path), "--data", str(shared_data),
             "--datasets", "mmlu_pro,cruxeval"]
     first = subprocess.run(args, capture_output=True, text=True, timeout=600)
