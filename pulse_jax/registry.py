@@ -91,12 +91,17 @@ def resolve(kind: str, value, where: str | None = None):
             obj = obj() if callable(obj) and not isinstance(obj, cls) else obj
             if isinstance(obj, cls):
                 return obj
-            raise PulseInputError(f"{where}: {value!r} is a {type(obj).__name__}, not a {kind} "
+            raise PulseInputError(f"{where}: {value!r} is {_a(type(obj).__name__)}, not {_a(kind)} "
                                   f"(pulse_jax.{cls.__module__.split('.', 1)[1]}.{cls.__name__})")
         label = "method (estimator)" if kind == "estimator" else kind
         raise PulseInputError(f"{where}: unknown {label} {value!r}; choose one of {', '.join(table)} "
                               "or give 'package.module:attribute'")
-    raise PulseInputError(f"{where} must be a {kind} ({cls.__name__}) or its name, got {type(value).__name__}")
+    raise PulseInputError(f"{where} must be {_a(kind)} ({cls.__name__}) or its name, got {type(value).__name__}")
+
+
+def _a(noun: str) -> str:
+    """``noun`` with its indefinite article: "an estimator", "a sampling rule", "an int"."""
+    return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
 def estimator(value, where: str | None = None) -> estimators.Estimator:

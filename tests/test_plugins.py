@@ -189,7 +189,7 @@ def test_cli_takes_plugins_as_module_attribute(problem, tmp_path, capsys):
     summary = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert set(summary["methods"]) == {"ucbe", "negated_mean"}
     for bad, needle in ((["--method", "test_plugins:nothing_here"], "has no attribute 'nothing_here'"),
-                        (["--rule", "test_plugins:NEGATED"], "is a Estimator, not a sampling rule"),
+                        (["--rule", "test_plugins:NEGATED"], "is an Estimator, not a sampling rule"),
                         (["--stop", "no_such_module_xyz:rule"], "cannot import module 'no_such_module_xyz'")):
         argv = list(args)
         argv[argv.index(bad[0]) + 1] = bad[1]
