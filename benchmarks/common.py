@@ -1,6 +1,6 @@
 """What the benchmark scripts share: where the repository, the shared data and the published results
-are, the command-line options most scripts take, the real data sets split as every study splits them,
-and writing a result as JSON with its Markdown table beside it.
+are, the command-line options most scripts take, and the real data sets split as every study splits
+them.
 
 A script in a group folder (``speed/``, ``statistics/``, ...) imports this module after putting
 ``benchmarks/`` on ``sys.path``::
@@ -11,7 +11,6 @@ A script in a group folder (``speed/``, ``statistics/``, ...) imports this modul
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -49,12 +48,6 @@ def parser(doc: str, **defaults) -> argparse.ArgumentParser:
         kind, text = OPTIONS[name]
         p.add_argument("--" + name.replace("_", "-"), type=kind, default=default, help=f"{text} (default: {default})")
     return p
-
-
-def command(script: str, argv=None) -> str:
-    """How a result was made: ``python benchmarks/<group>/<script> <arguments>``, for its JSON and table."""
-    path = Path(script).resolve().relative_to(ROOT)
-    return " ".join(["python", str(path), *(sys.argv[1:] if argv is None else argv)])
 
 
 def real_split(name: str, seed: int = 0):
@@ -100,14 +93,3 @@ def train_priors(rank: int, names=("builtin", *REAL_FILES)):
             continue
         out[name] = pj.row_prior_from_rows(pj.fit_train_factors(train, rank=rank)[0])
     return out
-
-
-def write(out, payload: dict, table: str | None = None) -> None:
-    """``payload`` as JSON at ``out`` (folders made) and, given a Markdown ``table``, ``out`` with ``.md`` beside
-    it, headed by the command; the table is printed too."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(payload, indent=2))
-    if table is not None:
-        out.with_suffix(".md").write_text(f"`{payload.get('command', '')}`\n\n{table}\n")
-        print(table)

@@ -68,7 +68,8 @@ SelectFn = Callable[..., tuple[BanditState, "Choice"]]
 RefitFn = Callable[..., BanditState]
 DrawFn = Callable[..., tuple[jax.Array, jax.Array]]
 ObserveFn = Callable[..., tuple[BanditState, object]]
-StepChoiceFn = Callable[..., object]
+ChooseFn = Callable[..., tuple[BanditState, "Choice"]]
+RecordFn = Callable[..., StepRecord]
 PlayFn = Callable[..., tuple[BanditState, StepRecord]]
 StepFn = Callable[..., tuple[BanditState, StepRecord]]
 BoundsFn = Callable[[BanditState, RunParams], tuple[jax.Array, jax.Array, jax.Array]]
@@ -423,13 +424,13 @@ class Kernel(NamedTuple):
     refit: RefitFn
     draw: DrawFn
     observe: ObserveFn
-    choose: StepChoiceFn
+    choose: ChooseFn
     play: PlayFn
     step: StepFn
     bounds: BoundsFn
     stop_status: StatusFn
     finished: StatusFn
-    idle_record: StepChoiceFn
+    idle_record: RecordFn
     refit_due: Callable
 
 
