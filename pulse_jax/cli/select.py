@@ -97,20 +97,20 @@ def run(args) -> None:
     seed_key(args.seed, "--seed")
     resolve_defaults(args, "live")
     check_numbers(args)
-    _check_live_numbers(args)
+    check_live_numbers(args)
     inputs = hash_inputs(args.models, args.examples, args.train)
     models = _read_models(args)
     check_first_look(args.budget, len(models), args, f"in {args.models}")
     evaluate, examples = scorer_of(args, models)
-    estimator, rule, stop, numbers = _plan(args, len(models))
-    train = _side_information(args, estimator)
+    estimator, rule, stop, numbers = plan(args, len(models))
+    train = live_side_information(args, estimator)
     out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
     _check_report_dir(out, Path(args.log), args.force)
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
                              train=train, rank=args.rank, log=args.log, rule=rule, params=numbers,
                              cs_grid=cs_grid(args), stop=stop)
-    meter = _meter(args, models, evaluate)
+    meter = meter_of(args, models, getattr(evaluate, "tokens", None))
     if meter is not None:
         meter.update(selector.evaluated())
         print(meter.cost_line(args.budget, len(models) * args.batch_size * args.init_batches)
@@ -126,7 +126,7 @@ def run(args) -> None:
     _write_select_report(out, report, selector, args, inputs)
 
 
-def _plan(args, n_models: int):
+def plan(args, n_models: int):
     """``(estimator, rule, stop, numbers)`` of the options, each checked (``stop`` None: the Selector's
     default, certified for a method with an interval, else budget)."""
     methods = parse_methods(args.method)
@@ -142,7 +142,7 @@ def _plan(args, n_models: int):
     return estimator, rule, stop, numbers
 
 
-def _side_information(args, estimator):
+def live_side_information(args, estimator):
     """The ``--train`` scores a method with predictions fits its embeddings on (None: the log keeps them,
     or the method needs none); the log's folder checked first."""
     from pulse_jax.io import data
@@ -199,7 +199,7 @@ def _check_report_dir(out: Path, log: Path, force: bool) -> None:
         check_out_dir(out, False, "--report")
 
 
-def _meter(args, models, evaluate):
+def meter_of(args, models, tokens):
     """The money side of ``select`` (None without --price, --cost-per-call or --budget-usd)."""
     if not (args.price or args.cost_per_call is not None or args.budget_usd is not None):
         return None
@@ -214,15 +214,15 @@ def _meter(args, models, evaluate):
 
         history = inspect_harness.read_inspect(args.usage, scorer=args.inspect_scorer, metric=args.inspect_metric,
                                                value_map=inspect_harness.parse_value_map(args.value_map))
-    measured = getattr(evaluate, "tokens", None)
+    measured = tokens
     require(measured is not None or not any(p.per_token for p in prices.values()),
-            "--price in tokens needs a scorer that reports tokens (--inspect-task); price an --evaluate scorer "
+            "--price in tokens needs a scorer that reports tokens (Inspect); price an --evaluate scorer "
             "per call with --cost-per-call")
     expected = money.expected_cost_per_cell(models, prices, history)
     return money.Meter(models, prices, expected, budget_usd=args.budget_usd, tokens=measured)
 
 
-def _check_live_numbers(args) -> None:
+def check_live_numbers(args) -> None:
     """``select``'s own numbers, before anything is read or written."""
     require(args.grace is None or (math.isfinite(args.grace) and args.grace >= 0),
             f"--grace must be >= 0 seconds, got {args.grace}")

@@ -239,7 +239,7 @@ def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None
     cells, tokens, chosen = _cells(named, scorer, metric, epochs, vmap)
     require(cells, f"no scored samples for task {task!r}")
     models = [name for name, _ in named]
-    examples = sorted({e for _, e in cells}, key=_natural)
+    examples = sorted({e for _, e in cells}, key=natural_order)
     row = {m: k for k, m in enumerate(models)}
     col = {e: k for k, e in enumerate(examples)}
     scores = np.full((len(models), len(examples)), np.nan)
@@ -317,7 +317,7 @@ def _cells(named, scorer, metric, epochs, vmap):
     return cells, tokens, chosen
 
 
-def _natural(example: str):
+def natural_order(example: str):
     """Sort key: numeric sample ids in numeric order, then the rest as text."""
     head, _, epoch = example.partition("@")
     try:

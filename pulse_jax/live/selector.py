@@ -180,12 +180,19 @@ class Selector:
         `pulse_jax.BanditConfig`), checked before every ask: ``"certified"`` stops once a model
         is certified best; ``"budget"`` spends the whole budget. Default: ``"certified"`` for a method
         with an interval, ``"budget"`` otherwise.
+      order: ``{model: example ids}``, each a permutation of the examples: every batch of a model takes
+        its next unseen examples in that order instead of the kernel's own uniform draw (an Inspect
+        task's per-model sample order, `pulse_jax.inspect`). Valid when each order is uniformly random,
+        independent across models and seen by nothing the selection uses (docs/harness.md). A log
+        started with orders is resumed with orders (any: a resumed run may see a fresh shuffle); a
+        batch in flight whose scores were partly logged (`log_partial`) is asked again as it was.
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
                  batch_size: int = 8, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
-                 log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None):
+                 log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None,
+                 order=None):
         self.models = tuple(str(m) for m in models)
         require(len(set(self.models)) == len(self.models), "models: duplicate model names")
         ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
@@ -205,6 +212,7 @@ class Selector:
         engine.check_levels(self.config, engine.plugins_of(self.config, self.estimator), self.params)
         seed_key(seed)
         self.method, self.seed = self.estimator.name, int(seed)
+        self._order = self._check_order(order)
         self.log_path = Path(log) if log is not None else None
         self._identity = secrets.token_hex(8)
         self._log_full = False      # the disk filled up: the reserve is in use, nothing more is asked
@@ -275,6 +283,25 @@ class Selector:
 
     # ------------------------------------------------------------------ setup
 
+    def _check_order(self, order):
+        """``order`` as one row of example columns per model (or None); refused in one line where it is
+        not a permutation of the examples for every model, or the estimator draws by weights."""
+        if order is None:
+            return None
+        require(self.estimator.draw_weights is None,
+                f"order: {self.estimator.name!r} draws examples by weights; a given order needs a uniform draw")
+        column = {str(e): j for j, e in enumerate(self.example_ids)}
+        rows = []
+        for name in self.models:
+            require(name in order, f"order: no order for model {name!r}")
+            ids = [str(e) for e in order[name]]
+            missing = sorted(set(column) - set(ids))
+            require(len(ids) == len(column) and not missing and len(set(ids)) == len(ids),
+                    f"order of {name!r}: not a permutation of the {len(column)} examples"
+                    + (f" ({len(missing)} missing, e.g. {missing[0]!r})" if missing else ""))
+            rows.append([column[e] for e in ids])
+        return rows
+
     def _side_information(self, train, V, rank):
         self._train_fingerprint = None
         if train is not None:
@@ -342,7 +369,8 @@ class Selector:
                 "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
                 # The engine's numbers and the estimator's and rule's own (the stopping rule may change on resume).
                 **self.params.engine.to_dict(), **_plugin_numbers(self.params.to_dict()),
-                "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None}
+                "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None,
+                "example_order": "drawn" if self._order is None else "given"}
 
     # ------------------------------------------------------------------ log
 
@@ -400,6 +428,8 @@ class Selector:
                     raise PulseInputError(f"{where}: this selector cannot reproduce the logged requests (was the "
                                           "log edited?)")
             request = self._pending.get(record["ticket"])
+            if self._order is not None and request is not None and request.model == record["model"]:
+                request = self._logged_batch(request, record, where)
             if (request is None or request.model != record["model"]
                     or list(request.example_ids) != record["examples"]):
                 raise PulseInputError(f"{where}: logged batch (model {record['model']!r}, ticket "
@@ -408,11 +438,26 @@ class Selector:
             self._apply(request, self._validate(request, record["scores"], where))
             told_on[record["ticket"]] = where.rsplit(": ", 1)[-1]
 
+    def _logged_batch(self, request: Request, record: dict, where: str) -> Request:
+        """With given orders a resumed run may see another order: a logged batch of the right model and
+        size whose examples the model has not seen replaces the one this selector would ask."""
+        column = {str(e): j for j, e in enumerate(self.example_ids)}
+        index = [column.get(str(e)) for e in record["examples"]]
+        require(None not in index and len(set(index)) == len(index) == len(request.example_index)
+                and not set(index) & set(self._told[request.model_index]),
+                f"{where}: logged batch (model {record['model']!r}, ticket {record['ticket']}) is not a batch of "
+                "unseen examples of this run; the log belongs to another run")
+        logged = dataclasses.replace(request, example_ids=tuple(self.example_ids[j] for j in index),
+                                     example_index=tuple(index))
+        self._pending[request.ticket] = logged
+        return logged
+
     def paid_scores(self, request: Request):
         """The scores of ``request`` if they were paid for and logged before the run stopped (else None):
         a resumed run tells them without asking the scorer again."""
         record = self._paid.get(request.ticket)
-        if record is None or record["model"] != request.model or record["examples"] != list(request.example_ids):
+        if (record is None or record["model"] != request.model or record["examples"] != list(request.example_ids)
+                or any(x is None for x in record["scores"])):
             return None
         return self._validate(request, record["scores"], f"{self.log_path}: paid batch {request.ticket}")
 
@@ -431,6 +476,31 @@ class Selector:
                          "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
         self._paid[request.ticket] = {"model": request.model, "examples": list(request.example_ids),
                                       "scores": scores.tolist()}
+
+    def log_partial(self, request: Request, scores) -> None:
+        """Log the scores that have come back of a batch in flight (None for the others) as paid: a resumed
+        run asks the same batch again (with given orders) and is told these without evaluating them again."""
+        self._check_request(request)
+        values = [None if x is None else x for x in scores]
+        require(len(values) == len(request.example_ids), f"log_partial: {len(values)} scores for "
+                                                           f"{len(request.example_ids)} examples")
+        known = [k for k, x in enumerate(values) if x is not None]
+        checked = self._validate(dataclasses.replace(request, example_ids=tuple(request.example_ids[k] for k in known)),
+                                 [values[k] for k in known]) if known else []
+        for k, x in zip(known, checked):
+            values[k] = float(x)
+        record = {"model": request.model, "examples": list(request.example_ids), "scores": values}
+        if self.log_path is not None:
+            self._write({"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
+                         **record})
+        self._paid[request.ticket] = record
+
+    def paid_cells(self, request: Request) -> dict:
+        """``{example id: score}`` of ``request``'s cells already logged as paid (`log_partial`)."""
+        record = self._paid.get(request.ticket)
+        if record is None or record["model"] != request.model or record["examples"] != list(request.example_ids):
+            return {}
+        return {e: float(x) for e, x in zip(request.example_ids, record["scores"]) if x is not None}
 
     def _write(self, record: dict) -> None:
         """Commit ``record`` to the log, retrying a failed commit (each failure is rolled back whole).
@@ -536,7 +606,8 @@ class Selector:
             asked = {r.model_index for r in self._pending.values()}
             for i in range(len(self.models)):
                 if not self._init_told[i] and i not in asked:
-                    return self._issue(0, i, self._initial_examples[i])
+                    first = self._initial_examples[i]
+                    return self._issue(0, i, first if self._order is None else self._next_in_order(i, len(first)))
             return None
         if self._stopped or (not self._replaying and self._stop_status()[0]):
             # The stopping rule says done: nothing more is asked (the batches in flight are still told).
@@ -558,9 +629,21 @@ class Selector:
                 self._finished = True
             return None
         self._state = state
-        request = self._issue(self._t, i, np.asarray(examples)[:size])
+        examples = np.asarray(examples)[:size] if self._order is None else self._next_in_order(i, size)
+        request = self._issue(self._t, i, examples)
         self._t += 1
         return request
+
+    def _next_in_order(self, i: int, size: int) -> np.ndarray:
+        """The examples of model ``i``'s next batch in its given order: the batch of a partly logged
+        request with this ticket, as it was asked, else its next ``size`` unseen examples."""
+        record = self._paid.get(self._asks)
+        if record is not None and record["model"] == self.models[i] and len(record["examples"]) == size:
+            column = {str(e): j for j, e in enumerate(self.example_ids)}
+            index = [column.get(str(e)) for e in record["examples"]]
+            if None not in index and not set(index) & set(self._told[i]):
+                return np.asarray(index)
+        return np.asarray([j for j in self._order[i] if j not in self._told[i]][:size])
 
     def tell(self, request: Request, scores) -> None:
         """Record the scores of ``request`` (one per example, in [0, 1]); logged before it counts."""

@@ -1,0 +1,455 @@
+"""Best-model selection inside Inspect: an early-stopping manager for ``inspect eval --model a,b,c``.
+
+::
+
+    from pulse_jax.inspect import select_best
+
+    @task
+    def arithmetic():
+        return select_best(Task(dataset=..., solver=generate(), scorer=match()), log="run.db",
+                           train="history.csv", delta=0.05)
+
+``inspect eval arithmetic.py --model a,b,c`` (or ``inspect_ai.eval`` / ``eval_set``) then evaluates
+each model only on the samples the selection asks for and stops every model once the best is
+certified; the run's certificate, spend and tie groups go into each model's Inspect log
+(``results.early_stopping.metadata``) and into ``<log>_report/``.
+
+How it fits Inspect (inspect-ai's ``_eval``): the ``@task`` function runs once per model, with that
+model active, so ``select_best`` learns every model before any task starts; the models' tasks then
+run at once in one process (``max_tasks`` defaults to the number of models), each calling
+``schedule_sample`` for its samples in dataset order, inside a sample slot. One selection per log
+(`_Selection`) serves them all: a sample of a model the selection has not asked for waits in
+``schedule_sample`` (holding its slot; the samples asked for are always the earliest waiting ones,
+so the wait never starves them), an asked sample is released, its score arrives in
+``complete_sample``, and once the selection is over every waiting sample gets an ``EarlyStop``.
+
+Validity: each model must see its samples in a uniformly random order, independent of the other
+models' and revealed by nothing the selection uses (docs/harness.md). ``select_best(task)`` imposes
+it: each model's copy of the dataset is shuffled with a seed drawn from the run's seed and the
+model's name (reproducible, so a resumed run sees the same order). A task that uses the manager
+alone (``Task(early_stopping=select_best(...))``) must shuffle its dataset itself, for every model
+independently; an unshuffled dataset, or one order shared by the models, is refused in one line.
+
+Durability: the same SQLite log as ``pulse-jax select`` (one writer, every score committed before it
+counts); each finished sample is committed as it comes back (a partly told batch is resumed as it
+was asked), so running the same ``inspect eval`` again after a ``kill -9`` evaluates no finished
+sample twice: the log's samples are skipped (``EarlyStop``) and the selection goes on from them.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import hashlib
+import io
+import json
+import math
+import shlex
+from pathlib import Path
+from typing import Mapping
+
+import numpy as np
+
+from pulse_jax.errors import PulseInputError, require
+from pulse_jax.io import inspect_harness
+
+#: The early-stopping manager's name in Inspect's logs.
+MANAGER = "pulse-jax select_best"
+_RUNS: dict = {}      # resolved log path -> the `_Selection` shared by the models' tasks in this process
+
+
+def select_best(task=None, *, log, models=None, scorer: str | None = None, metric: str | None = None,
+                value_map: Mapping | None = None, report=None, **options):
+    """Certified best-model selection as Inspect's early-stopping manager.
+
+    Args:
+      task: an Inspect ``Task``: its dataset is shuffled for the model Inspect builds it for, its
+        ``early_stopping`` set, and it is returned. None: the manager alone, for
+        ``Task(early_stopping=...)`` (the task must then shuffle its samples itself).
+      log: the selection's log (SQLite, as ``pulse-jax select --log``); run the same eval again to resume.
+      models: the candidates, in the selection's order (default: the models Inspect builds the task for,
+        in the order of ``--model``); needed when the task object is made outside an ``@task`` function.
+      scorer, metric, value_map: which score to read and how it maps to [0, 1] (as ``select
+        --inspect-scorer``, ``--inspect-metric``, ``--value-map``; default: the task's only scorer,
+        ``C``=1, ``I``=0, ``P``=0.5, ``N``=0).
+      report: the report folder (default ``<log name>_report`` beside the log).
+      **options: ``pulse-jax select``'s options by their long names (``budget=3200``, ``delta=0.05``,
+        ``method="ucbe"``, ``train="history.csv"``, ``epsilon=0.02``, ``top_k=2``, ``price=["*=3/15"]``,
+        ``budget_usd=0.25``, ``usage="history"``, ``seed=0``, ...), with its defaults and checks;
+        ``budget`` defaults to every cell.
+
+    Returns:
+      ``task`` with the manager, or the manager (an ``inspect_ai.util.EarlyStopping``).
+    """
+    path = Path(log).resolve()
+    require(path.parent.is_dir(), f"select_best: log {log}: its folder {path.parent} does not exist")
+    flags = _flags(options)
+    selection = _RUNS.get(path)
+    if selection is None or selection.over:
+        selection = _RUNS[path] = _Selection(path, flags, models, scorer, metric, value_map, report)
+    else:
+        require(selection.flags == flags and selection.named_models == (None if models is None else list(models)),
+                f"select_best: {log} is used by another select_best with other options in this process")
+    model = _active_model()
+    if model is not None:
+        selection.expect(model)
+    manager = SelectBest(selection, model)
+    if task is None:
+        return manager
+    from inspect_ai import Task
+
+    require(isinstance(task, Task), f"select_best: expected an Inspect Task, got {type(task).__name__}")
+    require(model is not None, "select_best(task): call it inside an @task function, where Inspect builds the task "
+                               "for one model (each model then gets its own sample order)")
+    task.dataset.shuffle(order_seed(selection.seed, model))
+    task.early_stopping = manager
+    return task
+
+
+def order_seed(seed: int, model: str) -> int:
+    """The seed of ``model``'s sample order: a hash of the run's seed and the model's name, so orders are
+    reproducible and independent across models."""
+    return int.from_bytes(hashlib.sha256(f"pulse-jax|{seed}|{model}".encode()).digest()[:8], "big") >> 1
+
+
+def _flags(options: dict) -> list[str]:
+    """``select``'s command-line flags for keyword options (``top_k=2`` -> ``--top-k 2``)."""
+    flags = []
+    for key, value in options.items():
+        flag = "--" + key.replace("_", "-")
+        if value is True:
+            flags.append(flag)
+        elif value is False or value is None:
+            continue
+        else:
+            for item in value if isinstance(value, (list, tuple)) else [value]:
+                flags += [flag, str(item)]
+    return flags
+
+
+def _active_model() -> str | None:
+    """The model Inspect is building a task for (None outside task resolution)."""
+    try:
+        from inspect_ai.model._model import active_model
+    except ImportError:      # another inspect-ai layout: the models come from start_task or models=
+        return None
+    model = active_model()
+    return None if model is None else str(model)
+
+
+def _sample_tokens() -> tuple[float, float]:
+    """Input and output tokens of the sample being completed (NaN where Inspect does not say)."""
+    try:
+        from inspect_ai.model._model import sample_model_usage
+
+        usage = sample_model_usage()
+    except (ImportError, LookupError):
+        return math.nan, math.nan
+    return (float(sum(u.input_tokens or 0 for u in usage.values())),
+            float(sum(u.output_tokens or 0 for u in usage.values()))) if usage else (math.nan, math.nan)
+
+
+@dataclasses.dataclass
+class _Lane:
+    """One model's task: its samples in the order Inspect schedules them, and the samples released."""
+
+    order: list
+    released: set = dataclasses.field(default_factory=set)
+    done: bool = False
+
+
+@dataclasses.dataclass
+class _Batch:
+    request: object
+    scores: dict
+
+
+class _Selection:
+    """The selection one log runs, shared by the tasks of every model in this process."""
+
+    def __init__(self, path: Path, flags, models, scorer, metric, value_map, report):
+        self.path, self.flags = path, flags
+        self.named_models = None if models is None else [str(m) for m in models]
+        self.expected = list(self.named_models or [])
+        self.scorer, self.metric = scorer, metric
+        self.value_map = {**inspect_harness.VALUE_MAP, **dict(value_map or {})}
+        self.report_dir = Path(report) if report else path.with_name(path.stem + "_report")
+        self.args = self._parse(["--budget", "1"])     # every option checked now, in select's words
+        self.seed = self.args.seed
+        self.lanes: dict[str, _Lane] = {}
+        self.batches: dict[str, _Batch] = {}
+        self.selector = self.meter = None
+        self.error: str | None = None
+        self.done = self.over = False
+        self.final: dict | None = None
+        self.closed_tasks = 0
+        self._wake = None
+        self.usage_path = path.with_name(path.name + ".tokens.jsonl")
+        self.tokens = self._read_tokens()
+        self.manager_seconds = 0.0
+
+    def _parse(self, budget: list[str]):
+        from pulse_jax.cli import app, select
+        from pulse_jax.cli.options import check_numbers, resolve_defaults
+
+        has_budget = "--budget" in self.flags
+        line = ["select", "--models", "(inspect)", "--log", str(self.path), *self.flags, *([] if has_budget else budget)]
+        said = io.StringIO()
+        try:
+            with contextlib.redirect_stderr(said):
+                args, extra = app.parse(line)
+        except SystemExit:      # argparse's message, as one line naming the option
+            message = (said.getvalue().strip().splitlines() or ["bad options"])[-1].split("error: ", 1)[-1]
+            raise PulseInputError(f"select_best: {message} (its keyword options are pulse-jax select's)") from None
+        require(not extra, f"select_best: {' '.join(extra)} is not an option of pulse-jax select")
+        resolve_defaults(args, "live")
+        check_numbers(args)
+        select.check_live_numbers(args)
+        return args
+
+    # ------------------------------------------------------------------ models and orders
+
+    def expect(self, model: str) -> None:
+        if self.named_models is None and model not in self.expected:
+            self.expected.append(model)
+
+    def start(self, model: str, spec, samples, epochs: int) -> None:
+        """A model's task starts: check its samples and order; the last one to start starts the selection."""
+        require(epochs == 1, f"select_best: task {spec.task} runs {epochs} epochs; a selection scores each sample "
+                             "once (epochs=1)")
+        require(spec.dataset.shuffled, f"select_best: task {spec.task} does not shuffle its samples for {model}; "
+                                       "wrap the task in select_best(Task(...)) inside its @task function, which "
+                                       "gives each model its own order")
+        ids = [str(s.id) for s in samples]
+        require(all(s.id is not None for s in samples) and len(set(ids)) == len(ids),
+                f"select_best: task {spec.task} needs a unique id on every sample")
+        if self.named_models is not None:
+            require(model in self.named_models, f"select_best: model {model} is not among models= "
+                                                f"({', '.join(self.named_models)})")
+        else:
+            require(self.expected, "select_best: the task was made outside an @task function, so the models "
+                                   "are unknown; give select_best(models=[...])")
+            self.expect(model)
+        require(model not in self.lanes, f"select_best: model {model} runs twice on {self.path.name}; give each "
+                                         "candidate once")
+        self.lanes[model] = _Lane(ids)
+        if set(self.lanes) >= set(self.expected):
+            self._begin()
+
+    def _begin(self) -> None:
+        from pulse_jax import live
+        from pulse_jax.cli import select
+        from pulse_jax.cli.options import check_first_look, cs_grid
+
+        first = self.lanes[self.expected[0]].order
+        for name in self.expected[1:]:
+            order = self.lanes[name].order
+            require(sorted(order) == sorted(first), f"select_best: {name} and {self.expected[0]} are evaluated on "
+                                                    "different samples; give every model the same samples")
+            require(order != first, f"select_best: {name} and {self.expected[0]} see the samples in one order; each "
+                                    "model needs its own (wrap the task in select_best(Task(...)))")
+        require(len(self.expected) >= 2, f"select_best: {len(self.expected)} model; a selection needs at least 2")
+        examples = sorted(first, key=inspect_harness.natural_order)
+        args = self._parse(["--budget", str(len(self.expected) * len(examples))])
+        check_first_look(args.budget, len(self.expected), args, "under Inspect")
+        estimator, rule, stop, numbers = select.plan(args, len(self.expected))
+        train = select.live_side_information(args, estimator)
+        self.selector = live.Selector(self.expected, examples, args.budget, method=estimator,
+                                      batch_size=args.batch_size, init_batches=args.init_batches,
+                                      refit_every=args.refit_every, seed=args.seed, train=train, rank=args.rank,
+                                      log=self.path, rule=rule, params=numbers, cs_grid=cs_grid(args), stop=stop,
+                                      order={m: self.lanes[m].order for m in self.expected})
+        self.args = args
+        self.meter = select.meter_of(args, self.expected, self.token_sum) if (
+            args.price or args.cost_per_call is not None or args.budget_usd is not None) else None
+        self.advance()
+
+    # ------------------------------------------------------------------ the selection
+
+    def advance(self) -> None:
+        """Ask every batch that can be asked now; the run is over when nothing is in flight or askable."""
+        selector = self.selector
+        while True:
+            if self.meter is not None and not self.meter.allows(selector.evaluated(), self._cells_ahead()):
+                request = None
+            else:
+                request = selector.ask()
+            if request is None:
+                break
+            known = selector.paid_cells(request)
+            self.batches[request.model] = _Batch(request, dict(known))
+            lane = self.lanes[request.model]
+            lane.released.update(str(e) for e in request.example_ids if e not in known)
+            self._tell_if_complete(request.model)
+        if not selector.pending():
+            self._finish()
+        self.wake()
+
+    def _cells_ahead(self) -> int:
+        return sum(len(r.example_ids) for r in self.selector.pending()) + self.selector.config.batch_size
+
+    def _tell_if_complete(self, model: str) -> bool:
+        batch = self.batches[model]
+        ids = batch.request.example_ids
+        if not all(e in batch.scores for e in ids):
+            return False
+        del self.batches[model]
+        self.selector.tell(batch.request, [batch.scores[e] for e in ids])
+        return True
+
+    def record(self, model: str, sample_id, scores) -> None:
+        """A released sample's score: committed at once, and the batch told when it is whole."""
+        batch = self.batches.get(model)
+        key = next((e for e in batch.request.example_ids if str(e) == str(sample_id)), None) if batch else None
+        if key is None:
+            return          # not asked by the selection (cannot happen: only asked samples are released)
+        where = f"select_best: {model}, sample {sample_id}"
+        chosen = self.scorer or next(iter(scores))
+        require(chosen in scores, f"{where}: no scorer {chosen!r}; scorers present: {', '.join(scores)}")
+        batch.scores[key] = inspect_harness.score_value(scores[chosen].score.value, self.value_map, where, self.metric)
+        self._keep_tokens(model, str(sample_id), *_sample_tokens())
+        if not self._tell_if_complete(model):
+            self.selector.log_partial(batch.request, [batch.scores.get(e) for e in batch.request.example_ids])
+            return
+        self.advance()
+
+    def scored(self, model: str, sample: str) -> bool:
+        """Whether the log already holds ``model``'s score on ``sample`` (told, or paid in the batch in flight)."""
+        batch = self.batches.get(model)
+        if batch is not None and any(str(e) == sample for e in batch.scores):
+            return True
+        return sample in {str(e) for e in self.selector.evaluated()[model]}
+
+    def _finish(self) -> None:
+        if self.done:
+            return
+        self.done = True
+        report = self.selector.result()
+        if self.meter is not None:
+            self.meter.update(self.selector.evaluated())
+            report = dataclasses.replace(report, spend=self.meter.summary(), spend_line=self.meter.line(),
+                                         finished=True)
+        self.final = _metadata(report, self)
+        self._write_report(report)
+
+    def fail(self, message: str) -> None:
+        self.error = self.error or message
+        self.wake()
+
+    def wake(self) -> None:
+        if self._wake is not None:
+            self._wake.set()
+            self._wake = None
+
+    async def changed(self) -> None:
+        """Wait until the selection changes (a batch asked or told, the end, an error)."""
+        import anyio
+
+        if self._wake is None:
+            self._wake = anyio.Event()
+        await self._wake.wait()
+
+    def task_done(self) -> None:
+        self.closed_tasks += 1
+        if self.closed_tasks >= len(self.lanes) and (self.done or self.error):
+            self.over = True
+            if self.selector is not None:
+                self.selector.close()
+
+    # ------------------------------------------------------------------ tokens and the report
+
+    def _read_tokens(self) -> dict:
+        out: dict = {}
+        if self.usage_path.is_file():
+            for line in self.usage_path.read_text(encoding="utf-8").splitlines():
+                try:
+                    row = json.loads(line)
+                    out.setdefault(row["model"], {})[row["sample"]] = (float(row["input"]), float(row["output"]))
+                except (ValueError, KeyError, TypeError):
+                    continue       # a line cut by a kill: its tokens are unknown
+        return out
+
+    def _keep_tokens(self, model: str, sample: str, t_in: float, t_out: float) -> None:
+        self.tokens.setdefault(model, {})[sample] = (t_in, t_out)
+        with open(self.usage_path, "a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"model": model, "sample": sample, "input": t_in if math.isfinite(t_in) else None,
+                                 "output": t_out if math.isfinite(t_out) else None}) + "\n")
+
+    def token_sum(self, model: str, sample_ids) -> tuple[float, float]:
+        rows = [self.tokens.get(model, {}).get(str(e)) for e in sample_ids]
+        rows = [r for r in rows if r is not None]
+        return float(np.nansum([r[0] for r in rows])), float(np.nansum([r[1] for r in rows]))
+
+    def _write_report(self, report) -> None:
+        from pulse_jax.io import files
+        from pulse_jax.io.provenance import clean_json
+
+        self.report_dir.mkdir(parents=True, exist_ok=True)
+        files.write_atomically(self.report_dir / "report.md", report.to_markdown())
+        files.write_atomically(self.report_dir / "report.json", json.dumps(
+            clean_json({**report.to_dict(), "log": str(self.path), "manager": MANAGER}), indent=2))
+
+
+def _metadata(report, selection: _Selection) -> dict:
+    """What goes into each model's Inspect log: the certificate, the spend and the tie groups."""
+    evaluated = {m: len(ids) for m, ids in report.evaluated.items()}
+    tokens = {m: dict(zip(("input_tokens", "output_tokens"), selection.token_sum(m, ids)))
+              for m, ids in report.evaluated.items()}
+    return {"leader": report.leader, "separated": report.separated, "certificate": report.certificate,
+            "stop": report.stop, "claimed": list(report.claimed), "delta": report.delta,
+            "tie_groups": [list(g) for g in report.groups], "spent_cells": report.spent, "budget_cells": report.budget,
+            "evaluated": evaluated, "tokens": tokens, **({"spend": report.spend} if report.spend else {}),
+            "estimates": {m: [_plain(report.estimates[i]), _plain(report.low[i]), _plain(report.high[i])]
+                          for i, m in enumerate(report.models)},
+            "log": str(selection.path), "report": str(selection.report_dir / "report.md")}
+
+
+def _plain(x):
+    return None if x is None or not np.isfinite(x) else float(x)
+
+
+class SelectBest:
+    """Inspect's ``EarlyStopping`` for one model's task, on the selection its log runs (`select_best`)."""
+
+    def __init__(self, selection: _Selection, model: str | None):
+        self.selection, self.model = selection, model
+
+    async def start_task(self, task, samples, epochs: int) -> str:
+        model = str(task.model)
+        require(self.model in (None, model), f"select_best: one task object runs for {self.model} and {model}; build "
+                                             "the task in an @task function so each model has its own")
+        self.model = model
+        try:
+            self.selection.start(model, task, samples, epochs)
+        except BaseException as err:   # every model's task ends with it, none waits for a selection that failed
+            self.selection.fail(str(err) if isinstance(err, PulseInputError) else f"{type(err).__name__}: {err}")
+            raise
+        return MANAGER
+
+    async def schedule_sample(self, id, epoch: int):
+        from inspect_ai.util import EarlyStop
+
+        selection, key = self.selection, str(id)
+        while True:
+            if selection.error:
+                raise PulseInputError(selection.error)
+            lane = selection.lanes[self.model]
+            if key in lane.released:
+                return None
+            if selection.done:
+                return EarlyStop(id=id, epoch=epoch, reason=f"selection over: {selection.final['certificate']}")
+            if selection.selector is not None and selection.scored(self.model, key):
+                return EarlyStop(id=id, epoch=epoch, reason=f"scored in an earlier run ({selection.path.name})")
+            await selection.changed()
+
+    async def complete_sample(self, id, epoch: int, scores) -> None:
+        try:
+            self.selection.record(self.model, id, scores)
+        except BaseException as err:
+            self.selection.fail(str(err) if isinstance(err, PulseInputError) else f"{type(err).__name__}: {err}")
+            raise
+
+    async def complete_task(self) -> dict:
+        selection = self.selection
+        selection.task_done()
+        return dict(selection.final or {"error": selection.error or "the selection did not finish"})
+
