@@ -44,6 +44,7 @@ import io
 import json
 import math
 import shlex
+import time
 from pathlib import Path
 from typing import Mapping
 
@@ -54,6 +55,7 @@ from pulse_jax.io import inspect_harness
 
 #: The early-stopping manager's name in Inspect's logs.
 MANAGER = "pulse-jax select_best"
+_WAIT = object()      # schedule_sample's "not yet"
 _RUNS: dict = {}      # resolved log path -> the `_Selection` shared by the models' tasks in this process
 
 
@@ -185,7 +187,7 @@ class _Selection:
         self._wake = None
         self.usage_path = path.with_name(path.name + ".tokens.jsonl")
         self.tokens = self._read_tokens()
-        self.manager_seconds = 0.0
+        self.seconds = 0.0          # time in the manager's own work (checks, scores, commits, asks), no waits
 
     def _parse(self, budget: list[str]):
         from pulse_jax.cli import app, select
@@ -266,9 +268,11 @@ class _Selection:
     # ------------------------------------------------------------------ the selection
 
     def advance(self) -> None:
-        """Ask every batch that can be asked now; the run is over when nothing is in flight or askable."""
+        """Ask the batches that can be asked now; the run is over when nothing is in flight or askable."""
         selector = self.selector
-        while True:
+        # select's --concurrency (default 1): one batch at a time asks exactly what a plain ask/tell loop
+        # asks, whatever order Inspect finishes samples in; more batches at once are faster, not reproducible
+        while len(selector.pending()) < self.args.concurrency:
             if self.meter is not None and not self.meter.allows(selector.evaluated(), self._cells_ahead()):
                 request = None
             else:
@@ -400,7 +404,8 @@ def _metadata(report, selection: _Selection) -> dict:
             "evaluated": evaluated, "tokens": tokens, **({"spend": report.spend} if report.spend else {}),
             "estimates": {m: [_plain(report.estimates[i]), _plain(report.low[i]), _plain(report.high[i])]
                           for i, m in enumerate(report.models)},
-            "log": str(selection.path), "report": str(selection.report_dir / "report.md")}
+            "log": str(selection.path), "report": str(selection.report_dir / "report.md"),
+            "manager_seconds": round(selection.seconds, 4)}
 
 
 def _plain(x):
@@ -418,38 +423,55 @@ class SelectBest:
         require(self.model in (None, model), f"select_best: one task object runs for {self.model} and {model}; build "
                                              "the task in an @task function so each model has its own")
         self.model = model
+        start = time.perf_counter()
         try:
             self.selection.start(model, task, samples, epochs)
         except BaseException as err:   # every model's task ends with it, none waits for a selection that failed
             self.selection.fail(str(err) if isinstance(err, PulseInputError) else f"{type(err).__name__}: {err}")
             raise
+        finally:
+            self.selection.seconds += time.perf_counter() - start
         return MANAGER
 
     async def schedule_sample(self, id, epoch: int):
-        from inspect_ai.util import EarlyStop
-
         selection, key = self.selection, str(id)
         while True:
-            if selection.error:
-                raise PulseInputError(selection.error)
-            lane = selection.lanes[self.model]
-            if key in lane.released:
-                return None
-            if selection.done:
-                return EarlyStop(id=id, epoch=epoch, reason=f"selection over: {selection.final['certificate']}")
-            if selection.selector is not None and selection.scored(self.model, key):
-                return EarlyStop(id=id, epoch=epoch, reason=f"scored in an earlier run ({selection.path.name})")
+            start = time.perf_counter()
+            decision = self._decide(id, epoch, key)
+            selection.seconds += time.perf_counter() - start
+            if decision is not _WAIT:
+                return decision
             await selection.changed()
 
+    def _decide(self, id, epoch: int, key: str):
+        """``None`` (evaluate the sample now), an ``EarlyStop``, or `_WAIT`."""
+        from inspect_ai.util import EarlyStop
+
+        selection = self.selection
+        if selection.error:
+            raise PulseInputError(selection.error)
+        if key in selection.lanes[self.model].released:
+            return None
+        if selection.done:
+            return EarlyStop(id=id, epoch=epoch, reason=f"selection over: {selection.final['certificate']}")
+        if selection.selector is not None and selection.scored(self.model, key):
+            return EarlyStop(id=id, epoch=epoch, reason=f"scored in an earlier run ({selection.path.name})")
+        return _WAIT
+
     async def complete_sample(self, id, epoch: int, scores) -> None:
+        start = time.perf_counter()
         try:
             self.selection.record(self.model, id, scores)
         except BaseException as err:
             self.selection.fail(str(err) if isinstance(err, PulseInputError) else f"{type(err).__name__}: {err}")
             raise
+        finally:
+            self.selection.seconds += time.perf_counter() - start
 
     async def complete_task(self) -> dict:
         selection = self.selection
+        while not (selection.done or selection.error):    # a model evaluated in full ends before the others
+            await selection.changed()
         selection.task_done()
         return dict(selection.final or {"error": selection.error or "the selection did not finish"})
 

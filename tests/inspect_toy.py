@@ -74,3 +74,30 @@ def arithmetic():
     samples = [Sample(input=f"What is {k} times 7? answer = {7 * k}", target=str(7 * k), id=k)
                for k in range(1, N_SAMPLES + 1)]
     return Task(dataset=samples, solver=generate(), scorer=match())
+
+
+def questions(n: int) -> list:
+    return [Sample(input=f"What is {k} times 7? answer = {7 * k}", target=str(7 * k), id=k) for k in range(1, n + 1)]
+
+
+@task
+def questions_400():
+    """400 questions, no manager: every sample of every model is evaluated."""
+    return Task(dataset=questions(400), solver=generate(), scorer=match())
+
+
+@task
+def selected(log: str = "run.db", n: int = N_SAMPLES, method: str = "ucbe", batch_size: int = 6, seed: int = 0,
+             stop: str = "certified", budget: int = 0, manager_only: bool = False):
+    """The toy task under `pulse_jax.inspect.select_best` (``manager_only``: the manager alone, on the
+    dataset in its own order)."""
+    from inspect_ai.dataset import MemoryDataset
+
+    from pulse_jax.inspect import select_best
+
+    options = dict(log=log, method=method, batch_size=batch_size, seed=seed, stop=stop, refit_every=0,
+                   budget=budget or None)
+    if manager_only:
+        return Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=match(),
+                    early_stopping=select_best(**options))
+    return select_best(Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=match()), **options)

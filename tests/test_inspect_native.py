@@ -1,0 +1,206 @@
+"""Selection inside Inspect (`pulse_jax.inspect.select_best`), against the real ``inspect-ai``, offline.
+
+The models are the deterministic ``toy/`` provider of ``tests/inspect_toy.py`` (every score known
+exactly; ``INSPECT_TOY_CALLS`` logs each finished call). What is checked: the manager asks exactly
+what a plain `pulse_jax.live.Selector` asks with the same per-model orders (so its guarantee is the
+Selector's), no sample is evaluated twice, the certificate, spend and tie groups reach Inspect's log,
+bad set-ups are one line, a second eval on a log in use is refused, and ``kill -9`` at ten random
+points, each resumed, ends where an uninterrupted run ends.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+pytest.importorskip("inspect_ai", reason="inspect-ai is not installed (pip install -e \".[harness]\")")
+
+import inspect_toy  # noqa: E402
+from inspect_ai import eval as inspect_eval  # noqa: E402
+from inspect_ai.dataset import MemoryDataset  # noqa: E402
+
+from pulse_jax import inspect as pj_inspect  # noqa: E402
+from pulse_jax import live  # noqa: E402
+from pulse_jax.cli import app, select  # noqa: E402
+from pulse_jax.cli.options import cs_grid  # noqa: E402
+from pulse_jax.errors import PulseInputError  # noqa: E402
+
+pytestmark = pytest.mark.xdist_group("inspect")
+HERE = Path(__file__).parent
+TASK = str(HERE / "inspect_toy.py") + "@selected"
+MODELS = ["toy/m90", "toy/m60", "toy/m40"]
+N = 60
+
+
+def score(model: str, sample_id) -> float:
+    k = int(sample_id)
+    prompt = f"What is {k} times 7? answer = {7 * k}"
+    return float(inspect_toy.answer(model.split("/")[1], prompt).endswith(str(7 * k)))
+
+
+def plain_selection(tmp_path: Path, seed: int = 0):
+    """The same selection as a plain ask/tell loop: select's options, each model's order as
+    ``select_best`` shuffles it, the toy scores."""
+    args, _ = app.parse(["select", "--models", "x", "--log", str(tmp_path / "plain.db"), "--budget", str(3 * N),
+                         "--method", "ucbe", "--batch-size", "6", "--seed", str(seed), "--refit-every", "0",
+                         "--stop", "certified"])
+    from pulse_jax.cli.options import resolve_defaults
+
+    resolve_defaults(args, "live")
+    estimator, rule, stop, numbers = select.plan(args, len(MODELS))
+    order = {}
+    for m in MODELS:
+        data = MemoryDataset(inspect_toy.questions(N))
+        data.shuffle(pj_inspect.order_seed(seed, m))
+        order[m] = [str(s.id) for s in data]
+    selector = live.Selector(MODELS, [str(k) for k in range(1, N + 1)], 3 * N, method=estimator, batch_size=6,
+                             refit_every=0, seed=seed, rule=rule, params=numbers, cs_grid=cs_grid(args), stop=stop,
+                             order=order)
+    while (request := selector.ask()) is not None:
+        selector.tell(request, [score(request.model, e) for e in request.example_ids])
+    return selector.result(), order
+
+
+def run_managed(folder: Path, **task_args):
+    return inspect_eval(TASK, model=MODELS, task_args={"log": str(folder / "run.db"), "n": N, **task_args},
+                        log_dir=str(folder / "logs"), display="none")
+
+
+def test_the_manager_asks_what_a_plain_selector_asks_and_logs_its_certificate(tmp_path, monkeypatch):
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("INSPECT_TOY_CALLS", str(calls))
+    logs = run_managed(tmp_path)
+    assert [l.status for l in logs] == ["success"] * 3, [l.error for l in logs]
+    expected, order = plain_selection(tmp_path)
+    report = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    # the very same requests: each model's cells, in order, and the same certificate
+    assert report["evaluated"] == {m: list(v) for m, v in expected.evaluated.items()}
+    assert report["certificate"] == expected.certificate and report["separated"] and report["leader"] == "toy/m90"
+    for m, ids in report["evaluated"].items():
+        assert ids == order[m][:len(ids)]                   # each model's samples in its own order
+    # each evaluated cell called the model once, and nothing else was called
+    lines = calls.read_text().splitlines()
+    assert len(lines) == len(set(lines)) == report["spent"] < 3 * N
+    assert sorted(lines) == sorted(f"{m.split('/')[1]},What is {e} times 7? answer = {7 * int(e)}"
+                                   for m, ids in report["evaluated"].items() for e in ids)
+    # the certificate, tie groups and spend in every model's Inspect log
+    for log in logs:
+        summary = log.results.early_stopping
+        assert summary.manager == pj_inspect.MANAGER
+        meta = summary.metadata
+        assert meta["certificate"] == expected.certificate and meta["spent_cells"] == report["spent"]
+        assert meta["tie_groups"] == [list(g) for g in expected.groups]
+        evaluated = report["evaluated"][log.eval.model]
+        assert meta["evaluated"][log.eval.model] == len(evaluated)
+        scored = [s for s in log.samples if s.scores]
+        assert sorted(str(s.id) for s in scored) == sorted(evaluated)
+        t_in = sum(inspect_toy.usage(f"What is {e} times 7? answer = {7 * int(e)}",
+                                     inspect_toy.answer(log.eval.model[4:], f"What is {e} times 7? answer = "
+                                                                            f"{7 * int(e)}")).input_tokens
+                   for e in evaluated)
+        assert meta["tokens"][log.eval.model]["input_tokens"] == t_in
+        stopped = {str(x.id) for x in summary.early_stops}
+        assert stopped == {str(k) for k in range(1, N + 1)} - set(evaluated)
+    assert np.allclose([r["estimate"] for r in report["ranking"]],
+                       [expected.estimates[expected.models.index(r["model"])] for r in report["ranking"]])
+
+
+def _one_line_error(logs, needle: str) -> str:
+    messages = {l.error.message for l in logs if l.status == "error"}
+    assert len(logs) == 3 and messages, [l.status for l in logs]
+    message = next(m for m in messages if needle in m)
+    assert "\n" not in message, message
+    return message
+
+
+def test_an_unshuffled_task_is_refused_in_one_line(tmp_path):
+    logs = run_managed(tmp_path, manager_only=True)
+    message = _one_line_error(logs, "does not shuffle its samples")
+    assert "select_best(Task(...))" in message
+    assert not (tmp_path / "run.db").exists()                # refused before the log was started
+
+
+def test_one_order_shared_by_every_model_is_refused_in_one_line(tmp_path):
+    logs = inspect_eval(TASK, model=MODELS, task_args={"log": str(tmp_path / "run.db"), "n": N, "manager_only": True},
+                        log_dir=str(tmp_path / "logs"), display="none", sample_shuffle=5)
+    _one_line_error(logs, "see the samples in one order")
+
+
+def test_bad_options_are_one_line_in_select_s_words(tmp_path):
+    with pytest.raises(PulseInputError, match=r"select_best: .*--budgett.* pulse-jax select") as err:
+        pj_inspect.select_best(log=tmp_path / "a.db", budgett=3)
+    assert "\n" not in str(err.value)
+    with pytest.raises(PulseInputError, match="--batch-size must be >= 1"):
+        pj_inspect.select_best(log=tmp_path / "b.db", batch_size=0)
+    with pytest.raises(PulseInputError, match="does not exist"):
+        pj_inspect.select_best(log=tmp_path / "nowhere" / "c.db")
+
+
+def _subprocess(folder: Path, calls: Path, hang_after=None):
+    env = {**os.environ, "INSPECT_TOY_CALLS": str(calls), "PYTHONPATH": os.pathsep.join([str(HERE), str(HERE.parent)])}
+    env.pop("INSPECT_TOY_HANG_AFTER", None)
+    if hang_after is not None:
+        env["INSPECT_TOY_HANG_AFTER"] = str(hang_after)
+    code = ("import inspect_toy, inspect_ai\n"
+            f"logs = inspect_ai.eval({TASK!r}, model={MODELS!r}, task_args={{'log': 'run.db', 'n': {N}}}, "
+            "log_dir='logs', display='none')\n"
+            "assert all(l.status == 'success' for l in logs), [l.error for l in logs]\n")
+    return subprocess.Popen([sys.executable, "-c", code], cwd=folder, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
+
+
+def _wait_for_calls(proc, calls: Path, count: int) -> None:
+    deadline = time.time() + 240
+    while not calls.exists() or calls.read_text().count("\n") < count:
+        assert proc.poll() is None, proc.stdout.read().decode()[-3000:]
+        assert time.time() < deadline, "the run made too few calls"
+        time.sleep(0.1)
+    time.sleep(1.0)            # every call after `count` hangs; the finished ones are committed meanwhile
+
+
+@pytest.mark.integration   # subprocesses for minutes: the second test command
+def test_kill_9_at_ten_random_points_each_resumed_ends_as_an_uninterrupted_run(tmp_path):
+    whole = tmp_path / "whole"
+    whole.mkdir()
+    done = _subprocess(whole, whole / "calls.txt")
+    assert done.wait(timeout=600) == 0, done.stdout.read().decode()[-3000:]
+    reference = json.loads((whole / "run_report" / "report.json").read_text())
+    spent = reference["spent"]
+    killed = tmp_path / "killed"
+    killed.mkdir()
+    calls = killed / "calls.txt"
+    points = sorted(np.random.default_rng(46).choice(np.arange(3, spent - 2), size=10, replace=False).tolist())
+    for point in points:
+        proc = _subprocess(killed, calls, hang_after=point)
+        _wait_for_calls(proc, calls, point)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        assert calls.read_text().count("\n") == point
+    last = _subprocess(killed, calls)
+    assert last.wait(timeout=600) == 0, last.stdout.read().decode()[-3000:]
+    lines = calls.read_text().splitlines()
+    assert len(lines) == len(set(lines)) == spent          # no sample evaluated twice, across 10 kills
+    report = json.loads((killed / "run_report" / "report.json").read_text())
+    for key in ("certificate", "leader", "separated", "spent", "evaluated", "ranking", "groups"):
+        assert report[key] == reference[key], key
+
+
+@pytest.mark.integration   # a subprocess that holds the log: the second test command
+def test_a_second_eval_on_a_log_in_use_is_refused_in_one_line(tmp_path):
+    calls = tmp_path / "calls.txt"
+    first = _subprocess(tmp_path, calls, hang_after=10)
+    try:
+        _wait_for_calls(first, calls, 10)
+        logs = inspect_eval(TASK, model=MODELS, task_args={"log": str(tmp_path / "run.db"), "n": N},
+                            log_dir=str(tmp_path / "logs2"), display="none")
+        message = _one_line_error(logs, "run.db")
+        assert "in use" in message or "held" in message or "another" in message, message
+    finally:
+        first.send_signal(signal.SIGKILL)
+        first.wait()
+    assert calls.read_text().count("\n") == 10               # the refused run evaluated nothing
