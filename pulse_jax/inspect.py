@@ -25,8 +25,10 @@ so the wait never starves them), an asked sample is released, its score arrives 
 
 Validity: each model must see its samples in a uniformly random order, independent of the other
 models' and revealed by nothing the selection uses (docs/harness.md). ``select_best(task)`` imposes
-it: each model's copy of the dataset is shuffled with a seed drawn from the run's seed and the
-model's name (reproducible, so a resumed run sees the same order). A task that uses the manager
+it: each model's copy of the dataset is put in the order the selection itself draws that model's
+samples (`pulse_jax.live.selector.draw_order`, fixed by the seed and the model's place in
+``--model``), so the eval asks exactly what ``pulse-jax select --inspect-task`` asks with the same
+seed, and a resumed run sees the same order. A task that uses the manager
 alone (``Task(early_stopping=select_best(...))``) must shuffle its dataset itself, for every model
 independently; an unshuffled dataset, or one order shared by the models, is refused in one line.
 
@@ -39,7 +41,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import hashlib
 import io
 import json
 import math
@@ -102,15 +103,9 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
     require(isinstance(task, Task), f"select_best: expected an Inspect Task, got {type(task).__name__}")
     require(model is not None, "select_best(task): call it inside an @task function, where Inspect builds the task "
                                "for one model (each model then gets its own sample order)")
-    task.dataset.shuffle(order_seed(selection.seed, model))
+    task.dataset = selection.impose_order(task.dataset, model)
     task.early_stopping = manager
     return task
-
-
-def order_seed(seed: int, model: str) -> int:
-    """The seed of ``model``'s sample order: a hash of the run's seed and the model's name, so orders are
-    reproducible and independent across models."""
-    return int.from_bytes(hashlib.sha256(f"pulse-jax|{seed}|{model}".encode()).digest()[:8], "big") >> 1
 
 
 def _flags(options: dict) -> list[str]:
@@ -177,6 +172,7 @@ class _Selection:
         self.report_dir = Path(report) if report else path.with_name(path.stem + "_report")
         self.args = self._parse(["--budget", "1"])     # every option checked now, in select's words
         self.seed = self.args.seed
+        self.examples = None        # the samples' ids in the task's own order (select_best(task)), else sorted
         self.lanes: dict[str, _Lane] = {}
         self.batches: dict[str, _Batch] = {}
         self.selector = self.meter = None
@@ -214,6 +210,23 @@ class _Selection:
         if self.named_models is None and model not in self.expected:
             self.expected.append(model)
 
+    def impose_order(self, dataset, model: str):
+        """``model``'s copy of the dataset in the order the selection draws its samples (`draw_order`: the
+        order ``select`` draws them in, a uniform permutation fixed by the seed and the model's index)."""
+        from inspect_ai.dataset import MemoryDataset
+
+        from pulse_jax.live.selector import draw_order
+
+        require(model in self.expected, f"select_best: model {model} is not among models= ({', '.join(self.expected)})")
+        samples = list(dataset)
+        ids = [str(s.id) for s in samples]
+        require(all(s.id is not None for s in samples) and len(set(ids)) == len(ids),
+                "select_best: the task needs a unique id on every sample")
+        require(self.examples in (None, ids), f"select_best: {model}'s task has other samples than the first model's")
+        self.examples = ids
+        order = draw_order(self.seed, self.expected.index(model), len(samples), self.args.batch_size)
+        return MemoryDataset([samples[j] for j in order], name=dataset.name, location=dataset.location, shuffled=True)
+
     def start(self, model: str, spec, samples, epochs: int) -> None:
         """A model's task starts: check its samples and order; the last one to start starts the selection."""
         require(epochs == 1, f"select_best: task {spec.task} runs {epochs} epochs; a selection scores each sample "
@@ -250,7 +263,7 @@ class _Selection:
             require(order != first, f"select_best: {name} and {self.expected[0]} see the samples in one order; each "
                                     "model needs its own (wrap the task in select_best(Task(...)))")
         require(len(self.expected) >= 2, f"select_best: {len(self.expected)} model; a selection needs at least 2")
-        examples = sorted(first, key=inspect_harness.natural_order)
+        examples = self.examples or sorted(first, key=inspect_harness.natural_order)
         args = self._parse(["--budget", str(len(self.expected) * len(examples))])
         check_first_look(args.budget, len(self.expected), args, "under Inspect")
         estimator, rule, stop, numbers = select.plan(args, len(self.expected))

@@ -2,8 +2,8 @@
 
 The models are the deterministic ``toy/`` provider of ``tests/inspect_toy.py`` (every score known
 exactly; ``INSPECT_TOY_CALLS`` logs each finished call). What is checked: the manager asks exactly
-what a plain `pulse_jax.live.Selector` asks with the same per-model orders (so its guarantee is the
-Selector's), no sample is evaluated twice, the certificate, spend and tie groups reach Inspect's log,
+what a plain `pulse_jax.live.Selector` asks on the same seed (so it evaluates what ``select
+--inspect-task`` evaluates, and its guarantee is the Selector's), no sample is evaluated twice, the certificate, spend and tie groups reach Inspect's log,
 bad set-ups are one line, a second eval on a log in use is refused, and ``kill -9`` at ten random
 points, each resumed, ends where an uninterrupted run ends.
 """
@@ -22,7 +22,6 @@ pytest.importorskip("inspect_ai", reason="inspect-ai is not installed (pip insta
 
 import inspect_toy  # noqa: E402
 from inspect_ai import eval as inspect_eval  # noqa: E402
-from inspect_ai.dataset import MemoryDataset  # noqa: E402
 
 from pulse_jax import inspect as pj_inspect  # noqa: E402
 from pulse_jax import live  # noqa: E402
@@ -44,8 +43,8 @@ def score(model: str, sample_id) -> float:
 
 
 def plain_selection(tmp_path: Path, seed: int = 0):
-    """The same selection as a plain ask/tell loop: select's options, each model's order as
-    ``select_best`` shuffles it, the toy scores."""
+    """The same selection as a plain ask/tell loop on the selector's own draws (``select``'s options,
+    the toy scores), and each model's order as ``select_best`` puts its samples in."""
     args, _ = app.parse(["select", "--models", "x", "--log", str(tmp_path / "plain.db"), "--budget", str(3 * N),
                          "--method", "ucbe", "--batch-size", "6", "--seed", str(seed), "--refit-every", "0",
                          "--stop", "certified"])
@@ -53,14 +52,10 @@ def plain_selection(tmp_path: Path, seed: int = 0):
 
     resolve_defaults(args, "live")
     estimator, rule, stop, numbers = select.plan(args, len(MODELS))
-    order = {}
-    for m in MODELS:
-        data = MemoryDataset(inspect_toy.questions(N))
-        data.shuffle(pj_inspect.order_seed(seed, m))
-        order[m] = [str(s.id) for s in data]
+    order = {m: [str(j + 1) for j in live.draw_order(seed, i, N, 6)] for i, m in enumerate(MODELS)}
+    # no order given: the selector's own uniform draws, as `select --inspect-task` makes them
     selector = live.Selector(MODELS, [str(k) for k in range(1, N + 1)], 3 * N, method=estimator, batch_size=6,
-                             refit_every=0, seed=seed, rule=rule, params=numbers, cs_grid=cs_grid(args), stop=stop,
-                             order=order)
+                             refit_every=0, seed=seed, rule=rule, params=numbers, cs_grid=cs_grid(args), stop=stop)
     while (request := selector.ask()) is not None:
         selector.tell(request, [score(request.model, e) for e in request.example_ids])
     return selector.result(), order
@@ -204,3 +199,20 @@ def test_a_second_eval_on_a_log_in_use_is_refused_in_one_line(tmp_path):
         first.send_signal(signal.SIGKILL)
         first.wait()
     assert calls.read_text().count("\n") == 10               # the refused run evaluated nothing
+
+
+@pytest.mark.integration   # a subprocess with its own compilation: the second test command
+def test_the_harness_page_inside_inspect_block_runs_as_written(tmp_path):
+    import re
+
+    text = (HERE.parent / "docs" / "harness.md").read_text().split("\n## Inside Inspect")[1].split("\n## ")[0]
+    python, = re.findall(r"```python\n(.*?)```", text, re.S)
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    done = subprocess.run([sys.executable, "-c", python], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    counts = {line.split()[0]: int(line.split()[1]) for line in lines[:3]}
+    assert set(counts) == {"mockllm/s40", "mockllm/s55", "mockllm/s70"} and sum(counts.values()) < 600
+    assert lines[3].startswith("mockllm/s70 is the best model, with probability at least 0.95"), lines
+    assert (tmp_path / "selection_report" / "report.md").is_file()

@@ -106,6 +106,35 @@ def _save_atomically(path: Path, array) -> None:
                               "space there or give --log in another folder, then run the same command again") from None
 
 
+def draw_order(seed: int, model_index: int, n_examples: int, batch_size: int) -> np.ndarray:
+    """Every example column in the order a selector with this seed draws them for model ``model_index``
+    (batches of ``batch_size``; the same for the first look and later pulls): the draw key of a batch
+    depends only on the seed, the model's index and how many examples it has seen (`sampling.draw_key`),
+    so a model's draws form one uniform permutation fixed by the seed. An Inspect task ordered by it
+    (`pulse_jax.inspect`) is asked exactly what ``select`` asks."""
+    from pulse_jax.stats import without_replacement as sampling
+
+    examples_key = engine.draw_keys(jax.random.fold_in(seed_key(seed), 0), 1)[1]
+    draw = _batch_draw(int(n_examples), int(batch_size))
+    row, order = sampling.empty_mask(1, n_examples)[0], []
+    while len(order) < n_examples:
+        picked, row = draw(examples_key, jnp.int32(model_index), jnp.int32(len(order)), row)
+        order += np.asarray(picked)[:min(batch_size, n_examples - len(order))].tolist()
+    return np.asarray(order)
+
+
+@functools.lru_cache(maxsize=8)
+def _batch_draw(n_examples: int, batch_size: int):
+    from pulse_jax.stats import without_replacement as sampling
+
+    def draw(examples_key, i, seen, row):
+        picked = sampling.draw(sampling.draw_key(examples_key, i, seen), row, seen, n_examples, batch_size)
+        valid = jnp.arange(batch_size) < jnp.minimum(batch_size, n_examples - seen)
+        return picked, sampling.mark(row, picked, valid)
+
+    return jax.jit(draw)
+
+
 class Asked(NamedTuple):
     """What an ask needs besides the state: the models with a batch in flight (``blocked``), the cells
     they hold (``reserved``) and whether the step refits (``due``)."""
