@@ -142,7 +142,8 @@ def _subprocess(folder: Path, calls: Path, hang_after=None):
     if hang_after is not None:
         env["INSPECT_TOY_HANG_AFTER"] = str(hang_after)
     code = ("import inspect_toy, inspect_ai\n"
-            f"logs = inspect_ai.eval({TASK!r}, model={MODELS!r}, task_args={{'log': 'run.db', 'n': {N}}}, "
+            f"logs = inspect_ai.eval({TASK!r}, model={MODELS!r}, task_args={{'log': {str(folder / 'run.db')!r}, "
+            f"'n': {N}}}, "
             "log_dir='logs', display='none')\n"
             "assert all(l.status == 'success' for l in logs), [l.error for l in logs]\n")
     return subprocess.Popen([sys.executable, "-c", code], cwd=folder, env=env, stdout=subprocess.PIPE,
