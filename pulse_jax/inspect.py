@@ -71,9 +71,10 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
       log: the selection's log (SQLite, as ``pulse-jax select --log``); run the same eval again to resume.
       models: the candidates, in the selection's order (default: the models Inspect builds the task for,
         in the order of ``--model``); needed when the task object is made outside an ``@task`` function.
-      scorer, metric, value_map: which score to read and how it maps to [0, 1] (as ``select
-        --inspect-scorer``, ``--inspect-metric``, ``--value-map``; default: the task's only scorer,
-        ``C``=1, ``I``=0, ``P``=0.5, ``N``=0).
+      scorer: the task's scorer to read (as ``select --inspect-scorer``; default: its only one).
+      metric: for a scorer whose values are dicts, the key to read (``--inspect-metric``).
+      value_map: score values as numbers in [0, 1] added to ``C``=1, ``I``=0, ``P``=0.5, ``N``=0
+        (``--value-map``).
       report: the report folder (default ``<log name>_report`` beside the log).
       **options: ``pulse-jax select``'s options by their long names (``budget=3200``, ``delta=0.05``,
         ``method="ucbe"``, ``train="history.csv"``, ``epsilon=0.02``, ``top_k=2``, ``price=["*=3/15"]``,
@@ -147,11 +148,13 @@ def _sample_tokens() -> tuple[float, float]:
 
 @dataclasses.dataclass
 class _Lane:
-    """One model's task: its samples in the order Inspect schedules them, and the samples released."""
+    """One model's task: its samples in the order Inspect schedules them, those released to be
+    evaluated, those whose score the log holds, and the event its waiting samples wait on."""
 
     order: list
     released: set = dataclasses.field(default_factory=set)
-    done: bool = False
+    scored: set = dataclasses.field(default_factory=set)
+    wake: object = None
 
 
 @dataclasses.dataclass
@@ -183,7 +186,10 @@ class _Selection:
         self._wake = None
         self.usage_path = path.with_name(path.name + ".tokens.jsonl")
         self.tokens = self._read_tokens()
-        self.seconds = 0.0          # time in the manager's own work (checks, scores, commits, asks), no waits
+        # Time, waits left out: in the manager's callbacks (all of it), in the selector's asks, tells and
+        # result (the selection's own compute, which `select --inspect-task` spends too), and starting
+        # (sample orders, the selector's start and compilation, once per run).
+        self.seconds = self.selector_seconds = self.start_seconds = 0.0
 
     def _parse(self, budget: list[str]):
         from pulse_jax.cli import app, select
@@ -224,7 +230,10 @@ class _Selection:
                 "select_best: the task needs a unique id on every sample")
         require(self.examples in (None, ids), f"select_best: {model}'s task has other samples than the first model's")
         self.examples = ids
+        start = time.perf_counter()
         order = draw_order(self.seed, self.expected.index(model), len(samples), self.args.batch_size)
+        self.start_seconds += time.perf_counter() - start
+        self.seconds += time.perf_counter() - start
         return MemoryDataset([samples[j] for j in order], name=dataset.name, location=dataset.location, shuffled=True)
 
     def start(self, model: str, spec, samples, epochs: int) -> None:
@@ -248,7 +257,9 @@ class _Selection:
                                          "candidate once")
         self.lanes[model] = _Lane(ids)
         if set(self.lanes) >= set(self.expected):
+            start = time.perf_counter()
             self._begin()
+            self.start_seconds += time.perf_counter() - start
 
     def _begin(self) -> None:
         from pulse_jax import live
@@ -274,6 +285,8 @@ class _Selection:
                                       log=self.path, rule=rule, params=numbers, cs_grid=cs_grid(args), stop=stop,
                                       order={m: self.lanes[m].order for m in self.expected})
         self.args = args
+        for m, cells in self.selector.evaluated().items():     # a resumed run's samples, told already
+            self.lanes[m].scored.update(str(e) for e in cells)
         self.meter = select.meter_of(args, self.expected, self.token_sum) if (
             args.price or args.cost_per_call is not None or args.budget_usd is not None) else None
         self.advance()
@@ -289,17 +302,21 @@ class _Selection:
             if self.meter is not None and not self.meter.allows(selector.evaluated(), self._cells_ahead()):
                 request = None
             else:
+                start = time.perf_counter()
                 request = selector.ask()
+                self.selector_seconds += time.perf_counter() - start
             if request is None:
                 break
             known = selector.paid_cells(request)
             self.batches[request.model] = _Batch(request, dict(known))
             lane = self.lanes[request.model]
+            lane.scored.update(str(e) for e in known)
             lane.released.update(str(e) for e in request.example_ids if e not in known)
+            self.wake(request.model)
             self._tell_if_complete(request.model)
         if not selector.pending():
             self._finish()
-        self.wake()
+            self.wake()
 
     def _cells_ahead(self) -> int:
         return sum(len(r.example_ids) for r in self.selector.pending()) + self.selector.config.batch_size
@@ -310,7 +327,9 @@ class _Selection:
         if not all(e in batch.scores for e in ids):
             return False
         del self.batches[model]
+        start = time.perf_counter()
         self.selector.tell(batch.request, [batch.scores[e] for e in ids])
+        self.selector_seconds += time.perf_counter() - start
         return True
 
     def record(self, model: str, sample_id, scores) -> None:
@@ -329,18 +348,13 @@ class _Selection:
             return
         self.advance()
 
-    def scored(self, model: str, sample: str) -> bool:
-        """Whether the log already holds ``model``'s score on ``sample`` (told, or paid in the batch in flight)."""
-        batch = self.batches.get(model)
-        if batch is not None and any(str(e) == sample for e in batch.scores):
-            return True
-        return sample in {str(e) for e in self.selector.evaluated()[model]}
-
     def _finish(self) -> None:
         if self.done:
             return
         self.done = True
+        start = time.perf_counter()
         report = self.selector.result()
+        self.selector_seconds += time.perf_counter() - start
         if self.meter is not None:
             self.meter.update(self.selector.evaluated())
             report = dataclasses.replace(report, spend=self.meter.summary(), spend_line=self.meter.line(),
@@ -352,18 +366,28 @@ class _Selection:
         self.error = self.error or message
         self.wake()
 
-    def wake(self) -> None:
-        if self._wake is not None:
+    def wake(self, model: str | None = None) -> None:
+        """Wake the samples waiting in ``model``'s task (every task's: None)."""
+        for name, lane in self.lanes.items():
+            if lane.wake is not None and model in (None, name):
+                lane.wake.set()
+                lane.wake = None
+        if model is None and self._wake is not None:
             self._wake.set()
             self._wake = None
 
-    async def changed(self) -> None:
-        """Wait until the selection changes (a batch asked or told, the end, an error)."""
+    async def changed(self, model: str | None = None) -> None:
+        """Wait until the selection changes for ``model``'s task (a batch asked for it, the end, an error),
+        or, for None, until it ends or fails."""
         import anyio
 
-        if self._wake is None:
-            self._wake = anyio.Event()
-        await self._wake.wait()
+        lane = self.lanes.get(model)
+        if lane is None:
+            self._wake = self._wake or anyio.Event()
+            await self._wake.wait()
+            return
+        lane.wake = lane.wake or anyio.Event()
+        await lane.wake.wait()
 
     def task_done(self) -> None:
         self.closed_tasks += 1
@@ -418,7 +442,8 @@ def _metadata(report, selection: _Selection) -> dict:
             "estimates": {m: [_plain(report.estimates[i]), _plain(report.low[i]), _plain(report.high[i])]
                           for i, m in enumerate(report.models)},
             "log": str(selection.path), "report": str(selection.report_dir / "report.md"),
-            "manager_seconds": round(selection.seconds, 4)}
+            "seconds": {"manager": round(selection.seconds - selection.selector_seconds - selection.start_seconds, 4),
+                        "selector": round(selection.selector_seconds, 4), "start": round(selection.start_seconds, 4)}}
 
 
 def _plain(x):
@@ -454,7 +479,7 @@ class SelectBest:
             selection.seconds += time.perf_counter() - start
             if decision is not _WAIT:
                 return decision
-            await selection.changed()
+            await selection.changed(self.model)
 
     def _decide(self, id, epoch: int, key: str):
         """``None`` (evaluate the sample now), an ``EarlyStop``, or `_WAIT`."""
@@ -467,7 +492,7 @@ class SelectBest:
             return None
         if selection.done:
             return EarlyStop(id=id, epoch=epoch, reason=f"selection over: {selection.final['certificate']}")
-        if selection.selector is not None and selection.scored(self.model, key):
+        if key in selection.lanes[self.model].scored:
             return EarlyStop(id=id, epoch=epoch, reason=f"scored in an earlier run ({selection.path.name})")
         return _WAIT
 

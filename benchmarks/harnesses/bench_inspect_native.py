@@ -3,7 +3,10 @@
 For each seed: ``inspect_ai.eval`` of the task under the manager, and ``pulse-jax select --inspect-task``
 on the same task, models, seed and options; the samples each evaluates (the toy model's call log) and the
 model each certifies. Once: the same eval without the manager (every sample of every model), whose wall
-time per sample is the mock-model sample the manager's own time per sample is compared with.
+time per sample is the mock-model sample the manager's own time per sample is compared with. The
+manager's time (its callbacks, waits left out) is split as it reports it: the Inspect side (decisions,
+scores, commits, tokens), the selector's asks and tells (the selection's own compute, which ``select
+--inspect-task`` spends too) and the start (sample orders, the selector's start and compilation).
 
     python benchmarks/harnesses/bench_inspect_native.py --out docs/benchmarks/inspect_native.json
 """
@@ -88,25 +91,33 @@ def main() -> None:
                          "ratio": round(managed["calls"] / selected["calls"], 4),
                          "manager_certified": meta["leader"] if meta["separated"] else None,
                          "select_certified": selected["leader"] if selected["certified"] else None,
-                         "manager_seconds_total": meta["manager_seconds"], "manager_eval_seconds": managed["seconds"],
+                         "manager_seconds": meta["seconds"]["manager"], "selector_seconds": meta["seconds"]["selector"],
+                         "start_seconds": meta["seconds"]["start"], "manager_eval_seconds": managed["seconds"],
                          "select_seconds": selected["seconds"]})
             print(rows[-1], flush=True)
         folder = tmp / "plain"
         folder.mkdir()
         plain = run_eval(folder, "questions_400", {})
     per_sample = plain["seconds"] / plain["calls"]
-    manager = sum(r["manager_seconds_total"] for r in rows) / sum(r["manager_samples"] for r in rows)
+    samples = sum(r["manager_samples"] for r in rows)
+    manager = sum(r["manager_seconds"] for r in rows) / samples
+    selector = sum(r["selector_seconds"] for r in rows) / samples
     out = {"models": MODELS, "samples": SAMPLES, "batch_size": args.batch_size, "runs": rows,
            "without_manager": {"samples": plain["calls"], "seconds": plain["seconds"],
                                "ms_per_sample": round(1000 * per_sample, 3)},
            "manager_ms_per_sample": round(1000 * manager, 3),
-           "manager_share_of_a_sample": round(manager / per_sample, 4)}
+           "manager_share_of_a_sample": round(manager / per_sample, 4),
+           "selector_ms_per_sample": round(1000 * selector, 3),
+           "start_seconds": [r["start_seconds"] for r in rows]}
     print(f"{'seed':>4} {'manager':>8} {'select':>7} {'ratio':>6}  certified (manager / select)")
     for r in rows:
         print(f"{r['seed']:>4} {r['manager_samples']:>8} {r['select_samples']:>7} {r['ratio']:>6.3f}  "
               f"{r['manager_certified']} / {r['select_certified']}")
-    print(f"without the manager: {plain['calls']} samples, {1000 * per_sample:.2f} ms per sample (wall); "
-          f"the manager: {1000 * manager:.3f} ms per evaluated sample ({manager / per_sample:.1%})")
+    starts = ", ".join(f"{r['start_seconds']:.1f}" for r in rows)
+    print(f"without the manager: {plain['calls']} samples, {1000 * per_sample:.2f} ms per sample (wall)")
+    print(f"the manager (Inspect side: decisions, scores, commits, tokens): {1000 * manager:.3f} ms per evaluated "
+          f"sample, {manager / per_sample:.1%} of a sample; the selector's asks and tells (select pays them too): "
+          f"{1000 * selector:.3f} ms per sample; starting: {starts} s")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=2) + "\n")
 

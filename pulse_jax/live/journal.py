@@ -600,11 +600,14 @@ class Journal(LogReader):
         self._conn, self.path = conn, now
         return True
 
-    def append(self, record: dict) -> None:
+    def append(self, record: dict, synced: bool = True) -> None:
         """Commit one record (the header, a told batch or a paid batch) in one transaction.
 
         A told batch's row and the removal of its paid row (if any) are one transaction. Raises
-        `LogFull` when the commit fails (nothing of it is saved)."""
+        `LogFull` when the commit fails (nothing of it is saved). ``synced=False`` (the samples of a
+        batch in flight, as they come back) commits without waiting for the disk: the row outlives the
+        process (a ``kill -9``), not the machine (a power cut), after which those samples are asked
+        again like any batch in flight."""
         if self._conn is None:
             raise PulseInputError(f"{self.path}: this selector no longer holds the log (another selector in this "
                                   "process opened it); use the newer one")
@@ -625,8 +628,14 @@ class Journal(LogReader):
                          ("DELETE FROM paid WHERE ticket = ?", (body["ticket"],)), _TALLY_SQL(crc))
             self._previous = crc
         elif kind == "paid":
-            self._commit(("INSERT OR REPLACE INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)",
-                          (*row, checksum(body, self._run_crc))), _TALLY_SQL(self._previous_told()))
+            if not synced:
+                self._conn.execute("PRAGMA synchronous = OFF")
+            try:
+                self._commit(("INSERT OR REPLACE INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)",
+                              (*row, checksum(body, self._run_crc))), _TALLY_SQL(self._previous_told()))
+            finally:
+                if not synced:
+                    self._conn.execute("PRAGMA synchronous = FULL")
         else:
             raise ValueError(f"unknown record type {kind!r}")
 

@@ -520,8 +520,9 @@ class Selector:
             values[k] = float(x)
         record = {"model": request.model, "examples": list(request.example_ids), "scores": values}
         if self.log_path is not None:
+            # not synced to the disk: it outlives a killed process; a power cut re-asks these samples
             self._write({"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
-                         **record})
+                         **record}, synced=False)
         self._paid[request.ticket] = record
 
     def paid_cells(self, request: Request) -> dict:
@@ -531,7 +532,7 @@ class Selector:
             return {}
         return {e: float(x) for e, x in zip(request.example_ids, record["scores"]) if x is not None}
 
-    def _write(self, record: dict) -> None:
+    def _write(self, record: dict, synced: bool = True) -> None:
         """Commit ``record`` to the log, retrying a failed commit (each failure is rolled back whole).
 
         If it still fails, the log's reserve is freed and the record committed into it: the selector is
@@ -542,7 +543,7 @@ class Selector:
         failure = None
         for attempt in range(WRITE_RETRIES + 1):
             try:
-                self._journal.append(record)
+                self._journal.append(record, synced)
                 return
             except journal.LogFull as err:
                 failure = err
