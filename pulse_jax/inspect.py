@@ -257,9 +257,9 @@ class _Selection:
                                          "candidate once")
         self.lanes[model] = _Lane(ids)
         if set(self.lanes) >= set(self.expected):
-            start = time.perf_counter()
-            self._begin()
-            self.start_seconds += time.perf_counter() - start
+            start, asked = time.perf_counter(), self.selector_seconds
+            self._begin()       # its first asks count as the selector's
+            self.start_seconds += time.perf_counter() - start - (self.selector_seconds - asked)
 
     def _begin(self) -> None:
         from pulse_jax import live
@@ -389,6 +389,12 @@ class _Selection:
         lane.wake = lane.wake or anyio.Event()
         await lane.wake.wait()
 
+    def time_split(self) -> dict:
+        """The manager's time so far, waits left out: its Inspect side (decisions, scores, commits, tokens),
+        the selector's asks, tells and result, and the start (orders, the selector's start and compilation)."""
+        return {"manager": round(self.seconds - self.selector_seconds - self.start_seconds, 4),
+                "selector": round(self.selector_seconds, 4), "start": round(self.start_seconds, 4)}
+
     def task_done(self) -> None:
         self.closed_tasks += 1
         if self.closed_tasks >= len(self.lanes) and (self.done or self.error):
@@ -441,9 +447,7 @@ def _metadata(report, selection: _Selection) -> dict:
             "evaluated": evaluated, "tokens": tokens, **({"spend": report.spend} if report.spend else {}),
             "estimates": {m: [_plain(report.estimates[i]), _plain(report.low[i]), _plain(report.high[i])]
                           for i, m in enumerate(report.models)},
-            "log": str(selection.path), "report": str(selection.report_dir / "report.md"),
-            "seconds": {"manager": round(selection.seconds - selection.selector_seconds - selection.start_seconds, 4),
-                        "selector": round(selection.selector_seconds, 4), "start": round(selection.start_seconds, 4)}}
+            "log": str(selection.path), "report": str(selection.report_dir / "report.md")}
 
 
 def _plain(x):
@@ -511,5 +515,7 @@ class SelectBest:
         while not (selection.done or selection.error):    # a model evaluated in full ends before the others
             await selection.changed()
         selection.task_done()
-        return dict(selection.final or {"error": selection.error or "the selection did not finish"})
+        if selection.final is None:
+            return {"error": selection.error or "the selection did not finish"}
+        return {**selection.final, "seconds": selection.time_split()}
 
