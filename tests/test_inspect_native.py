@@ -217,3 +217,18 @@ def test_the_harness_page_inside_inspect_block_runs_as_written(tmp_path):
     assert set(counts) == {"mockllm/s40", "mockllm/s55", "mockllm/s70"} and sum(counts.values()) < 600
     assert lines[3].startswith("mockllm/s70 is the best model, with probability at least 0.95"), lines
     assert (tmp_path / "selection_report" / "report.md").is_file()
+
+
+@pytest.mark.integration   # a second in-process eval of its own: the second test command
+def test_eval_set_runs_the_same_selection(tmp_path):
+    from inspect_ai import eval_set
+    from inspect_ai.log import read_eval_log
+
+    ok, logs = eval_set(TASK, model=MODELS, task_args={"log": str(tmp_path / "run.db"), "n": N},
+                        log_dir=str(tmp_path / "logs"), display="none")
+    assert ok
+    expected, _ = plain_selection(tmp_path)
+    for log in logs:
+        full = read_eval_log(log.location)
+        assert sorted(str(s.id) for s in full.samples if s.scores) == sorted(expected.evaluated[full.eval.model])
+        assert full.results.early_stopping.metadata["certificate"] == expected.certificate
