@@ -44,7 +44,6 @@ import dataclasses
 import io
 import json
 import math
-import shlex
 import time
 from pathlib import Path
 from typing import Mapping
@@ -65,8 +64,8 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
     """Certified best-model selection as Inspect's early-stopping manager.
 
     Args:
-      task: an Inspect ``Task``: its dataset is shuffled for the model Inspect builds it for, its
-        ``early_stopping`` set, and it is returned. None: the manager alone, for
+      task: an Inspect ``Task``: its dataset is put in the order the selection draws the samples of the
+        model Inspect builds it for, its ``early_stopping`` set, and it is returned. None: the manager alone, for
         ``Task(early_stopping=...)`` (the task must then shuffle its samples itself).
       log: the selection's log (SQLite, as ``pulse-jax select --log``); run the same eval again to resume.
       models: the candidates, in the selection's order (default: the models Inspect builds the task for,
