@@ -13,8 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def _blocks(kind: str) -> list[str]:
-    """The lm-eval part's blocks (the Inspect part's run in tests/test_inspect.py)."""
-    text = (ROOT / "docs" / "harness.md").read_text().split("\n## From Inspect")[0]
+    """The lm-eval part's blocks (the Inspect parts' run in tests/test_inspect_native.py and tests/test_inspect.py)."""
+    text = (ROOT / "docs" / "harness.md").read_text().split("\n## Inside Inspect")[0]
     return re.findall(rf"```{kind}\n(.*?)```", text, re.S)
 
 
