@@ -52,6 +52,7 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.io import inspect_harness
+from pulse_jax.live.report import plain_number
 
 #: The early-stopping manager's name in Inspect's logs.
 MANAGER = "pulse-jax select_best"
@@ -74,7 +75,8 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
       metric: for a scorer whose values are dicts, the key to read (``--inspect-metric``).
       value_map: score values as numbers in [0, 1] added to ``C``=1, ``I``=0, ``P``=0.5, ``N``=0
         (``--value-map``).
-      report: the report folder (default ``<log name>_report`` beside the log).
+      report: the report folder (default ``<log name>_report`` beside the log); one holding another
+        run's results needs ``force=True``, as ``select --report`` needs ``--force``.
       **options: ``pulse-jax select``'s options by their long names (``budget=3200``, ``delta=0.05``,
         ``method="ucbe"``, ``train="history.csv"``, ``epsilon=0.02``, ``top_k=2``, ``price=["*=3/15"]``,
         ``budget_usd=0.25``, ``usage="history"``, ``seed=0``, ...), with its defaults and checks;
@@ -141,8 +143,7 @@ def _sample_tokens() -> tuple[float, float]:
         usage = sample_model_usage()
     except (ImportError, LookupError):
         return math.nan, math.nan
-    return (float(sum(u.input_tokens or 0 for u in usage.values())),
-            float(sum(u.output_tokens or 0 for u in usage.values()))) if usage else (math.nan, math.nan)
+    return inspect_harness.usage_tokens(usage)
 
 
 @dataclasses.dataclass
@@ -278,6 +279,7 @@ class _Selection:
         check_first_look(args.budget, len(self.expected), args, "under Inspect")
         estimator, rule, stop, numbers = select.plan(args, len(self.expected))
         train = select.live_side_information(args, estimator)
+        select.check_report_dir(self.report_dir, self.path, args.force)
         self.selector = live.Selector(self.expected, examples, args.budget, method=estimator,
                                       batch_size=args.batch_size, init_batches=args.init_batches,
                                       refit_every=args.refit_every, seed=args.seed, train=train, rank=args.rank,
@@ -444,13 +446,10 @@ def _metadata(report, selection: _Selection) -> dict:
             "stop": report.stop, "claimed": list(report.claimed), "delta": report.delta,
             "tie_groups": [list(g) for g in report.groups], "spent_cells": report.spent, "budget_cells": report.budget,
             "evaluated": evaluated, "tokens": tokens, **({"spend": report.spend} if report.spend else {}),
-            "estimates": {m: [_plain(report.estimates[i]), _plain(report.low[i]), _plain(report.high[i])]
+            "estimates": {m: [plain_number(report.estimates[i]), plain_number(report.low[i]),
+                              plain_number(report.high[i])]
                           for i, m in enumerate(report.models)},
             "log": str(selection.path), "report": str(selection.report_dir / "report.md")}
-
-
-def _plain(x):
-    return None if x is None or not np.isfinite(x) else float(x)
 
 
 class SelectBest:

@@ -88,7 +88,7 @@ def questions_400():
 
 @task
 def selected(log: str = "run.db", n: int = N_SAMPLES, method: str = "ucbe", batch_size: int = 6, seed: int = 0,
-             stop: str = "certified", budget: int = 0, manager_only: bool = False):
+             stop: str = "certified", budget: int = 0, manager_only: bool = False, price: str = "", usage: str = ""):
     """The toy task under `pulse_jax.inspect.select_best` (``manager_only``: the manager alone, on the
     dataset in its own order)."""
     from inspect_ai.dataset import MemoryDataset
@@ -96,7 +96,7 @@ def selected(log: str = "run.db", n: int = N_SAMPLES, method: str = "ucbe", batc
     from pulse_jax.inspect import select_best
 
     options = dict(log=log, method=method, batch_size=batch_size, seed=seed, stop=stop, refit_every=0,
-                   budget=budget or None)
+                   budget=budget or None, price=price or None, usage=usage or None)
     if manager_only:
         return Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=match(),
                     early_stopping=select_best(**options))

@@ -67,9 +67,11 @@ def run_managed(folder: Path, **task_args):
 
 
 def test_the_manager_asks_what_a_plain_selector_asks_and_logs_its_certificate(tmp_path, monkeypatch):
+    history = tmp_path / "history"      # token counts of two other models: what the cost estimate reads
+    inspect_eval(inspect_toy.arithmetic(), model=["toy/h50", "toy/h70"], log_dir=str(history), display="none")
     calls = tmp_path / "calls.txt"
     monkeypatch.setenv("INSPECT_TOY_CALLS", str(calls))
-    logs = run_managed(tmp_path)
+    logs = run_managed(tmp_path, price="*=2/8", usage=str(history))
     assert [l.status for l in logs] == ["success"] * 3, [l.error for l in logs]
     expected, order = plain_selection(tmp_path)
     report = json.loads((tmp_path / "run_report" / "report.json").read_text())
@@ -99,6 +101,13 @@ def test_the_manager_asks_what_a_plain_selector_asks_and_logs_its_certificate(tm
                                                                             f"{7 * int(e)}")).input_tokens
                    for e in evaluated)
         assert meta["tokens"][log.eval.model]["input_tokens"] == t_in
+        usd = 0.0                           # the spend at $2 / $8 per million input / output tokens
+        for m, ids in report["evaluated"].items():
+            for e in ids:
+                prompt = f"What is {e} times 7? answer = {7 * int(e)}"
+                u = inspect_toy.usage(prompt, inspect_toy.answer(m[4:], prompt))
+                usd += (2 * u.input_tokens + 8 * u.output_tokens) / 1e6
+        assert meta["spend"]["usd"] == pytest.approx(usd, rel=1e-9) and meta["spend"]["cells"] == report["spent"]
         stopped = {str(x.id) for x in summary.early_stops}
         assert stopped == {str(k) for k in range(1, N + 1)} - set(evaluated)
     assert np.allclose([r["estimate"] for r in report["ranking"]],

@@ -105,7 +105,7 @@ def run(args) -> None:
     estimator, rule, stop, numbers = plan(args, len(models))
     train = live_side_information(args, estimator)
     out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
-    _check_report_dir(out, Path(args.log), args.force)
+    check_report_dir(out, Path(args.log), args.force)
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
                              train=train, rank=args.rank, log=args.log, rule=rule, params=numbers,
@@ -184,7 +184,7 @@ def _drive(args, selector, evaluate, meter):
         raise
 
 
-def _check_report_dir(out: Path, log: Path, force: bool) -> None:
+def check_report_dir(out: Path, log: Path, force: bool) -> None:
     """``select``'s report folder: new, empty, or holding this same log's report (a resumed run writes it
     again); another run's results need ``--force``."""
     require(not out.exists() or out.is_dir(), f"--report {out}: exists and is not a directory")

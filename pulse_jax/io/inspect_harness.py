@@ -101,7 +101,7 @@ def score_value(value, value_map: Mapping, where: str, key: str | None = None) -
     return x
 
 
-def _tokens(usage) -> tuple[float, float]:
+def usage_tokens(usage) -> tuple[float, float]:
     """(input, output) tokens of a sample's ``model_usage`` (every model it called)."""
     if not usage:
         return math.nan, math.nan
@@ -187,7 +187,7 @@ def _summaries(log, path: Path):
 def _compact(path: str) -> list[tuple]:
     """A log's samples as ``(id, epoch, scored, {scorer: value}, input tokens, output tokens)``."""
     return [(str(x.id), x.epoch, x.error is None and bool(x.scores),
-             {k: v.value for k, v in (x.scores or {}).items()}, *_tokens(x.model_usage))
+             {k: v.value for k, v in (x.scores or {}).items()}, *usage_tokens(x.model_usage))
             for x in _summaries(_log_module(), Path(path))]
 
 
@@ -462,7 +462,7 @@ class InspectScorer:
             key = self.scorer or next(iter(s.scores))
             require(key in s.scores, f"{where}: no scorer {key!r}; scorers present: {', '.join(s.scores)}")
             x = score_value(s.scores[key].value, self.value_map, f"{where}, sample {s.id!r}", self.metric)
-            self._done[name][s.id] = (x, *_tokens(s.model_usage))
+            self._done[name][s.id] = (x, *usage_tokens(s.model_usage))
 
     def __call__(self, model: str, sample_ids) -> list[float]:
         from inspect_ai import eval as inspect_eval
