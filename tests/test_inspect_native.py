@@ -66,6 +66,8 @@ def run_managed(folder: Path, **task_args):
                         log_dir=str(folder / "logs"), display="none")
 
 
+@pytest.mark.integration   # two evals and a compilation (~12 s): the second test command; the default run keeps
+# draw_order's equality with the selector's draws (tests/test_selector_order.py)
 def test_the_manager_asks_what_a_plain_selector_asks_and_logs_its_certificate(tmp_path, monkeypatch):
     history = tmp_path / "history"      # token counts of two other models: what the cost estimate reads
     inspect_eval(inspect_toy.arithmetic(), model=["toy/h50", "toy/h70"], log_dir=str(history), display="none")
