@@ -84,7 +84,7 @@ def main(argv=None) -> int:
                 clear()
             start = time.perf_counter()
             res = pj.simulate(bench.scores, config, "pulse", V=V, reps=args.reps, seed=0,
-                              params=pj.BanditParams(**values))
+                              params=dict(values))
             total += time.perf_counter() - start
             compile_total += res.compile_seconds
             # Same keys, so the same draws; a different vmap batch can round float32 sums differently,
