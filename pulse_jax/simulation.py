@@ -91,7 +91,8 @@ def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None
     and ``V`` replicated, and no device ever talks to another.
     """
     per_item = (0,) * (2 if follow else 1)
-    run = engine.make_batched_run(config, method, follow)
+    run = engine.make_batched_run(config, method, follow) if config.concurrency == 1 else \
+        engine.make_concurrent_run(config, method)
 
     def batched(keys, scores, V, start, params, choices=None):
         return run(keys, scores, V, params, choices, start)
@@ -222,6 +223,8 @@ def _check_row_prior(row_prior, estimator, V, params: RunParams):
 
 def _check_follow(follow, reps: int, config: BanditConfig) -> np.ndarray:
     """``follow`` as an ``(reps, n_steps)`` int32 array of model indices or -1, or a one-line error."""
+    require(config.concurrency == 1, f"follow: a run with concurrency={config.concurrency} cannot follow given "
+                                     "choices (a choice there is made with its batches in flight)")
     arr = np.asarray(follow)
     want = (reps, config.n_steps)
     require(arr.shape == want, f"follow must have shape (reps, n_steps) = {want}, got {arr.shape}")

@@ -12,6 +12,8 @@ Reading order, one module each:
   ``observe`` (the live selector calls these separately, on the same kernel);
 * `drivers` -- `make_run` (the whole run for one PRNG key) and
   `make_batched_run` (a batch that stops computing once every repetition has stopped);
+* `concurrent` -- `make_concurrent_run`: a batch of runs with ``config.concurrency`` batches in
+  flight, as a live selection asks them (a static schedule of asks and returns);
 * `bookkeeping` -- estimates, bounds, certificates, snapshots.
 
 The engine imports the plug-in interfaces (``pulse_jax.estimators.base``, ``rules.base``,
@@ -40,12 +42,14 @@ from pulse_jax.engine.config import (INTERVALS, BanditConfig, Plugins, check_com
                                      log_chunk_slots, plugins_of, refit_due, refit_period, refits_periodically,
                                      resolve_params, traced_params)
 from pulse_jax.engine.drivers import EPISODE_AXES, STOP_BLOCK_STEPS, bind, make_batched_run, make_run
-from pulse_jax.engine.kernel import Batch, Choice, Kernel, Start, Static, adam_refit, build_kernel, room
+from pulse_jax.engine.kernel import Batch, Choice, InFlight, Kernel, Start, Static, adam_refit, build_kernel, room
+from pulse_jax.engine.concurrent import event_schedule, make_concurrent_run, n_events
 from pulse_jax.engine.state import (BanditState, Episode, PullLog, RunResult, StepRecord, draw_keys, initial_draws,
                                     observed_blocks)
 
 __all__ = ["BanditConfig", "BanditState", "Batch", "Certificate", "Choice", "EPISODE_AXES", "Episode", "INTERVALS",
-           "Kernel", "Plugins", "PullLog", "RunResult", "STOP_BLOCK_STEPS", "Snapshots", "Start", "Static",
+           "InFlight", "Kernel", "Plugins", "PullLog", "RunResult", "STOP_BLOCK_STEPS", "Snapshots", "Start", "Static",
            "StepRecord", "adam_refit", "bind", "build_kernel", "check_compatible", "check_levels", "draw_keys",
-           "get_estimator", "initial_draws", "log_chunk_slots", "make_batched_run", "make_run", "observed_blocks",
+           "event_schedule", "get_estimator", "initial_draws", "log_chunk_slots", "make_batched_run", "make_concurrent_run", "make_run",
+           "n_events", "observed_blocks",
            "plugins_of", "refit_due", "refit_period", "refits_periodically", "resolve_params", "room", "traced_params"]

@@ -70,6 +70,12 @@ class BanditConfig:
         from the matrix; ``None``: every model has all ``n_examples``). Only the
         scan length depends on it; the run reads the populations from the
         scores (NaN = missing).
+      concurrency: batches in flight at once (default 1). With ``c > 1`` each choice is made before
+        the results of the ``c - 1`` batches asked before it are observed, as a live selection asks
+        with ``c`` calls in flight (`pulse_jax.engine.concurrent`): the batches return in the order
+        they were asked, a refit waits until none is in flight, and the choice counts the cells in
+        flight as allocated (`pulse_jax.engine.kernel.InFlight`). The per-step records are then
+        per *event* (an ask, the oldest batch's return, or both).
     """
 
     n_models: int
@@ -88,12 +94,13 @@ class BanditConfig:
     stop: str | StoppingRule = "budget"
     snapshot_budgets: tuple = ()
     populations: tuple | None = None
+    concurrency: int = 1
 
     def __post_init__(self):
         require(isinstance(self.record_steps, bool), f"BanditConfig.record_steps must be True or False, got "
                                                      f"{self.record_steps!r}")
         for name in ("n_models", "n_examples", "budget", "batch_size", "init_batches", "refit_every",
-                     "init_refit_epochs", "refit_epochs", "cs_grid"):
+                     "init_refit_epochs", "refit_epochs", "cs_grid", "concurrency"):
             value = getattr(self, name)
             require(isinstance(value, (int, np.integer)) and not isinstance(value, bool),
                     f"BanditConfig.{name} must be an integer, got {value!r}")
@@ -115,6 +122,7 @@ class BanditConfig:
                 f"budget={self.budget} is smaller than the initialization, which needs n_models x "
                 f"batch_size x init_batches = {self.init_cells} cells")
         require(self.refit_every >= 0, f"refit_every must be >= 0, got {self.refit_every}")
+        require(self.concurrency >= 1, f"concurrency must be >= 1 (batches in flight at once), got {self.concurrency}")
         require(self.cs_grid == 0 or self.cs_grid >= 2,
                 f"cs_grid must be 0 (empirical-Bernstein sequences) or >= 2 grid means (betting), got {self.cs_grid}")
         require(self.init_refit_epochs >= 0 and self.refit_epochs >= 0,
@@ -161,7 +169,9 @@ class BanditConfig:
             steps += sum(1 for p in self.populations if p > n0 and (p - n0) % self.batch_size)
         elif n > n0 and (n - n0) % self.batch_size:
             steps += min(self.n_models, b // (n - n0) + 1)
-        return steps
+        # With batches in flight, an ask near the budget's end can find it all reserved by them and
+        # spend nothing: up to ``concurrency - 1`` more steps.
+        return steps + self.concurrency - 1
 
 
 def log_chunk_slots(config: BanditConfig) -> int:

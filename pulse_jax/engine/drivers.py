@@ -11,6 +11,7 @@ from pulse_jax.engine.config import BanditConfig, check_compatible, get_estimato
 from pulse_jax.engine.kernel import Kernel, Start, build_kernel
 from pulse_jax.engine.params import RunParams
 from pulse_jax.engine.state import BanditState, Episode, RunResult
+from pulse_jax.errors import require
 from pulse_jax.estimators.base import Estimator
 
 
@@ -39,9 +40,14 @@ def bind(config: BanditConfig, method: str | Estimator) -> Kernel:
     return build_kernel(config, estimator)
 
 
-def _start_params(kernel: Kernel, params) -> RunParams:
+def start_params(kernel: Kernel, params) -> RunParams:
     """``params`` (None, a RunParams or a possibly stacked BanditParams) as float32 arrays, once per run."""
     return traced_params(kernel.plugins, params).as_arrays()
+
+
+def _sequential(kernel: Kernel) -> None:
+    require(kernel.config.concurrency == 1, f"BanditConfig.concurrency={kernel.config.concurrency}: this driver runs "
+                                            "one batch at a time; use pulse_jax.engine.make_concurrent_run")
 
 
 def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False):
@@ -68,9 +74,10 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     ``params.refit_prior``.
     """
     kernel = bind(config, method)
+    _sequential(kernel)
 
     def run(key, scores, V, params=None, choices=None, start=Start()):
-        params = _start_params(kernel, params)
+        params = start_params(kernel, params)
         episode, state = kernel.init(key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32), params,
                                      start)
         init_best = state.best
@@ -91,7 +98,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
         if not config.record_steps:   # the summary only: the final state's record as the one "step"
             records = jax.tree_util.tree_map(lambda a: a[None], kernel.idle_record(episode, state, params,
                                                                                    jnp.int32(0)))
-        return _run_result(kernel, state, params, records, init_best)
+        return run_result(kernel, state, params, records, init_best)
 
     return run
 
@@ -111,6 +118,7 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
     ``vmap(make_run(config, method, follow))``.
     """
     kernel = bind(config, method)
+    _sequential(kernel)
     if not config.stop.stops_early:
         per_rep = jax.vmap(make_run(config, kernel.plugins.estimator, follow),
                            in_axes=(0, None, None, 0, 0 if follow else None, None))
@@ -119,14 +127,14 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
     block = block or STOP_BLOCK_STEPS
 
     def run(keys, scores, V, params, choices=None, start=Start()):
-        params = _start_params(kernel, params)
+        params = start_params(kernel, params)
         scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
         episodes, states = jax.vmap(kernel.init, in_axes=(0, None, None, 0, None), out_axes=(EPISODE_AXES, 0))(
             keys, scores, V, params, start)
         padded = None if choices is None else jnp.pad(jnp.asarray(choices, jnp.int32), ((0, 0), (1, 0)),
                                                       constant_values=-1)
         final, records = _blocks(kernel, block, episodes, states, params, padded)
-        return jax.vmap(lambda *a: _run_result(kernel, *a))(final, params, records, states.best)
+        return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best)
 
     return run
 
@@ -214,7 +222,7 @@ def _phases(kernel: Kernel, episode: Episode, state: BanditState, params: RunPar
     return state, jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), records)
 
 
-def _run_result(kernel: Kernel, state: BanditState, params: RunParams, records, init_best) -> RunResult:
+def run_result(kernel: Kernel, state: BanditState, params: RunParams, records, init_best) -> RunResult:
     config, estimator = kernel.config, kernel.plugins.estimator
     n = config.n_examples
     radius = estimator.radius(state.estimator, state.ledger, n, params.delta, params.estimator)

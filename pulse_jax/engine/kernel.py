@@ -54,6 +54,23 @@ class Batch(NamedTuple):
     scores: jax.Array
 
 
+class InFlight(NamedTuple):
+    """Batches asked but not yet observed (a live selection's pending requests, a simulated run's queue at
+    ``concurrency > 1``), per model: their ``cells`` (m,), their ``batches`` (m,) and ``rows``, the packed
+    mask of the examples observed *or* in flight (m, W).
+
+    A choice counts them as allocated: the rule sees ``n_obs + cells`` (the widths its index or cost
+    derives from the counts shrink for what is on its way, the estimates do not move), a model whose
+    unseen examples are all in flight cannot be chosen, and a batch is drawn uniformly from the
+    examples neither observed nor in flight, with the draw key of the count including them. Nothing
+    an estimate or a confidence sequence uses reads them (docs/live.md, "Asking while batches are in
+    flight")."""
+
+    cells: jax.Array
+    batches: jax.Array
+    rows: jax.Array
+
+
 class Start(NamedTuple):
     """Where a repetition's rows of U start (``init_U``, ``(m, r)``; None: zeros) and the Gaussian
     every refit pulls them towards (``row_prior``, a `pulse_jax.stats.factorization.RowPrior`;
@@ -181,10 +198,12 @@ def _recommend(s: Static, episode: Episode, state: BanditState, params: RunParam
     return random_argmax(tie_uniform(episode.key, t, BEST), mu, episode.model_order)
 
 
-def room(config: BanditConfig, state: BanditState, i, reserved=0):
-    """``B' = min(B, |U_i|, budget left - reserved)`` for model ``i`` (never below 0)."""
+def room(config: BanditConfig, state: BanditState, i, reserved=0, in_flight: InFlight | None = None):
+    """``B' = min(B, |U_i|, budget left - reserved)`` for model ``i`` (never below 0); ``U_i`` leaves out
+    the examples in flight."""
     ledger = state.ledger
-    size = jnp.minimum(jnp.minimum(config.batch_size, ledger.population[i] - ledger.n_obs[i]),
+    allocated = ledger.n_obs[i] if in_flight is None else ledger.n_obs[i] + in_flight.cells[i]
+    size = jnp.minimum(jnp.minimum(config.batch_size, ledger.population[i] - allocated),
                        config.budget - state.spent - reserved)
     return jnp.maximum(size, 0)
 
@@ -199,7 +218,7 @@ def _stop_inputs(s: Static, state: BanditState, params: RunParams, t) -> StopInp
 
 
 def _select(s: Static, episode: Episode, state: BanditState, params: RunParams, t, *, blocked=None,
-            reserved=0) -> tuple[BanditState, Choice]:
+            reserved=0, in_flight: InFlight | None = None) -> tuple[BanditState, Choice]:
     """Step 1: the model the sampling rule chooses and its batch size ``B'``.
 
     The rule sees the models that are not exhausted (nor ``blocked``: a live
@@ -207,13 +226,24 @@ def _select(s: Static, episode: Episode, state: BanditState, params: RunParams, 
     simultaneous bounds. ``size = 0`` means nothing to do: always at ``t = 0``,
     when the rule chooses no model, and once the stopping rule says done. The
     rule's state is kept from step 1 on (at ``t = 0`` nothing happens).
+
+    ``in_flight`` (`InFlight`): batches asked before this one and not yet observed; the rule sees
+    their cells and batches as allocated (``n_obs``, ``n_pulls``), and a model with no unseen example
+    left outside them is not ``active``. ``reserved`` is then their cells in all.
     """
     config, (estimator, rule, stop) = s
     m, ledger = config.n_models, state.ledger
     exhausted = ledger.n_obs >= ledger.population
-    active = ~exhausted if blocked is None else ~exhausted & ~blocked
+    n_alloc, pulls = ledger.n_obs, ledger.n_pulls
+    if in_flight is not None:
+        n_alloc, pulls = n_alloc + in_flight.cells, pulls + in_flight.batches
+    active = n_alloc < ledger.population
+    active = active if blocked is None else active & ~blocked
     looks = _stop_inputs(s, state, params, t)
-    inputs = RuleInputs(t, looks.estimates, looks.low, looks.high, ledger.n_obs, ledger.n_pulls, active, exhausted,
+    low, high = looks.low, looks.high
+    if in_flight is not None:
+        low, high = _hallucinated(looks.estimates, low, high, ledger, n_alloc)
+    inputs = RuleInputs(t, looks.estimates, low, high, n_alloc, pulls, active, exhausted,
                         episode.model_order, episode.key)
     i, rule_state = rule.choose(state.rule, inputs, params.rule)
     valid = (i >= 0) & (i < m)
@@ -231,7 +261,22 @@ def _select(s: Static, episode: Episode, state: BanditState, params: RunParams, 
         claimed = jnp.where(done & ~state.stopped & (t >= 1), stop.claim(looks, params.stop), state.claimed)
     state = state._replace(rule=_where_tree(moves, rule_state, state.rule), stopped=state.stopped | (done & (t >= 1)),
                            claimed=claimed)
-    return state, Choice(i, jnp.where(go, room(config, state, i, reserved), 0))
+    return state, Choice(i, jnp.where(go, room(config, state, i, reserved, in_flight), 0))
+
+
+def _hallucinated(estimates, low, high, ledger: Ledger, n_alloc):
+    """The bounds a rule sees with cells in flight: each side's distance from the estimate shrunk as a
+    without-replacement width shrinks from ``n_obs`` to ``n_alloc`` draws, by
+    ``sqrt((1 / n_alloc - 1 / N) / (1 / n_obs - 1 / N))`` (``N`` the population); the estimates do not
+    move. (GP-BUCB's hallucinated observations: Desautels, Krause & Burdick, JMLR 2014.) Only the
+    choice sees them; the stopping rule, the certificate and the estimates use the bounds of the
+    cells observed."""
+    N = ledger.population.astype(jnp.float32)
+    n, n_new = ledger.n_obs.astype(jnp.float32), n_alloc.astype(jnp.float32)
+    before = jnp.maximum(1.0 / jnp.maximum(n, 1.0) - 1.0 / N, 0.0)
+    after = jnp.maximum(1.0 / jnp.maximum(n_new, 1.0) - 1.0 / N, 0.0)
+    factor = jnp.where(before > 0, jnp.sqrt(after / jnp.where(before > 0, before, 1.0)), 1.0)
+    return estimates - (estimates - low) * factor, estimates + (high - estimates) * factor
 
 
 def _refit_step(s: Static, episode: Episode, state: BanditState, params: RunParams, t, choice: Choice, *,
@@ -263,17 +308,22 @@ def _refit_step(s: Static, episode: Episode, state: BanditState, params: RunPara
     return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
 
 
-def _draw(s: Static, episode: Episode, state: BanditState, params: RunParams, choice: Choice):
+def _draw(s: Static, episode: Episode, state: BanditState, params: RunParams, choice: Choice,
+          in_flight: InFlight | None = None):
     """Step 3: the batch ``(examples, valid)`` of length B: a uniform ``size``-subset of the model's
-    unobserved examples, or, for an estimator with ``draw_weights``, ``size`` of them drawn one
-    after another with probabilities proportional to its weights (`sampling.weighted_draw`)."""
+    unobserved examples (and not in flight), or, for an estimator with ``draw_weights``, ``size`` of
+    them drawn one after another with probabilities proportional to its weights
+    (`sampling.weighted_draw`; such a model is never asked while it has a batch in flight)."""
     i, size = choice
     B, n_obs_i = s.config.batch_size, state.ledger.n_obs[i]
+    row = state.observed[i]
+    if in_flight is not None:   # the examples in flight count as seen: the key and the row skip them
+        n_obs_i, row = n_obs_i + in_flight.cells[i], in_flight.rows[i]
     key = sampling.draw_key(episode.examples_key, i, n_obs_i)
     if s.plugins.estimator.draw_weights is not None:
         _, _, weights = _draw_weights(s.plugins, episode, state, params, i)
         return sampling.weighted_draw(key, weights, B), jnp.arange(B) < size
-    examples = sampling.draw(key, state.observed[i], n_obs_i, state.ledger.population[i], B)
+    examples = sampling.draw(key, row, n_obs_i, state.ledger.population[i], B)
     return examples, jnp.arange(B) < size
 
 
@@ -404,9 +454,9 @@ class Kernel(NamedTuple):
     selection call the same functions.
 
     * ``init(key, scores, V, params, start=Start()) -> (episode, state)``;
-    * ``select(episode, state, params, t, blocked=None, reserved=0) -> (state, Choice)``;
+    * ``select(episode, state, params, t, blocked=None, reserved=0, in_flight=None) -> (state, Choice)``;
     * ``refit(episode, state, params, t, choice, due=None) -> state`` (``due`` None: ``refit_due(t)``);
-    * ``draw(episode, state, params, choice) -> (examples, valid)``;
+    * ``draw(episode, state, params, choice, in_flight=None) -> (examples, valid)``;
     * ``observe(episode, state, params, t, batch) -> (state, info)``;
     * ``choose(episode, state, params, t, follow=None) -> (state, Choice)``: `select`, or the model followed;
     * ``play(episode, state, params, t, choice) -> (state, record)``: `draw`, then `observe` true scores;
@@ -414,6 +464,7 @@ class Kernel(NamedTuple):
     * ``bounds(state, params) -> (estimates, low, high)``;
     * ``stop_status(state, params, t) -> (done, claim)``; ``finished(state, params, t) -> done``;
     * ``idle_record(episode, state, params, t)``: what a step that spends nothing records;
+    * ``record(state, params, chosen, info)``: a step's record once its state is final;
     * ``refit_due(t)``: whether step ``t`` refits.
     """
 
@@ -432,6 +483,7 @@ class Kernel(NamedTuple):
     finished: StatusFn
     idle_record: RecordFn
     refit_due: Callable
+    record: Callable[..., StepRecord]
 
 
 def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
@@ -442,14 +494,14 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     def init(key, scores, V, params, start=Start()):
         return _init(s, key, scores, V, params, start)
 
-    def select(episode, state, params, t, blocked=None, reserved=0):
-        return _select(s, episode, state, params, t, blocked=blocked, reserved=reserved)
+    def select(episode, state, params, t, blocked=None, reserved=0, in_flight=None):
+        return _select(s, episode, state, params, t, blocked=blocked, reserved=reserved, in_flight=in_flight)
 
     def refit(episode, state, params, t, choice, due=None):
         return _refit_step(s, episode, state, params, t, choice, due=due)
 
-    def draw(episode, state, params, choice):
-        return _draw(s, episode, state, params, choice)
+    def draw(episode, state, params, choice, in_flight=None):
+        return _draw(s, episode, state, params, choice, in_flight)
 
     def observe(episode, state, params, t, batch):
         return _observe(s, episode, state, params, t, batch)
@@ -476,5 +528,8 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     def idle_record(episode, state, params, t):
         return _step(s, episode, state, params, t)[1]
 
+    def record(state, params, chosen, info):
+        return _record(s, state, params, chosen, info)
+
     return Kernel(config, s.plugins, init, select, refit, draw, observe, choose, play, step, bounds, stop_status,
-                  finished, idle_record, lambda t: refit_due(config, s.plugins, t))
+                  finished, idle_record, lambda t: refit_due(config, s.plugins, t), record)

@@ -1,0 +1,206 @@
+"""Simulated concurrency: runs with ``c`` batches in flight, asked and returned as a live selection does.
+
+The live runner (`pulse_jax.live.run`) keeps up to ``c`` batches in flight and tells them in the
+order they were asked: it asks until ``c`` are out or the selector must wait (a refit step waits
+until nothing is in flight), then tells the oldest, and again. Which of *ask* and *tell* happens at
+each event depends only on ``c``, the number of steps and the refit schedule, never on a score, so it
+is a static `Schedule`: every repetition follows the same events, and under ``vmap`` a refit stays
+one real conditional at the events that refit.
+
+Each repetition carries, beside its `pulse_jax.engine.BanditState`, a `Queue` of its batches in
+flight (a ring of ``c`` slots) with their cells per model and the packed mask of examples observed
+or in flight (`pulse_jax.engine.kernel.InFlight`). An ask chooses with those cells counted as
+allocated and draws from the examples neither observed nor in flight; a tell observes the oldest
+batch with its true scores. A repetition whose stopping rule has fired asks nothing more (its asks
+spend nothing), and the batches it had in flight still return and count, as a live run logs and
+tells what returns after its stop. Fed the same seed and full matrix, `pulse_jax.live.Selector`
+driven by `pulse_jax.live.run` at concurrency ``c`` asks exactly these batches (tested), up to the
+budget's last batch: where the budget left is all held by batches in flight, the selector waits
+and the simulation lets that step spend nothing.
+
+Records are per event (``n_events``): the best guess and the cells spent after it, the model asked
+(-1: none). With a stopping rule that stops early the events run in blocks until every repetition
+has stopped and has nothing in flight.
+"""
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pulse_jax.engine.config import BanditConfig, Plugins, refit_due
+from pulse_jax.engine.drivers import EPISODE_AXES, STOP_BLOCK_STEPS, bind, run_result, start_params
+from pulse_jax.engine.kernel import Batch, InFlight, Kernel, Start
+from pulse_jax.engine.state import BanditState, Episode
+from pulse_jax.errors import require
+from pulse_jax.estimators.base import Estimator
+from pulse_jax.stats import without_replacement as sampling
+
+
+class Schedule(NamedTuple):
+    """The events of a run with ``c`` batches in flight (arrays of length ``n_events``)."""
+
+    ask_step: np.ndarray    # the bandit step asked at the event (0: none)
+    ask_slot: np.ndarray    # the queue slot the asked batch takes
+    refit: np.ndarray       # bool: the asked step refits first (nothing is in flight then)
+    tell: np.ndarray        # bool: the oldest batch in flight returns at the event
+    tell_slot: np.ndarray   # its slot
+
+
+@functools.lru_cache(maxsize=32)
+def event_schedule(config: BanditConfig, plugins: Plugins) -> Schedule:
+    """The runner's events: ask while fewer than ``c`` are in flight and the step may be asked (a
+    refit step only with nothing in flight); tell the oldest when ``c`` are out or nothing can be asked."""
+    c, n = config.concurrency, config.n_steps
+    rows, head, count, t = [], 0, 0, 1
+    while t <= n or count:
+        ask = t <= n and count < c and not (bool(refit_due(config, plugins, t)) and count > 0)
+        slot = (head + count) % c
+        row = [t if ask else 0, slot, ask and bool(refit_due(config, plugins, t))]
+        if ask:
+            count, t = count + 1, t + 1
+        tell = count == c or (not ask and count > 0)
+        row += [tell, head]
+        if tell:
+            head, count = (head + 1) % c, count - 1
+        rows.append(row)
+    cols = list(zip(*rows))
+    return Schedule(np.asarray(cols[0], np.int32), np.asarray(cols[1], np.int32), np.asarray(cols[2], bool),
+                    np.asarray(cols[3], bool), np.asarray(cols[4], np.int32))
+
+
+def n_events(config: BanditConfig, method: str | Estimator) -> int:
+    """Events of a run of ``method`` on ``config`` (the length of its per-event records)."""
+    kernel = bind(config, method)
+    return len(event_schedule(config, kernel.plugins).ask_step)
+
+
+class Queue(NamedTuple):
+    """One repetition's batches in flight: a ring of ``c`` slots and their totals per model."""
+
+    models: jax.Array     # (c,) model of the batch in each slot
+    steps: jax.Array      # (c,) its bandit step
+    sizes: jax.Array      # (c,) its cells (0: an empty slot, or an ask that spent nothing)
+    examples: jax.Array   # (c, B) its examples
+    cells: jax.Array      # (m,) cells in flight per model
+    batches: jax.Array    # (m,) batches in flight per model
+    rows: jax.Array       # (m, W) examples observed or in flight
+
+
+def empty_queue(config: BanditConfig, state: BanditState) -> Queue:
+    c, m, B = config.concurrency, config.n_models, config.batch_size
+    zeros = jnp.zeros(c, jnp.int32)
+    return Queue(zeros, zeros, zeros, jnp.zeros((c, B), jnp.int32), jnp.zeros(m, jnp.int32), jnp.zeros(m, jnp.int32),
+                 state.observed)
+
+
+def _ask(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, params, t, slot, refit):
+    """Step ``t``'s choice with the queue's cells allocated, its refit when due, its draw; the batch joins
+    ``slot``. ``t = 0``: no ask (the slot is left as it is)."""
+    plugins = kernel.plugins
+    in_flight = InFlight(queue.cells, queue.batches, queue.rows)
+    # A weighted draw's design is recomputed at the tell from the state: one batch per model at a time.
+    blocked = queue.batches > 0 if plugins.estimator.draw_weights is not None else None
+    state, choice = kernel.select(episode, state, params, t, blocked=blocked, reserved=jnp.sum(queue.cells),
+                                  in_flight=in_flight)
+    state = kernel.refit(episode, state, params, t, choice, due=refit)
+    examples, valid = kernel.draw(episode, state, params, choice, in_flight)
+    i, size, asked = choice.model, choice.size, t > 0
+    put = lambda a, v: a.at[slot].set(jnp.where(asked, v, a[slot]))   # noqa: E731
+    queue = queue._replace(models=put(queue.models, i), steps=put(queue.steps, t), sizes=put(queue.sizes, size),
+                           examples=put(queue.examples, examples),
+                           cells=queue.cells.at[i].add(size), batches=queue.batches.at[i].add((size > 0).astype(jnp.int32)),
+                           rows=queue.rows.at[i].set(sampling.mark(queue.rows[i], examples, valid)))
+    return state, queue, jnp.where(size > 0, i, -1)
+
+
+def _tell(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, params, slot, tell):
+    """The batch in ``slot`` returns (when ``tell``) and is observed with its true scores."""
+    B = kernel.config.batch_size
+    i, examples = queue.models[slot], queue.examples[slot]
+    size = jnp.where(tell, queue.sizes[slot], 0)
+    valid = jnp.arange(B) < size
+    batch = Batch(i, size, examples, valid, episode.scores[i, examples])
+    state, info = kernel.observe(episode, state, params, queue.steps[slot], batch)
+    queue = queue._replace(sizes=queue.sizes.at[slot].set(jnp.where(tell, 0, queue.sizes[slot])),
+                           cells=queue.cells.at[i].add(-size),
+                           batches=queue.batches.at[i].add(-(size > 0).astype(jnp.int32)))
+    return state, queue, info
+
+
+def make_event(kernel: Kernel):
+    """``event(episode, (state, queue), params, x) -> ((state, queue), record)`` for one repetition, ``x``
+    one event of the `Schedule` ``(ask_step, ask_slot, refit, tell, tell_slot)``."""
+
+    def event(episode, carry, params, x):
+        state, queue = carry
+        t, ask_slot, refit, tell, tell_slot = x
+        state, queue, chosen = _ask(kernel, episode, state, queue, params, t, ask_slot, refit)
+        state, queue, info = _tell(kernel, episode, state, queue, params, tell_slot, tell)
+        return (state, queue), kernel.record(state, params, chosen, info)
+
+    return event
+
+
+def make_concurrent_run(config: BanditConfig, method: str | Estimator = "pulse", block: int | None = None):
+    """``run(keys, scores, V, params, choices=None, start=Start()) -> RunResult`` for a batch of
+    repetitions (leading axis of ``keys`` and ``params``) with ``config.concurrency`` batches in flight
+    (see the module docstring); the records are per event. ``choices`` (following another run's
+    choices) is refused: a choice here is only defined with its queue."""
+    kernel = bind(config, method)
+    require(config.concurrency >= 2, "make_concurrent_run: config.concurrency must be >= 2 (1: make_batched_run)")
+    schedule = event_schedule(config, kernel.plugins)
+    events = len(schedule.ask_step)
+    block = block or STOP_BLOCK_STEPS
+    n_blocks = -(-events // block)
+    padded = [np.pad(a, (0, n_blocks * block - events)) for a in schedule]   # past the end: no ask, no tell
+    xs = tuple(jnp.asarray(a) for a in padded)
+    one = jax.vmap(make_event(kernel), in_axes=(EPISODE_AXES, 0, 0, None))
+
+    def run(keys, scores, V, params, choices=None, start=Start()):
+        require(choices is None, "follow: a run with concurrency > 1 cannot follow given choices")
+        params = start_params(kernel, params)
+        scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
+        episodes, states = jax.vmap(kernel.init, in_axes=(0, None, None, 0, None), out_axes=(EPISODE_AXES, 0))(
+            keys, scores, V, params, start)
+        queues = jax.vmap(lambda s: empty_queue(config, s))(states)
+
+        def block_of(carry, b):
+            x = jax.tree_util.tree_map(lambda a: jax.lax.dynamic_slice_in_dim(a, b * block, block), xs)
+            return jax.lax.scan(lambda c, e: one(episodes, c, params, e), carry, x)
+
+        shapes = jax.eval_shape(block_of, (states, queues), 0)[1]
+        width = n_blocks * block if config.record_steps else 0
+        buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], width) + a.shape[2:], a.dtype), shapes)
+
+        def running(carry):
+            b, (states, queues), _ = carry
+            if not config.stop.stops_early:
+                return b < n_blocks
+            asking = ~states.stopped & (states.spent + jnp.sum(queues.cells, axis=1) < config.budget)
+            return (b < n_blocks) & jnp.any(asking | (jnp.sum(queues.sizes, axis=1) > 0))
+
+        def body(carry):
+            b, inner, buffer = carry
+            inner, records = block_of(inner, b)
+            if config.record_steps:
+                records = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), records)
+                buffer = jax.tree_util.tree_map(
+                    lambda buf, r: jax.lax.dynamic_update_slice_in_dim(buf, r, b * block, axis=1), buffer, records)
+            return b + 1, inner, buffer
+
+        b, (final, _), buffer = jax.lax.while_loop(running, body, (jnp.int32(0), (states, queues), buffer))
+        idle = jax.vmap(kernel.idle_record, in_axes=(EPISODE_AXES, 0, 0, None))(episodes, final, params, jnp.int32(0))
+        if config.record_steps:
+            ran = jnp.arange(width) < b * block
+            records = jax.tree_util.tree_map(
+                lambda buf, i: jnp.where(ran.reshape((1, -1) + (1,) * (buf.ndim - 2)), buf, i[:, None])[:, :events],
+                buffer, idle)
+        else:
+            records = jax.tree_util.tree_map(lambda i: i[:, None], idle)
+        return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best)
+
+    return run
