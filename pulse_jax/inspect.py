@@ -58,6 +58,31 @@ from pulse_jax.live.report import plain_number
 MANAGER = "pulse-jax select_best"
 _WAIT = object()      # schedule_sample's "not yet"
 _RUNS: dict = {}      # resolved log path -> the `_Selection` shared by the models' tasks in this process
+_TASKS: dict = {}     # Inspect eval id -> (the `_Selection`, the model) of a task the manager runs
+
+
+def _watch_failures() -> None:
+    """Register, once per process, the Inspect hook that tells a selection when one of its samples has
+    failed after Inspect's own retries (``on_sample_end`` with an error): the selection then ends at
+    once instead of waiting for a score that never comes. Hooks are Inspect's public API for it
+    (``inspect_ai.hooks``); the manager protocol has no call for a failed sample."""
+    if _TASKS.get("__hook__"):
+        return
+    from inspect_ai.hooks import Hooks, hooks
+
+    class _FailedSamples(Hooks):
+        async def on_sample_end(self, data) -> None:
+            entry = _TASKS.get(getattr(data, "eval_id", None))
+            error = getattr(getattr(data, "sample", None), "error", None)
+            if entry is None or error is None:
+                return
+            selection, model = entry
+            sample = getattr(data.sample, "id", "?")
+            message = str(getattr(error, "message", "") or error).strip().splitlines()
+            selection.model_failed(model, sample, message[0] if message else type(error).__name__)
+
+    hooks("pulse-jax select_best failures", "ends a pulse-jax selection when one of its samples fails")(_FailedSamples)
+    _TASKS["__hook__"] = True
 
 
 def select_best(task=None, *, log, models=None, scorer: str | None = None, metric: str | None = None,
@@ -177,7 +202,7 @@ class _Selection:
         self.seed = self.args.seed
         self.examples = None        # the samples' ids in the task's own order (select_best(task)), else sorted
         self.lanes: dict[str, _Lane] = {}
-        self.batches: dict[str, _Batch] = {}
+        self.batches: dict[str, list[_Batch]] = {}   # per model, its batches in flight in ask order
         self.selector = self.meter = None
         self.error: str | None = None
         self.done = self.over = False
@@ -309,7 +334,7 @@ class _Selection:
             if request is None:
                 break
             known = selector.paid_cells(request)
-            self.batches[request.model] = _Batch(request, dict(known))
+            self.batches.setdefault(request.model, []).append(_Batch(request, dict(known)))
             lane = self.lanes[request.model]
             lane.scored.update(str(e) for e in known)
             lane.released.update(str(e) for e in request.example_ids if e not in known)
@@ -323,20 +348,26 @@ class _Selection:
         return sum(len(r.example_ids) for r in self.selector.pending()) + self.selector.config.batch_size
 
     def _tell_if_complete(self, model: str) -> bool:
-        batch = self.batches[model]
-        ids = batch.request.example_ids
-        if not all(e in batch.scores for e in ids):
-            return False
-        del self.batches[model]
-        start = time.perf_counter()
-        self.selector.tell(batch.request, [batch.scores[e] for e in ids])
-        self.selector_seconds += time.perf_counter() - start
-        return True
+        """Tell ``model``'s oldest batches that are whole, in ask order (a model's batches are told in the
+        order they were asked: a later one drawn past an earlier one in flight waits for it)."""
+        told = False
+        queue = self.batches.get(model, [])
+        while queue and all(e in queue[0].scores for e in queue[0].request.example_ids):
+            batch = queue.pop(0)
+            start = time.perf_counter()
+            self.selector.tell(batch.request, [batch.scores[e] for e in batch.request.example_ids])
+            self.selector_seconds += time.perf_counter() - start
+            told = True
+        return told
 
     def record(self, model: str, sample_id, scores) -> None:
         """A released sample's score: committed at once, and the batch told when it is whole."""
-        batch = self.batches.get(model)
-        key = next((e for e in batch.request.example_ids if str(e) == str(sample_id)), None) if batch else None
+        batch = key = None
+        for candidate in self.batches.get(model, []):
+            key = next((e for e in candidate.request.example_ids if str(e) == str(sample_id)), None)
+            if key is not None:
+                batch = candidate
+                break
         if key is None:
             return          # not asked by the selection (cannot happen: only asked samples are released)
         where = f"select_best: {model}, sample {sample_id}"
@@ -366,6 +397,28 @@ class _Selection:
     def fail(self, message: str) -> None:
         self.error = self.error or message
         self.wake()
+
+    def model_failed(self, model: str, sample, why: str) -> None:
+        """A sample of ``model`` failed after Inspect's retries: the selection cannot get its score, so it
+        ends now, every model's task with this one line, and the report says why; what was paid stays
+        in the log, and running the eval again resumes."""
+        if self.done or self.error:
+            return
+        told = self.selector.spent if self.selector is not None else 0
+        self.fail(f"select_best: model {model} failed on sample {sample} (after Inspect's retries): {why}. The "
+                  f"selection stopped; {told:,} cells are safe in {self.path.name}: fix the model and run the same "
+                  "eval again to continue")
+        if self.selector is not None:
+            report = self.selector.result()
+            self.report_dir.mkdir(parents=True, exist_ok=True)
+            from pulse_jax.io import files
+            from pulse_jax.io.provenance import clean_json
+
+            files.write_atomically(self.report_dir / "report.md", f"**Stopped:** {self.error}\n\n"
+                                   + report.to_markdown())
+            files.write_atomically(self.report_dir / "report.json", json.dumps(
+                clean_json({**report.to_dict(), "error": self.error, "log": str(self.path), "manager": MANAGER}),
+                indent=2))
 
     def wake(self, model: str | None = None) -> None:
         """Wake the samples waiting in ``model``'s task (every task's: None)."""
@@ -465,6 +518,10 @@ class SelectBest:
         self.model = model
         start = time.perf_counter()
         try:
+            _watch_failures()
+            eval_id = getattr(task, "eval_id", None)
+            if eval_id:
+                _TASKS[eval_id] = (self.selection, model)
             self.selection.start(model, task, samples, epochs)
         except BaseException as err:   # every model's task ends with it, none waits for a selection that failed
             self.selection.fail(str(err) if isinstance(err, PulseInputError) else f"{type(err).__name__}: {err}")

@@ -5,7 +5,9 @@ encoded in the name's digits (``toy/m70`` is right about 70% of the time), so ev
 model scores the same on a sample. Its token usage is a function of the prompt and answer.
 Environment hooks for the kill -9 tests: ``INSPECT_TOY_CALLS`` names a file that gets one line
 per finished call (``model,sample prompt``); with ``INSPECT_TOY_HANG_AFTER=N`` the call after
-the N-th line in that file never returns.
+the N-th line in that file never returns. ``INSPECT_TOY_FAIL=name:K`` makes ``toy/<name>`` raise
+("the API is down") from its K-th call on (a model whose API fails); ``INSPECT_TOY_LATENCY`` (seconds)
+makes every call wait that long first (an API's latency).
 """
 import hashlib
 import os
@@ -60,8 +62,17 @@ class ToyAPI(ModelAPI):
         super().__init__(model_name=model_name, base_url=base_url, api_key=api_key, api_key_vars=api_key_vars or [],
                          config=config or GenerateConfig())
 
+    calls: dict = {}
+
     async def generate(self, input, tools, tool_choice, config):
         prompt = input[-1].text
+        latency = float(os.environ.get("INSPECT_TOY_LATENCY", "0") or 0)
+        if latency:
+            await anyio.sleep(latency)
+        failing = os.environ.get("INSPECT_TOY_FAIL", "")
+        count = ToyAPI.calls[self.model_name] = ToyAPI.calls.get(self.model_name, 0) + 1
+        if failing and failing.split(":")[0] == self.model_name and count >= int(failing.split(":")[1]):
+            raise RuntimeError("the API is down")
         text = answer(self.model_name, prompt)
         await _record(self.model_name, prompt)
         out = ModelOutput.from_content(model=self.model_name, content=text)
@@ -88,15 +99,18 @@ def questions_400():
 
 @task
 def selected(log: str = "run.db", n: int = N_SAMPLES, method: str = "ucbe", batch_size: int = 6, seed: int = 0,
-             stop: str = "certified", budget: int = 0, manager_only: bool = False, price: str = "", usage: str = ""):
+             stop: str = "certified", budget: int = 0, manager_only: bool = False, price: str = "", usage: str = "",
+             concurrency: int = 1):
     """The toy task under `pulse_jax.inspect.select_best` (``manager_only``: the manager alone, on the
-    dataset in its own order)."""
+    dataset in its own order). ``concurrency`` 1 (one batch in flight) by default here: the tests
+    compare the eval with a plain ask/tell loop, which only one batch at a time reproduces exactly;
+    0 leaves select_best's default."""
     from inspect_ai.dataset import MemoryDataset
 
     from pulse_jax.inspect import select_best
 
     options = dict(log=log, method=method, batch_size=batch_size, seed=seed, stop=stop, refit_every=0,
-                   budget=budget or None, price=price or None, usage=usage or None)
+                   budget=budget or None, price=price or None, usage=usage or None, concurrency=concurrency or None)
     if manager_only:
         return Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=match(),
                     early_stopping=select_best(**options))

@@ -156,7 +156,7 @@ def test_retry_after_hints_are_read_and_followed(small_bench, tmp_path):
         return b.scores[b.models.index(model), ids].tolist()
 
     sel = _selector(small_bench, tmp_path / "hint.db")
-    report = run(scorer, sel, retry_wait=0.0, handle_signals=False)
+    report = run(scorer, sel, concurrency=1, retry_wait=0.0, handle_signals=False)
     sel.close()
     assert seen[3] - seen[2] >= 0.3 and report.retries == 1
 

@@ -66,7 +66,7 @@ def test_ask_tell_replay_makes_the_simulation_engines_choices(bench, method):
 
 def test_resume_after_a_crash_at_every_point(bench, tmp_path):
     b, _ = bench
-    full = run(_oracle(b), _selector(bench, budget=8 * B + 8 * 12, stop="budget"))
+    full = run(_oracle(b), _selector(bench, budget=8 * B + 8 * 12, stop="budget"), concurrency=1)
     n_tells = 8 + 12
     for crash_after in range(n_tells + 1):
         log = tmp_path / f"run{crash_after}.db"
@@ -77,7 +77,7 @@ def test_resume_after_a_crash_at_every_point(bench, tmp_path):
             first.tell(request, _oracle(b, calls, lock)(request.model, list(request.example_ids)))
         del first
         resumed = _selector(bench, log=log, budget=8 * B + 8 * 12, stop="budget")
-        report = run(_oracle(b, calls, lock), resumed)
+        report = run(_oracle(b, calls, lock), resumed, concurrency=1)
         assert len(calls) == len(set(calls)) == report.spent  # no cell evaluated twice
         np.testing.assert_allclose(report.estimates, full.estimates, atol=1e-6)
         assert report.evaluated == full.evaluated

@@ -9,7 +9,7 @@ The pieces live in their own modules; this one gathers them:
 """
 from pulse_jax.live.journal import LOG_VERSION
 from pulse_jax.live.report import Report
-from pulse_jax.live.runner import EvaluationError, Interrupted, run
+from pulse_jax.live.runner import CONCURRENCY, CallTimeout, EvaluationError, Interrupted, run
 from pulse_jax.live.selector import LogWriteError, Request, Selector, draw_order
 
 __all__ = ["Selector", "Request", "Report", "run", "EvaluationError", "Interrupted", "LogWriteError", "LOG_VERSION",

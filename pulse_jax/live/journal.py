@@ -248,6 +248,26 @@ class LogReader:
         rows = dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?, ?)", _TALLY).fetchall())
         return rows if len(rows) == len(_TALLY) else {}
 
+    def failures(self) -> tuple[int, int]:
+        """``(failed attempts, retries)`` of the scorer over every run of this log (`add_failures`)."""
+        rows = dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN ('failed_attempts', 'retries')"))
+        try:
+            return int(rows.get("failed_attempts", 0)), int(rows.get("retries", 0))
+        except ValueError:
+            return 0, 0
+
+    def add_failures(self, failed_attempts: int, retries: int) -> None:
+        """Add a run's scorer failures to the log's counts (one transaction; a failure to write them is
+        not an error: they are a report, not a score)."""
+        if not (failed_attempts or retries):
+            return
+        sql = ("INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+               "value = CAST(CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER) AS TEXT)")
+        try:
+            self._commit((sql, ("failed_attempts", str(int(failed_attempts)))), (sql, ("retries", str(int(retries)))))
+        except LogFull:
+            pass
+
     def _records(self):
         told = set()
         # One read transaction: a running log's writer commits between statements otherwise.

@@ -38,8 +38,10 @@ class Report:
     groups: tuple = ()            # tie groups, best first (pulse_jax.stopping.groups)
     spend: dict | None = None     # money: cells, tokens, dollars (pulse_jax.live.money.Meter.summary)
     spend_line: str = ""          # the same in one line
-    failed_attempts: int = 0      # scorer calls that raised (each retried, or the one that ended the run)
-    retries: int = 0              # scorer calls made again after a failure
+    failed_attempts: int = 0      # scorer calls that raised, over every run of the log (each retried, or the one
+                                  # that ended a run)
+    retries: int = 0              # scorer calls made again after a failure, over every run of the log
+    after_stop: int = 0           # cells asked before the stopping rule fired that returned after it (in flight)
 
     @property
     def ranking(self) -> list[str]:
@@ -60,6 +62,7 @@ class Report:
                 "groups": [list(g) for g in self.groups], "groups_ordered_with_guarantee": self.simultaneous,
                 **({"spend": self.spend} if self.spend is not None else {}),
                 "scorer_failures": {"failed_attempts": self.failed_attempts, "retries": self.retries},
+                "after_stop": self.after_stop,
                 "ranking": rows,
                 "evaluated": {k: list(v) for k, v in self.evaluated.items()}}
 
@@ -84,7 +87,10 @@ class Report:
                     + f": {self.certificate}.", "") if self.certificate else ()),
                  *((self._groups_line(), "") if len(self.groups) > 1 else ()),
                  *((self.spend_line.capitalize() + ".", "") if self.spend_line else ()),
-                 *((f"The scorer failed {self.failed_attempts:,} time(s) in this process; {self.retries:,} "
+                 *((f"{self.after_stop:,} cells were asked before the stop and returned after it (batches in "
+                    "flight when the stopping rule fired; their scores are in the estimates).", "")
+                   if self.after_stop else ()),
+                 *((f"The scorer failed {self.failed_attempts:,} time(s) over this log's runs; {self.retries:,} "
                     "call(s) were retried (a retried call is paid for once more; no cell whose scores came back is "
                     "asked again).", "") if self.failed_attempts else ()),
                  f"| rank | model | estimate | {level} confidence sequence | cells |",

@@ -32,6 +32,7 @@ scores came back.
 """
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import email.utils
 import math
@@ -78,18 +79,36 @@ class Interrupted(KeyboardInterrupt):
 RETRIES, RETRY_WAIT, RETRY_MAX_WAIT = 3, 1.0, 60.0
 #: The longest wait a scorer's own retry-after hint is followed for (seconds).
 RETRY_AFTER_CAP = 3600.0
+#: Batches in flight by default: on the built-in example (40 x 1,000, select's configuration) 16 pay
+#: 4.6% more cells than one at a time in simulation (docs/benchmarks/concurrency.md) and finish
+#: many times sooner against a scorer with latency.
+CONCURRENCY = 16
+#: A call still running after this many seconds is named on the status line (``progress=True``).
+SLOW_CALL = 10.0
 
 
-def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int = 1,
+class CallTimeout(TimeoutError):
+    """A scorer call ran past ``call_timeout``: counted as a failed attempt and retried."""
+
+
+def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int = CONCURRENCY,
         retries: int = RETRIES, retry_wait: float = RETRY_WAIT, retry_max_wait: float = RETRY_MAX_WAIT,
         progress: bool | Callable = False, grace: float | None = None,
-        handle_signals: bool = True, allow: Callable[[int], bool] | None = None) -> Report:
+        handle_signals: bool = True, allow: Callable[[int], bool] | None = None,
+        call_timeout: float | None = None) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
-    Up to ``concurrency`` batches are evaluated at once, each in a worker
+    Up to ``concurrency`` batches (default `CONCURRENCY`) are evaluated at once, each in a worker
     thread (daemon threads: a scorer that hangs never keeps the process
     alive once the run has given up on it); results are told in ask order,
-    so the outcome does not depend on timing.
+    so the outcome does not depend on timing. Each ask counts the batches in flight as allocated
+    (`pulse_jax.live.Selector.ask`), so more of them cost few extra cells; once the stopping rule
+    fires nothing more is asked, and the batches still in flight are told as they return
+    (``Report.after_stop``).
+
+    ``call_timeout`` (seconds, default None: no limit): a call still running after it counts as a
+    failed attempt (`CallTimeout`) and is retried like any other failure; the late call is abandoned
+    (its thread ends with the process) and its result ignored.
 
     Failed calls are retried and an early stop pays for no cell twice: see the module docstring.
 
@@ -107,8 +126,10 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     paid for only while the log has room for its score.
     """
     _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace)
+    require(call_timeout is None or (isinstance(call_timeout, (int, float)) and call_timeout > 0),
+            f"call_timeout must be a number of seconds > 0 (or None), got {call_timeout!r}")
     stop = _Stop()
-    call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop)
+    call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop, call_timeout)
 
     def on_signal(signum, frame):
         del frame
@@ -120,16 +141,20 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     in_flight: deque = deque((request, workers.submit(call, request)) for request in selector.pending())
     logged_before = selector.spent
     try:
-        _drive(selector, workers, call, in_flight, concurrency, stop, progress, allow)
+        try:
+            _drive(selector, workers, call, in_flight, concurrency, stop, progress, allow)
+        except Exception as err:   # noqa: BLE001 -- whatever broke, the batches in flight are still logged
+            stop.fail(err)
         if stop.halted or selector.log_full:
             raise _stopped_early(selector, in_flight, stop, grace, logged_before)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         workers.shutdown()
+        selector.add_failures(stop.failed_attempts, stop.retries)
     if progress is True:
         sys.stderr.write("\n")
-    return dataclasses.replace(selector.result(), failed_attempts=stop.failed_attempts, retries=stop.retries)
+    return selector.result()
 
 
 def _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace) -> None:
@@ -233,14 +258,14 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
         if not in_flight:
             return
         request, future = in_flight[0]
-        if not _wait_unless_stopped(future, stop):
+        if not _wait_unless_stopped(future, stop, request if progress is True else None):
             return                          # a signal while waiting: the batch stays in flight
         in_flight.popleft()
         error = future.exception()
         if error is None:
             try:
                 selector.tell(request, future.result())
-            except LogWriteError as err:    # the scores came back but cannot be logged: asked again
+            except PulseInputError as err:  # an invalid answer, or scores that cannot be logged: asked again
                 error = err
         if error is not None:           # the worker has stopped the run (`_caller`); a failed write, here
             stop.lost += len(request.example_ids)
@@ -252,14 +277,21 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
             _progress(selector, len(in_flight), time.perf_counter() - start)
 
 
-def _wait_unless_stopped(future, stop: _Stop) -> bool:
-    """Wait for ``future``; False as soon as a signal has arrived first (the call keeps running)."""
+def _wait_unless_stopped(future, stop: _Stop, request: Request | None = None) -> bool:
+    """Wait for ``future``; False as soon as a signal has arrived first (the call keeps running). Given
+    ``request``, a wait longer than `SLOW_CALL` seconds is named on the status line."""
+    start = time.monotonic()
     while True:
         done, _ = futures_wait([future], timeout=_POLL)
         if done:
             return True
         if stop.signal is not None:
             return False
+        waited = time.monotonic() - start
+        if request is not None and waited >= SLOW_CALL:
+            sys.stderr.write(f"\r  waiting {waited:.0f} s for model {request.model!r} (request {request.ticket}, "
+                             f"{len(request.example_ids)} examples)   ")
+            sys.stderr.flush()
 
 
 class _Backoff:
@@ -300,9 +332,46 @@ def retry_after(error: BaseException) -> float | None:
     return max(0.0, seconds) if math.isfinite(seconds) else None
 
 
-def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop):
+def _timed(evaluate, timeout: float | None):
+    """``evaluate`` with a time limit: the call runs in its own daemon thread, and one still running after
+    ``timeout`` seconds raises `CallTimeout` here (the thread is abandoned; it ends with the process)."""
+    if timeout is None:
+        return evaluate
+
+    def limited(model, example_ids):
+        box: dict = {}
+        done = threading.Event()
+
+        def target():
+            try:
+                box["value"] = evaluate(model, example_ids)
+            except BaseException as err:   # noqa: BLE001 -- handed to the waiting worker
+                box["error"] = err
+            finally:
+                done.set()
+
+        threading.Thread(target=target, daemon=True, name="pulse-jax-scorer-call").start()
+        if not done.wait(timeout):
+            raise CallTimeout(f"no answer within --call-timeout {timeout:g} s")
+        if "error" in box:
+            raise box["error"]
+        return box["value"]
+
+    return limited
+
+
+def _describe(err: BaseException) -> str:
+    """``Type: message``, or the type alone for an exception without a message (a cancelled call)."""
+    text = str(err).strip()
+    return f"{type(err).__name__}: {text}" if text else f"{type(err).__name__} (no message)"
+
+
+def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop, call_timeout: float | None = None):
     """``call(request) -> scores``: the scores logged as paid if there are any (never asked again), else
-    ``evaluate`` with retries (none once the run is stopping); counts the cells sent to the scorer."""
+    ``evaluate`` with retries (none once the run is stopping); counts the cells sent to the scorer. A
+    cancelled call (``asyncio.CancelledError``, which is no ``Exception``) and a call past
+    ``call_timeout`` are failures like any other."""
+    evaluate = _timed(evaluate, call_timeout)
 
     def call(request: Request):
         known = selector.paid_scores(request)
@@ -317,10 +386,10 @@ def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop):
                 interrupt = _ScorerInterrupt()
                 stop.fail(interrupt)
                 raise interrupt from None
-            except (Exception, SystemExit) as err:   # noqa: BLE001 -- the user's code may raise anything
+            except (Exception, SystemExit, asyncio.CancelledError) as err:   # noqa: BLE001 -- user code
                 stop.count(failed_attempts=1)
                 what = (f"evaluate failed for model {request.model!r} on {len(request.example_ids)} examples (request "
-                        f"{request.ticket}) after {attempt + 1} attempt(s): {type(err).__name__}: {err}")
+                        f"{request.ticket}) after {attempt + 1} attempt(s): {_describe(err)}")
                 if attempt == backoff.retries:
                     failure = EvaluationError(what)
                     stop.fail(failure)
@@ -337,9 +406,11 @@ def _with_counts(error: BaseException, kept: int, again: int, selector: Selector
     """The error that ended the run, saying what is safe and what the next run asks again."""
     tail = (f"; {kept:,} cells of batches that came back meanwhile are logged as paid" if kept else "") + \
            f"; {again:,} cells will be asked again"
-    if isinstance(error, LogWriteError):
-        return LogWriteError(f"{error}{tail}")
-    return EvaluationError(f"{error}{tail}")
+    if isinstance(error, PulseInputError):      # an invalid answer, a log that cannot be written
+        return type(error)(f"{error}{tail}")
+    if isinstance(error, EvaluationError):
+        return EvaluationError(f"{error}{tail}")
+    return EvaluationError(f"the run stopped: {_describe(error)}{tail}")
 
 
 class _Workers:

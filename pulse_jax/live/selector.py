@@ -136,9 +136,12 @@ def _batch_draw(n_examples: int, batch_size: int):
 
 
 class Asked(NamedTuple):
-    """What an ask needs besides the state: the models with a batch in flight (``blocked``), the cells
-    they hold (``reserved``) and whether the step refits (``due``)."""
+    """What an ask needs besides the state: the batches in flight (``in_flight``, an
+    `pulse_jax.engine.InFlight`), the models that may not be asked now (``blocked``: with a batch in
+    flight, for an estimator that draws by weights), the cells in flight (``reserved``) and whether the
+    step refits (``due``)."""
 
+    in_flight: engine.InFlight
     blocked: jax.Array
     reserved: jax.Array
     due: jax.Array
@@ -157,9 +160,9 @@ def _compiled(config: BanditConfig, estimator):
     status = jax.jit(engine.build_kernel(config, estimator).stop_status)
 
     def ask(episode, state, params, t, asked: Asked):
-        state, choice = kernel.select(episode, state, params, t, asked.blocked, asked.reserved)
+        state, choice = kernel.select(episode, state, params, t, asked.blocked, asked.reserved, asked.in_flight)
         state = kernel.refit(episode, state, params, t, choice, due=asked.due)
-        examples, _ = kernel.draw(episode, state, params, choice)
+        examples, _ = kernel.draw(episode, state, params, choice, asked.in_flight)
         return state, choice.model, choice.size, examples
 
     def tell(episode, state, params, t, batch: engine.Batch):
@@ -266,8 +269,10 @@ class Selector:
         self._paid: dict[int, dict] = {}   # ticket -> a paid record (model, examples, scores), not yet told
         self._finished = False
         self._stopped = False       # the stopping rule fired (final, like a simulated run's stop)
+        self._after_stop = 0        # cells told after the stop fired (asked before it, in flight)
         self._replaying = False
         self._compile()
+        self._failures = [0, 0]
         if self.log_path is not None:
             self._replaying = True
             try:
@@ -409,6 +414,7 @@ class Selector:
         if header is None:
             self._journal.append({**self._header, "train": self._train_fingerprint})
             return
+        self._failures = list(self._journal.failures())
         journal.check_header(self.log_path, self._grown_budget(header), self._header)
         logged_train = header.get("train")
         require(self._train_fingerprint is None or logged_train in (None, self._train_fingerprint),
@@ -586,6 +592,25 @@ class Selector:
         return LogWriteError(f"{self.log_path}: the disk is full: {why}, {saved} ({self.spent:,} told). "
                              "Free space there, then run the same command again")
 
+    def failures(self) -> tuple[int, int]:
+        """``(failed attempts, retries)`` of the scorer over every run of this selector's log (this
+        selector's alone without a log)."""
+        return tuple(self._failures)
+
+    def add_failures(self, failed_attempts: int, retries: int) -> None:
+        """Count a run's scorer failures (`pulse_jax.live.run` calls it as it ends): kept in the log, so
+        a resumed run reports the failures of every run before it too."""
+        self._failures[0] += int(failed_attempts)
+        self._failures[1] += int(retries)
+        if self._journal is not None:
+            self._journal.add_failures(failed_attempts, retries)
+
+    @property
+    def in_flight_cells(self) -> int:
+        """Cells asked and not yet told (a resumed log: the batches in flight when its last run stopped,
+        asked again unless logged as paid)."""
+        return sum(len(r.example_ids) for r in self._pending.values() if self.paid_scores(r) is None)
+
     def close(self) -> None:
         """Release the log's lock (a finished or abandoned run); the log stays resumable."""
         if getattr(self, "_journal", None) is not None:
@@ -607,11 +632,20 @@ class Selector:
         """Requests asked but not told, in ask order."""
         return [self._pending[k] for k in sorted(self._pending)]
 
-    def _blocked(self) -> np.ndarray:
-        blocked = np.zeros(len(self.models), bool)
+    def _in_flight(self) -> tuple[engine.InFlight, np.ndarray]:
+        """The pending requests as the kernel's `pulse_jax.engine.InFlight` (cells, batches and the mask of
+        examples observed or in flight, per model), and the models that may not be asked now: those with
+        a batch in flight when the estimator draws by weights (its design is recomputed at the tell)."""
+        m = len(self.models)
+        cells, batches = np.zeros(m, np.int32), np.zeros(m, np.int32)
+        rows = np.array(self._state.observed, dtype=np.uint32)
         for request in self._pending.values():
-            blocked[request.model_index] = True
-        return blocked
+            i, index = request.model_index, np.asarray(request.example_index, np.int64)
+            cells[i] += len(index)
+            batches[i] += 1
+            np.bitwise_or.at(rows[i], index // 32, (np.uint32(1) << (index % 32).astype(np.uint32)))
+        blocked = batches > 0 if self.estimator.draw_weights is not None else np.zeros(m, bool)
+        return engine.InFlight(jnp.asarray(cells), jnp.asarray(batches), jnp.asarray(rows)), blocked
 
     def _issue(self, step: int, i: int, index: np.ndarray) -> Request:
         request = Request(self._asks, step, self.models[i], i, tuple(self.example_ids[j] for j in index),
@@ -648,11 +682,12 @@ class Selector:
         due = bool(self._kernel.refit_due(self._t))
         if due and self._pending:
             return None
-        reserved = sum(len(r.example_index) for r in self._pending.values())
-        asked = Asked(jnp.asarray(self._blocked()), jnp.int32(reserved), jnp.bool_(due))
+        in_flight, blocked = self._in_flight()
+        asked = Asked(in_flight, jnp.asarray(blocked), jnp.sum(in_flight.cells), jnp.bool_(due))
         state, i, size, examples = self._ask_fn(self._episode, self._state, self._params, jnp.int32(self._t), asked)
         i, size = int(i), int(size)
-        unobserved = config.n_examples - int(self._state.ledger.n_obs[i]) if size else 0
+        unobserved = (int(self._state.ledger.population[i]) - int(self._state.ledger.n_obs[i])
+                      - int(in_flight.cells[i])) if size else 0
         if size == 0 or size < min(config.batch_size, unobserved):
             # No full batch fits: stop here rather than shorten it (the stopping bound needs full batches).
             if not self._pending:
@@ -673,7 +708,8 @@ class Selector:
             index = [column.get(str(e)) for e in record["examples"]]
             if None not in index and not set(index) & set(self._told[i]):
                 return np.asarray(index)
-        return np.asarray([j for j in self._order[i] if j not in self._told[i]][:size])
+        asked = {j for r in self._pending.values() if r.model_index == i for j in r.example_index}
+        return np.asarray([j for j in self._order[i] if j not in self._told[i] and j not in asked][:size])
 
     def tell(self, request: Request, scores) -> None:
         """Record the scores of ``request`` (one per example, in [0, 1]); logged before it counts."""
@@ -731,6 +767,8 @@ class Selector:
 
     def _apply(self, request: Request, scores: np.ndarray):
         del self._pending[request.ticket]
+        if self._stopped:
+            self._after_stop += len(request.example_index)
         i, index = request.model_index, np.asarray(request.example_index)
         self._told[i].update(zip(index.tolist(), scores.tolist()))
         if request.step == 0:
@@ -804,7 +842,8 @@ class Selector:
                       self._evaluated(), bool(float(self.params.cs_simultaneous) >= 1.0), stop=self.stop.name,
                       stopped=self._stopped, claimed=tuple(names),
                       certificate=self.stop.statement(names, self.delta, self.params.stop),
-                      finished=self._finished or self.spent >= c.budget, groups=self._groups(est, low, high))
+                      finished=self._finished or self.spent >= c.budget, groups=self._groups(est, low, high),
+                      failed_attempts=self._failures[0], retries=self._failures[1], after_stop=self._after_stop)
 
     def _groups(self, est, low, high) -> tuple:
         """The models in groups whose intervals overlap, best first (none for a method without an interval)."""
