@@ -114,6 +114,8 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
     require(path.parent.is_dir(), f"select_best: log {log}: its folder {path.parent} does not exist")
     flags = _flags(options)
     selection = _RUNS.get(path)
+    if selection is not None and selection.error and not selection.over:
+        selection.close()        # an eval that failed: its tasks are gone; the log is free for this one
     if selection is None or selection.over:
         selection = _RUNS[path] = _Selection(path, flags, models, scorer, metric, value_map, report)
     else:
@@ -315,6 +317,8 @@ class _Selection:
             self.lanes[m].scored.update(str(e) for e in cells)
         self.meter = select.meter_of(args, self.expected, self.token_sum) if (
             args.price or args.cost_per_call is not None or args.budget_usd is not None) else None
+        for request in self.selector.pending():   # a resumed log: the batches in flight when it stopped
+            self._release(request)
         self.advance()
 
     # ------------------------------------------------------------------ the selection
@@ -322,8 +326,9 @@ class _Selection:
     def advance(self) -> None:
         """Ask the batches that can be asked now; the run is over when nothing is in flight or askable."""
         selector = self.selector
-        # select's --concurrency (default 1): one batch at a time asks exactly what a plain ask/tell loop
-        # asks, whatever order Inspect finishes samples in; more batches at once are faster, not reproducible
+        # select's --concurrency (default 16): each ask counts the batches in flight, so many at once cost
+        # few extra samples; which ones are asked then depends on the order Inspect finishes samples in.
+        # One batch at a time (concurrency=1) asks exactly what a plain ask/tell loop asks.
         while len(selector.pending()) < self.args.concurrency:
             if self.meter is not None and not self.meter.allows(selector.evaluated(), self._cells_ahead()):
                 request = None
@@ -333,16 +338,20 @@ class _Selection:
                 self.selector_seconds += time.perf_counter() - start
             if request is None:
                 break
-            known = selector.paid_cells(request)
-            self.batches.setdefault(request.model, []).append(_Batch(request, dict(known)))
-            lane = self.lanes[request.model]
-            lane.scored.update(str(e) for e in known)
-            lane.released.update(str(e) for e in request.example_ids if e not in known)
-            self.wake(request.model)
-            self._tell_if_complete(request.model)
+            self._release(request)
         if not selector.pending():
             self._finish()
             self.wake()
+
+    def _release(self, request) -> None:
+        """Let ``request``'s samples be evaluated (those the log holds as paid are told from it)."""
+        known = self.selector.paid_cells(request)
+        self.batches.setdefault(request.model, []).append(_Batch(request, dict(known)))
+        lane = self.lanes[request.model]
+        lane.scored.update(str(e) for e in known)
+        lane.released.update(str(e) for e in request.example_ids if e not in known)
+        self.wake(request.model)
+        self._tell_if_complete(request.model)
 
     def _cells_ahead(self) -> int:
         return sum(len(r.example_ids) for r in self.selector.pending()) + self.selector.config.batch_size
@@ -448,6 +457,12 @@ class _Selection:
         the selector's asks, tells and result, and the start (orders, the selector's start and compilation)."""
         return {"manager": round(self.seconds - self.selector_seconds - self.start_seconds, 4),
                 "selector": round(self.selector_seconds, 4), "start": round(self.start_seconds, 4)}
+
+    def close(self) -> None:
+        """End this selection for good (its eval failed): release the log for the next eval."""
+        self.over = True
+        if self.selector is not None:
+            self.selector.close()
 
     def task_done(self) -> None:
         self.closed_tasks += 1

@@ -22,6 +22,7 @@ from inspect_ai.scorer import match
 from inspect_ai.solver import generate
 
 N_SAMPLES = 60
+CALLS_BY_MODEL: dict = {}     # calls per model name in this process (INSPECT_TOY_FAIL counts them)
 
 
 def skill(name: str) -> float:
@@ -62,15 +63,13 @@ class ToyAPI(ModelAPI):
         super().__init__(model_name=model_name, base_url=base_url, api_key=api_key, api_key_vars=api_key_vars or [],
                          config=config or GenerateConfig())
 
-    calls: dict = {}
-
     async def generate(self, input, tools, tool_choice, config):
         prompt = input[-1].text
         latency = float(os.environ.get("INSPECT_TOY_LATENCY", "0") or 0)
         if latency:
             await anyio.sleep(latency)
         failing = os.environ.get("INSPECT_TOY_FAIL", "")
-        count = ToyAPI.calls[self.model_name] = ToyAPI.calls.get(self.model_name, 0) + 1
+        count = CALLS_BY_MODEL[self.model_name] = CALLS_BY_MODEL.get(self.model_name, 0) + 1
         if failing and failing.split(":")[0] == self.model_name and count >= int(failing.split(":")[1]):
             raise RuntimeError("the API is down")
         text = answer(self.model_name, prompt)

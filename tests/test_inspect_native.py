@@ -243,3 +243,33 @@ def test_eval_set_runs_the_same_selection(tmp_path):
         full = read_eval_log(log.location)
         assert sorted(str(s.id) for s in full.samples if s.scores) == sorted(expected.evaluated[full.eval.model])
         assert full.results.early_stopping.metadata["certificate"] == expected.certificate
+
+
+@pytest.mark.integration   # three evals with a compilation each: the second test command
+def test_a_failing_model_ends_the_selection_at_once_and_a_rerun_resumes(tmp_path, monkeypatch):
+    """One model's API fails (its generate raises from its 5th call on): the eval ends within seconds,
+    every model's log says why, and running it again with the model fixed certifies without evaluating
+    a sample twice beyond the batches in flight at the failure."""
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("INSPECT_TOY_CALLS", str(calls))
+    monkeypatch.setenv("INSPECT_TOY_FAIL", "m60:5")
+    inspect_toy.CALLS_BY_MODEL.clear()
+    start = time.monotonic()
+    logs = run_managed(tmp_path, concurrency=0)           # select_best's default concurrency
+    assert time.monotonic() - start < 60
+    assert [l.status for l in logs] == ["error"] * 3
+    for log in logs:     # the failing model's log has Inspect's own error; the others say which model failed
+        message = log.error.message
+        assert "the API is down" in message and (log.eval.model == "toy/m60" or "toy/m60 failed on sample" in message)
+    report = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    assert "toy/m60 failed on sample" in report["error"]
+    first = calls.read_text().splitlines()
+    monkeypatch.delenv("INSPECT_TOY_FAIL")
+    logs = run_managed(tmp_path, concurrency=0)
+    assert [l.status for l in logs] == ["success"] * 3, [l.error for l in logs]
+    report = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    assert report["separated"] and report["leader"] == "toy/m90"
+    lines = calls.read_text().splitlines()
+    again = len(lines) - len(set(lines))
+    assert again <= 6 * 16, again                           # at most the batches in flight at the failure
+    assert len(set(lines)) == report["spent"] and len(first) < len(lines)
