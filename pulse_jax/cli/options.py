@@ -122,6 +122,9 @@ def add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, 
                         f"or {PLUGIN_HELP}; methods without an interval spend the budget (default: budget)")
     p.set_defaults(stop_default="budget")
     add_certificate_options(p)
+    p.add_argument("--concurrency", type=int, default=1,
+                   help="batches in flight at once, as a live selection with --concurrency asks them: each choice "
+                        "is made before the results of the ones before it return (default: 1)")
     p.add_argument("--chunk-size", type=int, default=None,
                    help="repetitions per compiled batch (default: sized from memory)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -290,11 +293,13 @@ def bandit_config(args, m: int, n: int, default_budget: int):
     require(args.batch_size <= n, f"--batch-size {args.batch_size} is larger than the number of examples ({n})")
     check_first_look(budget, m, args, "candidates")
     check_certificate_size(args, m)
+    concurrency = getattr(args, "concurrency", 1)
+    require(1 <= concurrency <= 1024, f"--concurrency must be between 1 and 1024, got {concurrency}")
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
                         init_batches=args.init_batches, refit_every=args.refit_every,
                         rule=rule_option(args),
                         stop=certificate_of(args)[0] or plugin_option("stopping rule", args.stop, "--stop"),
-                        cs_grid=cs_grid(args))
+                        cs_grid=cs_grid(args), concurrency=concurrency)
 
 
 def cs_grid(args) -> int:

@@ -73,10 +73,11 @@ def add(sub) -> None:
     # (docs/benchmarks/certify_betting.md); simulations keep the paper's.
     sel.set_defaults(method="pulse_hedged", rule_default="top_two_interval", bounds_default="certification",
                      sequence="betting")
-    sel.add_argument("--concurrency", type=int, default=16,
-                     help="batches evaluated at once (thread pool; default 16). Each ask counts the batches in "
-                          "flight, so 16 pay about 5%% more cells than 1 and finish many times sooner "
-                          "(docs/live.md)")
+    sel.add_argument("--concurrency", type=int, default=None,
+                     help="batches evaluated at once (thread pool; default 16 with --evaluate, 1 with "
+                          "--inspect-task or --lm-eval-task, whose evals run one at a time). Each ask counts "
+                          "the batches in flight, so 16 pay a few percent more cells than 1 and finish many "
+                          "times sooner (docs/live.md)")
     sel.add_argument("--call-timeout", type=float, default=None,
                      help="seconds a scorer call may run; one still running then counts as failed and is retried "
                           "(default: no limit)")
@@ -233,7 +234,15 @@ def check_live_numbers(args) -> None:
     """``select``'s own numbers, before anything is read or written."""
     require(args.grace is None or (math.isfinite(args.grace) and args.grace >= 0),
             f"--grace must be >= 0 seconds, got {args.grace}")
+    harness = getattr(args, "inspect_task", None) or getattr(args, "lm_eval_task", None)
+    if args.concurrency is None:
+        from pulse_jax.live import CONCURRENCY
+
+        args.concurrency = 1 if harness else CONCURRENCY
     require(args.concurrency >= 1, f"--concurrency must be >= 1, got {args.concurrency}")
+    require(not harness or args.concurrency == 1,
+            f"--concurrency {args.concurrency}: an --inspect-task or --lm-eval-task scorer runs one eval at a "
+            "time; leave --concurrency out (inside Inspect, select_best evaluates many samples at once)")
     require(args.retries >= 0, f"--retries must be >= 0, got {args.retries}")
     at_most(args.concurrency, "--concurrency", 1024)
     at_most(args.retries, "--retries", 1000)

@@ -97,9 +97,10 @@ def empty_queue(config: BanditConfig, state: BanditState) -> Queue:
                  state.observed)
 
 
-def _ask(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, params, t, slot, refit):
-    """Step ``t``'s choice with the queue's cells allocated, its refit when due, its draw; the batch joins
-    ``slot``. ``t = 0``: no ask (the slot is left as it is)."""
+def _ask(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, params, event):
+    """The event's step ``t``: its choice with the queue's cells allocated, its refit when due, its draw;
+    the batch joins the event's ask slot. ``t = 0``: no ask (the slot is left as it is)."""
+    t, slot, refit, _, _ = event
     plugins = kernel.plugins
     in_flight = InFlight(queue.cells, queue.batches, queue.rows)
     # A weighted draw's design is recomputed at the tell from the state: one batch per model at a time.
@@ -117,8 +118,10 @@ def _ask(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, par
     return state, queue, jnp.where(size > 0, i, -1)
 
 
-def _tell(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, params, slot, tell):
-    """The batch in ``slot`` returns (when ``tell``) and is observed with its true scores."""
+def _tell(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, params, event):
+    """The batch in the event's tell slot returns (when the event tells) and is observed with its true
+    scores."""
+    _, _, _, tell, slot = event
     B = kernel.config.batch_size
     i, examples = queue.models[slot], queue.examples[slot]
     size = jnp.where(tell, queue.sizes[slot], 0)
@@ -137,9 +140,8 @@ def make_event(kernel: Kernel):
 
     def event(episode, carry, params, x):
         state, queue = carry
-        t, ask_slot, refit, tell, tell_slot = x
-        state, queue, chosen = _ask(kernel, episode, state, queue, params, t, ask_slot, refit)
-        state, queue, info = _tell(kernel, episode, state, queue, params, tell_slot, tell)
+        state, queue, chosen = _ask(kernel, episode, state, queue, params, x)
+        state, queue, info = _tell(kernel, episode, state, queue, params, x)
         return (state, queue), kernel.record(state, params, chosen, info)
 
     return event

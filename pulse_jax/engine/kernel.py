@@ -454,7 +454,7 @@ class Kernel(NamedTuple):
     selection call the same functions.
 
     * ``init(key, scores, V, params, start=Start()) -> (episode, state)``;
-    * ``select(episode, state, params, t, blocked=None, reserved=0, in_flight=None) -> (state, Choice)``;
+    * ``select(episode, state, params, t, blocked=None, reserved=0, *, in_flight=None) -> (state, Choice)``;
     * ``refit(episode, state, params, t, choice, due=None) -> state`` (``due`` None: ``refit_due(t)``);
     * ``draw(episode, state, params, choice, in_flight=None) -> (examples, valid)``;
     * ``observe(episode, state, params, t, batch) -> (state, info)``;
@@ -494,7 +494,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     def init(key, scores, V, params, start=Start()):
         return _init(s, key, scores, V, params, start)
 
-    def select(episode, state, params, t, blocked=None, reserved=0, in_flight=None):
+    def select(episode, state, params, t, blocked=None, reserved=0, *, in_flight=None):
         return _select(s, episode, state, params, t, blocked=blocked, reserved=reserved, in_flight=in_flight)
 
     def refit(episode, state, params, t, choice, due=None):

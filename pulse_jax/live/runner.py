@@ -98,17 +98,14 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
         call_timeout: float | None = None) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
-    Up to ``concurrency`` batches (default `CONCURRENCY`) are evaluated at once, each in a worker
-    thread (daemon threads: a scorer that hangs never keeps the process
-    alive once the run has given up on it); results are told in ask order,
-    so the outcome does not depend on timing. Each ask counts the batches in flight as allocated
-    (`pulse_jax.live.Selector.ask`), so more of them cost few extra cells; once the stopping rule
-    fires nothing more is asked, and the batches still in flight are told as they return
-    (``Report.after_stop``).
+    Up to ``concurrency`` batches (default `CONCURRENCY`) are evaluated at once, each in a daemon
+    worker thread (a hung scorer never keeps the process alive once the run has given up on it);
+    results are told in ask order, so the outcome does not depend on timing. Each ask counts the
+    batches in flight (`pulse_jax.live.Selector.ask`); once the stopping rule fires nothing more is
+    asked, and the batches in flight are told as they return (``Report.after_stop``).
 
-    ``call_timeout`` (seconds, default None: no limit): a call still running after it counts as a
-    failed attempt (`CallTimeout`) and is retried like any other failure; the late call is abandoned
-    (its thread ends with the process) and its result ignored.
+    ``call_timeout`` (seconds; None: no limit): a call still running then is a failed attempt
+    (`CallTimeout`), retried like any other; the late call is abandoned and its result ignored.
 
     Failed calls are retried and an early stop pays for no cell twice: see the module docstring.
 
@@ -125,9 +122,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     A log without its reserve asks nothing (`Selector.can_pay`): a cell is
     paid for only while the log has room for its score.
     """
-    _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace)
-    require(call_timeout is None or (isinstance(call_timeout, (int, float)) and call_timeout > 0),
-            f"call_timeout must be a number of seconds > 0 (or None), got {call_timeout!r}")
+    _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call_timeout)
     stop = _Stop()
     call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop, call_timeout)
 
@@ -157,7 +152,9 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     return selector.result()
 
 
-def _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace) -> None:
+def _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call_timeout=None) -> None:
+    require(call_timeout is None or (isinstance(call_timeout, (int, float)) and call_timeout > 0),
+            f"call_timeout must be a number of seconds > 0 (or None), got {call_timeout!r}")
     require(isinstance(concurrency, int) and concurrency >= 1, f"concurrency must be an integer >= 1, got {concurrency!r}")
     require(isinstance(retries, int) and retries >= 0, f"retries must be an integer >= 0, got {retries!r}")
     require(retry_wait >= 0 and retry_max_wait >= 0, f"retry waits must be >= 0 seconds, got {retry_wait}, "

@@ -6,13 +6,17 @@ so a selector fed the scores of a full matrix makes exactly the choices of
 ``simulate(..., seed)``'s first repetition. The told scores go into the
 kernel's state (its pull log); nothing else is written.
 
-Pending batches (``ask`` several times before ``tell``): a model has at most
-one batch in flight, and ``ask`` skips models with one; a refit step waits
-until nothing is in flight. Hence, for every batch, the observed set, the
-predictions, lambda and the inclusion probability are fixed when it is asked
--- before its scores exist -- which is all Lemma 1 and the confidence
-sequences need: each stays valid whatever the order in which results come
-back.
+Pending batches (``ask`` several times before ``tell``): each ask counts the batches in flight as
+allocated (`pulse_jax.engine.InFlight`): the sampling rule sees their cells in the counts and
+bounds it chooses by (widths shrink for what is on its way, the estimates do not move), a model may
+have several batches in flight, and each new batch is drawn uniformly from the model's examples
+neither observed nor in flight, with the draw key of the count that includes them, so a model's
+draws are the one uniform permutation a sequential run draws (`draw_order`). A model's batches are
+told in the order they were asked (the runner and the Inspect manager do so); a refit step waits
+until nothing is in flight. Everything a batch's estimate and confidence sequence use is computed
+when it is told, from the cells observed before it, and the batch is a uniform draw from the
+examples unobserved at that moment given everything observed (docs/live.md, "Asking while
+batches are in flight"); an estimator that draws by weights keeps one batch per model in flight.
 
 Durability (`pulse_jax.live.journal`): every told batch is committed to
 an SQLite log in its own transaction before it changes the selector. A selector created with
@@ -160,7 +164,7 @@ def _compiled(config: BanditConfig, estimator):
     status = jax.jit(engine.build_kernel(config, estimator).stop_status)
 
     def ask(episode, state, params, t, asked: Asked):
-        state, choice = kernel.select(episode, state, params, t, asked.blocked, asked.reserved, asked.in_flight)
+        state, choice = kernel.select(episode, state, params, t, asked.blocked, asked.reserved, in_flight=asked.in_flight)
         state = kernel.refit(episode, state, params, t, choice, due=asked.due)
         examples, _ = kernel.draw(episode, state, params, choice, asked.in_flight)
         return state, choice.model, choice.size, examples
