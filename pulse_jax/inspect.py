@@ -311,7 +311,8 @@ class _Selection:
                                       batch_size=args.batch_size, init_batches=args.init_batches,
                                       refit_every=args.refit_every, seed=args.seed, train=train, rank=args.rank,
                                       log=self.path, rule=rule, params=numbers, cs_grid=cs_grid(args), stop=stop,
-                                      order={m: self.lanes[m].order for m in self.expected})
+                                      order={m: self.lanes[m].order for m in self.expected},
+                                      concurrency=args.concurrency)
         self.args = args
         for m, cells in self.selector.evaluated().items():     # a resumed run's samples, told already
             self.lanes[m].scored.update(str(e) for e in cells)

@@ -116,7 +116,7 @@ def run(args) -> None:
     selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
                              init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
                              train=train, rank=args.rank, log=args.log, rule=rule, params=numbers,
-                             cs_grid=cs_grid(args), stop=stop)
+                             cs_grid=cs_grid(args), stop=stop, concurrency=args.concurrency)
     meter = meter_of(args, models, getattr(evaluate, "tokens", None))
     if meter is not None:
         meter.update(selector.evaluated())
@@ -256,7 +256,7 @@ def _say_resume(selector, log) -> None:
     """What a resumed run starts from: the cells in the log, the paid batches it tells from the log, and
     the batches that were in flight, which it asks again."""
     kept = selector.paid_batches
-    again = sum(selector.paid_scores(r) is None for r in selector.pending())
+    again = sum(selector.paid_scores(r) is None for r in selector.pending() if r.example_ids)
     print(f"resuming {log}: {selector.spent:,} cells already evaluated"
           + (f"; {kept} batch(es) paid before are told from the log" if kept else "")
           + (f"; {again} batch(es) ({selector.in_flight_cells:,} cells) that were in flight when the last run "

@@ -32,7 +32,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.engine.config import BanditConfig, Plugins, refit_due
-from pulse_jax.engine.drivers import EPISODE_AXES, STOP_BLOCK_STEPS, bind, run_result, start_params
+from pulse_jax.engine.drivers import (EPISODE_AXES, STOP_BLOCK_STEPS, bind, idle_where_unrun, run_in_blocks,
+                                      run_result, start_params)
 from pulse_jax.engine.kernel import Batch, InFlight, Kernel, Start
 from pulse_jax.engine.state import BanditState, Episode
 from pulse_jax.errors import require
@@ -174,35 +175,17 @@ def make_concurrent_run(config: BanditConfig, method: str | Estimator = "pulse",
             x = jax.tree_util.tree_map(lambda a: jax.lax.dynamic_slice_in_dim(a, b * block, block), xs)
             return jax.lax.scan(lambda c, e: one(episodes, c, params, e), carry, x)
 
-        shapes = jax.eval_shape(block_of, (states, queues), 0)[1]
-        width = n_blocks * block if config.record_steps else 0
-        buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], width) + a.shape[2:], a.dtype), shapes)
-
-        def running(carry):
-            b, (states, queues), _ = carry
+        def keep_going(b, inner):
             if not config.stop.stops_early:
-                return b < n_blocks
+                return True
+            states, queues = inner
             asking = ~states.stopped & (states.spent + jnp.sum(queues.cells, axis=1) < config.budget)
-            return (b < n_blocks) & jnp.any(asking | (jnp.sum(queues.sizes, axis=1) > 0))
+            return jnp.any(asking | (jnp.sum(queues.sizes, axis=1) > 0))
 
-        def body(carry):
-            b, inner, buffer = carry
-            inner, records = block_of(inner, b)
-            if config.record_steps:
-                records = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), records)
-                buffer = jax.tree_util.tree_map(
-                    lambda buf, r: jax.lax.dynamic_update_slice_in_dim(buf, r, b * block, axis=1), buffer, records)
-            return b + 1, inner, buffer
-
-        b, (final, _), buffer = jax.lax.while_loop(running, body, (jnp.int32(0), (states, queues), buffer))
+        b, (final, _), buffer = run_in_blocks(block_of, keep_going, (states, queues), n_blocks, block,
+                                              config.record_steps)
         idle = jax.vmap(kernel.idle_record, in_axes=(EPISODE_AXES, 0, 0, None))(episodes, final, params, jnp.int32(0))
-        if config.record_steps:
-            ran = jnp.arange(width) < b * block
-            records = jax.tree_util.tree_map(
-                lambda buf, i: jnp.where(ran.reshape((1, -1) + (1,) * (buf.ndim - 2)), buf, i[:, None])[:, :events],
-                buffer, idle)
-        else:
-            records = jax.tree_util.tree_map(lambda i: i[:, None], idle)
+        records = idle_where_unrun(buffer, idle, b * block, slice(0, events))
         return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best)
 
     return run

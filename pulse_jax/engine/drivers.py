@@ -151,33 +151,48 @@ def _blocks(kernel: Kernel, block: int, episodes: Episode, states: BanditState, 
             return step(episodes, states, params, t, None if padded is None else padded[:, t])
         return jax.lax.scan(one, states, b * block + jnp.arange(block))
 
-    shapes = jax.eval_shape(steps_of_block, states, 0)[1]
-    width = n_blocks * block if config.record_steps else 0    # summary only: no per-step buffer
-    buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], width) + a.shape[2:], a.dtype), shapes)
     finished = jax.vmap(kernel.finished, in_axes=(0, 0, None))
+    b, states, buffer = run_in_blocks(steps_of_block, lambda b, states: ~jnp.all(
+        finished(states, params, jnp.maximum(b * block, 1))), states, n_blocks, block, config.record_steps)
+    states = jax.vmap(_settle, in_axes=(None, 0, 0, None))(kernel, states, params, jnp.maximum(b * block, 1))
+    idle = jax.vmap(kernel.idle_record, in_axes=(EPISODE_AXES, 0, 0, None))(episodes, states, params, jnp.int32(0))
+    return states, idle_where_unrun(buffer, idle, b * block, slice(1, config.n_steps + 1))
 
-    def running(carry):
-        b, states, _ = carry
-        return (b < n_blocks) & ~jnp.all(finished(states, params, jnp.maximum(b * block, 1)))
 
-    def body(carry):
-        b, states, buffer = carry
-        states, records = steps_of_block(states, b)
-        if config.record_steps:
+def run_in_blocks(block_of, keep_going, carry, n_blocks: int, block: int, record_steps: bool):
+    """``carry, records = block_of(carry, b)`` for ``b = 0, 1, ...`` in a ``lax.while_loop``, while
+    ``b < n_blocks`` and ``keep_going(b, carry)``; returns ``(b, carry, buffer)``, with each block's
+    records (step axis first, then repetitions) in ``buffer`` as (repetition, step) when
+    ``record_steps`` (else an empty buffer: a summary keeps no per-step records)."""
+    shapes = jax.eval_shape(block_of, carry, 0)[1]
+    width = n_blocks * block if record_steps else 0
+    buffer = jax.tree_util.tree_map(lambda a: jnp.zeros((a.shape[1], width) + a.shape[2:], a.dtype), shapes)
+
+    def running(loop):
+        b, inner, _ = loop
+        return (b < n_blocks) & keep_going(b, inner)
+
+    def body(loop):
+        b, inner, buffer = loop
+        inner, records = block_of(inner, b)
+        if record_steps:
             records = jax.tree_util.tree_map(lambda a: jnp.swapaxes(a, 0, 1), records)
             buffer = jax.tree_util.tree_map(
                 lambda buf, r: jax.lax.dynamic_update_slice_in_dim(buf, r, b * block, axis=1), buffer, records)
-        return b + 1, states, buffer
+        return b + 1, inner, buffer
 
-    b, states, buffer = jax.lax.while_loop(running, body, (jnp.int32(0), states, buffer))
-    states = jax.vmap(_settle, in_axes=(None, 0, 0, None))(kernel, states, params, jnp.maximum(b * block, 1))
-    idle = jax.vmap(kernel.idle_record, in_axes=(EPISODE_AXES, 0, 0, None))(episodes, states, params, jnp.int32(0))
-    if not config.record_steps:
-        return states, jax.tree_util.tree_map(lambda i: i[:, None], idle)
-    ran = jnp.arange(width) < b * block
-    return states, jax.tree_util.tree_map(
-        lambda buf, i: jnp.where(ran.reshape((1, -1) + (1,) * (buf.ndim - 2)), buf, i[:, None])[:, 1:config.n_steps + 1],
-        buffer, idle)
+    return jax.lax.while_loop(running, body, (jnp.int32(0), carry, buffer))
+
+
+def idle_where_unrun(buffer, idle, ran_steps, keep: slice):
+    """The records of a run in blocks: the buffer's where its steps ran (the first ``ran_steps``), the
+    final state's idle record where they did not (what a scan computes for them), cut to ``keep``; an
+    empty buffer (a summary) gives the idle record alone, as one step."""
+    if jax.tree_util.tree_leaves(buffer)[0].shape[1] == 0:
+        return jax.tree_util.tree_map(lambda i: i[:, None], idle)
+    return jax.tree_util.tree_map(
+        lambda buf, i: jnp.where((jnp.arange(buf.shape[1]) < ran_steps).reshape((1, -1) + (1,) * (buf.ndim - 2)),
+                                 buf, i[:, None])[:, keep], buffer, idle)
 
 
 def _settle(kernel: Kernel, state: BanditState, params: RunParams, t) -> BanditState:

@@ -38,10 +38,12 @@ class Static(NamedTuple):
 
 
 class Choice(NamedTuple):
-    """A step's choice: the model and its batch size ``B'`` (0: the step spends nothing)."""
+    """A step's choice: the model and its batch size ``B'`` (0: the step spends nothing); ``hold``: the
+    step spends nothing because the batches in flight may settle the stop (`InFlight`)."""
 
     model: jax.Array
     size: jax.Array
+    hold: jax.Array | bool = False
 
 
 class Batch(NamedTuple):
@@ -249,7 +251,8 @@ def _select(s: Static, episode: Episode, state: BanditState, params: RunParams, 
     valid = (i >= 0) & (i < m)
     i = jnp.clip(i, 0, m - 1).astype(jnp.int32)
     done = state.stopped | stop.done(looks, params.stop)
-    go = valid & active[i] & (t >= 1) & ~done
+    hold = False if in_flight is None else _held(s, state, params, looks, in_flight, t)
+    go = valid & active[i] & (t >= 1) & ~done & ~hold
     moves = (t >= 1) & ~done           # a stopped run changes nothing, its rule's state included
     if rule.eligible is not None:      # the recommendation follows the rule's eligible set when it changes
         changed = moves & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
@@ -261,7 +264,7 @@ def _select(s: Static, episode: Episode, state: BanditState, params: RunParams, 
         claimed = jnp.where(done & ~state.stopped & (t >= 1), stop.claim(looks, params.stop), state.claimed)
     state = state._replace(rule=_where_tree(moves, rule_state, state.rule), stopped=state.stopped | (done & (t >= 1)),
                            claimed=claimed)
-    return state, Choice(i, jnp.where(go, room(config, state, i, reserved, in_flight), 0))
+    return state, Choice(i, jnp.where(go, room(config, state, i, reserved, in_flight), 0), (t >= 1) & ~done & hold)
 
 
 def _hallucinated(estimates, low, high, ledger: Ledger, n_alloc):
@@ -277,6 +280,25 @@ def _hallucinated(estimates, low, high, ledger: Ledger, n_alloc):
     after = jnp.maximum(1.0 / jnp.maximum(n_new, 1.0) - 1.0 / N, 0.0)
     factor = jnp.where(before > 0, jnp.sqrt(after / jnp.where(before > 0, before, 1.0)), 1.0)
     return estimates - (estimates - low) * factor, estimates + (high - estimates) * factor
+
+
+def _held(s: Static, state: BanditState, params: RunParams, looks: StopInputs, in_flight: InFlight, t):
+    """Whether an ask holds back: the stopping rule would fire on the bounds as they will be once the
+    batches in flight return (`_hallucinated`), so a new batch would likely be paid for after the
+    answer is known. A hold spends nothing and waits for one return (it takes a step); it is allowed
+    while the run has more than ``c - 1`` spare steps (``BanditConfig.n_steps`` keeps ``8 (c - 1)``:
+    ``c - 1`` for asks near the budget's end, the rest for holds), so holds never cost a run its
+    budget."""
+    config, stop = s.config, s.plugins.stop
+    n_alloc = state.ledger.n_obs + in_flight.cells
+    low, high = _hallucinated(looks.estimates, looks.low, looks.high, state.ledger, n_alloc)
+    ok, model = confidence.certify(low, high)
+    ahead = stop.done(looks._replace(low=low, high=high, certified=looks.certified | ok,
+                                     certified_model=jnp.where(looks.certified, looks.certified_model, model)),
+                      params.stop)
+    left = config.budget - state.spent - jnp.sum(in_flight.cells)
+    spare = config.n_steps - t - (left + config.batch_size - 1) // config.batch_size
+    return ahead & jnp.any(in_flight.cells > 0) & (spare > config.concurrency - 1)
 
 
 def _refit_step(s: Static, episode: Episode, state: BanditState, params: RunParams, t, choice: Choice, *,
@@ -314,7 +336,7 @@ def _draw(s: Static, episode: Episode, state: BanditState, params: RunParams, ch
     unobserved examples (and not in flight), or, for an estimator with ``draw_weights``, ``size`` of
     them drawn one after another with probabilities proportional to its weights
     (`sampling.weighted_draw`; such a model is never asked while it has a batch in flight)."""
-    i, size = choice
+    i, size = choice.model, choice.size
     B, n_obs_i = s.config.batch_size, state.ledger.n_obs[i]
     row = state.observed[i]
     if in_flight is not None:   # the examples in flight count as seen: the key and the row skip them
@@ -465,6 +487,7 @@ class Kernel(NamedTuple):
     * ``stop_status(state, params, t) -> (done, claim)``; ``finished(state, params, t) -> done``;
     * ``idle_record(episode, state, params, t)``: what a step that spends nothing records;
     * ``record(state, params, chosen, info)``: a step's record once its state is final;
+    * ``held(state, params, t, in_flight)``: whether step ``t``'s ask holds back (`InFlight`);
     * ``refit_due(t)``: whether step ``t`` refits.
     """
 
@@ -484,6 +507,7 @@ class Kernel(NamedTuple):
     idle_record: RecordFn
     refit_due: Callable
     record: Callable[..., StepRecord]
+    held: Callable[..., jax.Array]
 
 
 def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
@@ -531,5 +555,9 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     def record(state, params, chosen, info):
         return _record(s, state, params, chosen, info)
 
+    def held(state, params, t, in_flight):
+        done = state.stopped | s.plugins.stop.done(_stop_inputs(s, state, params, t), params.stop)
+        return ~done & _held(s, state, params, _stop_inputs(s, state, params, t), in_flight, t)
+
     return Kernel(config, s.plugins, init, select, refit, draw, observe, choose, play, step, bounds, stop_status,
-                  finished, idle_record, lambda t: refit_due(config, s.plugins, t), record)
+                  finished, idle_record, lambda t: refit_due(config, s.plugins, t), record, held)

@@ -9,8 +9,8 @@ The pieces live in their own modules; this one gathers them:
 """
 from pulse_jax.live.journal import LOG_VERSION
 from pulse_jax.live.report import Report
-from pulse_jax.live.runner import CONCURRENCY, CallTimeout, EvaluationError, Interrupted, run
-from pulse_jax.live.selector import LogWriteError, Request, Selector, draw_order
+from pulse_jax.live.runner import CallTimeout, EvaluationError, Interrupted, run
+from pulse_jax.live.selector import CONCURRENCY, LogWriteError, Request, Selector, draw_order
 
 __all__ = ["Selector", "Request", "Report", "run", "EvaluationError", "Interrupted", "LogWriteError", "LOG_VERSION",
-           "draw_order"]
+           "draw_order", "CONCURRENCY", "CallTimeout"]

@@ -49,7 +49,7 @@ from typing import Callable, Sequence
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.report import Report
-from pulse_jax.live.selector import LogWriteError, Request, Selector
+from pulse_jax.live.selector import CONCURRENCY, LogWriteError, Request, Selector
 
 
 class EvaluationError(RuntimeError):
@@ -79,10 +79,6 @@ class Interrupted(KeyboardInterrupt):
 RETRIES, RETRY_WAIT, RETRY_MAX_WAIT = 3, 1.0, 60.0
 #: The longest wait a scorer's own retry-after hint is followed for (seconds).
 RETRY_AFTER_CAP = 3600.0
-#: Batches in flight by default: on the built-in example (40 x 1,000, select's configuration) 16 pay
-#: 4.6% more cells than one at a time in simulation (docs/benchmarks/concurrency.md) and finish
-#: many times sooner against a scorer with latency.
-CONCURRENCY = 16
 #: A call still running after this many seconds is named on the status line (``progress=True``).
 SLOW_CALL = 10.0
 
@@ -91,14 +87,14 @@ class CallTimeout(TimeoutError):
     """A scorer call ran past ``call_timeout``: counted as a failed attempt and retried."""
 
 
-def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int = CONCURRENCY,
+def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int | None = None,
         retries: int = RETRIES, retry_wait: float = RETRY_WAIT, retry_max_wait: float = RETRY_MAX_WAIT,
         progress: bool | Callable = False, grace: float | None = None,
         handle_signals: bool = True, allow: Callable[[int], bool] | None = None,
         call_timeout: float | None = None) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
-    Up to ``concurrency`` batches (default `CONCURRENCY`) are evaluated at once, each in a daemon
+    Up to ``concurrency`` batches (default: the selector's, `CONCURRENCY`) are evaluated at once, each in a daemon
     worker thread (a hung scorer never keeps the process alive once the run has given up on it);
     results are told in ask order, so the outcome does not depend on timing. Each ask counts the
     batches in flight (`pulse_jax.live.Selector.ask`); once the stopping rule fires nothing more is
@@ -122,6 +118,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     A log without its reserve asks nothing (`Selector.can_pay`): a cell is
     paid for only while the log has room for its score.
     """
+    concurrency = selector.config.concurrency if concurrency is None else concurrency
     _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call_timeout)
     stop = _Stop()
     call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop, call_timeout)
@@ -371,6 +368,8 @@ def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop, call_t
     evaluate = _timed(evaluate, call_timeout)
 
     def call(request: Request):
+        if not request.example_ids:     # a hold (`Selector.ask`): nothing to evaluate
+            return []
         known = selector.paid_scores(request)
         if known is not None:
             return known

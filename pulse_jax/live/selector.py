@@ -60,6 +60,11 @@ from pulse_jax.stats.seeds import seed_key
 from pulse_jax.live.report import Report, plain_number
 
 
+#: Batches in flight by default (`pulse_jax.live.run`, ``select``, ``select_best``): on the built-in
+#: example in ``select``'s configuration, 16 pay 1.03x the cells of one at a time in simulation and,
+#: against a scorer that takes 50 ms a call, finish 15x sooner (docs/benchmarks/concurrency.md).
+CONCURRENCY = 16
+
 #: A failed log write is retried this many times, waiting ``WRITE_RETRY_WAIT * 2**k`` seconds.
 WRITE_RETRIES, WRITE_RETRY_WAIT = 2, 0.05
 
@@ -161,7 +166,8 @@ def _compiled(config: BanditConfig, estimator):
     rule, and a resumed run may change the rule (e.g. spend the rest of the budget after a certificate).
     """
     kernel = engine.build_kernel(dataclasses.replace(config, stop="budget"), estimator)
-    status = jax.jit(engine.build_kernel(config, estimator).stop_status)
+    stopping = engine.build_kernel(config, estimator)
+    status, held = jax.jit(stopping.stop_status), jax.jit(stopping.held)
 
     def ask(episode, state, params, t, asked: Asked):
         state, choice = kernel.select(episode, state, params, t, asked.blocked, asked.reserved, in_flight=asked.in_flight)
@@ -176,7 +182,7 @@ def _compiled(config: BanditConfig, estimator):
         estimates, low, high = kernel.bounds(state, params)
         return estimates, state.ledger, low, high
 
-    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary), status
+    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary), status, held
 
 
 def _plugin_numbers(numbers: dict) -> dict:
@@ -222,13 +228,17 @@ class Selector:
         independent across models and seen by nothing the selection uses (docs/harness.md). A log
         started with orders is resumed with orders (any: a resumed run may see a fresh shuffle); a
         batch in flight whose scores were partly logged (`log_partial`) is asked again as it was.
+      concurrency: the batches `pulse_jax.live.run` keeps in flight (default `pulse_jax.live.CONCURRENCY`,
+        16), as ``BanditConfig.concurrency``: an ask holds back (a request with no examples, told
+        with ``[]``) while the batches in flight may settle the stop, within the spare steps that
+        the concurrency gives the run. A log is resumed with the concurrency it was started with.
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
                  batch_size: int = 8, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
                  log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None,
-                 order=None):
+                 order=None, concurrency: int | None = None):
         self.models = tuple(str(m) for m in models)
         require(len(set(self.models)) == len(self.models), "models: duplicate model names")
         ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
@@ -240,7 +250,7 @@ class Selector:
             stop = "certified" if self.estimator.has_interval else "budget"
         self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
                                    init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid,
-                                   stop=stop)
+                                   stop=stop, concurrency=CONCURRENCY if concurrency is None else concurrency)
         if params is None:
             params = {"delta": delta, **({} if exploration is None else {"exploration": exploration})}
         engine.check_compatible(self.config, self.estimator)
@@ -277,6 +287,7 @@ class Selector:
         self._replaying = False
         self._compile()
         self._failures = [0, 0]
+        self._logged_holds: set = set()
         if self.log_path is not None:
             self._replaying = True
             try:
@@ -286,7 +297,7 @@ class Selector:
 
     def _compile(self) -> None:
         (self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn,
-         self._status_fn) = _compiled(self.config, self.estimator)
+         self._status_fn, self._held_fn) = _compiled(self.config, self.estimator)
         self._params = self.params.as_arrays()
 
     @property
@@ -408,7 +419,7 @@ class Selector:
                 # The engine's numbers and the estimator's and rule's own (the stopping rule may change on resume).
                 **self.params.engine.to_dict(), **_plugin_numbers(self.params.to_dict()),
                 "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None,
-                "example_order": "drawn" if self._order is None else "given"}
+                "example_order": "drawn" if self._order is None else "given", "concurrency": c.concurrency}
 
     # ------------------------------------------------------------------ log
 
@@ -447,6 +458,7 @@ class Selector:
 
     def _replay(self, records):
         told_on = {}
+        self._logged_holds = {r.get("ticket") for _, r in records if r.get("type") == "tell" and r.get("examples") == []}
         for where, record in records:
             for field, kind in (("ticket", int), ("step", int), ("asks_issued", int), ("model", str),
                                 ("examples", list), ("scores", list)):
@@ -644,6 +656,8 @@ class Selector:
         cells, batches = np.zeros(m, np.int32), np.zeros(m, np.int32)
         rows = np.array(self._state.observed, dtype=np.uint32)
         for request in self._pending.values():
+            if not request.example_index:       # a hold: nothing in flight
+                continue
             i, index = request.model_index, np.asarray(request.example_index, np.int64)
             cells[i] += len(index)
             batches[i] += 1
@@ -688,8 +702,14 @@ class Selector:
             return None
         in_flight, blocked = self._in_flight()
         asked = Asked(in_flight, jnp.asarray(blocked), jnp.sum(in_flight.cells), jnp.bool_(due))
+        hold = self._holds(in_flight)
         state, i, size, examples = self._ask_fn(self._episode, self._state, self._params, jnp.int32(self._t), asked)
         i, size = int(i), int(size)
+        if hold:    # the batches in flight may settle the stop: a request with no examples, told with []
+            self._state = state
+            request = self._issue(self._t, i, np.zeros(0, np.int64))
+            self._t += 1
+            return request
         unobserved = (int(self._state.ledger.population[i]) - int(self._state.ledger.n_obs[i])
                       - int(in_flight.cells[i])) if size else 0
         if size == 0 or size < min(config.batch_size, unobserved):
@@ -702,6 +722,16 @@ class Selector:
         request = self._issue(self._t, i, examples)
         self._t += 1
         return request
+
+    def _holds(self, in_flight: engine.InFlight) -> bool:
+        """Whether this ask holds back (`pulse_jax.engine.kernel.Kernel.held`: the stopping rule would fire
+        once the batches in flight return): a replayed log repeats the holds it logged (a resumed run may
+        stop by another rule), a live one asks the kernel, as a simulated run does."""
+        if self._replaying:
+            return self._asks in self._logged_holds
+        if not int(np.asarray(in_flight.cells).sum()):
+            return False
+        return bool(self._held_fn(self._state, self._params, jnp.int32(self._t), in_flight))
 
     def _next_in_order(self, i: int, size: int) -> np.ndarray:
         """The examples of model ``i``'s next batch in its given order: the batch of a partly logged
