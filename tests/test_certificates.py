@@ -207,7 +207,7 @@ def test_selector_stops_where_the_simulation_stops_and_says_what_it_certified():
         config = pj.BanditConfig(n_models=6, n_examples=120, budget=720, batch_size=4, rule="lucb", stop=stop)
         sim = pj.simulate(scores, config, "ucbe", reps=1, seed=9, params=numbers, progress=False,
                           model_names=models)
-        sel = pj.Selector(models, 120, 720, method="ucbe", batch_size=4, seed=9, rule="lucb", stop=stop,
+        sel = pj.Selector(models, 120, 720, method="ucbe", batch_size=4, seed=9, rule="lucb", stop=stop, concurrency=1,
                           params=numbers)
         report = pj.run(lambda model, ids: scores[models.index(model), ids].tolist(), sel)
         assert report.stopped and report.spent == sim.spent[0, -1]

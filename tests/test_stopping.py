@@ -26,7 +26,7 @@ def _after_spending(cells):
 
 def _live(bench, stop, method="pulse", budget=2000):
     b, V = bench
-    sel = Selector(b.models, 400, budget, method=method, batch_size=B, V=V, seed=3, refit_every=7, stop=stop,
+    sel = Selector(b.models, 400, budget, method=method, batch_size=B, V=V, seed=3, refit_every=7, stop=stop, concurrency=1,
                    params=pj.BanditParams(delta=0.2))
     report = run(lambda model, ids: b.scores[b.models.index(model), ids].tolist(), sel)
     return sel, report
@@ -75,7 +75,7 @@ def test_use_stop_lets_a_certified_run_go_on(bench):
     assert sel.ask() is None                                   # stopped: nothing more is asked
     sel.use_stop("budget")
     assert sel.ask() is not None and not sel.stopped
-    fresh = Selector(b.models, 400, 6 * B + 8 * 20, batch_size=B, V=V, seed=3, refit_every=7)
+    fresh = Selector(b.models, 400, 6 * B + 8 * 20, batch_size=B, V=V, seed=3, refit_every=7, concurrency=1)
     assert fresh.stop.name == "certified"                     # the default for a method with an interval
     fresh.use_stop("budget")
     spent = run(lambda model, ids: b.scores[b.models.index(model), ids].tolist(), fresh)

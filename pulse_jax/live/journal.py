@@ -493,7 +493,9 @@ class Journal(LogReader):
         try:
             self._commit(("INSERT INTO reserve VALUES (zeroblob(?))", (RESERVE_BYTES,)))
             self._commit(("UPDATE reserve SET space = randomblob(?)", (RESERVE_BYTES,)))
-        except LogFull:
+        except LogFull as err:
+            if err.errno == errno.ENOENT:     # the log is gone: no room would bring it back
+                raise
             return False
         return True
 

@@ -589,8 +589,12 @@ class Selector:
         too full to put it back), the selector is *log full*: nothing more is asked."""
         if self._log_full:
             return False
-        if self._journal is None or self._journal.has_reserve() or self._journal.keep_reserve():
-            return True
+        try:
+            if self._journal is None or self._journal.has_reserve() or self._journal.keep_reserve():
+                return True
+        except journal.LogFull as err:     # the log was deleted or replaced under the run
+            raise LogWriteError(f"{self.log_path}: cannot write the log ({err.strerror}); nothing more is asked. "
+                                f"To go on, {journal.fix_for(err)}") from None
         self._log_full = self._no_room = True
         return False
 
