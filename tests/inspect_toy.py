@@ -7,7 +7,8 @@ Environment hooks for the kill -9 tests: ``INSPECT_TOY_CALLS`` names a file that
 per finished call (``model,sample prompt``); with ``INSPECT_TOY_HANG_AFTER=N`` the call after
 the N-th line in that file never returns. ``INSPECT_TOY_FAIL=name:K`` makes ``toy/<name>`` raise
 ("the API is down") from its K-th call on (a model whose API fails); ``INSPECT_TOY_LATENCY`` (seconds)
-makes every call wait that long first (an API's latency).
+makes every call wait that long first (an API's latency); ``INSPECT_TOY_TIMES`` names a file that gets
+the time each call ends.
 """
 import hashlib
 import os
@@ -43,6 +44,12 @@ def usage(prompt: str, text: str) -> ModelUsage:
 
 
 async def _record(name: str, prompt: str) -> None:
+    times = os.environ.get("INSPECT_TOY_TIMES")
+    if times:
+        import time
+
+        with open(times, "a") as fh:
+            fh.write(f"{time.time()}\n")
     calls = os.environ.get("INSPECT_TOY_CALLS")
     if not calls:
         return
