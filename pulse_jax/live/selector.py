@@ -167,13 +167,14 @@ def _compiled(config: BanditConfig, estimator):
     """
     kernel = engine.build_kernel(dataclasses.replace(config, stop="budget"), estimator)
     stopping = engine.build_kernel(config, estimator)
-    status, held = jax.jit(stopping.stop_status), jax.jit(stopping.held)
+    status = jax.jit(stopping.stop_status)
 
     def ask(episode, state, params, t, asked: Asked):
+        hold = stopping.held(state, params, t, asked.in_flight)    # by the run's own stopping rule
         state, choice = kernel.select(episode, state, params, t, asked.blocked, asked.reserved, in_flight=asked.in_flight)
         state = kernel.refit(episode, state, params, t, choice, due=asked.due)
         examples, _ = kernel.draw(episode, state, params, choice, asked.in_flight)
-        return state, choice.model, choice.size, examples
+        return state, choice.model, choice.size, examples, hold
 
     def tell(episode, state, params, t, batch: engine.Batch):
         return kernel.observe(episode, state, params, t, batch)[0]
@@ -182,7 +183,7 @@ def _compiled(config: BanditConfig, estimator):
         estimates, low, high = kernel.bounds(state, params)
         return estimates, state.ledger, low, high
 
-    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary), status, held
+    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary), status
 
 
 def _plugin_numbers(numbers: dict) -> dict:
@@ -297,7 +298,7 @@ class Selector:
 
     def _compile(self) -> None:
         (self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn,
-         self._status_fn, self._held_fn) = _compiled(self.config, self.estimator)
+         self._status_fn) = _compiled(self.config, self.estimator)
         self._params = self.params.as_arrays()
 
     @property
@@ -706,10 +707,14 @@ class Selector:
             return None
         in_flight, blocked = self._in_flight()
         asked = Asked(in_flight, jnp.asarray(blocked), jnp.sum(in_flight.cells), jnp.bool_(due))
-        hold = self._holds(in_flight)
-        state, i, size, examples = self._ask_fn(self._episode, self._state, self._params, jnp.int32(self._t), asked)
+        state, i, size, examples, hold = self._ask_fn(self._episode, self._state, self._params, jnp.int32(self._t),
+                                                      asked)
         i, size = int(i), int(size)
-        if hold:    # the batches in flight may settle the stop: a request with no examples, told with []
+        hold = self._asks in self._logged_holds if self._replaying else bool(hold)
+        # Hold (`Kernel.held`: the run's stopping rule would fire once the batches in flight return): a
+        # request with no examples, told with []. A replayed log repeats the holds it logged (a resumed
+        # run may stop by another rule).
+        if hold:
             self._state = state
             request = self._issue(self._t, i, np.zeros(0, np.int64))
             self._t += 1
@@ -726,16 +731,6 @@ class Selector:
         request = self._issue(self._t, i, examples)
         self._t += 1
         return request
-
-    def _holds(self, in_flight: engine.InFlight) -> bool:
-        """Whether this ask holds back (`pulse_jax.engine.kernel.Kernel.held`: the stopping rule would fire
-        once the batches in flight return): a replayed log repeats the holds it logged (a resumed run may
-        stop by another rule), a live one asks the kernel, as a simulated run does."""
-        if self._replaying:
-            return self._asks in self._logged_holds
-        if not int(np.asarray(in_flight.cells).sum()):
-            return False
-        return bool(self._held_fn(self._state, self._params, jnp.int32(self._t), in_flight))
 
     def _next_in_order(self, i: int, size: int) -> np.ndarray:
         """The examples of model ``i``'s next batch in its given order: the batch of a partly logged
