@@ -217,6 +217,7 @@ def test_selector_stops_where_the_simulation_stops_and_says_what_it_certified():
             assert set(report.to_dict()["groups"][0]) == set(report.claimed)
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_select_takes_epsilon_top_k_and_tie_group(tmp_path, capsys):
     scores = _matrix([0.74, 0.72, 0.70, 0.60, 0.55, 0.50], 160, seed=8)
     models = [f"m{i}" for i in range(6)]

@@ -117,6 +117,7 @@ def test_cli_simulate_writes_json_npz_png(tmp_path):
         assert arrays["best"].shape[0] == 6
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_cli_demo_small(tmp_path, capsys):
     code = cli.main(["demo", "--reps", "8", "--budget", "1200", "--out", str(tmp_path / "demo"), "--quiet"])
     assert code == 0

@@ -156,6 +156,7 @@ def test_concurrency_is_refused_where_a_run_follows_given_choices():
         pj.BanditConfig(n_models=2, n_examples=10, budget=20, batch_size=2, concurrency=0)
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_a_sweep_with_batches_in_flight_equals_its_separate_runs():
     """Concurrency is static (one compiled program for the sweep); each point equals its own run."""
     scores, V = small_problem()

@@ -67,6 +67,7 @@ def test_paper_scale_generator_on_the_shared_factors(shared_data):
     assert 0.25 < train.scores.mean() < 0.4                      # the data README: mean accuracy 0.32
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_cross_validation_selects_the_true_rank(tmp_path):
     rng = np.random.default_rng(0)
     m, n, r = 150, 300, 2

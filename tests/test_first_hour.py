@@ -260,6 +260,7 @@ def test_select_errors_speak_in_options(tmp_path, capsys, monkeypatch, extra, ne
     assert not (tmp_path / "run.db").exists()                 # refused before the log was opened
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_one_model_and_another_examples_count_name_their_option(tmp_path, capsys, monkeypatch):
     from pulse_jax import stand_in
 

@@ -22,12 +22,14 @@ def _run_notebook(name, monkeypatch) -> dict:
     return namespace
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_quickstart_notebook_runs_top_to_bottom(monkeypatch):
     namespace = _run_notebook("quickstart.ipynb", monkeypatch)
     assert set(namespace["results"]) == {"ucbe", "pulse", "naive"}
     assert 0 <= namespace["res"].correct()[:, -1].mean() <= 1
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_sweep_notebook_runs_top_to_bottom(monkeypatch):
     namespace = _run_notebook("sweep.ipynb", monkeypatch)
     result, own = namespace["result"], namespace["own"]

@@ -35,6 +35,7 @@ def test_messages_name_the_file_and_the_names(tmp_path, monkeypatch, capsys):
     assert "its folder" in capsys.readouterr().err and not (tmp_path / "nosuch").exists()
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_a_method_without_an_interval_selects_with_the_index_rule(tmp_path, monkeypatch, capsys):
     """``select --method naive --train ...`` under the default rule (Top-Two needs an interval): the index
     rule instead, with a note; an explicit --rule still has to fit."""
@@ -126,6 +127,7 @@ def test_a_simulated_claiming_stop_is_tabled_and_saved(tmp_path, capsys):
         assert saved["stopped"].shape == (4,) and saved["claimed"].shape == (4, 5)
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_a_larger_budget_continues_a_spent_log(tmp_path):
     """A log that spent its budget continues with a larger one, and asks exactly what a run started with
     the larger budget asks; a smaller budget, or one below what the log holds, is refused saying what to
@@ -185,6 +187,7 @@ def test_certificates_naming_every_model_are_refused(tmp_path, capsys, flag):
     assert f"{flag} 40: must be smaller than the number of models (40)" in capsys.readouterr().err
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_the_comparison_table_shows_the_change_in_cells(tmp_path, capsys):
     assert cli.main(["demo", "--reps", "30", "--budget", "12000", "--method", "ucbe,pulse", "--quiet", "--out",
                      str(tmp_path / "d")]) == 0

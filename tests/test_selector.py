@@ -230,6 +230,7 @@ def test_budget_already_spent_and_unknown_model(bench, tmp_path):
     assert diff["low"] <= truth <= diff["high"]
 
 
+@pytest.mark.integration   # a long end-to-end run: the second test command
 def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     from pulse_jax import stand_in
 

@@ -11,9 +11,11 @@ Each repetition carries, beside its `pulse_jax.engine.BanditState`, a `Queue` of
 flight (a ring of ``c`` slots) with their cells per model and the packed mask of examples observed
 or in flight (`pulse_jax.engine.kernel.InFlight`). An ask chooses with those cells counted as
 allocated and draws from the examples neither observed nor in flight; a tell observes the oldest
-batch with its true scores. A repetition whose stopping rule has fired asks nothing more (its asks
-spend nothing), and the batches it had in flight still return and count, as a live run logs and
-tells what returns after its stop. Fed the same seed and full matrix, `pulse_jax.live.Selector`
+batch with its true scores. An ask that holds (the stopping rule would fire once the batches in
+flight return, `pulse_jax.engine.kernel.Kernel.held`) spends nothing and its slot returns empty, as
+the live selector's request with no examples does. A repetition whose stopping rule has fired asks
+nothing more (its asks spend nothing), and the batches it had in flight still return and count, as
+a live run logs and tells what returns after its stop. Fed the same seed and full matrix, `pulse_jax.live.Selector`
 driven by `pulse_jax.live.run` at concurrency ``c`` asks exactly these batches (tested), up to the
 budget's last batch: where the budget left is all held by batches in flight, the selector waits
 and the simulation lets that step spend nothing.
