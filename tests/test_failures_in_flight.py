@@ -187,13 +187,15 @@ def test_an_invalid_answer_at_concurrency_16_exits_cleanly_in_one_line(tmp_path)
     """No abort at exit (``terminate called ... FATAL: exception not rethrown``): the batches in flight
     are waited for and logged before the process ends."""
     (tmp_path / "bad_scorer.py").write_text(textwrap.dedent("""
-        import time
+        import threading, time
         from pulse_jax import stand_in
-        CALLS = [0]
+        CALLS, LOCK = [0], threading.Lock()
         def score(model, ids):
-            CALLS[0] += 1
+            with LOCK:                      # the calls run in 16 threads: number each one once
+                CALLS[0] += 1
+                number = CALLS[0]
             time.sleep(0.02)
-            if CALLS[0] == 60:
+            if number == 25:
                 return [float("nan")] * len(ids)
             return stand_in.score(model, ids)
     """))

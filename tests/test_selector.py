@@ -271,7 +271,7 @@ def test_kill_9_loses_at_most_the_batch_in_flight(tmp_path):
 
     from conftest import log_records, recovered_records, write_slow_scorer
 
-    args = write_slow_scorer(tmp_path, delay=0.05)
+    args = write_slow_scorer(tmp_path, delay=0.05) + ["--concurrency", "1"]   # one batch in flight
     env = dict(os.environ, PYTHONPATH=str(tmp_path))
     proc = subprocess.Popen(args + ["--log", "run.db"], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)

@@ -393,6 +393,10 @@ class LmEvalScorer:
       evaluate_options: more keyword arguments for ``lm_eval.simple_evaluate`` (e.g. ``num_fewshot``).
     """
 
+    #: One evaluation at a time (the harness's eval cannot run twice at once): `pulse_jax.live.run`
+    #: keeps one batch in flight with it.
+    max_concurrency = 1
+
     def __init__(self, task: str, models, metric: str = "acc", filter: str | None = None,  # noqa: A002
                  include_path=None, cache_dir=None, plugins: Sequence[str] = (), device: str | None = None,
                  evaluate_options: Mapping | None = None):

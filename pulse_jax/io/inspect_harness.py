@@ -395,6 +395,10 @@ class InspectScorer:
       eval_options: more keyword arguments for ``inspect_ai.eval`` (``max_connections``, ...).
     """
 
+    #: One evaluation at a time (the harness's eval cannot run twice at once): `pulse_jax.live.run`
+    #: keeps one batch in flight with it.
+    max_concurrency = 1
+
     def __init__(self, task, models, log_dir, *, scorer: str | None = None, metric: str | None = None,
                  value_map: Mapping | None = None, eval_options: Mapping | None = None):
         require(importlib.util.find_spec("inspect_ai") is not None, _INSTALL)

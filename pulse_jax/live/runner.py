@@ -118,7 +118,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     A log without its reserve asks nothing (`Selector.can_pay`): a cell is
     paid for only while the log has room for its score.
     """
-    concurrency = selector.config.concurrency if concurrency is None else concurrency
+    concurrency = _concurrency_for(evaluate, selector, concurrency)
     _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call_timeout)
     stop = _Stop()
     call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop, call_timeout)
@@ -147,6 +147,17 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     if progress is True:
         sys.stderr.write("\n")
     return selector.result()
+
+
+def _concurrency_for(evaluate, selector: Selector, concurrency: int | None) -> int:
+    """The batches in flight: the selector's (None), at most what the scorer allows at once (a harness
+    scorer's ``max_concurrency``: its evals run one at a time); more, asked for, is refused in one line."""
+    limit = getattr(evaluate, "max_concurrency", None)
+    if concurrency is None:
+        return selector.config.concurrency if limit is None else min(selector.config.concurrency, int(limit))
+    require(limit is None or not isinstance(concurrency, int) or concurrency <= limit,
+            f"concurrency {concurrency}: this scorer evaluates at most {limit} batch(es) at once")
+    return concurrency
 
 
 def _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call_timeout=None) -> None:
