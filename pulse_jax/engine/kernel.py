@@ -556,8 +556,9 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
         return _record(s, state, params, chosen, info)
 
     def held(state, params, t, in_flight):
-        done = state.stopped | s.plugins.stop.done(_stop_inputs(s, state, params, t), params.stop)
-        return ~done & _held(s, state, params, _stop_inputs(s, state, params, t), in_flight, t)
+        looks = _stop_inputs(s, state, params, t)     # once: the bounds are the costly part
+        done = state.stopped | s.plugins.stop.done(looks, params.stop)
+        return ~done & _held(s, state, params, looks, in_flight, t)
 
     return Kernel(config, s.plugins, init, select, refit, draw, observe, choose, play, step, bounds, stop_status,
                   finished, idle_record, lambda t: refit_due(config, s.plugins, t), record, held)
