@@ -88,7 +88,8 @@ def resolve(kind: str, value, where: str | None = None):
             return table[name]()
         if ":" in value:
             obj = load_attribute(value, where)
-            obj = obj() if callable(obj) and not isinstance(obj, cls) else obj
+            if callable(obj) and not isinstance(obj, cls):
+                obj = _call_factory(obj, value, where, kind)
             if isinstance(obj, cls):
                 return obj
             raise PulseInputError(f"{where}: {value!r} is {_a(type(obj).__name__)}, not {_a(kind)} "
@@ -97,6 +98,25 @@ def resolve(kind: str, value, where: str | None = None):
         raise PulseInputError(f"{where}: unknown {label} {value!r}; choose one of {', '.join(table)} "
                               "or give 'package.module:attribute'")
     raise PulseInputError(f"{where} must be {_a(kind)} ({cls.__name__}) or its name, got {type(value).__name__}")
+
+
+def _call_factory(factory, spec: str, where: str, kind: str):
+    """A plug-in's factory called with no arguments: one that needs arguments is refused before it is
+    called (``os:system`` is never run), and one that raises is one line naming it."""
+    import inspect
+
+    try:
+        inspect.signature(factory).bind()
+    except TypeError:
+        raise PulseInputError(f"{where}: {spec!r} is a function that needs arguments; give {_a(kind)} or a "
+                              "function of no arguments that returns one") from None
+    except ValueError:     # no signature to read (some built-ins): not a plug-in factory
+        raise PulseInputError(f"{where}: {spec!r} is not {_a(kind)} or a function of no arguments that returns "
+                              "one") from None
+    try:
+        return factory()
+    except Exception as err:   # noqa: BLE001 -- the user's factory may raise anything
+        raise PulseInputError(f"{where}: {spec!r} raised {type(err).__name__}: {err}"[:400]) from None
 
 
 def _a(noun: str) -> str:

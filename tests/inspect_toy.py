@@ -107,13 +107,13 @@ def questions_400():
 def selected(log: str = "run.db", n: int = N_SAMPLES, method: str = "ucbe", batch_size: int = 6, seed: int = 0,
              stop: str = "certified", budget: int = 0, manager_only: bool = False, price: str = "", usage: str = "",
              concurrency: int = 1):
-    """The toy task under `pulse_jax.inspect.select_best` (``manager_only``: the manager alone, on the
+    """The toy task under `pulse_jax.harnesses.inspect_select.select_best` (``manager_only``: the manager alone, on the
     dataset in its own order). ``concurrency`` 1 (one batch in flight) by default here: the tests
     compare the eval with a plain ask/tell loop, which only one batch at a time reproduces exactly;
     0 leaves select_best's default."""
     from inspect_ai.dataset import MemoryDataset
 
-    from pulse_jax.inspect import select_best
+    from pulse_jax.harnesses.inspect_select import select_best
 
     options = dict(log=log, method=method, batch_size=batch_size, seed=seed, stop=stop, refit_every=0,
                    budget=budget or None, price=price or None, usage=usage or None, concurrency=concurrency or None)

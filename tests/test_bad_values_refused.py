@@ -9,7 +9,8 @@ import pytest
 
 from pulse_jax import cli
 from pulse_jax.errors import PulseInputError
-from pulse_jax.io import data, harness, inspect_harness
+from pulse_jax.io import data
+from pulse_jax.harnesses import inspect_logs, lm_evaluation
 from pulse_jax.live import Selector
 
 
@@ -50,17 +51,17 @@ def test_long_table_ids_must_be_names(tmp_path, value, needle):
     rows = [{"model": "m", "example": "e1", "score": 1}, {"model": "m", "example": value, "score": 0}]
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n")
     with pytest.raises(PulseInputError, match=needle) as err:
-        harness.read_long(path)
+        lm_evaluation.read_long(path)
     assert "line 2" in str(err.value)
 
 
 def test_long_table_integral_float_ids_and_huge_scores(tmp_path):
     path = tmp_path / "long.jsonl"
     path.write_text(json.dumps({"model": "m", "example": 3.0, "score": 1}) + "\n")
-    assert harness.read_long(path).examples == ("3",)
+    assert lm_evaluation.read_long(path).examples == ("3",)
     path.write_text('{"model": "m", "example": 1, "score": ' + "9" * 400 + "}\n")
     with pytest.raises(PulseInputError, match="400 digits"):
-        harness.read_long(path)
+        lm_evaluation.read_long(path)
 
 
 @pytest.mark.parametrize("field, value, needle", [
@@ -130,9 +131,9 @@ def test_an_inspect_log_nested_without_bound_is_refused_quickly_in_bounded_memor
     path = tmp_path / "deep.json"
     path.write_text("[" * 100_000 + "]" * 100_000)
     start = time.perf_counter()
-    assert inspect_harness._check_depth(path).startswith("its JSON nests 100,000 levels deep")
+    assert inspect_logs._check_depth(path).startswith("its JSON nests 100,000 levels deep")
     assert time.perf_counter() - start < 1.0
-    assert inspect_harness.json_depth(b'{"a": "[[[[[[", "b": [1, {"c": "\\"]]]"}]}') == 3
+    assert inspect_logs.json_depth(b'{"a": "[[[[[[", "b": [1, {"c": "\\"]]]"}]}') == 3
     pytest.importorskip("inspect_ai", reason="reading an Inspect log needs inspect-ai (the harness extra)")
     with pytest.raises(PulseInputError, match="nests 100,000 levels deep"):
-        inspect_harness.read_inspect([path])
+        inspect_logs.read_inspect([path])

@@ -105,27 +105,28 @@ def test_long_table_inputs_are_one_line(tmp_path, capsys, name, content, needle)
 
 
 def test_a_byte_order_mark_is_not_part_of_a_name(tmp_path):
-    from pulse_jax.io import data, harness
+    from pulse_jax.io import data
+    from pulse_jax.harnesses import lm_evaluation
 
     (tmp_path / "m.csv").write_bytes("\ufeffmodel,e1,e2\nm1,1,0\nm2,0,1\n".encode())
     assert data.load(tmp_path / "m.csv").models == ("m1", "m2")
     (tmp_path / "long.csv").write_bytes("\ufeffmodel,example,score\nm1,e1,1\nm2,e1,0\n".encode())
-    assert harness.read_long(tmp_path / "long.csv").models == ("m1", "m2")
+    assert lm_evaluation.read_long(tmp_path / "long.csv").models == ("m1", "m2")
     (tmp_path / "models.txt").write_bytes("\ufeffgpt-x\nclaude-y\n".encode())
     assert cli.inputs.read_lines(str(tmp_path / "models.txt"), "--models") == ["gpt-x", "claude-y"]
 
 
 @pytest.mark.parametrize("doc_id, ok", [(1.7, False), ("1.7", False), (True, False), (3, True), (3.0, True), ("3", True)])
 def test_lm_eval_doc_ids_are_integers_never_truncated(tmp_path, doc_id, ok):
-    from pulse_jax.io import harness
+    from pulse_jax.harnesses import lm_evaluation
 
     path = tmp_path / "samples_t_2026-01-01T00-00-00.jsonl"
     path.write_text(json.dumps({"doc_id": doc_id, "filter": "none", "metrics": ["acc"], "acc": 1.0}) + "\n")
     if ok:
-        assert list(harness._read_samples(path, "acc", None, {"filters": set(), "metrics": set()})) == [3]
+        assert list(lm_evaluation._read_samples(path, "acc", None, {"filters": set(), "metrics": set()})) == [3]
     else:
         with pytest.raises(PulseInputError, match=f"doc_id {doc_id!r} is not an integer document number"):
-            harness._read_samples(path, "acc", None, {"filters": set(), "metrics": set()})
+            lm_evaluation._read_samples(path, "acc", None, {"filters": set(), "metrics": set()})
 
 
 def test_force_replaces_earlier_results_and_nothing_is_overwritten_without_it(files, capsys):

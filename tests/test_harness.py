@@ -17,7 +17,7 @@ import pytest
 from conftest import log_records, recovered_records
 
 from pulse_jax import cli
-from pulse_jax.io import harness
+from pulse_jax.harnesses import lm_evaluation
 from pulse_jax.errors import PulseInputError
 
 TESTS = Path(__file__).resolve().parent
@@ -49,11 +49,11 @@ def test_long_tables_become_a_matrix_with_missing_cells(tmp_path, suffix):
 
         pq.write_table(pa.table({"who": [r[0] for r in rows], "item": [r[1] for r in rows],
                                  "value": [r[2] for r in rows]}), path)
-    matrix = harness.read_long(path, model="who", example="item", score="value")
+    matrix = lm_evaluation.read_long(path, model="who", example="item", score="value")
     assert matrix.models == ("m1", "m2") and matrix.examples == ("q1", "q2", "q3")
     np.testing.assert_array_equal(np.isnan(matrix.scores), [[False, False, True], [False, True, False]])
     assert matrix.scores[0, 0] == 1.0 and matrix.scores[1, 0] == 0.5
-    assert "2 models x 3 examples, 2 of 6 cells missing" in harness.describe(matrix)
+    assert "2 models x 3 examples, 2 of 6 cells missing" in lm_evaluation.describe(matrix)
 
 
 @pytest.mark.parametrize("text, needle", [
@@ -66,7 +66,7 @@ def test_bad_long_tables_are_refused_naming_the_line(tmp_path, text, needle):
     path = tmp_path / "bad.csv"
     path.write_text(text)
     with pytest.raises(PulseInputError) as err:
-        harness.read_long(path)
+        lm_evaluation.read_long(path)
     assert needle in str(err.value) and str(path) in str(err.value)
 
 
@@ -149,7 +149,7 @@ def lm_eval_run(tmp_path_factory):
 
 @pytest.mark.integration   # real lm-eval runs (the session fixture): the second test command
 def test_lm_eval_logs_import_and_equal_live_scores(lm_eval_run):
-    matrix = harness.read_lm_eval([lm_eval_run["candidates"]], "pulse_arith", "acc")
+    matrix = lm_evaluation.read_lm_eval([lm_eval_run["candidates"]], "pulse_arith", "acc")
     assert set(matrix.models) == set(CANDIDATES)
     assert matrix.examples == tuple(str(i) for i in range(N_DOCS)) and not np.isnan(matrix.scores).any()
     means = dict(zip(matrix.models, matrix.scores.mean(axis=1)))
@@ -157,7 +157,7 @@ def test_lm_eval_logs_import_and_equal_live_scores(lm_eval_run):
     sys.path.insert(0, str(TESTS))
     import lm_eval_models  # noqa: F401
 
-    scorer = harness.LmEvalScorer("pulse_arith", list(CANDIDATES), include_path=lm_eval_run["task_dir"])
+    scorer = lm_evaluation.LmEvalScorer("pulse_arith", list(CANDIDATES), include_path=lm_eval_run["task_dir"])
     assert scorer.doc_ids == list(range(N_DOCS))
     rng = np.random.default_rng(0)
     for model in CANDIDATES:
@@ -190,20 +190,20 @@ def test_lm_eval_import_refuses_bad_logs_in_one_line(lm_eval_run, tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     cases = [
-        (lambda: harness.read_lm_eval([empty], "pulse_arith", "acc"), "no lm-eval sample files"),
-        (lambda: harness.read_lm_eval([cands], "mmlu", "acc"), "no samples for task 'mmlu'; tasks present: pulse_arith"),
-        (lambda: harness.read_lm_eval([cands], "pulse_arith", "f1"), "no metric 'f1'; metrics present: acc"),
-        (lambda: harness.read_lm_eval([cands], "pulse_arith", "acc", "strict-match"),
+        (lambda: lm_evaluation.read_lm_eval([empty], "pulse_arith", "acc"), "no lm-eval sample files"),
+        (lambda: lm_evaluation.read_lm_eval([cands], "mmlu", "acc"), "no samples for task 'mmlu'; tasks present: pulse_arith"),
+        (lambda: lm_evaluation.read_lm_eval([cands], "pulse_arith", "f1"), "no metric 'f1'; metrics present: acc"),
+        (lambda: lm_evaluation.read_lm_eval([cands], "pulse_arith", "acc", "strict-match"),
          "no samples with filter 'strict-match'; filters present: none"),
-        (lambda: harness.read_lm_eval([cands, _copy_logs(cands, tmp_path / "again")], "pulse_arith", "acc"),
+        (lambda: lm_evaluation.read_lm_eval([cands, _copy_logs(cands, tmp_path / "again")], "pulse_arith", "acc"),
          "two folders hold a model of that name"),
     ]
     scaled = _copy_logs(cands, tmp_path / "scaled")
     _edit_first_sample(scaled, lambda row: row.update(acc=2.0))
-    cases.append((lambda: harness.read_lm_eval([scaled], "pulse_arith", "acc"), "outside [0, 1]; pulse-jax needs"))
+    cases.append((lambda: lm_evaluation.read_lm_eval([scaled], "pulse_arith", "acc"), "outside [0, 1]; pulse-jax needs"))
     other = _copy_logs(hist, tmp_path / "other_docs")
     _edit_first_sample(other, lambda row: row.update(doc_hash="0" * 64))
-    cases.append((lambda: harness.read_lm_eval([cands, other], "pulse_arith", "acc"),
+    cases.append((lambda: lm_evaluation.read_lm_eval([cands, other], "pulse_arith", "acc"),
                   "differs between"))
     for call, needle in cases:
         with pytest.raises(PulseInputError) as err:
@@ -316,9 +316,9 @@ def test_tiny_hugging_face_models_through_lm_eval_logs_and_live(lm_eval_run, tmp
                                                                           for x in (str(tmp_path / "logs"), spec)],
                           env=_env(), capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    matrix = harness.read_lm_eval([tmp_path / "logs"], "pulse_arith", "acc")
+    matrix = lm_evaluation.read_lm_eval([tmp_path / "logs"], "pulse_arith", "acc")
     assert sorted(matrix.models) == sorted(specs) and matrix.scores.shape == (2, N_DOCS)
-    scorer = harness.LmEvalScorer("pulse_arith", specs, include_path=lm_eval_run["task_dir"])
+    scorer = lm_evaluation.LmEvalScorer("pulse_arith", specs, include_path=lm_eval_run["task_dir"])
     ids = [0, 5, 11, 23, 38]
     for spec in specs:
         np.testing.assert_array_equal(scorer(spec, ids), matrix.scores[matrix.models.index(spec), ids])

@@ -28,7 +28,7 @@ from inspect_ai.solver import generate  # noqa: E402
 
 from conftest import cli_fails  # noqa: E402
 from pulse_jax.errors import PulseInputError  # noqa: E402
-from pulse_jax.io import inspect_harness as ih  # noqa: E402
+from pulse_jax.harnesses import inspect_logs as ih  # noqa: E402
 from pulse_jax.live import money  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("inspect")

@@ -1,4 +1,4 @@
-"""Selection inside Inspect (`pulse_jax.inspect.select_best`), against the real ``inspect-ai``, offline.
+"""Selection inside Inspect (`pulse_jax.harnesses.inspect_select.select_best`), against the real ``inspect-ai``, offline.
 
 The models are the deterministic ``toy/`` provider of ``tests/inspect_toy.py`` (every score known
 exactly; ``INSPECT_TOY_CALLS`` logs each finished call). What is checked: the manager asks exactly
@@ -23,7 +23,7 @@ pytest.importorskip("inspect_ai", reason="inspect-ai is not installed (pip insta
 import inspect_toy  # noqa: E402
 from inspect_ai import eval as inspect_eval  # noqa: E402
 
-from pulse_jax import inspect as pj_inspect  # noqa: E402
+from pulse_jax.harnesses import inspect_select as pj_inspect  # noqa: E402
 from pulse_jax import live  # noqa: E402
 from pulse_jax.cli import app, select  # noqa: E402
 from pulse_jax.cli.options import cs_grid  # noqa: E402
@@ -137,11 +137,12 @@ def test_one_order_shared_by_every_model_is_refused_in_one_line(tmp_path):
     _one_line_error(logs, "see the samples in one order")
 
 
-def test_bad_options_are_one_line_in_select_s_words(tmp_path):
-    with pytest.raises(PulseInputError, match=r"select_best: .*--budgett.* pulse-jax select") as err:
+def test_bad_options_are_one_line_in_its_keywords(tmp_path):
+    with pytest.raises(PulseInputError, match=r"select_best: budgett is not a choice of a selection plan; its "
+                                              r"choices are log, budget, ") as err:
         pj_inspect.select_best(log=tmp_path / "a.db", budgett=3)
     assert "\n" not in str(err.value)
-    with pytest.raises(PulseInputError, match="--batch-size must be >= 1"):
+    with pytest.raises(PulseInputError, match="select_best: batch_size must be >= 1"):
         pj_inspect.select_best(log=tmp_path / "b.db", batch_size=0)
     with pytest.raises(PulseInputError, match="does not exist"):
         pj_inspect.select_best(log=tmp_path / "nowhere" / "c.db")

@@ -3,10 +3,10 @@
 1. **Import.** Writes lm-eval ``--log_samples`` folders for ``--models`` models x ``--docs``
    documents (one folder per model, each with a results JSON and a samples JSONL whose lines have
    the fields and sizes of lm-eval 0.4's: the document, the request arguments, the responses,
-   hashes and the metric), then times :func:`pulse_jax.io.harness.read_lm_eval` on them (target: 100 x
+   hashes and the metric), then times :func:`pulse_jax.harnesses.lm_evaluation.read_lm_eval` on them (target: 100 x
    10,000 in < 30 s on 2 cores).
 2. **Live overhead.** Scores ``--batches`` batches of ``--batch-size`` documents of a local
-   ``--task-docs``-document multiple-choice task through :class:`pulse_jax.io.harness.LmEvalScorer`
+   ``--task-docs``-document multiple-choice task through :class:`pulse_jax.harnesses.lm_evaluation.LmEvalScorer`
    with lm-eval's own ``dummy`` model, and splits the time: inside the model's request methods,
    inside ``lm_eval.simple_evaluate`` (lm-eval's own work: building requests, filters, metrics),
    and in the adapter itself (target: the adapter's own share < 5% of lm-eval's time).
@@ -69,18 +69,18 @@ def write_logs(root: Path, models: int, docs: int, seed: int = 0) -> int:
 
 
 def bench_import(models: int, docs: int, workdir: Path) -> dict:
-    from pulse_jax.io import harness
+    from pulse_jax.harnesses import lm_evaluation
 
     root = workdir / "logs"
     start = time.perf_counter()
     size = write_logs(root, models, docs)
     written = time.perf_counter() - start
     start = time.perf_counter()
-    matrix = harness.read_lm_eval([root], "bench", "acc")
+    matrix = lm_evaluation.read_lm_eval([root], "bench", "acc")
     seconds = time.perf_counter() - start
     assert matrix.scores.shape == (models, docs) and not np.isnan(matrix.scores).any()
     return {"models": models, "docs": docs, "bytes": size, "write_seconds": round(written, 2),
-            "import_seconds": round(seconds, 2), "target_seconds": 30, "summary": harness.describe(matrix)}
+            "import_seconds": round(seconds, 2), "target_seconds": 30, "summary": lm_evaluation.describe(matrix)}
 
 
 TASK = """task: bench_mc
@@ -102,7 +102,7 @@ metric_list:
 
 def bench_overhead(task_docs: int, batch_size: int, batches: int, workdir: Path) -> dict:
     os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    from pulse_jax.io import harness
+    from pulse_jax.harnesses import lm_evaluation
 
     task_dir = workdir / "task"
     task_dir.mkdir()
@@ -111,7 +111,7 @@ def bench_overhead(task_docs: int, batch_size: int, batches: int, workdir: Path)
             handle.write(json.dumps({"question": f"Question {d}: pick the option for item {d}.",
                                      "choices": [f"option {c}" for c in "ABCD"], "answer": d % 4}) + "\n")
     (task_dir / "bench_mc.yaml").write_text(TASK.format(data=task_dir / "data.jsonl"))
-    scorer = harness.LmEvalScorer("bench_mc", {"dummy": "dummy"}, include_path=task_dir)
+    scorer = lm_evaluation.LmEvalScorer("bench_mc", {"dummy": "dummy"}, include_path=task_dir)
     rng = np.random.default_rng(0)
     scorer("dummy", list(range(batch_size)))                   # builds the task and the model once
     scorer.model_seconds = scorer.lm_eval_seconds = scorer.total_seconds = 0.0

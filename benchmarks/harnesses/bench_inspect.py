@@ -3,7 +3,7 @@
 1. **Import.** Writes one Inspect ``.eval`` log of ``--samples`` samples with Inspect's own writer
    (``inspect_ai.log.write_eval_log``: scores, token usage), copies it under ``--models`` model
    names (the copies differ in the model named in their header; the samples are the same), then
-   times `pulse_jax.io.inspect_harness.read_inspect` on the folder (target: 100 x 10,000 in < 60 s
+   times `pulse_jax.harnesses.inspect_logs.read_inspect` on the folder (target: 100 x 10,000 in < 60 s
    on 2 cores). The folder is kept in ``--workdir`` and reused.
 2. **Live overhead.** Scores ``--batches`` batches of ``--batch-size`` samples of a
    ``--task-samples``-sample task through `InspectScorer` with Inspect's mock model, and splits
@@ -82,7 +82,7 @@ def write_logs(folder: Path, models: int, samples: int, seed: int = 0) -> float:
 
 
 def bench_import(models: int, samples: int, workdir: Path) -> dict:
-    from pulse_jax.io import inspect_harness
+    from pulse_jax.harnesses import inspect_logs
 
     folder = workdir / f"inspect_{models}x{samples}"
     write_seconds = write_logs(folder, models, samples)
@@ -91,7 +91,7 @@ def bench_import(models: int, samples: int, workdir: Path) -> dict:
     else:
         (workdir / f"write_seconds_{models}x{samples}.json").write_text(json.dumps({"seconds": write_seconds}))
     start = time.perf_counter()
-    logs = inspect_harness.read_inspect([folder])
+    logs = inspect_logs.read_inspect([folder])
     seconds = time.perf_counter() - start
     assert logs.scores.shape == (models, samples), logs.scores.shape
     size = sum(p.stat().st_size for p in folder.glob("*.eval"))
@@ -106,7 +106,7 @@ def bench_overhead(task_samples: int, batch_size: int, batches: int, workdir: Pa
     from inspect_ai.scorer import match
     from inspect_ai.solver import generate
 
-    from pulse_jax.io.inspect_harness import InspectScorer
+    from pulse_jax.harnesses.inspect_logs import InspectScorer
 
     def outputs(input, tools, tool_choice, config):
         out = ModelOutput.from_content(model="mockllm", content="7")
@@ -150,7 +150,7 @@ def bench_cost_line(reps: int, workdir: Path) -> list[dict]:
     import pulse_jax as pj
     from pulse_jax import live
     from pulse_jax.io.data import ScoreMatrix
-    from pulse_jax.io.inspect_harness import InspectLogs
+    from pulse_jax.harnesses.inspect_logs import InspectLogs
     from pulse_jax.live import money
 
     bench = pj.make_benchmark(seed=0)

@@ -1,4 +1,4 @@
-"""Selection inside Inspect (`pulse_jax.inspect.select_best`) on an offline toy task, 8 models x 400 samples.
+"""Selection inside Inspect (`pulse_jax.harnesses.inspect_select.select_best`) on an offline toy task, 8 models x 400 samples.
 
 For each seed: ``inspect_ai.eval`` of the task under the manager, and ``pulse-jax select --inspect-task``
 on the same task, models, seed and options; the samples each evaluates (the toy model's call log) and the

@@ -47,30 +47,31 @@ def add(sub) -> None:
 
 
 def run(args) -> None:
-    from pulse_jax.io import data, harness
+    from pulse_jax.io import data
+    from pulse_jax.harnesses import lm_evaluation
 
     out = Path(args.out)
     require(not out.is_dir(), f"--out {out}: is a directory; give a .csv file name")
     require(args.force or not files.exists(out), f"--out {out}: exists; pass --force to write over it")
     check_writable_file(args.out, "--out")
     if args.source == "lm-eval":
-        matrix = harness.read_lm_eval(args.folders, args.task, args.metric, args.filter)
+        matrix = lm_evaluation.read_lm_eval(args.folders, args.task, args.metric, args.filter)
     elif args.source == "inspect":
-        from pulse_jax.io import inspect_harness
+        from pulse_jax.harnesses import inspect_logs
 
         tokens = Path(args.tokens) if args.tokens else out.with_name(out.stem + ".tokens.csv")
         require(args.force or not files.exists(tokens), f"--tokens {tokens}: exists; pass --force to write over it")
-        logs = inspect_harness.read_inspect(args.logs, task=args.task, scorer=args.scorer, metric=args.metric,
+        logs = inspect_logs.read_inspect(args.logs, task=args.task, scorer=args.scorer, metric=args.metric,
                                             epochs=args.epochs,
-                                            value_map=inspect_harness.parse_value_map(args.value_map))
+                                            value_map=inspect_logs.parse_value_map(args.value_map))
         matrix = logs.scores
-        inspect_harness.save_tokens(logs, tokens)
+        inspect_logs.save_tokens(logs, tokens)
         cells = int((~np.isnan(logs.input_tokens)).sum())
         print(f"tokens: {np.nansum(logs.input_tokens):,.0f} input + {np.nansum(logs.output_tokens):,.0f} output over "
               f"{cells:,} cells (scorer {logs.scorer!r}); wrote {tokens}")
     else:
-        matrix = harness.read_long(args.file, model=args.model_column, example=args.example_column,
+        matrix = lm_evaluation.read_long(args.file, model=args.model_column, example=args.example_column,
                                    score=args.score_column)
     data.save_csv(matrix, out)
-    print(f"{matrix.source}: {harness.describe(matrix)}")
+    print(f"{matrix.source}: {lm_evaluation.describe(matrix)}")
     print(f"wrote {out}")

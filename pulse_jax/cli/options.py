@@ -6,7 +6,9 @@ import argparse
 import math
 import sys
 
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax import choices
+from pulse_jax.choices import LARGEST_COUNT, at_most  # noqa: F401 -- the commands' checks
+from pulse_jax.errors import require
 
 
 PLUGIN_HELP = "a registered name or package.module:attribute (a plug-in of your own)"
@@ -14,24 +16,12 @@ PLUGIN_HELP = "a registered name or package.module:attribute (a plug-in of your 
 
 def parse_methods(text: str) -> dict:
     """``--method``: comma-separated estimators (names or ``module:attribute``) as ``{name: Estimator}``."""
-    from pulse_jax import registry
-
-    items = [m.strip() for m in text.split(",") if m.strip()]
-    require(items, "--method: no method given")
-    methods = {}
-    for item in items:
-        key = item if ":" in item else item.lower().replace("-", "")
-        estimator = registry.estimator(key, "--method")
-        require(estimator.name not in methods, f"--method: {estimator.name!r} given twice")
-        methods[estimator.name] = estimator
-    return methods
+    return choices.methods(text, "--method")
 
 
 def plugin_option(kind: str, value: str, option: str):
     """``--rule`` / ``--stop``: a registered name or ``module:attribute``, resolved before any computation."""
-    from pulse_jax import registry
-
-    return registry.resolve(kind, value if ":" in value else value.lower().replace("-", "_"), option)
+    return choices.plugin(kind, value, option)
 
 
 def uses_predictions(methods: dict) -> bool:
@@ -156,58 +146,30 @@ def add_certificate_options(p: argparse.ArgumentParser) -> None:
                             "exact-best certification): shorthand for --stop tie_group --param stop.size=SIZE")
 
 
+def _certificates(args) -> dict:
+    return {name: getattr(args, name, None) for name in ("epsilon", "top_k", "tie_group")}
+
+
 def certificate_of(args):
     """``(stop, numbers)`` of ``--epsilon`` / ``--top-k`` / ``--tie-group``; ``(None, {})`` without them."""
-    from pulse_jax import stopping
-
-    given = [(flag, value) for flag, value in (("--epsilon", args.epsilon), ("--top-k", args.top_k),
-                                                ("--tie-group", args.tie_group)) if value is not None]
-    if not given:
-        return None, {}
-    (flag, value), = given
-    require(args.stop in (None, "budget") and not getattr(args, "stop_given", False),
-            f"{flag} sets the stopping rule; drop --stop {args.stop}")
-    if flag == "--epsilon":
-        require(0 <= value < 1, f"--epsilon must be in [0, 1), got {value:g}")
-        return stopping.epsilon_good(), {"stop.epsilon": value}
-    require(value >= 1, f"{flag} must be >= 1, got {value}")
-    if flag == "--top-k":
-        return stopping.top_k(value), {}
-    return stopping.tie_group(), {"stop.size": float(value)}
+    given_stop = args.stop if getattr(args, "stop_given", False) or args.stop not in (None, "budget") else None
+    return choices.certificate(_certificates(args), given_stop, choices.flag)
 
 
 def check_certificate_size(args, n_models: int) -> None:
-    """``--top-k K`` and ``--tie-group SIZE`` name fewer models than there are: a set of all of them
-    certifies nothing."""
-    for flag, value in (("--top-k", getattr(args, "top_k", None)), ("--tie-group", getattr(args, "tie_group", None))):
-        require(value is None or value < n_models,
-                f"{flag} {value}: must be smaller than the number of models ({n_models}); {value} of {n_models} "
-                "models certifies nothing")
+    """``--top-k K`` and ``--tie-group SIZE`` name fewer models than there are."""
+    sizes = _certificates(args)
+    sizes.pop("epsilon")
+    choices.check_certificate_size(sizes, n_models, choices.flag)
 
 
 def rule_option(args):
-    """``--rule``'s plug-in; with ``--top-k K`` (K > 1) and no ``--rule``, LUCB for the top K: the
-    default rules chase the best model alone, which a top-k certificate does not wait on."""
-    if getattr(args, "top_k", None) and args.top_k > 1 and not getattr(args, "rule_given", True):
-        from pulse_jax.rules import lucb_top_k
-
-        rule = lucb_top_k(args.top_k)
-        print(f"note: --top-k {args.top_k} samples by {rule.name} (the set's weakest member against the best "
-              "outsider); give --rule to choose another", file=sys.stderr)
-        return rule
+    """``--rule``'s plug-in; with ``--top-k K`` (K > 1) and no ``--rule``, LUCB for the top K."""
+    if not getattr(args, "rule_given", True):
+        rule = choices.top_k_rule(getattr(args, "top_k", None), choices.flag)
+        if rule is not None:
+            return rule
     return plugin_option("sampling rule", args.rule, "--rule")
-
-
-def certificate_levels(args, numbers: dict, stop, n_models: int) -> dict:
-    """The numbers with ``cs_simultaneous`` raised to what ``stop``'s claim needs (top-k: log k / log m)."""
-    k = stop.upper_models
-    need = math.log(k) / math.log(n_models) if 1 < k < n_models else 0.0
-    if numbers["cs_simultaneous"] < need:
-        print(f"note: --top-k {k} rests on {k} models' upper bounds at once, so their level is raised to cover "
-              f"{k} of the {n_models} together (cs_simultaneous {numbers['cs_simultaneous']:g} -> log {k} / log "
-              f"{n_models} = {need:.3f})", file=sys.stderr)
-        numbers = {**numbers, "cs_simultaneous": need}
-    return numbers
 
 
 def add_stopping_options(sel: argparse.ArgumentParser) -> None:
@@ -251,35 +213,16 @@ def check_run_args(args) -> None:
     check_numbers(args)
 
 
-#: The largest count any option takes (the engine indexes with 32-bit integers).
-LARGEST_COUNT = 2**31 - 1
-
-
-def at_most(value, option: str, high: int = LARGEST_COUNT) -> None:
-    require(value is None or value <= high, f"{option} {value}: at most {high:,}")
-
-
 def check_numbers(args) -> None:
     """The options every run shares, in the options' own words (before anything is loaded)."""
-    require(args.budget is None or args.budget >= 1, f"--budget must be >= 1, got {args.budget}")
-    at_most(args.budget, "--budget")
-    for option in ("batch_size", "init_batches", "refit_every", "rank"):
-        value = getattr(args, option, None)
-        low = 0 if option == "refit_every" else 1
-        require(value is None or value >= low, f"--{option.replace('_', '-')} must be >= {low}, got {value}")
-        at_most(value, f"--{option.replace('_', '-')}")
-    delta = getattr(args, "delta", None)
-    if delta is not None:
-        require(0 < delta < 1, f"--delta {delta:g}: must lie strictly between 0 and 1 (the chance of a wrong "
-                               "certificate)")
+    choices.check_counts({name: getattr(args, name, None)
+                          for name in ("budget", "batch_size", "init_batches", "refit_every", "rank")}, choices.flag)
+    choices.check_delta(getattr(args, "delta", None), choices.flag)
 
 
 def check_first_look(budget: int, models: int, args, where: str) -> None:
     """The budget pays for the first look (every model on ``--init-batches`` batches), in option words."""
-    first = models * args.batch_size * args.init_batches
-    require(budget >= first, f"--budget {budget:,} is smaller than the first look: {models} models ({where}) x "
-                             f"--batch-size {args.batch_size} x --init-batches {args.init_batches} = {first:,} cells; "
-                             f"give --budget {first:,} or more")
+    choices.check_first_look(budget, models, args.batch_size, args.init_batches, where, choices.flag)
 
 
 def bandit_config(args, m: int, n: int, default_budget: int):
@@ -304,9 +247,7 @@ def bandit_config(args, m: int, n: int, default_budget: int):
 
 def cs_grid(args) -> int:
     """``BanditConfig.cs_grid`` of ``--sequence``."""
-    from pulse_jax.stats.confidence import BETTING_GRID
-
-    return BETTING_GRID if args.sequence == "betting" else 0
+    return choices.cs_grid(args.sequence, choices.flag)
 
 
 def for_method(config, estimator, alone: bool):
@@ -331,16 +272,14 @@ def for_method(config, estimator, alone: bool):
     return changed
 
 
-#: The options that are shorthands for ``--param``: ``(option, its dest, the number it sets)``.
-SHORTHANDS = (("--delta", "delta", "delta"), ("--bounds", "bounds", "cs_simultaneous"),
-              ("--exploration", "exploration", "exploration"), ("--epsilon", "epsilon", "epsilon"),
-              ("--tie-group", "tie_group", "size"))
+#: The options that are shorthands for ``--param``: their dests.
+SHORTHANDS = tuple(name for name, _ in choices.SHORTHANDS)
 
 
 def fill_defaults(args) -> None:
     """Options whose default depends on the command (``rule_default``, ...) are parsed as None, so an
     option given on the command line is told from its default (``args.given``); then filled."""
-    args.given = {name for name in ("rule", "stop", *(dest for _, dest, _ in SHORTHANDS))
+    args.given = {name for name in ("rule", "stop", *SHORTHANDS)
                   if getattr(args, name, None) is not None}
     for name in ("rule", "stop", "delta", "bounds"):
         if getattr(args, name, None) is None and hasattr(args, f"{name}_default"):
@@ -349,61 +288,28 @@ def fill_defaults(args) -> None:
 
 
 def param_values(args) -> dict:
-    """``--param PATH=VALUE`` (repeatable) as ``{path: value}``: one value each, each path once, an engine
-    number range-checked here, a plug-in's against the run's plug-ins (`check_params`); a number its
-    shorthand option also sets is refused."""
-    from pulse_jax.engine.params import parse_grid_option
-
-    out = {}
-    for text in getattr(args, "param", ()):
-        name, values = parse_grid_option(text, option="--param")
-        require(len(values) == 1, f"--param {name}: one value, got {len(values)} (several values are a sweep: "
-                                  "pulse-jax sweep --grid)")
-        require(name not in out, f"--param {name}: given twice")
-        field = name.rpartition(".")[2]
-        for option, dest, number in SHORTHANDS:
-            require(not (field == number and dest in getattr(args, "given", ())),
-                    f"--param {name}: {option} sets the same number; give one of them")
-        out[name] = values[0]
-    return out
+    """``--param PATH=VALUE`` (repeatable) as ``{path: value}`` (`pulse_jax.choices.param_values`)."""
+    return choices.param_values(getattr(args, "param", ()), getattr(args, "given", set()), choices.flag)
 
 
 def check_params(args, plugin_sets) -> None:
-    """Every ``--param`` path is a number of at least one of the runs' plug-ins (``plugin_sets``:
-    ``(estimator, rule, stop)`` per run) and lies in its range there; one line naming the option."""
-    from pulse_jax.engine.params import default_params, run_params
-
-    for name, value in param_values(args).items():
-        owners = [plugins for plugins in plugin_sets if _has_number(default_params(plugins), name)]
-        known = dict.fromkeys(path for plugins in plugin_sets for path in default_params(plugins).paths())
-        require(owners, f"--param {name}: not a number of this run; its numbers are {', '.join(known)}")
-        for plugins in owners:
-            run_params(plugins, {name: value}, f"--param {name}")
-
-
-def _has_number(defaults, name: str) -> bool:
-    try:
-        defaults.path_of(name)
-    except PulseInputError:
-        return False
-    return True
+    """Every ``--param`` path is a number of at least one of the runs' plug-ins and lies in its range."""
+    choices.check_param_paths(param_values(args), plugin_sets, choices.flag)
 
 
 def numbers_of(args, config=None, estimator=None) -> dict:
     """The options' numbers as ``{name: value}`` (the run resolves them against its plug-ins): the
     shorthands, then ``--param`` (those the run's plug-ins have, given ``config`` and ``estimator``); with
     ``config``, the certificate's numbers too when its stopping rule is the certificate's."""
-    from pulse_jax.engine.params import check_value, default_params
+    from pulse_jax.engine.params import default_params
 
-    out = {"delta": check_value("delta", args.delta, "--delta"), "cs_simultaneous": 1.0 if args.bounds == "all" else 0.0}
-    if args.exploration is not None:   # the index rule's number (rule.exploration)
-        out["exploration"] = args.exploration
+    out = choices.base_numbers(args.delta, args.bounds, args.exploration, choices.flag)
     given = param_values(args)
     if config is not None and estimator is not None:
         defaults = default_params((estimator, config.rule, config.stop))
-        given = {name: value for name, value in given.items() if _has_number(defaults, name)}
+        given = {name: value for name, value in given.items() if choices.has_number(defaults, name)}
     out.update(given)
     stop, numbers = certificate_of(args)
     if config is not None and stop is not None and config.stop is stop:
-        out = certificate_levels(args, {**out, **numbers}, stop, config.n_models)
+        out = choices.certificate_levels({**out, **numbers}, stop, config.n_models, choices.flag)
     return out

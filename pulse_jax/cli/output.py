@@ -97,18 +97,10 @@ def finish(results, out, title, inputs=()):
 
 
 def check_out_dir(path, force: bool = False, option="--out") -> None:
-    """Before any computation: the results directory is a directory (or does not exist yet), and an
-    existing one is empty unless ``--force`` allows replacing its results. Nothing is removed here: the
-    writer removes the files its folder's ``provenance.json`` lists, and only those, when the results are
-    ready (`pulse_jax.io.files.remove_previous_outputs`)."""
-    out = Path(path)
-    require(not out.exists() or out.is_dir(), f"{option} {out}: exists and is not a directory")
-    if not out.is_dir():
-        return
-    entries = sorted(p.name for p in out.iterdir())
-    shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
-    require(not entries or force, f"{option} {out}: already holds {len(entries)} file(s) ({shown}); pass --force to "
-                                  "replace the results pulse-jax wrote there, or give another folder")
+    """The results directory, checked before any computation (`pulse_jax.io.files.check_out_dir`)."""
+    from pulse_jax.io import files
+
+    files.check_out_dir(path, force, option, "--force")
 
 
 def hash_inputs(*paths) -> list[dict]:

@@ -30,9 +30,9 @@ def examples_option(text: str):
 def _lm_eval_scorer(args, models):
     """``(scorer, examples)`` for ``select --lm-eval-task``: the models are lm-eval specs, the examples the
     task's documents (all of them, or the first ``--examples`` / those listed)."""
-    from pulse_jax.io import harness
+    from pulse_jax.harnesses import lm_evaluation
 
-    scorer = harness.LmEvalScorer(args.lm_eval_task, models, metric=args.lm_eval_metric,
+    scorer = lm_evaluation.LmEvalScorer(args.lm_eval_task, models, metric=args.lm_eval_metric,
                                   filter=args.lm_eval_filter, include_path=args.lm_eval_include,
                                   cache_dir=str(args.log) + ".lm-eval-cache", plugins=args.lm_eval_plugin,
                                   device=args.lm_eval_device)
@@ -80,12 +80,12 @@ def scorer_of(args, models):
 def _inspect_scorer(args, models):
     """``(scorer, examples)`` for ``select --inspect-task``: the models are Inspect model names, the
     examples the task's sample ids (all of them, or the first ``--examples`` / those listed)."""
-    from pulse_jax.io import inspect_harness
+    from pulse_jax.harnesses import inspect_logs
 
-    scorer = inspect_harness.InspectScorer(args.inspect_task, models,
+    scorer = inspect_logs.InspectScorer(args.inspect_task, models,
                                            log_dir=args.inspect_log_dir or str(args.log) + ".inspect",
                                            scorer=args.inspect_scorer, metric=args.inspect_metric,
-                                           value_map=inspect_harness.parse_value_map(args.value_map))
+                                           value_map=inspect_logs.parse_value_map(args.value_map))
     by_text = {str(i): i for i in scorer.sample_ids}
     return scorer, task_examples(args.examples, scorer.sample_ids, args.inspect_task, "sample",
                                   lambda text: by_text.get(text, text))

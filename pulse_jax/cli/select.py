@@ -2,17 +2,12 @@
 from __future__ import annotations
 
 import dataclasses
-import json
-import math
 import sys
-from pathlib import Path
 
-from pulse_jax.cli.inputs import fit_rank, read_lines
-from pulse_jax.cli.options import (PLUGIN_HELP, HelpFormatter, add_bandit_options, add_stopping_options, at_most,
-                                   certificate_levels, certificate_of, check_certificate_size, check_first_look,
-                                   check_numbers, check_params, cs_grid, numbers_of, parse_methods, plugin_option, resolve_defaults,
-                                   rule_option)
-from pulse_jax.cli.output import Lines, check_out_dir, hash_inputs
+from pulse_jax import choices
+from pulse_jax.cli.inputs import read_lines
+from pulse_jax.cli.options import PLUGIN_HELP, HelpFormatter, add_bandit_options, add_stopping_options
+from pulse_jax.cli.output import Lines, hash_inputs
 from pulse_jax.cli.scorers import scorer_of
 from pulse_jax.errors import PulseInputError, require
 
@@ -97,78 +92,60 @@ def add(sub) -> None:
     sel.add_argument("--quiet", action="store_true", help="no progress bar")
 
 
+def _plan_choices() -> tuple[str, ...]:
+    """The ``select`` options a `pulse_jax.live.Plan` holds (the rest say where the models, examples and
+    scores come from, or how progress is shown)."""
+    from pulse_jax.live.plan import Plan
+
+    return tuple(f.name for f in dataclasses.fields(Plan) if f.name != "spell")
+
+
+def plan_of(args):
+    """The `pulse_jax.live.Plan` of ``select``'s options, every choice checked in the options' words; an
+    option left at a default the plan owns (``--rule``, ``--stop``, ``--delta``, ``--bounds``, ``--rank``,
+    ...) is left out, so the plan's default applies."""
+    from pulse_jax.live.plan import Plan
+
+    values = {name: getattr(args, name) for name in _plan_choices() if getattr(args, name, None) is not None}
+    for name in ("rule", "stop", "delta", "bounds"):
+        if name not in getattr(args, "given", ()):
+            values.pop(name, None)
+    for name in getattr(args, "defaulted", ()):
+        values.pop(name, None)
+    return Plan.from_dict(values, spell=choices.flag)
+
+
 def run(args) -> None:
     from pulse_jax import live
-    from pulse_jax.stats.seeds import seed_key
 
-    seed_key(args.seed, "--seed")
-    resolve_defaults(args, "live")
-    check_numbers(args)
-    check_live_numbers(args)
+    check_concurrency(args)
+    plan = plan_of(args)
     inputs = hash_inputs(args.models, args.examples, args.train)
     models = _read_models(args)
-    check_first_look(args.budget, len(models), args, f"in {args.models}")
+    plan.check_models(len(models), args.budget, f"in {args.models}")
+    plan.side_information(plan.plugins()[0])   # the log's folder and the side information, before the scorer
     evaluate, examples = scorer_of(args, models)
-    estimator, rule, stop, numbers = plan(args, len(models))
-    train = live_side_information(args, estimator)
-    out = Path(args.report) if args.report else Path(args.log).with_name(Path(args.log).stem + "_report")
-    check_report_dir(out, Path(args.log), args.force)
-    selector = live.Selector(models, examples, args.budget, method=estimator, batch_size=args.batch_size,
-                             init_batches=args.init_batches, refit_every=args.refit_every, seed=args.seed,
-                             train=train, rank=args.rank, log=args.log, rule=rule, params=numbers,
-                             cs_grid=cs_grid(args), stop=stop, concurrency=args.concurrency)
-    meter = meter_of(args, models, getattr(evaluate, "tokens", None))
+    selector = plan.selector(models, examples, where=f"in {args.models}")
+    meter = plan.meter(models, getattr(evaluate, "tokens", None), scorer=args.inspect_scorer,
+                       metric=args.inspect_metric, value_map=args.value_map)
     if meter is not None:
         meter.update(selector.evaluated())
-        print(meter.cost_line(args.budget, len(models) * args.batch_size * args.init_batches)
+        print(meter.cost_line(selector.config.budget, len(models) * plan.batch_size * plan.init_batches)
               + (f"; {meter.line()} before this run" if selector.spent else ""))
     try:
-        report = _drive(args, selector, evaluate, meter)
+        report = _drive(args, plan, selector, evaluate, meter)
     finally:
         selector.close()
     if meter is not None:
         meter.update(selector.evaluated())
         report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
                                      finished=report.finished or meter.stopped)   # the money budget ended it
-    _write_select_report(out, report, selector, args, inputs)
+    out = plan.write_report(report, selector, inputs=inputs)
+    print(report.to_markdown())
+    print(f"report: {out / 'report.md'} (+ report.json, estimates.png, provenance.json)")
 
 
-def plan(args, n_models: int):
-    """``(estimator, rule, stop, numbers)`` of the options, each checked (``stop`` None: the Selector's
-    default, certified for a method with an interval, else budget)."""
-    methods = parse_methods(args.method)
-    require(len(methods) == 1, f"--method: a selection runs one method, got {', '.join(methods)}")
-    (method, estimator), = methods.items()
-    rule = _live_rule(args, method, estimator)
-    certificate, numbers = certificate_of(args)
-    stop = certificate or (None if args.stop is None else plugin_option("stopping rule", args.stop, "--stop"))
-    default_stop = "certified" if estimator.has_interval else "budget"   # the Selector's default
-    check_params(args, [(estimator, rule, stop or plugin_option("stopping rule", default_stop, "--stop"))])
-    numbers = numbers_of(args) if certificate is None else certificate_levels(args, {**numbers_of(args), **numbers},
-                                                                             certificate, n_models)
-    return estimator, rule, stop, numbers
-
-
-def live_side_information(args, estimator):
-    """The ``--train`` scores a method with predictions fits its embeddings on (None: the log keeps them,
-    or the method needs none); the log's folder checked first."""
-    from pulse_jax.io import data
-
-    require(not Path(args.log).is_dir(), f"--log {args.log}: is a directory; give a file name")
-    require(Path(args.log).parent.is_dir(), f"--log {args.log}: its folder {Path(args.log).parent} does not exist; "
-                                            "create it first (a misspelt folder would otherwise start a new log)")
-    saved = Path(args.log).with_name(Path(args.log).name + ".embeddings.npy")   # a resumed run's side information
-    require(args.train or saved.exists() or not estimator.uses_predictions,
-            f"--method {estimator.name} needs side information: pass --train FILE (historical models' scores on "
-            "the same examples), or use --method ucbe")
-    if not (args.train and estimator.uses_predictions):
-        return None
-    train = data.load(args.train)
-    args.rank = fit_rank(args, train.scores.shape)
-    return train
-
-
-def _drive(args, selector, evaluate, meter):
+def _drive(args, plan, selector, evaluate, meter):
     """Run the selection to its end; an interruption or a failed call says the cells told are safe."""
     from pulse_jax import live
 
@@ -177,10 +154,8 @@ def _drive(args, selector, evaluate, meter):
     if selector.spent:
         _say_resume(selector, args.log)
     try:
-        return live.run(evaluate, selector, concurrency=args.concurrency, retries=args.retries,
-                        retry_wait=args.retry_wait, retry_max_wait=args.retry_max_wait,
-                        progress=_live_progress(args), grace=args.grace, allow=allow,
-                        call_timeout=args.call_timeout)
+        return live.run(evaluate, selector, concurrency=plan.concurrency, progress=_live_progress(args),
+                        allow=allow, **plan.run_options())
     except live.EvaluationError as err:
         raise PulseInputError(f"{err}. The {selector.spent:,} cells told so far are safe in {args.log}; "
                               "run the same command again to continue") from None
@@ -192,64 +167,17 @@ def _drive(args, selector, evaluate, meter):
         raise
 
 
-def check_report_dir(out: Path, log: Path, force: bool) -> None:
-    """``select``'s report folder: new, empty, or holding this same log's report (a resumed run writes it
-    again); another run's results need ``--force``."""
-    require(not out.exists() or out.is_dir(), f"--report {out}: exists and is not a directory")
-    if not out.is_dir() or force or not any(out.iterdir()):
-        check_out_dir(out, force, "--report")
-        return
-    try:
-        previous = json.loads((out / "report.json").read_text(encoding="utf-8")).get("log")
-    except (OSError, ValueError, AttributeError):
-        previous = None
-    if previous != str(log.resolve()):
-        check_out_dir(out, False, "--report")
-
-
-def meter_of(args, models, tokens):
-    """The money side of ``select`` (None without --price, --cost-per-call or --budget-usd)."""
-    if not (args.price or args.cost_per_call is not None or args.budget_usd is not None):
-        return None
-    from pulse_jax.live import money
-
-    require(args.price or args.cost_per_call is not None,
-            "--budget-usd needs prices: --price MODEL=IN/OUT (dollars per million tokens) or --cost-per-call")
-    prices = money.parse_prices(args.price, models, args.cost_per_call)
-    history = None
-    if args.usage:
-        from pulse_jax.io import inspect_harness
-
-        history = inspect_harness.read_inspect(args.usage, scorer=args.inspect_scorer, metric=args.inspect_metric,
-                                               value_map=inspect_harness.parse_value_map(args.value_map))
-    measured = tokens
-    require(measured is not None or not any(p.per_token for p in prices.values()),
-            "--price in tokens needs a scorer that reports tokens (Inspect); price an --evaluate scorer "
-            "per call with --cost-per-call")
-    expected = money.expected_cost_per_cell(models, prices, history)
-    return money.Meter(models, prices, expected, budget_usd=args.budget_usd, tokens=measured)
-
-
-def check_live_numbers(args) -> None:
-    """``select``'s own numbers, before anything is read or written."""
-    require(args.grace is None or (math.isfinite(args.grace) and args.grace >= 0),
-            f"--grace must be >= 0 seconds, got {args.grace}")
+def check_concurrency(args) -> None:
+    """``--concurrency``'s default by scorer: 16 with ``--evaluate``, 1 with a harness scorer, whose
+    evals run one at a time (more is refused)."""
     harness = getattr(args, "inspect_task", None) or getattr(args, "lm_eval_task", None)
     if args.concurrency is None:
         from pulse_jax.live import CONCURRENCY
 
         args.concurrency = 1 if harness else CONCURRENCY
-    require(args.concurrency >= 1, f"--concurrency must be >= 1, got {args.concurrency}")
     require(not harness or args.concurrency == 1,
             f"--concurrency {args.concurrency}: an --inspect-task or --lm-eval-task scorer runs one eval at a "
             "time; leave --concurrency out (inside Inspect, select_best evaluates many samples at once)")
-    require(args.retries >= 0, f"--retries must be >= 0, got {args.retries}")
-    at_most(args.concurrency, "--concurrency", 1024)
-    at_most(args.retries, "--retries", 1000)
-    require(args.call_timeout is None or (math.isfinite(args.call_timeout) and args.call_timeout > 0),
-            f"--call-timeout must be a number of seconds > 0, got {args.call_timeout}")
-    for option, value in (("--retry-wait", args.retry_wait), ("--retry-max-wait", args.retry_max_wait)):
-        require(math.isfinite(value) and value >= 0, f"{option} must be a number of seconds >= 0, got {value}")
 
 
 def _say_resume(selector, log) -> None:
@@ -285,35 +213,4 @@ def _read_models(args) -> list[str]:
     require(not repeated, f"--models {args.models}: {len(repeated)} name(s) appear more than once: "
                           f"{', '.join(map(repr, repeated[:5]))}{', ...' if len(repeated) > 5 else ''}")
     require(len(models) >= 2, f"--models {args.models}: {len(models)} model; a selection needs at least 2 candidates")
-    check_certificate_size(args, len(models))
     return models
-
-
-def _live_rule(args, method: str, estimator):
-    """``select``'s sampling rule; a method without an interval samples by the index rule under the
-    default rule (which needs one), with a note. An explicit ``--rule`` is kept (and checked)."""
-    rule = rule_option(args)
-    if not estimator.has_interval and not args.rule_given and getattr(rule, "needs_interval", False):
-        print(f"note: --method {method} has no confidence interval, so it samples by the index rule ucbe instead of "
-              f"the default {args.rule}", file=sys.stderr)
-        rule = plugin_option("sampling rule", "ucbe", "--rule")
-    return rule
-
-
-def _write_select_report(out: Path, report, selector, args, inputs) -> None:
-    """``report.md``, ``report.json`` (naming its log), ``estimates.png`` and ``provenance.json``."""
-    out.mkdir(parents=True, exist_ok=True)
-    from pulse_jax.io import files, provenance
-    from pulse_jax.io.provenance import clean_json
-
-    files.remove_previous_outputs(out)
-    files.write_atomically(out / "report.md", report.to_markdown())
-    files.write_atomically(out / "report.json", json.dumps(clean_json({**report.to_dict(),
-                                                                       "log": str(Path(args.log).resolve())}), indent=2))
-    report.plot(out / "estimates.png")
-    provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=args.seed,
-                                             inputs=inputs, method=selector.method,
-                                             extra={"log": str(Path(args.log).resolve())}),
-                     files=["report.md", "report.json", "estimates.png"])
-    print(report.to_markdown())
-    print(f"report: {out / 'report.md'} (+ report.json, estimates.png, provenance.json)")

@@ -76,3 +76,20 @@ def remove_previous_outputs(folder) -> list[str]:
             target.unlink()
             removed.append(name)
     return removed
+
+
+def check_out_dir(path, force: bool = False, name: str = "--out", force_name: str = "--force") -> None:
+    """Before any computation: the results directory is a directory (or does not exist yet), and an
+    existing one is empty unless ``force`` allows replacing its results. Nothing is removed here: the
+    writer removes the files its folder's ``provenance.json`` lists, and only those, when the results are
+    ready (`remove_previous_outputs`). ``name`` / ``force_name``: the choices as the caller spells them."""
+    from pulse_jax.errors import require
+
+    out = Path(path)
+    require(not out.exists() or out.is_dir(), f"{name} {out}: exists and is not a directory")
+    if not out.is_dir():
+        return
+    entries = sorted(p.name for p in out.iterdir())
+    shown = ", ".join(entries[:3]) + (", ..." if len(entries) > 3 else "")
+    require(not entries or force, f"{name} {out}: already holds {len(entries)} file(s) ({shown}); pass {force_name} "
+                                  "to replace the results pulse-jax wrote there, or give another folder")

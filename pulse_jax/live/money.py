@@ -2,7 +2,7 @@
 
 A cell (one model on one example) costs ``per_call + input_tokens * input / 1e6 +
 output_tokens * output / 1e6`` dollars under a `Price`. What a run *will* spend is estimated
-from a token history (`pulse_jax.io.inspect_harness.InspectLogs`, e.g. earlier Inspect logs of
+from a token history (`pulse_jax.harnesses.inspect_logs.InspectLogs`, e.g. earlier Inspect logs of
 the same task): each candidate's mean tokens per cell where the history has the model, the
 history's mean over its models otherwise. What a run *has* spent is measured: the tokens each
 evaluated cell used (an Inspect scorer records them), or the flat ``per_call`` price.

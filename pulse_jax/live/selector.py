@@ -120,7 +120,7 @@ def draw_order(seed: int, model_index: int, n_examples: int, batch_size: int) ->
     (batches of ``batch_size``; the same for the first look and later pulls): the draw key of a batch
     depends only on the seed, the model's index and how many examples it has seen (`sampling.draw_key`),
     so a model's draws form one uniform permutation fixed by the seed. An Inspect task ordered by it
-    (`pulse_jax.inspect`) is asked exactly what ``select`` asks."""
+    (`pulse_jax.harnesses.inspect_select`) is asked exactly what ``select`` asks."""
     from pulse_jax.stats import without_replacement as sampling
 
     examples_key = engine.draw_keys(jax.random.fold_in(seed_key(seed), 0), 1)[1]
@@ -225,7 +225,7 @@ class Selector:
         with an interval, ``"budget"`` otherwise.
       order: ``{model: example ids}``, each a permutation of the examples: every batch of a model takes
         its next unseen examples in that order instead of the kernel's own uniform draw (an Inspect
-        task's per-model sample order, `pulse_jax.inspect`). Valid when each order is uniformly random,
+        task's per-model sample order, `pulse_jax.harnesses.inspect_select`). Valid when each order is uniformly random,
         independent across models and seen by nothing the selection uses (docs/harness.md). A log
         started with orders is resumed with orders (any: a resumed run may see a fresh shuffle); a
         batch in flight whose scores were partly logged (`log_partial`) is asked again as it was.
@@ -233,13 +233,15 @@ class Selector:
         16), as ``BanditConfig.concurrency``: an ask holds back (a request with no examples, told
         with ``[]``) while the batches in flight may settle the stop, within the spare steps that
         the concurrency gives the run. A log is resumed with the concurrency it was started with.
+      plan: the `pulse_jax.live.Plan` this selector runs, as ``Plan.to_dict()`` (`Plan.selector` gives
+        it): recorded in a new log's header; ``Selector.plan`` is the logged one when resuming.
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
                  batch_size: int = 8, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
                  log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None,
-                 order=None, concurrency: int | None = None):
+                 order=None, concurrency: int | None = None, plan: dict | None = None):
         self.models = tuple(str(m) for m in models)
         require(len(set(self.models)) == len(self.models), "models: duplicate model names")
         ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
@@ -262,6 +264,7 @@ class Selector:
         self._order = self._check_order(order)
         self.log_path = Path(log) if log is not None else None
         self._identity = secrets.token_hex(8)
+        self.plan = plan
         self._log_full = False      # the disk filled up: the reserve is in use, nothing more is asked
         self._no_room = False       # ... or the reserve could not be put back: nothing more is paid for
         # Lock the log before reading anything of it (sidecar included): a second process stops here.
@@ -428,8 +431,10 @@ class Selector:
         """Lock the log, cut a torn tail, and replay what it holds (or start it with the header)."""
         header, records = self._journal.open()
         if header is None:
-            self._journal.append({**self._header, "train": self._train_fingerprint})
+            self._journal.append({**self._header, "train": self._train_fingerprint,
+                                  **({} if self.plan is None else {"plan": self.plan})})
             return
+        self.plan = header.get("plan", self.plan)
         self._failures = list(self._journal.failures())
         journal.check_header(self.log_path, self._grown_budget(header), self._header)
         logged_train = header.get("train")

@@ -2,7 +2,7 @@
 
 ::
 
-    from pulse_jax.inspect import select_best
+    from pulse_jax.harnesses.inspect_select import select_best
 
     @task
     def arithmetic():
@@ -39,9 +39,7 @@ sample twice: the log's samples are skipped (``EarlyStop``) and the selection go
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import io
 import json
 import math
 import time
@@ -51,7 +49,7 @@ from typing import Mapping
 import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.io import inspect_harness
+from pulse_jax.harnesses import inspect_logs
 from pulse_jax.live.report import plain_number
 
 #: The early-stopping manager's name in Inspect's logs.
@@ -112,14 +110,20 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
     """
     path = Path(log).resolve()
     require(path.parent.is_dir(), f"select_best: log {log}: its folder {path.parent} does not exist")
-    flags = _flags(options)
+    from pulse_jax.live.plan import Plan
+
+    require("log" not in options, "select_best: log is given twice")
+    try:
+        plan = Plan.from_dict({"log": str(path), "report": None if report is None else str(report), **options})
+    except PulseInputError as err:
+        raise PulseInputError(f"select_best: {err}") from None
     selection = _RUNS.get(path)
     if selection is not None and selection.error and not selection.over:
         selection.close()        # an eval that failed: its tasks are gone; the log is free for this one
     if selection is None or selection.over:
-        selection = _RUNS[path] = _Selection(path, flags, models, scorer, metric, value_map, report)
+        selection = _RUNS[path] = _Selection(path, plan, models, scorer, metric, value_map)
     else:
-        require(selection.flags == flags and selection.named_models == (None if models is None else list(models)),
+        require(selection.plan == plan and selection.named_models == (None if models is None else list(models)),
                 f"select_best: {log} is used by another select_best with other options in this process")
     model = _active_model()
     if model is not None:
@@ -135,21 +139,6 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
     task.dataset = selection.impose_order(task.dataset, model)
     task.early_stopping = manager
     return task
-
-
-def _flags(options: dict) -> list[str]:
-    """``select``'s command-line flags for keyword options (``top_k=2`` -> ``--top-k 2``)."""
-    flags = []
-    for key, value in options.items():
-        flag = "--" + key.replace("_", "-")
-        if value is True:
-            flags.append(flag)
-        elif value is False or value is None:
-            continue
-        else:
-            for item in value if isinstance(value, (list, tuple)) else [value]:
-                flags += [flag, str(item)]
-    return flags
 
 
 def _active_model() -> str | None:
@@ -170,7 +159,7 @@ def _sample_tokens() -> tuple[float, float]:
         usage = sample_model_usage()
     except (ImportError, LookupError):
         return math.nan, math.nan
-    return inspect_harness.usage_tokens(usage)
+    return inspect_logs.usage_tokens(usage)
 
 
 @dataclasses.dataclass
@@ -193,15 +182,13 @@ class _Batch:
 class _Selection:
     """The selection one log runs, shared by the tasks of every model in this process."""
 
-    def __init__(self, path: Path, flags, models, scorer, metric, value_map, report):
-        self.path, self.flags = path, flags
+    def __init__(self, path: Path, plan, models, scorer, metric, value_map):
+        self.path, self.plan = path, plan
         self.named_models = None if models is None else [str(m) for m in models]
         self.expected = list(self.named_models or [])
         self.scorer, self.metric = scorer, metric
-        self.value_map = {**inspect_harness.VALUE_MAP, **dict(value_map or {})}
-        self.report_dir = Path(report) if report else path.with_name(path.stem + "_report")
-        self.args = self._parse(["--budget", "1"])     # every option checked now, in select's words
-        self.seed = self.args.seed
+        self.value_map = {**inspect_logs.VALUE_MAP, **dict(value_map or {})}
+        self.seed = plan.seed
         self.examples = None        # the samples' ids in the task's own order (select_best(task)), else sorted
         self.lanes: dict[str, _Lane] = {}
         self.batches: dict[str, list[_Batch]] = {}   # per model, its batches in flight in ask order
@@ -217,25 +204,6 @@ class _Selection:
         # result (the selection's own compute, which `select --inspect-task` spends too), and starting
         # (sample orders, the selector's start and compilation, once per run).
         self.seconds = self.selector_seconds = self.start_seconds = 0.0
-
-    def _parse(self, budget: list[str]):
-        from pulse_jax.cli import app, select
-        from pulse_jax.cli.options import check_numbers, resolve_defaults
-
-        has_budget = "--budget" in self.flags
-        line = ["select", "--models", "(inspect)", "--log", str(self.path), *self.flags, *([] if has_budget else budget)]
-        said = io.StringIO()
-        try:
-            with contextlib.redirect_stderr(said):
-                args, extra = app.parse(line)
-        except SystemExit:      # argparse's message, as one line naming the option
-            message = (said.getvalue().strip().splitlines() or ["bad options"])[-1].split("error: ", 1)[-1]
-            raise PulseInputError(f"select_best: {message} (its keyword options are pulse-jax select's)") from None
-        require(not extra, f"select_best: {' '.join(extra)} is not an option of pulse-jax select")
-        resolve_defaults(args, "live")
-        check_numbers(args)
-        select.check_live_numbers(args)
-        return args
 
     # ------------------------------------------------------------------ models and orders
 
@@ -258,7 +226,7 @@ class _Selection:
         require(self.examples in (None, ids), f"select_best: {model}'s task has other samples than the first model's")
         self.examples = ids
         start = time.perf_counter()
-        order = draw_order(self.seed, self.expected.index(model), len(samples), self.args.batch_size)
+        order = draw_order(self.seed, self.expected.index(model), len(samples), self.plan.batch_size)
         self.start_seconds += time.perf_counter() - start
         self.seconds += time.perf_counter() - start
         return MemoryDataset([samples[j] for j in order], name=dataset.name, location=dataset.location, shuffled=True)
@@ -289,10 +257,6 @@ class _Selection:
             self.start_seconds += time.perf_counter() - start - (self.selector_seconds - asked)
 
     def _begin(self) -> None:
-        from pulse_jax import live
-        from pulse_jax.cli import select
-        from pulse_jax.cli.options import check_first_look, cs_grid
-
         first = self.lanes[self.expected[0]].order
         for name in self.expected[1:]:
             order = self.lanes[name].order
@@ -301,23 +265,13 @@ class _Selection:
             require(order != first, f"select_best: {name} and {self.expected[0]} see the samples in one order; each "
                                     "model needs its own (wrap the task in select_best(Task(...)))")
         require(len(self.expected) >= 2, f"select_best: {len(self.expected)} model; a selection needs at least 2")
-        examples = self.examples or sorted(first, key=inspect_harness.natural_order)
-        args = self._parse(["--budget", str(len(self.expected) * len(examples))])
-        check_first_look(args.budget, len(self.expected), args, "under Inspect")
-        estimator, rule, stop, numbers = select.plan(args, len(self.expected))
-        train = select.live_side_information(args, estimator)
-        select.check_report_dir(self.report_dir, self.path, args.force)
-        self.selector = live.Selector(self.expected, examples, args.budget, method=estimator,
-                                      batch_size=args.batch_size, init_batches=args.init_batches,
-                                      refit_every=args.refit_every, seed=args.seed, train=train, rank=args.rank,
-                                      log=self.path, rule=rule, params=numbers, cs_grid=cs_grid(args), stop=stop,
-                                      order={m: self.lanes[m].order for m in self.expected},
-                                      concurrency=args.concurrency)
-        self.args = args
+        examples = self.examples or sorted(first, key=inspect_logs.natural_order)
+        self.selector = self.plan.selector(self.expected, examples, order={m: self.lanes[m].order for m in self.expected},
+                                           where="under Inspect")
         for m, cells in self.selector.evaluated().items():     # a resumed run's samples, told already
             self.lanes[m].scored.update(str(e) for e in cells)
-        self.meter = select.meter_of(args, self.expected, self.token_sum) if (
-            args.price or args.cost_per_call is not None or args.budget_usd is not None) else None
+        self.meter = self.plan.meter(self.expected, self.token_sum, scorer=self.scorer, metric=self.metric,
+                                     value_map=self.value_map)
         for request in self.selector.pending():   # a resumed log: the batches in flight when it stopped
             self._release(request)
         self.advance()
@@ -330,7 +284,7 @@ class _Selection:
         # select's --concurrency (default 16): each ask counts the batches in flight, so many at once cost
         # few extra samples; which ones are asked then depends on the order Inspect finishes samples in.
         # One batch at a time (concurrency=1) asks exactly what a plain ask/tell loop asks.
-        while len(selector.pending()) < self.args.concurrency:
+        while len(selector.pending()) < selector.config.concurrency:
             if self.meter is not None and not self.meter.allows(selector.evaluated(), self._cells_ahead()):
                 request = None
             else:
@@ -383,7 +337,7 @@ class _Selection:
         where = f"select_best: {model}, sample {sample_id}"
         chosen = self.scorer or next(iter(scores))
         require(chosen in scores, f"{where}: no scorer {chosen!r}; scorers present: {', '.join(scores)}")
-        batch.scores[key] = inspect_harness.score_value(scores[chosen].score.value, self.value_map, where, self.metric)
+        batch.scores[key] = inspect_logs.score_value(scores[chosen].score.value, self.value_map, where, self.metric)
         self._keep_tokens(model, str(sample_id), *_sample_tokens())
         if not self._tell_if_complete(model):
             self.selector.log_partial(batch.request, [batch.scores.get(e) for e in batch.request.example_ids])
@@ -419,16 +373,8 @@ class _Selection:
                   f"selection stopped; {told:,} cells are safe in {self.path.name}: fix the model and run the same "
                   "eval again to continue")
         if self.selector is not None:
-            report = self.selector.result()
-            self.report_dir.mkdir(parents=True, exist_ok=True)
-            from pulse_jax.io import files
-            from pulse_jax.io.provenance import clean_json
-
-            files.write_atomically(self.report_dir / "report.md", f"**Stopped:** {self.error}\n\n"
-                                   + report.to_markdown())
-            files.write_atomically(self.report_dir / "report.json", json.dumps(
-                clean_json({**report.to_dict(), "error": self.error, "log": str(self.path), "manager": MANAGER}),
-                indent=2))
+            self.plan.write_report(self.selector.result(), self.selector, figure=False, preface=f"**Stopped:** {self.error}",
+                                   extra={"error": self.error, "manager": MANAGER})
 
     def wake(self, model: str | None = None) -> None:
         """Wake the samples waiting in ``model``'s task (every task's: None)."""
@@ -497,13 +443,7 @@ class _Selection:
         return float(np.nansum([r[0] for r in rows])), float(np.nansum([r[1] for r in rows]))
 
     def _write_report(self, report) -> None:
-        from pulse_jax.io import files
-        from pulse_jax.io.provenance import clean_json
-
-        self.report_dir.mkdir(parents=True, exist_ok=True)
-        files.write_atomically(self.report_dir / "report.md", report.to_markdown())
-        files.write_atomically(self.report_dir / "report.json", json.dumps(
-            clean_json({**report.to_dict(), "log": str(self.path), "manager": MANAGER}), indent=2))
+        self.plan.write_report(report, self.selector, figure=False, extra={"manager": MANAGER})
 
 
 def _metadata(report, selection: _Selection) -> dict:
@@ -518,7 +458,7 @@ def _metadata(report, selection: _Selection) -> dict:
             "estimates": {m: [plain_number(report.estimates[i]), plain_number(report.low[i]),
                               plain_number(report.high[i])]
                           for i, m in enumerate(report.models)},
-            "log": str(selection.path), "report": str(selection.report_dir / "report.md")}
+            "log": str(selection.path), "report": str(selection.plan.report_folder / "report.md")}
 
 
 class SelectBest:

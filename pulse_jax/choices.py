@@ -1,0 +1,207 @@
+"""A run's choices in words turned into its plug-ins and numbers, each checked in the caller's words.
+
+The command line (``--top-k 2``) and Python (``top_k=2``) make the same choices; every function here
+takes ``spell``, which names a choice the way its caller gave it (`flag` or `keyword`), so one check
+serves both and its message names what the user typed.
+"""
+from __future__ import annotations
+
+import math
+import sys
+from typing import Callable, Mapping
+
+from pulse_jax.errors import PulseInputError, require
+
+Spell = Callable[[str], str]
+
+
+def flag(name: str) -> str:
+    """A choice as the command line spells it: ``top_k`` -> ``--top-k``."""
+    return "--" + name.replace("_", "-")
+
+
+def keyword(name: str) -> str:
+    """A choice as Python spells it: ``top_k`` -> ``top_k``."""
+    return name
+
+
+#: The largest count any choice takes (the engine indexes with 32-bit integers).
+LARGEST_COUNT = 2**31 - 1
+
+
+def at_most(value, name: str, high: int = LARGEST_COUNT) -> None:
+    require(value is None or value <= high, f"{name} {value}: at most {high:,}")
+
+
+def plugin(kind: str, value, where: str):
+    """A sampling or stopping rule (or estimator): the plug-in itself, a registered name, or
+    ``module:attribute``, resolved before any computation."""
+    from pulse_jax import registry
+
+    if isinstance(value, str) and ":" not in value:
+        value = value.lower().replace("-", "_")
+    return registry.resolve(kind, value, where)
+
+
+def methods(text: str, where: str = "--method") -> dict:
+    """Comma-separated estimators (names or ``module:attribute``) as ``{name: Estimator}``."""
+    from pulse_jax import registry
+
+    items = [m.strip() for m in text.split(",") if m.strip()]
+    require(items, f"{where}: no method given")
+    out = {}
+    for item in items:
+        key = item if ":" in item else item.lower().replace("-", "")
+        estimator = registry.estimator(key, where)
+        require(estimator.name not in out, f"{where}: {estimator.name!r} given twice")
+        out[estimator.name] = estimator
+    return out
+
+
+def check_counts(values: Mapping[str, int | None], spell: Spell) -> None:
+    """The counts every run shares: a budget >= 1, batch size, first-look batches and rank >= 1, steps
+    between refits >= 0; each at most `LARGEST_COUNT`."""
+    for name, value in values.items():
+        low = 0 if name == "refit_every" else 1
+        require(value is None or (isinstance(value, int) and not isinstance(value, bool)),
+                f"{spell(name)} must be a whole number, got {value!r}")
+        require(value is None or value >= low, f"{spell(name)} must be >= {low}, got {value}")
+        at_most(value, spell(name))
+
+
+def check_delta(delta, spell: Spell) -> None:
+    if delta is not None:
+        require(isinstance(delta, (int, float)) and 0 < delta < 1,
+                f"{spell('delta')} {delta:g}: must lie strictly between 0 and 1 (the chance of a wrong certificate)")
+
+
+def check_first_look(budget: int, models: int, batch_size: int, init_batches: int, where: str, spell: Spell) -> None:
+    """The budget pays for the first look (every model on ``init_batches`` batches)."""
+    first = models * batch_size * init_batches
+    require(budget >= first, f"{spell('budget')} {budget:,} is smaller than the first look: {models} models ({where}) "
+                             f"x {spell('batch_size')} {batch_size} x {spell('init_batches')} {init_batches} = "
+                             f"{first:,} cells; give {spell('budget')} {first:,} or more")
+
+
+def certificate(given: Mapping[str, float | int | None], stop, spell: Spell):
+    """``(stop, numbers)`` of the certificate shorthands ``epsilon`` / ``top_k`` / ``tie_group`` (at most
+    one given); ``(None, {})`` without them. ``stop``: the stopping rule also given (refused beside one)."""
+    from pulse_jax import stopping
+
+    chosen = [(name, value) for name, value in given.items() if value is not None]
+    if not chosen:
+        return None, {}
+    require(len(chosen) == 1, f"{' and '.join(spell(n) for n, _ in chosen)}: give one certificate")
+    (name, value), = chosen
+    require(stop is None, f"{spell(name)} sets the stopping rule; drop {spell('stop')} {getattr(stop, 'name', stop)}")
+    if name == "epsilon":
+        require(0 <= value < 1, f"{spell('epsilon')} must be in [0, 1), got {value:g}")
+        return stopping.epsilon_good(), {"stop.epsilon": float(value)}
+    require(isinstance(value, int) and value >= 1, f"{spell(name)} must be a whole number >= 1, got {value}")
+    if name == "top_k":
+        return stopping.top_k(value), {}
+    return stopping.tie_group(), {"stop.size": float(value)}
+
+
+def check_certificate_size(given: Mapping[str, int | None], n_models: int, spell: Spell) -> None:
+    """``top_k K`` and ``tie_group SIZE`` name fewer models than there are: a set of all certifies nothing."""
+    for name, value in given.items():
+        require(value is None or value < n_models,
+                f"{spell(name)} {value}: must be smaller than the number of models ({n_models}); {value} of "
+                f"{n_models} models certifies nothing")
+
+
+def top_k_rule(top_k: int | None, spell: Spell):
+    """LUCB for the top K when a top-k certificate (K > 1) is asked for without a rule (None otherwise):
+    the default rules chase the best model alone, which a top-k certificate does not wait on."""
+    if not top_k or top_k <= 1:
+        return None
+    from pulse_jax.rules import lucb_top_k
+
+    rule = lucb_top_k(top_k)
+    print(f"note: {spell('top_k')} {top_k} samples by {rule.name} (the set's weakest member against the best "
+          f"outsider); give {spell('rule')} to choose another", file=sys.stderr)
+    return rule
+
+
+def certificate_levels(numbers: dict, stop, n_models: int, spell: Spell) -> dict:
+    """The numbers with ``cs_simultaneous`` raised to what ``stop``'s claim needs (top-k: log k / log m)."""
+    k = stop.upper_models
+    need = math.log(k) / math.log(n_models) if 1 < k < n_models else 0.0
+    if numbers["cs_simultaneous"] < need:
+        print(f"note: {spell('top_k')} {k} rests on {k} models' upper bounds at once, so their level is raised to "
+              f"cover {k} of the {n_models} together (cs_simultaneous {numbers['cs_simultaneous']:g} -> log {k} / "
+              f"log {n_models} = {need:.3f})", file=sys.stderr)
+        numbers = {**numbers, "cs_simultaneous": need}
+    return numbers
+
+
+#: The choices that are shorthands for a number: ``(choice, the number's field)``.
+SHORTHANDS = (("delta", "delta"), ("bounds", "cs_simultaneous"), ("exploration", "exploration"),
+              ("epsilon", "epsilon"), ("tie_group", "size"))
+
+
+def param_values(texts, given: set, spell: Spell) -> dict:
+    """``PATH=VALUE`` texts (or ``(path, value)`` pairs) as ``{path: value}``: one value each, each path
+    once; a number its shorthand (in ``given``) also sets is refused."""
+    from pulse_jax.engine.params import as_number, parse_grid_option
+
+    out = {}
+    for item in texts:
+        if isinstance(item, str):
+            name, values = parse_grid_option(item, option=spell("param"))
+            require(len(values) == 1, f"{spell('param')} {name}: one value, got {len(values)} (several values are "
+                                      "a sweep: pulse-jax sweep --grid)")
+            value = values[0]
+        else:
+            name, value = item
+            value = as_number(name, value, spell("param"))
+        require(name not in out, f"{spell('param')} {name}: given twice")
+        field = name.rpartition(".")[2]
+        for shorthand, number in SHORTHANDS:
+            require(not (field == number and shorthand in given),
+                    f"{spell('param')} {name}: {spell(shorthand)} sets the same number; give one of them")
+        out[name] = value
+    return out
+
+
+def has_number(defaults, name: str) -> bool:
+    try:
+        defaults.path_of(name)
+    except PulseInputError:
+        return False
+    return True
+
+
+def check_param_paths(values: dict, plugin_sets, spell: Spell) -> None:
+    """Every path in ``values`` is a number of at least one of the runs' plug-ins (``plugin_sets``:
+    ``(estimator, rule, stop)`` per run) and lies in its range there."""
+    from pulse_jax.engine.params import default_params, run_params
+
+    for name, value in values.items():
+        owners = [plugins for plugins in plugin_sets if has_number(default_params(plugins), name)]
+        known = dict.fromkeys(path for plugins in plugin_sets for path in default_params(plugins).paths())
+        require(owners, f"{spell('param')} {name}: not a number of this run; its numbers are {', '.join(known)}")
+        for plugins in owners:
+            run_params(plugins, {name: value}, f"{spell('param')} {name}")
+
+
+def base_numbers(delta: float, bounds: str, exploration: float | None, spell: Spell) -> dict:
+    """The shorthands' numbers: ``delta``, ``cs_simultaneous`` of ``bounds`` and the index rule's
+    ``exploration`` when given."""
+    from pulse_jax.engine.params import check_value
+
+    require(bounds in ("all", "certification"), f"{spell('bounds')} must be 'all' or 'certification', got {bounds!r}")
+    out = {"delta": check_value("delta", delta, spell("delta")), "cs_simultaneous": 1.0 if bounds == "all" else 0.0}
+    if exploration is not None:
+        out["exploration"] = exploration
+    return out
+
+
+def cs_grid(sequence: str, spell: Spell) -> int:
+    """``BanditConfig.cs_grid`` of a sequence name: betting on `BETTING_GRID` bets, or Bernstein (0)."""
+    from pulse_jax.stats.confidence import BETTING_GRID
+
+    require(sequence in ("bernstein", "betting"), f"{spell('sequence')} must be 'bernstein' or 'betting', "
+                                                  f"got {sequence!r}")
+    return BETTING_GRID if sequence == "betting" else 0

@@ -1,0 +1,327 @@
+"""`Plan`: what a live selection is, as one typed, checked and serializable value.
+
+A plan names the estimator, the sampling and stopping rules (or a certificate), every number, the
+side information, the budgets in cells and money, the batch and concurrency, the retries and the
+report folder. ``pulse-jax select`` builds one from its flags, Inspect's ``select_best`` from its
+keywords, a Python user directly::
+
+    plan = Plan(log="run.db", budget=4000, train="history.csv", epsilon=0.02)
+    selector = plan.selector(models, examples)
+    report = live.run(evaluate, selector, **plan.run_options())
+
+`Plan.selector` is the one place a plan becomes a running `pulse_jax.live.Selector`. The log header
+and ``report.json`` record the plan (`Plan.to_dict`), and `Plan.from_dict` reads it back.
+
+Every choice is checked when the plan is made, in the words of whoever made it: ``batch_size`` for
+Python, ``--batch-size`` for the command line (``spell``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import sys
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+from pulse_jax import choices
+from pulse_jax.errors import PulseInputError, require
+
+#: ``select``'s defaults where the Plan leaves a choice out: certify with the fewest cells measured
+#: (docs/benchmarks/certify_betting.md): PULSE hedged, the interval Top-Two rule, certification bounds,
+#: betting sequences, small batches.
+DEFAULT_METHOD, DEFAULT_RULE, DEFAULT_BOUNDS, DEFAULT_SEQUENCE = "pulse_hedged", "top_two_interval", "certification", \
+    "betting"
+DEFAULT_DELTA, DEFAULT_RANK = 0.05, 16
+
+
+def _tuple_of_strings(value, name: str, spell) -> tuple:
+    if value is None:
+        return ()
+    items = (value,) if isinstance(value, (str, Path)) else tuple(value)
+    require(all(isinstance(v, (str, Path)) for v in items), f"{spell(name)} must be text or a list of texts, got {value!r}")
+    return tuple(str(v) for v in items)
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    """A live selection, described (see the module docstring). Fields are ``pulse-jax select``'s
+    options by their long names; None means the default stated beside each."""
+
+    log: str                                  # the SQLite log; an existing one is resumed
+    budget: int | None = None                 # cells, first look included (None: every cell)
+    method: str = DEFAULT_METHOD              # the estimator: a registered name or module:attribute
+    rule: str | None = None                   # sampling rule (None: top_two_interval; ucbe without an interval)
+    stop: str | None = None                   # stopping rule (None: certified; budget without an interval)
+    epsilon: float | None = None              # certificate: within epsilon of the best
+    top_k: int | None = None                  # certificate: the k best as a set
+    tie_group: int | None = None              # certificate: the best among at most this many
+    delta: float | None = None                # a wrong certificate has chance at most delta (None: 0.05)
+    bounds: str | None = None                 # "all" or "certification" (None: certification)
+    sequence: str = DEFAULT_SEQUENCE          # "betting" or "bernstein"
+    exploration: float | None = None          # the index rule's exploration (None: the rule's default)
+    param: tuple = ()                         # ((path, value), ...): any number by its path
+    batch_size: int = 8
+    init_batches: int = 1
+    refit_every: int = 1000
+    rank: int | None = None                   # embeddings' rank (None: 16, capped by the history)
+    seed: int = 0
+    train: str | None = None                  # historical scores (CSV/NPZ/Parquet) the embeddings are fitted on
+    concurrency: int | None = None            # batches in flight (None: 16; 1 for a scorer that runs one at a time)
+    retries: int = 3
+    retry_wait: float = 1.0
+    retry_max_wait: float = 60.0
+    call_timeout: float | None = None
+    grace: float | None = None
+    price: tuple = ()                         # "MODEL=IN/OUT" dollars per million tokens ("*": every other)
+    cost_per_call: float | None = None
+    budget_usd: float | None = None
+    usage: tuple = ()                         # Inspect logs whose token counts estimate the cost
+    report: str | None = None                 # report folder (None: <log name>_report beside the log)
+    force: bool = False                       # replace another run's report there
+    spell: Callable[[str], str] = dataclasses.field(default=choices.keyword, compare=False, repr=False)
+
+    def __post_init__(self):
+        spell = self.spell
+        set_ = lambda name, value: object.__setattr__(self, name, value)   # noqa: E731 -- frozen: normalize once
+        require(isinstance(self.log, (str, Path)) and str(self.log), f"{spell('log')} must be a file name, got {self.log!r}")
+        set_("log", str(self.log))
+        for name in ("report", "train"):
+            if getattr(self, name) is not None:
+                set_(name, str(getattr(self, name)))
+        set_("price", _tuple_of_strings(self.price, "price", spell))
+        set_("usage", _tuple_of_strings(self.usage, "usage", spell))
+        for name in ("method", "sequence") + tuple(n for n in ("rule", "stop", "bounds") if getattr(self, n) is not None):
+            require(isinstance(getattr(self, name), str), f"{spell(name)} must be a name (text), got "
+                                                          f"{getattr(self, name)!r}")
+        from pulse_jax.stats.seeds import seed_key
+
+        seed_key(self.seed, spell("seed"))
+        choices.check_counts({name: getattr(self, name) for name in ("budget", "batch_size", "init_batches",
+                                                                     "refit_every", "rank")}, spell)
+        choices.check_delta(self.delta, spell)
+        self._check_live_numbers()
+        params = self.param.items() if isinstance(self.param, Mapping) else self.param
+        set_("param", tuple(choices.param_values(params, self._shorthands_given(), spell).items()))
+        self.numbers_of_shorthands()       # bounds, delta, exploration: checked
+        choices.cs_grid(self.sequence, spell)
+        self.certificate()                 # one certificate, not beside a stopping rule
+        self.plugins()                     # every name resolves (plug-ins imported) now
+
+    # ------------------------------------------------------------------ checks
+
+    def _check_live_numbers(self) -> None:
+        spell = self.spell
+
+        def seconds(name, value, strict=False):
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and (
+                value > 0 if strict else value >= 0)
+            require(ok, f"{spell(name)} must be a number of seconds {'>' if strict else '>='} 0, got {value!r}")
+
+        choices.check_counts({"concurrency": self.concurrency}, spell)
+        require(isinstance(self.retries, int) and not isinstance(self.retries, bool) and self.retries >= 0,
+                f"{spell('retries')} must be >= 0, got {self.retries!r}")
+        choices.at_most(self.concurrency, spell("concurrency"), 1024)
+        choices.at_most(self.retries, spell("retries"), 1000)
+        for name in ("retry_wait", "retry_max_wait"):
+            seconds(name, getattr(self, name))
+        if self.grace is not None:
+            seconds("grace", self.grace)
+        if self.call_timeout is not None:
+            seconds("call_timeout", self.call_timeout, strict=True)
+        for name in ("cost_per_call", "budget_usd"):
+            value = getattr(self, name)
+            require(value is None or (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0),
+                    f"{spell(name)} must be a number of dollars >= 0, got {value!r}")
+        require(self.budget_usd is None or self.price or self.cost_per_call is not None,
+                f"{spell('budget_usd')} needs prices: {spell('price')} MODEL=IN/OUT (dollars per million tokens) "
+                f"or {spell('cost_per_call')}")
+        require(isinstance(self.force, bool), f"{spell('force')} must be True or False, got {self.force!r}")
+
+    def _shorthands_given(self) -> set:
+        return {name for name, _ in choices.SHORTHANDS if getattr(self, name, None) is not None}
+
+    def certificate(self):
+        """``(stop, numbers)`` of the certificate (``epsilon``, ``top_k``, ``tie_group``); ``(None, {})``."""
+        given = {"epsilon": self.epsilon, "top_k": self.top_k, "tie_group": self.tie_group}
+        return choices.certificate(given, self.stop, self.spell)
+
+    def numbers_of_shorthands(self) -> dict:
+        return choices.base_numbers(DEFAULT_DELTA if self.delta is None else self.delta,
+                                    self.bounds or DEFAULT_BOUNDS, self.exploration, self.spell)
+
+    def plugins(self):
+        """``(estimator, rule, stop)``: the plug-ins the plan names, resolved (``stop`` None: the
+        certificate's, else certified with an interval, budget without)."""
+        spell = self.spell
+        estimators = choices.methods(self.method, spell("method"))
+        require(len(estimators) == 1, f"{spell('method')}: a selection runs one method, got {', '.join(estimators)}")
+        (estimator,) = estimators.values()
+        rule = None if self.rule is not None else choices.top_k_rule(self.top_k, spell)
+        if rule is None and self.rule is None and not estimator.has_interval:
+            print(f"note: {spell('method')} {estimator.name} has no confidence interval, so it samples by the index "
+                  f"rule ucbe instead of the default {DEFAULT_RULE}", file=sys.stderr)
+            rule = choices.plugin("sampling rule", "ucbe", spell("rule"))
+        rule = rule or choices.plugin("sampling rule", self.rule or DEFAULT_RULE, spell("rule"))
+        stop = self.certificate()[0] or choices.plugin(
+            "stopping rule", self.stop or ("certified" if estimator.has_interval else "budget"), spell("stop"))
+        return estimator, rule, stop
+
+    # ------------------------------------------------------------------ into a selector
+
+    def numbers(self, plugins, n_models: int) -> dict:
+        """The run's numbers for ``plugins`` (each ``param`` path checked against them), with the
+        certificate's, and the upper bounds' level raised to what a top-k claim needs."""
+        values = dict(self.param)
+        choices.check_param_paths(values, [plugins], self.spell)
+        certificate, extra = self.certificate()
+        numbers = {**self.numbers_of_shorthands(), **values}
+        if certificate is None:
+            return numbers
+        return choices.certificate_levels({**numbers, **extra}, certificate, n_models, self.spell)
+
+    def check_models(self, n_models: int, budget: int, where: str) -> None:
+        """The certificate names fewer models than there are; the budget pays for the first look."""
+        choices.check_certificate_size({"top_k": self.top_k, "tie_group": self.tie_group}, n_models, self.spell)
+        choices.check_first_look(budget, n_models, self.batch_size, self.init_batches, where, self.spell)
+
+    def side_information(self, estimator):
+        """``(train, rank)``: the historical scores a method with predictions fits its embeddings on (None:
+        the log keeps them, or the method needs none) and the rank; the log's folder checked first."""
+        spell, log = self.spell, Path(self.log)
+        require(not log.is_dir(), f"{spell('log')} {self.log}: is a directory; give a file name")
+        require(log.parent.is_dir(), f"{spell('log')} {self.log}: its folder {log.parent} does not exist; create "
+                                     "it first (a misspelt folder would otherwise start a new log)")
+        saved = log.with_name(log.name + ".embeddings.npy")   # a resumed run's side information
+        require(self.train or saved.exists() or not estimator.uses_predictions,
+                f"{spell('method')} {estimator.name} needs side information: pass {spell('train')}"
+                f"{' FILE' if spell('train').startswith('-') else '='} (historical models' scores on the same "
+                f"examples), or use {spell('method')} ucbe")
+        rank = DEFAULT_RANK if self.rank is None else self.rank
+        if not (self.train and estimator.uses_predictions):
+            return None, rank
+        from pulse_jax.io import data
+
+        train = data.load(self.train)
+        limit = min(train.scores.shape)
+        if self.rank is None and rank > limit:
+            print(f"pulse-jax: note: {spell('rank')} {rank} (the default) needs at least {rank} historical models; "
+                  f"{spell('train')} has {train.scores.shape[0]} models x {train.scores.shape[1]} examples, so rank "
+                  f"{limit} is used", file=sys.stderr)
+            rank = limit
+        return train, rank
+
+    def selector(self, models: Sequence[str], examples, *, order=None, concurrency: int | None = None,
+                 where: str = "candidates"):
+        """The running `pulse_jax.live.Selector` of this plan on ``models`` and ``examples`` (a count or
+        ids); ``order``: per-model example orders (Inspect's); ``concurrency``: the scorer's own
+        (overrides the plan's default)."""
+        from pulse_jax.live.selector import CONCURRENCY, Selector
+
+        n_examples = examples if isinstance(examples, int) else len(examples)
+        budget = len(models) * n_examples if self.budget is None else self.budget
+        self.check_models(len(models), budget, where)
+        plugins = self.plugins()
+        numbers = self.numbers(plugins, len(models))
+        train, rank = self.side_information(plugins[0])
+        self.check_report_folder()
+        concurrency = concurrency or self.concurrency or CONCURRENCY
+        return Selector(models, examples, budget, method=plugins[0], batch_size=self.batch_size,
+                        init_batches=self.init_batches, refit_every=self.refit_every, seed=self.seed, train=train,
+                        rank=rank, log=self.log, rule=plugins[1], params=numbers,
+                        cs_grid=choices.cs_grid(self.sequence, self.spell), stop=plugins[2], order=order,
+                        concurrency=concurrency, plan=self.to_dict())
+
+    def run_options(self) -> dict:
+        """`pulse_jax.live.run`'s keywords of this plan (retries, waits, timeout, grace)."""
+        return {"retries": self.retries, "retry_wait": self.retry_wait, "retry_max_wait": self.retry_max_wait,
+                "grace": self.grace, "call_timeout": self.call_timeout}
+
+    def meter(self, models, tokens=None, scorer: str | None = None, metric: str | None = None, value_map=None):
+        """The money side (`pulse_jax.live.money.Meter`; None without ``price``, ``cost_per_call`` or
+        ``budget_usd``); ``tokens``: the scorer's token counter (Inspect's), ``usage`` logs read with
+        ``scorer``/``metric``/``value_map``."""
+        if not (self.price or self.cost_per_call is not None or self.budget_usd is not None):
+            return None
+        from pulse_jax.live import money
+
+        prices = money.parse_prices(list(self.price), models, self.cost_per_call)
+        history = None
+        if self.usage:
+            from pulse_jax.harnesses import inspect_logs
+
+            if not isinstance(value_map, Mapping):   # the command line's VALUE=NUMBER texts
+                value_map = inspect_logs.parse_value_map(list(value_map or ()))
+            history = inspect_logs.read_inspect(list(self.usage), scorer=scorer, metric=metric, value_map=value_map)
+        require(tokens is not None or not any(p.per_token for p in prices.values()),
+                f"{self.spell('price')} in tokens needs a scorer that reports tokens (Inspect); price a scorer of "
+                f"your own per call with {self.spell('cost_per_call')}")
+        expected = money.expected_cost_per_cell(models, prices, history)
+        return money.Meter(models, prices, expected, budget_usd=self.budget_usd, tokens=tokens)
+
+    # ------------------------------------------------------------------ the report
+
+    @property
+    def report_folder(self) -> Path:
+        log = Path(self.log)
+        return Path(self.report) if self.report else log.with_name(log.stem + "_report")
+
+    def check_report_folder(self) -> None:
+        """New, empty, or holding this same log's report (a resumed run writes it again); another run's
+        results need ``force``."""
+        from pulse_jax.io import files
+
+        out, spell = self.report_folder, self.spell
+        require(not out.exists() or out.is_dir(), f"{spell('report')} {out}: exists and is not a directory")
+        if not out.is_dir() or self.force or not any(out.iterdir()):
+            files.check_out_dir(out, self.force, spell("report"), spell("force"))
+            return
+        try:
+            previous = json.loads((out / "report.json").read_text(encoding="utf-8")).get("log")
+        except (OSError, ValueError, AttributeError):
+            previous = None
+        if previous != str(Path(self.log).resolve()):
+            files.check_out_dir(out, False, spell("report"), spell("force"))
+
+    def write_report(self, report, selector, *, extra: Mapping | None = None, inputs=None, figure: bool = True,
+                     preface: str = "") -> Path:
+        """``report.md`` (after a ``preface`` paragraph), ``report.json`` (naming its log, recording the plan,
+        with ``extra``) and, with ``figure``, ``estimates.png`` and ``provenance.json`` in the report folder;
+        returns the folder."""
+        from pulse_jax.io import files, provenance
+
+        out = self.report_folder
+        out.mkdir(parents=True, exist_ok=True)
+        files.remove_previous_outputs(out)
+        log = str(Path(self.log).resolve())
+        files.write_atomically(out / "report.md", (f"{preface}\n\n" if preface else "") + report.to_markdown())
+        files.write_atomically(out / "report.json", json.dumps(provenance.clean_json(
+            {**report.to_dict(), "log": log, "plan": self.to_dict(), **dict(extra or {})}), indent=2))
+        if figure:
+            report.plot(out / "estimates.png")
+            provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=self.seed,
+                                                     inputs=inputs, method=selector.method, extra={"log": log}),
+                             files=["report.md", "report.json", "estimates.png"])
+        return out
+
+    # ------------------------------------------------------------------ serialization
+
+    def to_dict(self) -> dict:
+        """The plan as JSON-ready values (``param`` as ``[[path, value], ...]``)."""
+        out = {f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "spell"}
+        return {k: [list(p) for p in v] if k == "param" else list(v) if isinstance(v, tuple) else v
+                for k, v in out.items()}
+
+    @classmethod
+    def from_dict(cls, values: Mapping, spell=choices.keyword) -> "Plan":
+        """A plan from `to_dict`'s values (a log header's, ``report.json``'s) or from keywords; an unknown
+        name is refused in one line listing the known ones."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "spell"]
+        unknown = [k for k in values if k not in names]
+        if unknown:
+            raise PulseInputError(f"{spell(unknown[0])} is not a choice of a selection plan; its choices are "
+                                  f"{', '.join(spell(n) for n in names)}")
+        values = dict(values)
+        if "param" in values and not isinstance(values["param"], Mapping):
+            values["param"] = tuple(tuple(p) if isinstance(p, list) else p for p in values["param"])
+        return cls(**values, spell=spell)

@@ -1,0 +1,133 @@
+"""`pulse_jax.live.Plan`: one selection plan that ``select``, ``select_best`` and Python share; it
+round-trips through the log header and ``report.json``, and every choice is checked when it is made."""
+import json
+
+import numpy as np
+import pytest
+from conftest import tiny_problem
+
+from pulse_jax import choices, cli
+from pulse_jax.errors import PulseInputError
+from pulse_jax.live import journal
+from pulse_jax.live.plan import Plan
+
+OPTIONS = {"budget": 400, "method": "ucbe", "epsilon": 0.02, "param": ["rule.leader_fraction=0.25"], "seed": 3,
+           "batch_size": 4, "retries": 5, "price": ["*=3/15"], "budget_usd": 2.5, "concurrency": 4,
+           "call_timeout": 30.0, "delta": 0.1}
+
+
+def _flags(options: dict) -> list[str]:
+    out = []
+    for key, value in options.items():
+        for item in value if isinstance(value, list) else [value]:
+            out += ["--" + key.replace("_", "-"), str(item)]
+    return out
+
+
+def _select_plan(tmp_path, options):
+    args, extra = cli.app.parse(["select", "--models", "m.txt", "--evaluate", "pulse_jax.stand_in:score", "--log",
+                                 str(tmp_path / "run.db"), *_flags(options)])
+    assert not extra
+    return cli.select.plan_of(args)
+
+
+def test_a_plan_round_trips_through_json():
+    plan = Plan(log="run.db", **OPTIONS)
+    assert Plan.from_dict(json.loads(json.dumps(plan.to_dict()))) == plan
+    assert dict(plan.param) == {"rule.leader_fraction": 0.25}
+
+
+def test_select_and_select_best_build_equal_plans_from_equal_options(tmp_path):
+    from_flags = _select_plan(tmp_path, OPTIONS)
+    from_keywords = Plan.from_dict({"log": str(tmp_path / "run.db"), **OPTIONS})
+    assert from_flags == from_keywords
+    pytest.importorskip("inspect_ai", reason="select_best runs inside Inspect (pip install -e '.[harness]')")
+    from pulse_jax.harnesses import inspect_select
+
+    manager = inspect_select.select_best(log=tmp_path / "run.db", **OPTIONS)
+    assert manager.selection.plan == from_flags
+    defaults = inspect_select.select_best(log=tmp_path / "other.db")
+    assert defaults.selection.plan == Plan(log=str((tmp_path / "other.db").resolve()))
+
+
+def test_the_plan_is_in_the_log_header_and_a_resume_keeps_the_logged_one(tmp_path):
+    scores, train, _ = tiny_problem(seed=1, m=4, n=48)
+    plan = Plan(log=str(tmp_path / "run.db"), budget=120, method="ucbe", batch_size=4, concurrency=1, seed=2)
+    selector = plan.selector(["a", "b", "c", "d"], 48)
+    request = selector.ask()
+    selector.tell(request, scores[request.model_index, list(request.example_index)])
+    selector.close()
+    header, _ = journal.snapshot(tmp_path / "run.db")
+    assert Plan.from_dict(header["plan"]) == plan
+    again = Plan(log=str(tmp_path / "run.db"), budget=120, method="ucbe", batch_size=4, concurrency=1, seed=2,
+                 retries=7)   # a resume may change how calls are retried
+    resumed = again.selector(["a", "b", "c", "d"], 48)
+    assert Plan.from_dict(resumed.plan) == plan and resumed.spent == 4
+    resumed.close()
+
+
+def test_report_json_records_the_plan(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from pulse_jax import stand_in
+
+    (tmp_path / "m.txt").write_text("\n".join(stand_in.models()[:3]) + "\n")
+    argv = ["select", "--models", "m.txt", "--examples", "60", "--budget", "120", "--evaluate",
+            "pulse_jax.stand_in:score", "--method", "ucbe", "--log", "run.db", "--quiet", "--batch-size", "4"]
+    assert cli.main(argv) == 0
+    report = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    args, _ = cli.app.parse(argv)
+    cli.select.check_concurrency(args)    # the scorer's default concurrency, as select resolves it
+    assert Plan.from_dict(report["plan"]) == cli.select.plan_of(args)
+    assert report["plan"]["method"] == "ucbe" and report["plan"]["budget"] == 120
+
+
+@pytest.mark.parametrize("values, needle", [
+    ({"batch_size": 0}, "batch_size must be >= 1, got 0"),
+    ({"batch_size": 2.5}, "batch_size must be a whole number, got 2.5"),
+    ({"delta": 1.5}, "delta 1.5: must lie strictly between 0 and 1"),
+    ({"top_k": 2, "stop": "budget"}, "top_k sets the stopping rule; drop stop budget"),
+    ({"top_k": 2, "epsilon": 0.1}, "epsilon and top_k: give one certificate"),
+    ({"bounds": "some"}, "bounds must be 'all' or 'certification'"),
+    ({"sequence": "hoeffding"}, "sequence must be 'bernstein' or 'betting'"),
+    ({"concurrency": 0}, "concurrency must be >= 1"),
+    ({"retries": -1}, "retries must be >= 0"),
+    ({"call_timeout": 0}, "call_timeout must be a number of seconds > 0"),
+    ({"grace": float("nan")}, "grace must be a number of seconds >= 0"),
+    ({"budget_usd": 1.0}, "budget_usd needs prices: price MODEL=IN/OUT"),
+    ({"method": "ucbe,pulse"}, "method: a selection runs one method"),
+    ({"method": "nonesuch"}, "method: unknown method (estimator) 'nonesuch'"),
+    ({"rule": "os:system"}, "rule: 'os:system' is a function that needs arguments"),
+    ({"param": ["delta=0.1"], "delta": 0.2}, "param delta: delta sets the same number; give one of them"),
+    ({"param": [("rule.exploration", "x")]}, "param: rule.exploration='x' is not a number"),
+    ({"seed": -1}, "seed"),
+    ({"price": [3]}, "price must be text or a list of texts"),
+    ({"force": "yes"}, "force must be True or False"),
+])
+def test_every_choice_is_checked_when_the_plan_is_made(values, needle):
+    with pytest.raises(PulseInputError, match=None) as err:
+        Plan(log="run.db", **values)
+    assert needle in str(err.value), str(err.value)
+    assert "\n" not in str(err.value)
+
+
+def test_the_command_line_spells_choices_as_flags(tmp_path):
+    with pytest.raises(PulseInputError, match="--batch-size must be >= 1, got 0"):
+        Plan.from_dict({"log": "run.db", "batch_size": 0}, spell=choices.flag)
+    with pytest.raises(PulseInputError, match="--budget-usd needs prices: --price MODEL=IN/OUT"):
+        Plan.from_dict({"log": "run.db", "budget_usd": 1.0}, spell=choices.flag)
+
+
+def test_a_plan_runs_to_the_same_report_as_the_selector_it_builds(tmp_path):
+    from pulse_jax import live
+
+    scores, _, _ = tiny_problem(seed=4, m=3, n=40)
+    plan = Plan(log=str(tmp_path / "run.db"), budget=90, method="ucbe", batch_size=5, concurrency=2)
+    selector = plan.selector(["a", "b", "c"], 40)
+
+    def evaluate(model, ids):
+        return scores["abc".index(model), list(ids)]
+
+    report = live.run(evaluate, selector, concurrency=plan.concurrency, progress=False, **plan.run_options())
+    out = plan.write_report(report, selector, figure=False)
+    written = json.loads((out / "report.json").read_text())
+    assert written["plan"] == plan.to_dict() and written["spent"] == report.to_dict()["spent"]
