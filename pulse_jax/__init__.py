@@ -33,6 +33,7 @@ _EXPORTS = {
                         "top_two", "ucb_index_rule"],
     "pulse_jax.stopping": ["EpsilonParams", "StopInputs", "StoppingRule", "TieGroupParams", "epsilon_good",
                            "spend_budget", "tie_group", "top_k", "when_certified"],
+    "pulse_jax.live.plan": ["Plan"],
     "pulse_jax.live.report": ["Report"],
     "pulse_jax.live.runner": ["EvaluationError", "run"],
     "pulse_jax.live.selector": ["Request", "Selector"],

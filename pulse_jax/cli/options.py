@@ -3,11 +3,10 @@ and numbers: methods, plug-ins, certificates, ``--param PATH=VALUE``, the defaul
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 from pulse_jax import choices
-from pulse_jax.choices import LARGEST_COUNT, at_most  # noqa: F401 -- the commands' checks
+from pulse_jax.choices import at_most
 from pulse_jax.errors import require
 
 

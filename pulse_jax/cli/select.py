@@ -116,8 +116,6 @@ def plan_of(args):
 
 
 def run(args) -> None:
-    from pulse_jax import live
-
     check_concurrency(args)
     plan = plan_of(args)
     inputs = hash_inputs(args.models, args.examples, args.train)

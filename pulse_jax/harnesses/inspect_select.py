@@ -26,7 +26,7 @@ so the wait never starves them), an asked sample is released, its score arrives 
 Validity: each model must see its samples in a uniformly random order, independent of the other
 models' and revealed by nothing the selection uses (docs/harness.md). ``select_best(task)`` imposes
 it: each model's copy of the dataset is put in the order the selection itself draws that model's
-samples (`pulse_jax.live.selector.draw_order`, fixed by the seed and the model's place in
+samples (`pulse_jax.live.draw_order`, fixed by the seed and the model's place in
 ``--model``), so the eval asks exactly what ``pulse-jax select --inspect-task`` asks with the same
 seed, and a resumed run sees the same order. A task that uses the manager
 alone (``Task(early_stopping=select_best(...))``) must shuffle its dataset itself, for every model
@@ -216,7 +216,7 @@ class _Selection:
         order ``select`` draws them in, a uniform permutation fixed by the seed and the model's index)."""
         from inspect_ai.dataset import MemoryDataset
 
-        from pulse_jax.live.selector import draw_order
+        from pulse_jax.live.compiled import draw_order
 
         require(model in self.expected, f"select_best: model {model} is not among models= ({', '.join(self.expected)})")
         samples = list(dataset)

@@ -10,7 +10,11 @@ The pieces live in their own modules; this one gathers them:
 from pulse_jax.live.journal import LOG_VERSION
 from pulse_jax.live.report import Report
 from pulse_jax.live.runner import CallTimeout, EvaluationError, Interrupted, run
-from pulse_jax.live.selector import CONCURRENCY, LogWriteError, Request, Selector, draw_order
+from pulse_jax.live.compiled import draw_order
+from pulse_jax.live.log_binding import LogWriteError
+from pulse_jax.live.plan import Plan
+from pulse_jax.live.request import Request
+from pulse_jax.live.selector import CONCURRENCY, Selector
 
-__all__ = ["Selector", "Request", "Report", "run", "EvaluationError", "Interrupted", "LogWriteError", "LOG_VERSION",
+__all__ = ["Selector", "Plan", "Request", "Report", "run", "EvaluationError", "Interrupted", "LogWriteError", "LOG_VERSION",
            "draw_order", "CONCURRENCY", "CallTimeout"]

@@ -33,7 +33,6 @@ scores came back.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import email.utils
 import math
 import queue
@@ -49,7 +48,9 @@ from typing import Callable, Sequence
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.report import Report
-from pulse_jax.live.selector import CONCURRENCY, LogWriteError, Request, Selector
+from pulse_jax.live.log_binding import LogWriteError
+from pulse_jax.live.request import Request
+from pulse_jax.live.selector import Selector
 
 
 class EvaluationError(RuntimeError):

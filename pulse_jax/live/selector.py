@@ -36,28 +36,27 @@ interval, so it spends its budget.
 from __future__ import annotations
 
 import dataclasses
-import errno
-import functools
-import os
 import secrets
-import tempfile
-import time
 from pathlib import Path
-from typing import NamedTuple, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax.engine.compilation_cache import use_compilation_cache
-from pulse_jax import engine, registry, stopping
-from pulse_jax.stats import confidence, factorization
-from pulse_jax.live import journal
+from pulse_jax import engine, stopping
 from pulse_jax.engine import BanditConfig
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax.engine.compilation_cache import use_compilation_cache
 from pulse_jax.engine.params import BanditParams, declared_params
-from pulse_jax.stats.seeds import seed_key
+from pulse_jax.errors import PulseInputError, require
+from pulse_jax.live import journal
+from pulse_jax.live.compiled import Asked, compiled
+from pulse_jax.live.log_binding import LogBinding
 from pulse_jax.live.report import Report, plain_number
+from pulse_jax.live.request import Request, check_scores
+from pulse_jax.live.side_information import SideInformation
+from pulse_jax.stats import confidence, factorization
+from pulse_jax.stats.seeds import seed_key
 
 
 #: Batches in flight by default (`pulse_jax.live.run`, ``select``, ``select_best``): on the built-in
@@ -65,134 +64,8 @@ from pulse_jax.live.report import Report, plain_number
 #: against a scorer that takes 50 ms a call, finish 15x sooner (docs/benchmarks/concurrency.md).
 CONCURRENCY = 16
 
-#: A failed log write is retried this many times, waiting ``WRITE_RETRY_WAIT * 2**k`` seconds.
-WRITE_RETRIES, WRITE_RETRY_WAIT = 2, 0.05
 
-
-class LogWriteError(PulseInputError):
-    """The log cannot be written (e.g. a full disk); the message says which cells, if any, are asked again."""
-
-
-#: NumPy dtype kinds a score array must not have, in words.
-_KINDS = {"b": "booleans", "c": "complex numbers", "U": "strings", "S": "bytes", "M": "dates", "m": "time spans",
-          "V": "raw records"}
-
-
-@dataclasses.dataclass(frozen=True)
-class Request:
-    """One batch to evaluate: ``model`` on ``example_ids``.
-
-    ``tell`` accepts a request only from the selector that made it, unchanged: ``selector`` identifies
-    that selector, and every field must equal the one it handed out."""
-
-    ticket: int                 # running number of the ask
-    step: int                   # bandit step t (0 for initialization batches)
-    model: str
-    model_index: int
-    example_ids: tuple
-    example_index: tuple[int, ...]
-    selector: str = ""          # the asking selector's identity (random per selector object)
-
-
-def _save_atomically(path: Path, array) -> None:
-    """Write ``array`` to ``path`` through a new temporary file and a rename, so a failed write (a full
-    disk) leaves no truncated ``.npy`` behind; a failure is one line naming the file and the fix. The
-    temporary file is created exclusively under a fresh name, so a link planted beside the log is never
-    written through."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = None
-    try:
-        fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-        with open(fd, "wb") as handle:
-            np.save(handle, array)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, path)
-    except OSError as err:
-        if partial is not None:
-            Path(partial).unlink(missing_ok=True)
-        raise PulseInputError(f"{path}: cannot save the embeddings beside the log ({err.strerror or err}); free "
-                              "space there or give --log in another folder, then run the same command again") from None
-
-
-def draw_order(seed: int, model_index: int, n_examples: int, batch_size: int) -> np.ndarray:
-    """Every example column in the order a selector with this seed draws them for model ``model_index``
-    (batches of ``batch_size``; the same for the first look and later pulls): the draw key of a batch
-    depends only on the seed, the model's index and how many examples it has seen (`sampling.draw_key`),
-    so a model's draws form one uniform permutation fixed by the seed. An Inspect task ordered by it
-    (`pulse_jax.harnesses.inspect_select`) is asked exactly what ``select`` asks."""
-    from pulse_jax.stats import without_replacement as sampling
-
-    examples_key = engine.draw_keys(jax.random.fold_in(seed_key(seed), 0), 1)[1]
-    draw = _batch_draw(int(n_examples), int(batch_size))
-    row, order = sampling.empty_mask(1, n_examples)[0], []
-    while len(order) < n_examples:
-        picked, row = draw(examples_key, jnp.int32(model_index), jnp.int32(len(order)), row)
-        order += np.asarray(picked)[:min(batch_size, n_examples - len(order))].tolist()
-    return np.asarray(order)
-
-
-@functools.lru_cache(maxsize=8)
-def _batch_draw(n_examples: int, batch_size: int):
-    from pulse_jax.stats import without_replacement as sampling
-
-    def draw(examples_key, i, seen, row):
-        picked = sampling.draw(sampling.draw_key(examples_key, i, seen), row, seen, n_examples, batch_size)
-        valid = jnp.arange(batch_size) < jnp.minimum(batch_size, n_examples - seen)
-        return picked, sampling.mark(row, picked, valid)
-
-    return jax.jit(draw)
-
-
-class Asked(NamedTuple):
-    """What an ask needs besides the state: the batches in flight (``in_flight``, an
-    `pulse_jax.engine.InFlight`), the models that may not be asked now (``blocked``: with a batch in
-    flight, for an estimator that draws by weights), the cells in flight (``reserved``) and whether the
-    step refits (``due``)."""
-
-    in_flight: engine.InFlight
-    blocked: jax.Array
-    reserved: jax.Array
-    due: jax.Array
-
-
-@functools.lru_cache(maxsize=16)
-def _compiled(config: BanditConfig, estimator):
-    """Jitted kernel pieces for one configuration and estimator object, shared by every selector that
-    uses them (parameters are traced: selectors that differ only in them share the programs).
-
-    The asking kernel never stops by itself (its stopping rule is the budget's): the selector checks
-    its own rule with ``status`` before each ask, so a replayed log is followed to its end whatever the
-    rule, and a resumed run may change the rule (e.g. spend the rest of the budget after a certificate).
-    """
-    kernel = engine.build_kernel(dataclasses.replace(config, stop="budget"), estimator)
-    stopping = engine.build_kernel(config, estimator)
-    status = jax.jit(stopping.stop_status)
-
-    def ask(episode, state, params, t, asked: Asked):
-        hold = stopping.held(state, params, t, asked.in_flight)    # by the run's own stopping rule
-        state, choice = kernel.select(episode, state, params, t, asked.blocked, asked.reserved, in_flight=asked.in_flight)
-        state = kernel.refit(episode, state, params, t, choice, due=asked.due)
-        examples, _ = kernel.draw(episode, state, params, choice, asked.in_flight)
-        return state, choice.model, choice.size, examples, hold
-
-    def tell(episode, state, params, t, batch: engine.Batch):
-        return kernel.observe(episode, state, params, t, batch)[0]
-
-    def summary(state, params):
-        estimates, low, high = kernel.bounds(state, params)
-        return estimates, state.ledger, low, high
-
-    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary), status
-
-
-def _plugin_numbers(numbers: dict) -> dict:
-    """The estimator's and the rule's own numbers as header fields ``estimator.x``, ``rule.y`` (the
-    stopping rule's are left out: a resumed run may stop by another rule)."""
-    return {f"{part}.{name}": value for part in ("estimator", "rule") for name, value in numbers[part].items()}
-
-
-class Selector:
+class Selector(LogBinding, SideInformation):
     """Ask/tell best-model identification with PULSE, UCB-E or Naive-Pooling.
 
     Args:
@@ -263,8 +136,7 @@ class Selector:
         self.method, self.seed = self.estimator.name, int(seed)
         self._order = self._check_order(order)
         self.log_path = Path(log) if log is not None else None
-        self._identity = secrets.token_hex(8)
-        self.plan = plan
+        self._identity, self.plan = secrets.token_hex(8), plan
         self._log_full = False      # the disk filled up: the reserve is in use, nothing more is asked
         self._no_room = False       # ... or the reserve could not be put back: nothing more is paid for
         # Lock the log before reading anything of it (sidecar included): a second process stops here.
@@ -301,7 +173,7 @@ class Selector:
 
     def _compile(self) -> None:
         (self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn,
-         self._status_fn) = _compiled(self.config, self.estimator)
+         self._status_fn) = compiled(self.config, self.estimator)
         self._params = self.params.as_arrays()
 
     @property
@@ -355,298 +227,11 @@ class Selector:
             rows.append([column[e] for e in ids])
         return rows
 
-    def _side_information(self, train, V, rank):
-        self._train_fingerprint = None
-        if train is not None:
-            raw = getattr(train, "scores", train)
-            try:
-                self._train_fingerprint = journal.fingerprint(np.asarray(raw, np.float32))
-            except (TypeError, ValueError):
-                pass                     # refused below, where train is checked
-        if not self.estimator.uses_predictions:
-            return np.zeros((self.config.n_examples, 1), np.float32)
-        sidecar = self._sidecar()
-        if sidecar is not None and sidecar.is_file() and self._journal.has_run():
-            # resume with exactly the embeddings of the first run; refuse settings that contradict them
-            try:
-                first = np.load(sidecar, allow_pickle=False)
-            except (OSError, ValueError) as err:
-                raise PulseInputError(f"{sidecar}: cannot read the embeddings saved with the log: {err}") from None
-            require(first.ndim != 2 or first.shape[0] == self.config.n_examples,
-                    f"examples: this run has {self.config.n_examples} examples, but {self.log_path} was started with "
-                    f"{first.shape[0]}; give the same examples (--examples) to resume, or a new log")
-            require(first.ndim == 2 and np.isfinite(first).all(),
-                    f"{sidecar}: not the (n_examples={self.config.n_examples}, rank) embeddings of this run")
-            if V is not None:
-                require(np.shape(V) == first.shape and np.allclose(np.asarray(V, np.float32), first),
-                        f"V differs from the embeddings {self.log_path} was started with ({sidecar})")
-            elif rank != first.shape[1]:
-                raise PulseInputError(f"rank {rank} differs from rank {first.shape[1]}, which {self.log_path} was "
-                                      f"started with ({sidecar}); use --rank {first.shape[1]} to resume")
-            return first.astype(np.float32)
-        require(train is not None or V is not None,
-                f"method {self.estimator.name!r} needs side information: pass train= (historical scores on "
-                "the same examples) or V= (example embeddings)")
-        if V is None:
-            from pulse_jax.io.data import ScoreMatrix
-
-            if isinstance(train, ScoreMatrix):
-                position = {str(e): k for k, e in enumerate(train.examples)}
-                missing = [e for e in self.example_ids if str(e) not in position]
-                require(not missing, f"{train.source}: no column for examples {missing[:3]} "
-                                     f"({len(missing)} missing)")
-                train = train.scores[:, [position[str(e)] for e in self.example_ids]]
-            train = np.asarray(train, np.float32)
-            require(train.ndim == 2 and train.shape[1] == self.config.n_examples,
-                    f"train must have one column per example ({self.config.n_examples}), got shape {train.shape}")
-            V = factorization.fit_example_embeddings(train, rank=rank, seed=self.seed)
-        V = np.asarray(V, np.float32)
-        require(V.ndim == 2 and V.shape[0] == self.config.n_examples and np.isfinite(V).all(),
-                f"V must be a finite (n_examples={self.config.n_examples}, rank) array, got shape {V.shape}")
-        if sidecar is not None:
-            _save_atomically(sidecar, V)
-        return V
-
-    def _sidecar(self):
-        return None if self.log_path is None else self.log_path.with_name(self.log_path.name + ".embeddings.npy")
-
-    def _make_header(self) -> dict:
-        """Everything that decides the run's requests: a resume with any difference is refused, naming it."""
-        c = self.config
-        return {"type": "header", "version": journal.LOG_VERSION, "method": self.method,
-                "method_settings": registry.describe(self.estimator)["settings"], "seed": self.seed,
-                "models": list(self.models), "examples": list(self.example_ids), "budget": c.budget,
-                "batch_size": c.batch_size, "init_batches": c.init_batches, "refit_every": c.refit_every,
-                "init_refit_epochs": c.init_refit_epochs, "refit_epochs": c.refit_epochs, "interval": c.interval,
-                "cs_grid": c.cs_grid,
-                "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
-                # The engine's numbers and the estimator's and rule's own (the stopping rule may change on resume).
-                **self.params.engine.to_dict(), **_plugin_numbers(self.params.to_dict()),
-                "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None,
-                "example_order": "drawn" if self._order is None else "given", "concurrency": c.concurrency}
-
-    # ------------------------------------------------------------------ log
-
-    def _open_log(self):
-        """Lock the log, cut a torn tail, and replay what it holds (or start it with the header)."""
-        header, records = self._journal.open()
-        if header is None:
-            self._journal.append({**self._header, "train": self._train_fingerprint,
-                                  **({} if self.plan is None else {"plan": self.plan})})
-            return
-        self.plan = header.get("plan", self.plan)
-        self._failures = list(self._journal.failures())
-        journal.check_header(self.log_path, self._grown_budget(header), self._header)
-        logged_train = header.get("train")
-        require(self._train_fingerprint is None or logged_train in (None, self._train_fingerprint),
-                f"train: these historical scores differ from the ones {self.log_path} was started with; resume "
-                "with the same --train, or without --train (the run keeps its first embeddings)")
-        records = list(records)            # verified whole before anything is replayed
-        held = sum(len(r["examples"]) for _, r in records if r.get("type") == "tell" and isinstance(r.get("examples"), list))
-        require(held <= self.config.budget, f"--budget {self.config.budget:,}: {self.log_path} already holds {held:,} "
-                                            f"evaluated cells; give --budget {held:,} or more to continue it")
-        self._replay(records)
-
-    def _grown_budget(self, logged: dict) -> dict:
-        """A log continues with a larger budget: the requests of a rule that does not plan on the budget
-        (``SamplingRule.plans_on_budget``; successive halving does) do not depend on it until it runs out
-        (tested: a run extended from B to B' asks what a run started with B' asks), so the logged budget
-        is read as this run's. A rule that plans on it without saying so is still caught: the replay
-        refuses a logged request that differs from what this selector asks."""
-        have, want = logged.get("budget"), self._header["budget"]
-        if not (isinstance(have, int) and not isinstance(have, bool) and have < want):
-            return logged
-        rule = self.config.rule
-        require(not rule.plans_on_budget,
-                f"--budget {want:,}: {self.log_path} was started with --budget {have:,}, and the sampling rule "
-                f"{rule.name!r} plans on the budget, so the log continues only with --budget {have:,}")
-        return {**logged, "budget": want}
-
-    def _replay(self, records):
-        told_on = {}
-        self._logged_holds = {r.get("ticket") for _, r in records if r.get("type") == "tell" and r.get("examples") == []}
-        for where, record in records:
-            for field, kind in (("ticket", int), ("step", int), ("asks_issued", int), ("model", str),
-                                ("examples", list), ("scores", list)):
-                value = record.get(field)
-                require(isinstance(value, kind) and not isinstance(value, bool),
-                        f"{where}: field {field!r} is missing or not a{'n' if kind is int else ''} "
-                        f"{kind.__name__} (was the log edited?)")
-            if record.get("type") == "paid":
-                self._paid[record["ticket"]] = record
-                continue
-            require(record["ticket"] not in told_on, f"{where}: ticket {record['ticket']} was already told in "
-                                                     f"{told_on.get(record['ticket'])} (a duplicated batch)")
-            require(record["model"] in self.models, f"{where}: unknown model {record['model']!r}")
-            require(0 <= record["ticket"] < record["asks_issued"],
-                    f"{where}: ticket {record['ticket']} was never asked (asks_issued {record['asks_issued']})")
-            while self._asks < record["asks_issued"]:
-                if self.ask() is None:
-                    raise PulseInputError(f"{where}: this selector cannot reproduce the logged requests (was the "
-                                          "log edited?)")
-            request = self._pending.get(record["ticket"])
-            if self._order is not None and request is not None and request.model == record["model"]:
-                request = self._logged_batch(request, record, where)
-            if (request is None or request.model != record["model"]
-                    or list(request.example_ids) != record["examples"]):
-                raise PulseInputError(f"{where}: logged batch (model {record['model']!r}, ticket "
-                                      f"{record['ticket']}) differs from what this selector asks; the log belongs "
-                                      "to another run")
-            self._apply(request, self._validate(request, record["scores"], where))
-            told_on[record["ticket"]] = where.rsplit(": ", 1)[-1]
-
-    def _logged_batch(self, request: Request, record: dict, where: str) -> Request:
-        """With given orders a resumed run may see another order: a logged batch of the right model and
-        size whose examples the model has not seen replaces the one this selector would ask."""
-        column = {str(e): j for j, e in enumerate(self.example_ids)}
-        index = [column.get(str(e)) for e in record["examples"]]
-        require(None not in index and len(set(index)) == len(index) == len(request.example_index)
-                and not set(index) & set(self._told[request.model_index]),
-                f"{where}: logged batch (model {record['model']!r}, ticket {record['ticket']}) is not a batch of "
-                "unseen examples of this run; the log belongs to another run")
-        logged = dataclasses.replace(request, example_ids=tuple(self.example_ids[j] for j in index),
-                                     example_index=tuple(index))
-        self._pending[request.ticket] = logged
-        return logged
-
-    def paid_scores(self, request: Request):
-        """The scores of ``request`` if they were paid for and logged before the run stopped (else None):
-        a resumed run tells them without asking the scorer again."""
-        record = self._paid.get(request.ticket)
-        if (record is None or record["model"] != request.model or record["examples"] != list(request.example_ids)
-                or any(x is None for x in record["scores"])):
-            return None
-        return self._validate(request, record["scores"], f"{self.log_path}: paid batch {request.ticket}")
-
-    @property
-    def paid_batches(self) -> int:
-        """Batches paid for and logged but not yet told (a resumed run tells them without paying again)."""
-        return len(self._paid)
-
-    def log_paid(self, request: Request, scores) -> None:
-        """Log the scores of a batch in flight as paid (not told): a resumed run tells them where an
-        uninterrupted run would have, without paying for them again."""
-        self._check_request(request)
-        scores = self._validate(request, scores)
-        if self.log_path is not None:
-            self._write({"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
-                         "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
-        self._paid[request.ticket] = {"model": request.model, "examples": list(request.example_ids),
-                                      "scores": scores.tolist()}
-
-    def log_partial(self, request: Request, scores) -> None:
-        """Log the scores that have come back of a batch in flight (None for the others) as paid: a resumed
-        run asks the same batch again (with given orders) and is told these without evaluating them again."""
-        self._check_request(request)
-        values = [None if x is None else x for x in scores]
-        require(len(values) == len(request.example_ids), f"log_partial: {len(values)} scores for "
-                                                           f"{len(request.example_ids)} examples")
-        known = [k for k, x in enumerate(values) if x is not None]
-        checked = self._validate(dataclasses.replace(request, example_ids=tuple(request.example_ids[k] for k in known)),
-                                 [values[k] for k in known]) if known else []
-        for k, x in zip(known, checked):
-            values[k] = float(x)
-        record = {"model": request.model, "examples": list(request.example_ids), "scores": values}
-        if self.log_path is not None:
-            # not synced to the disk: it outlives a killed process; a power cut re-asks these samples
-            self._write({"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
-                         **record}, synced=False)
-        self._paid[request.ticket] = record
-
-    def paid_cells(self, request: Request) -> dict:
-        """``{example id: score}`` of ``request``'s cells already logged as paid (`log_partial`)."""
-        record = self._paid.get(request.ticket)
-        if record is None or record["model"] != request.model or record["examples"] != list(request.example_ids):
-            return {}
-        return {e: float(x) for e, x in zip(request.example_ids, record["scores"]) if x is not None}
-
-    def _write(self, record: dict, synced: bool = True) -> None:
-        """Commit ``record`` to the log, retrying a failed commit (each failure is rolled back whole).
-
-        If it still fails, the log's reserve is freed and the record committed into it: the selector is
-        then *log full* (`log_full`): it asks nothing more, the batches in flight can still be told
-        (into the reserve), and the run stops with one line naming the log and the fix, no cell paid
-        twice. When even that fails, `LogWriteError` names the cells that will be asked again.
-        """
-        failure = None
-        for attempt in range(WRITE_RETRIES + 1):
-            try:
-                self._journal.append(record, synced)
-                return
-            except journal.LogFull as err:
-                failure = err
-                if err.errno == errno.ENOENT:      # the log is gone: no retry or reserve brings it back
-                    break
-                time.sleep(WRITE_RETRY_WAIT * 2**attempt)
-        if failure.errno != errno.ENOENT and self._journal.release_reserve():
-            try:
-                self._journal.append(record)
-                self._log_full = True
-                return
-            except journal.LogFull as err:
-                failure = err
-        raise LogWriteError(f"{self.log_path}: cannot write the log ({failure.strerror}): the "
-                            f"{len(record['examples'])} cells of model {record['model']!r} (request {record['ticket']}) "
-                            f"were paid for but will be asked again. To go on, {journal.fix_for(failure)}") from None
-
-    def can_pay(self) -> bool:
-        """Whether a new batch may be paid for: the log keeps its reserve (`pulse_jax.live.journal`), so
-        the scores of every batch in flight can be saved even if the disk fills up. Without one (a disk
-        too full to put it back), the selector is *log full*: nothing more is asked."""
-        if self._log_full:
-            return False
-        try:
-            if self._journal is None or self._journal.has_reserve() or self._journal.keep_reserve():
-                return True
-        except journal.LogFull as err:     # the log was deleted or replaced under the run
-            raise LogWriteError(f"{self.log_path}: cannot write the log ({err.strerror}); nothing more is asked. "
-                                f"To go on, {journal.fix_for(err)}") from None
-        self._log_full = self._no_room = True
-        return False
-
-    @property
-    def log_full(self) -> bool:
-        """The log's disk is full: nothing more is asked; the batches in flight can still be told."""
-        return self._log_full
-
-    def log_full_error(self, again: int = 0) -> LogWriteError:
-        """The error that ends a run whose log's disk is full (``again``: cells abandoned in flight)."""
-        saved = ("every cell paid for is in the log" if not again else
-                 f"{again:,} cells in flight could not be saved and will be asked again")
-        why = (f"no room to keep the log's reserve of {journal.RESERVE_BYTES // 1024} KiB (space for the scores of "
-               "the batches in flight), so nothing more was asked" if self._no_room else "stopped asking")
-        return LogWriteError(f"{self.log_path}: the disk is full: {why}, {saved} ({self.spent:,} told). "
-                             "Free space there, then run the same command again")
-
-    def failures(self) -> tuple[int, int]:
-        """``(failed attempts, retries)`` of the scorer over every run of this selector's log (this
-        selector's alone without a log)."""
-        return tuple(self._failures)
-
-    def add_failures(self, failed_attempts: int, retries: int) -> None:
-        """Count a run's scorer failures (`pulse_jax.live.run` calls it as it ends): kept in the log, so
-        a resumed run reports the failures of every run before it too."""
-        self._failures[0] += int(failed_attempts)
-        self._failures[1] += int(retries)
-        if self._journal is not None:
-            self._journal.add_failures(failed_attempts, retries)
-
     @property
     def in_flight_cells(self) -> int:
         """Cells asked and not yet told (a resumed log: the batches in flight when its last run stopped,
         asked again unless logged as paid)."""
         return sum(len(r.example_ids) for r in self._pending.values() if self.paid_scores(r) is None)
-
-    def close(self) -> None:
-        """Release the log's lock (a finished or abandoned run); the log stays resumable."""
-        if getattr(self, "_journal", None) is not None:
-            self._journal.close()
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     # ------------------------------------------------------------------ ask / tell
 
@@ -752,7 +337,7 @@ class Selector:
     def tell(self, request: Request, scores) -> None:
         """Record the scores of ``request`` (one per example, in [0, 1]); logged before it counts."""
         self._check_request(request)
-        scores = self._validate(request, scores)
+        scores = check_scores(request, scores)
         if self.log_path is not None:
             self._write({"type": "tell", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
                          "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
@@ -770,38 +355,6 @@ class Selector:
             field = next(f.name for f in dataclasses.fields(Request) if getattr(mine, f.name) != getattr(request, f.name))
             raise PulseInputError(f"tell: request {request.ticket} was changed after ask() (its {field} differs); "
                                   "tell the request exactly as asked")
-
-    def _validate(self, request: Request, scores, where: str | None = None) -> np.ndarray:
-        where = where or f"model {request.model!r}, request {request.ticket}"
-        if scores is None:
-            raise PulseInputError(f"{where}: the scorer returned None; it must return one score in [0, 1] for "
-                                  f"each of the {len(request.example_ids)} examples, in order")
-        if isinstance(scores, (list, tuple)) and any(isinstance(v, (bool, str, complex)) or v is None for v in scores):
-            raise PulseInputError(f"{where}: scores are not numbers in [0, 1]: {list(scores)!r}"[:300])
-        if isinstance(scores, np.ma.MaskedArray):
-            require(not np.ma.getmaskarray(scores).any(),
-                    f"{where}: the scorer returned a masked array with masked values; return a score for every "
-                    "example (a masked value has no score)")
-            scores = np.ma.getdata(scores)
-        try:
-            raw = np.asarray(scores)
-            if raw.dtype.kind == "O":      # Python numbers of mixed kinds, or too large for any NumPy type
-                raw = np.array([float(v) for v in raw.reshape(-1)], np.float64)
-        except OverflowError:
-            raise PulseInputError(f"{where}: a score is an integer too large for a number in [0, 1]") from None
-        except (TypeError, ValueError):
-            raise PulseInputError(f"{where}: scores are not numbers: {scores!r}"[:300]) from None
-        require(raw.dtype.kind in "iuf", f"{where}: scores are not real numbers (the scorer returned an array of "
-                                         f"{_KINDS.get(raw.dtype.kind, raw.dtype.name)}); return floats in [0, 1]")
-        values = raw.astype(np.float64).reshape(-1)
-        require(values.size == len(request.example_ids),
-                f"{where}: got {values.size} scores for {len(request.example_ids)} examples")
-        bad = np.nonzero(~np.isfinite(values) | (values < 0) | (values > 1))[0]
-        if len(bad):
-            k = bad[0]
-            raise PulseInputError(f"{where}: score for example {request.example_ids[k]!r} is {values[k]}, "
-                                  "not a number in [0, 1]")
-        return values.astype(np.float32)
 
     def _apply(self, request: Request, scores: np.ndarray):
         del self._pending[request.ticket]

@@ -1,0 +1,95 @@
+"""The example embeddings a live selection with predictions uses, and keeping them beside the log.
+
+A log started with embeddings is resumed with exactly those (saved beside it as ``<log>.embeddings.npy``),
+so a resumed run's predictions are the first run's; side information that contradicts them is refused.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pulse_jax.errors import PulseInputError, require
+from pulse_jax.live import journal
+from pulse_jax.stats import factorization
+
+
+def save_atomically(path: Path, array) -> None:
+    """Write ``array`` to ``path`` through a new temporary file and a rename, so a failed write (a full
+    disk) leaves no truncated ``.npy`` behind; a failure is one line naming the file and the fix. The
+    temporary file is created exclusively under a fresh name, so a link planted beside the log is never
+    written through."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = None
+    try:
+        fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
+        with open(fd, "wb") as handle:
+            np.save(handle, array)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(partial, path)
+    except OSError as err:
+        if partial is not None:
+            Path(partial).unlink(missing_ok=True)
+        raise PulseInputError(f"{path}: cannot save the embeddings beside the log ({err.strerror or err}); free "
+                              "space there or give --log in another folder, then run the same command again") from None
+
+
+
+class SideInformation:
+    """The `pulse_jax.live.Selector`'s side information: fitted on ``train`` or given as ``V``, saved
+    beside the log, read back on resume."""
+
+    def _side_information(self, train, V, rank):
+        self._train_fingerprint = None
+        if train is not None:
+            raw = getattr(train, "scores", train)
+            try:
+                self._train_fingerprint = journal.fingerprint(np.asarray(raw, np.float32))
+            except (TypeError, ValueError):
+                pass                     # refused below, where train is checked
+        if not self.estimator.uses_predictions:
+            return np.zeros((self.config.n_examples, 1), np.float32)
+        sidecar = self._sidecar()
+        if sidecar is not None and sidecar.is_file() and self._journal.has_run():
+            # resume with exactly the embeddings of the first run; refuse settings that contradict them
+            try:
+                first = np.load(sidecar, allow_pickle=False)
+            except (OSError, ValueError) as err:
+                raise PulseInputError(f"{sidecar}: cannot read the embeddings saved with the log: {err}") from None
+            require(first.ndim != 2 or first.shape[0] == self.config.n_examples,
+                    f"examples: this run has {self.config.n_examples} examples, but {self.log_path} was started with "
+                    f"{first.shape[0]}; give the same examples (--examples) to resume, or a new log")
+            require(first.ndim == 2 and np.isfinite(first).all(),
+                    f"{sidecar}: not the (n_examples={self.config.n_examples}, rank) embeddings of this run")
+            if V is not None:
+                require(np.shape(V) == first.shape and np.allclose(np.asarray(V, np.float32), first),
+                        f"V differs from the embeddings {self.log_path} was started with ({sidecar})")
+            elif rank != first.shape[1]:
+                raise PulseInputError(f"rank {rank} differs from rank {first.shape[1]}, which {self.log_path} was "
+                                      f"started with ({sidecar}); use --rank {first.shape[1]} to resume")
+            return first.astype(np.float32)
+        require(train is not None or V is not None,
+                f"method {self.estimator.name!r} needs side information: pass train= (historical scores on "
+                "the same examples) or V= (example embeddings)")
+        if V is None:
+            from pulse_jax.io.data import ScoreMatrix
+
+            if isinstance(train, ScoreMatrix):
+                position = {str(e): k for k, e in enumerate(train.examples)}
+                missing = [e for e in self.example_ids if str(e) not in position]
+                require(not missing, f"{train.source}: no column for examples {missing[:3]} "
+                                     f"({len(missing)} missing)")
+                train = train.scores[:, [position[str(e)] for e in self.example_ids]]
+            train = np.asarray(train, np.float32)
+            require(train.ndim == 2 and train.shape[1] == self.config.n_examples,
+                    f"train must have one column per example ({self.config.n_examples}), got shape {train.shape}")
+            V = factorization.fit_example_embeddings(train, rank=rank, seed=self.seed)
+        V = np.asarray(V, np.float32)
+        require(V.ndim == 2 and V.shape[0] == self.config.n_examples and np.isfinite(V).all(),
+                f"V must be a finite (n_examples={self.config.n_examples}, rank) array, got shape {V.shape}")
+        if sidecar is not None:
+            save_atomically(sidecar, V)
+        return V
