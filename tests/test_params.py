@@ -12,7 +12,7 @@ import pytest
 
 import pulse_jax as pj
 from pulse_jax import engine
-from pulse_jax.live import journal
+from pulse_jax.live import journal, legacy_jsonl
 from pulse_jax.errors import PulseInputError
 from pulse_jax.engine.params import run_params
 from sweep_compiles import count_compiles
@@ -107,7 +107,7 @@ def test_live_logs_record_the_plugins_numbers(tmp_path):
         request = first.ask()
         first.tell(request, scores[request.model_index, list(request.example_index)])
     first.close()
-    lines = [json.loads(x) for x in journal.as_jsonl(*journal.snapshot(log)).splitlines()]
+    lines = [json.loads(x) for x in legacy_jsonl.as_jsonl(*journal.snapshot(log)).splitlines()]
     assert lines[0]["rule.exploration"] == 0.5 and lines[0]["estimator.fixed_lambda"] is None
     with pytest.raises(PulseInputError, match="rule.exploration is 0.5 in the log, 1.0 here"):
         selector()

@@ -49,7 +49,7 @@ import numpy as np
 
 from pulse_jax import stand_in
 from pulse_jax.errors import PulseInputError
-from pulse_jax.live import EvaluationError, Interrupted, LogWriteError, Selector, journal, run
+from pulse_jax.live import EvaluationError, Interrupted, LogWriteError, Selector, journal, legacy_jsonl, run
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
 import common  # noqa: E402
@@ -279,7 +279,7 @@ def _tamper_cases(base: Path) -> list[tuple[str, object]]:
 
 def _jsonl_cases(base: Path) -> list[tuple[str, object]]:
     header, records = journal.snapshot(base)
-    text = journal.as_jsonl(header, records)
+    text = legacy_jsonl.as_jsonl(header, records)
     lines = text.splitlines(keepends=True)
 
     def write(p, content):

@@ -25,10 +25,10 @@ def add(sub) -> None:
 
 
 def run(args) -> None:
-    from pulse_jax.live import journal
+    from pulse_jax.live import journal, legacy_jsonl
 
     if args.action == "import":
-        n = journal.import_jsonl(args.jsonl, args.log)
+        n = legacy_jsonl.import_jsonl(args.jsonl, args.log)
         print(f"wrote {args.log}: {n} batch(es) from {args.jsonl}")
         return
     if args.action == "export":
@@ -36,7 +36,7 @@ def run(args) -> None:
                 f"--jsonl {args.jsonl}: exists; pass --force to write over it")
         header, records = journal.snapshot(args.log)
         require(header is not None, f"{args.log}: the log has no run yet")
-        lines = journal.as_jsonl(header, records)
+        lines = legacy_jsonl.as_jsonl(header, records)
         if args.jsonl == "-":
             sys.stdout.write(lines)
         else:
@@ -48,7 +48,7 @@ def run(args) -> None:
     told = [r for r in records if r["type"] == "tell"]
     paid = [r for r in records if r["type"] == "paid"]
     cells = sum(len(r["examples"]) for r in told)
-    print(f"{args.log}: pulse-jax log; {journal.checks_of(header)}")
+    print(f"{args.log}: pulse-jax log; {legacy_jsonl.checks_of(header)}")
     print(f"  method {header.get('method')}, seed {header.get('seed')}, {_count(header.get('models'))} models x "
           f"{_count(header.get('examples'))} examples, budget {_count(header.get('budget'))}, batch "
           f"{header.get('batch_size')}")

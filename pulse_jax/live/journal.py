@@ -45,156 +45,27 @@ from __future__ import annotations
 
 import datetime
 import errno
-import hashlib
 import json
 import os
 import socket
 import sqlite3
 import stat
 import sys
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
-import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live import legacy_jsonl
 from pulse_jax.live.chain import canonical, checksum
+from pulse_jax.live.log_schema import (APPLICATION_ID, FIELDS, LOG_VERSION, MAGIC, RESERVE_BYTES, TALLY,
+                                       build_database, check_schema, connect, create_log_file, fsync_folder,
+                                       read_file_header, tally_sql)
 
 try:   # POSIX; elsewhere the log is not locked (said in the README)
     import fcntl
 except ImportError:   # pragma: no cover -- Windows
     fcntl = None
-
-#: The database format this pulse-jax writes and reads (JSONL logs, versions 1-3, are converted).
-LOG_VERSION = 4
-#: ``PRAGMA application_id`` of a pulse-jax log ("PJLG").
-APPLICATION_ID = 0x504A4C47
-#: Space kept in the database for saving paid batches when the disk is full (about 400 batches of 64).
-RESERVE_BYTES = 512 * 1024
-_MAGIC = b"SQLite format 3\x00"
-
-#: Header fields added after version 1 and the value an older log implies.
-HEADER_DEFAULTS = {"rule": "ucbe", "cs_horizon": 0.0, "cs_simultaneous": 1.0, "refit_prior": 0.0, "cs_grid": 0,
-                   "example_order": "drawn"}
-#: Logs older than this version lack some header fields (every traced parameter, the plug-ins'
-#: settings); those fields are not compared when absent. From this version on every field must match.
-COMPLETE_HEADER_VERSION = 3
-#: The header field a resumed run may raise (`pulse_jax.live.Selector`; a lower one is refused here).
-EXTENDABLE_FIELD = "budget"
-#: Header fields that may differ between versions of the format itself.
-VERSION_FIELDS = ("version", "jsonl_version")
-_SCHEMA = """
-CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE run(id INTEGER PRIMARY KEY CHECK (id = 1), config TEXT NOT NULL, crc TEXT NOT NULL);
-CREATE TABLE told(seq INTEGER PRIMARY KEY, ticket INTEGER NOT NULL UNIQUE, step INTEGER NOT NULL,
-                  asks_issued INTEGER NOT NULL, model TEXT NOT NULL, examples TEXT NOT NULL, scores TEXT NOT NULL,
-                  crc TEXT NOT NULL);
-CREATE TABLE paid(ticket INTEGER PRIMARY KEY, step INTEGER NOT NULL, asks_issued INTEGER NOT NULL,
-                  model TEXT NOT NULL, examples TEXT NOT NULL, scores TEXT NOT NULL, crc TEXT NOT NULL);
-CREATE TABLE holder(id INTEGER PRIMARY KEY CHECK (id = 1), pid INTEGER, host TEXT, since TEXT);
-CREATE TABLE reserve(space BLOB);
-"""
-_FIELDS = ("ticket", "step", "asks_issued", "model", "examples", "scores")
-#: The ``meta`` rows that tally what the log committed: told rows, the last told row's checksum, paid rows.
-#: Each commit updates them in its own transaction, so rows cut off the end of ``told`` (or a paid row
-#: deleted) no longer match the tally and the log is refused.
-_TALLY = ("told_rows", "told_tail", "paid_rows")
-
-
-def _create_tables(conn) -> None:
-    """The log's tables, format marks and an empty tally (run in autocommit: a fresh file only)."""
-    conn.executescript(f"{_SCHEMA} PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {LOG_VERSION}; "
-                       f"INSERT INTO meta VALUES ('format', 'pulse-jax log'), ('version', '{LOG_VERSION}'), "
-                       "('told_rows', '0'), ('told_tail', ''), ('paid_rows', '0');")
-
-
-def _schema_rows(conn) -> set:
-    return set(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall())
-
-
-def _expected_schema() -> set:
-    conn = sqlite3.connect(":memory:", isolation_level=None)
-    try:
-        _create_tables(conn)
-        return _schema_rows(conn)
-    finally:
-        conn.close()
-
-
-_EXPECTED_SCHEMA = _expected_schema()
-
-
-def check_schema(path, conn) -> None:
-    """Refuse, in one line, a log whose tables are not exactly its format's: a trigger or a view (they
-    would run or answer in place of the log's own rows), a table added or dropped, a table changed."""
-    try:
-        have = _schema_rows(conn)
-    except sqlite3.DatabaseError as err:
-        raise PulseInputError(f"{path}: the log database cannot be read ({err})") from None
-    if have == _EXPECTED_SCHEMA:
-        return
-    extra = sorted(have - _EXPECTED_SCHEMA, key=lambda r: (r[0], r[1]))
-    missing = sorted(_EXPECTED_SCHEMA - have, key=lambda r: (r[0], r[1]))
-    names = {r[1] for r in _EXPECTED_SCHEMA}
-    if extra and extra[0][0] in ("trigger", "view"):
-        what = f"it holds a {extra[0][0]} ({extra[0][1]!r}) that is not part of a pulse-jax log"
-    elif extra and extra[0][1] in names:
-        what = f"its {extra[0][0]} {extra[0][1]!r} was changed"
-    elif extra:
-        what = f"it holds a {extra[0][0]} ({extra[0][1]!r}) that is not part of a pulse-jax log"
-    else:
-        what = f"its {missing[0][0]} {missing[0][1]!r} is missing"
-    raise PulseInputError(f"{path}: {what}; a log is only what pulse-jax wrote (was the database edited?). Restore it "
-                          "from a copy, or give --log a new file name")
-
-
-def read_file_header(path) -> tuple[bytes, int | None, int | None]:
-    """``(first 16 bytes, application_id, user_version)`` of a file, read as bytes (SQLite's header keeps
-    both numbers at fixed offsets), so a foreign database is recognized without opening it in SQLite."""
-    with open(path, "rb") as handle:
-        head = handle.read(100)
-    if len(head) < 72 or head[:16] != _MAGIC:
-        return head[:16], None, None
-    return head[:16], int.from_bytes(head[68:72], "big"), int.from_bytes(head[60:64], "big")
-
-
-def fingerprint(array) -> str:
-    """A short hash of an array's float32 bytes (to check side information on resume)."""
-    return hashlib.sha256(np.ascontiguousarray(np.asarray(array, np.float32)).tobytes()).hexdigest()[:16]
-
-
-def check_header(path: Path, logged: dict, expected: dict) -> None:
-    """A one-line error naming the first field where the log's header differs from this run's."""
-    origin = logged.get("jsonl_version", logged.get("version"))
-    old = isinstance(origin, int) and origin < COMPLETE_HEADER_VERSION
-    for key, value in expected.items():
-        if key in VERSION_FIELDS or (old and key not in logged and key not in HEADER_DEFAULTS):
-            continue
-        if key == "concurrency" and key not in logged:   # a log from before it was recorded: any concurrency
-            continue
-        have = logged.get(key, HEADER_DEFAULTS.get(key))
-        if key == EXTENDABLE_FIELD and isinstance(have, int) and isinstance(value, int) and value < have:
-            raise PulseInputError(f"--budget {value:,} is smaller than the {have:,} {path} was started with; give "
-                                  f"--budget {have:,} or more to continue it (a larger budget extends the run)")
-        if have != value:
-            raise PulseInputError(f"{path} was written by a different configuration: {_difference(key, have, value)}")
-
-
-def _difference(key: str, have, value) -> str:
-    """What differs in one header field, in words (lists: their first differing entry, or their order)."""
-    if not (isinstance(have, list) and isinstance(value, list)):
-        return f"{key} is {have!r} in the log, {value!r} here"
-    if len(have) != len(value):
-        return f"{key} has {len(have)} entries in the log, {len(value)} here"
-    if sorted(map(str, have)) == sorted(map(str, value)):
-        k = next(i for i, (a, b) in enumerate(zip(have, value)) if a != b)
-        return (f"{key} are the same {len(have)} entries in another order (entry {k + 1} is {have[k]!r} in the "
-                f"log, {value[k]!r} here); give them in the log's order")
-    k = next(i for i, (a, b) in enumerate(zip(have, value)) if a != b)
-    return f"{key}: entry {k + 1} is {have[k]!r} in the log, {value[k]!r} here"
-
 
 class LogFull(OSError):
     """A commit failed (a full disk, an I/O error); SQLite rolled it back, so nothing of it was saved."""
@@ -246,9 +117,9 @@ class LogReader:
         return header, self._records()
 
     def tally(self) -> dict:
-        """The tally the last commit wrote (`_TALLY`), or ``{}`` for a log written before it was kept."""
-        rows = dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?, ?)", _TALLY).fetchall())
-        return rows if len(rows) == len(_TALLY) else {}
+        """The tally the last commit wrote (`TALLY`), or ``{}`` for a log written before it was kept."""
+        rows = dict(self._conn.execute("SELECT key, value FROM meta WHERE key IN (?, ?, ?)", TALLY).fetchall())
+        return rows if len(rows) == len(TALLY) else {}
 
     def failures(self) -> tuple[int, int]:
         """``(failed attempts, retries)`` of the scorer over every run of this log (`add_failures`)."""
@@ -313,7 +184,7 @@ class LogReader:
             yield where, record
 
     def _record(self, kind: str, fields, where: str) -> dict:
-        record = {"type": kind, **dict(zip(_FIELDS[:4], fields[:4]))}
+        record = {"type": kind, **dict(zip(FIELDS[:4], fields[:4]))}
         record["examples"] = self._decode(fields[4], f"{where}: its examples")
         record["scores"] = self._decode(fields[5], f"{where}: its scores")
         return record
@@ -324,14 +195,6 @@ class LogReader:
             return json.loads(text)
         except (TypeError, ValueError, RecursionError):
             raise PulseInputError(f"{what} are not valid JSON (was the log edited?)") from None
-
-    def export_jsonl(self, out) -> int:
-        """Write the log to the text stream ``out`` as a version-3 JSONL log; returns the number of batches."""
-        header, records = self.open()
-        require(header is not None, f"{self.path}: the log has no run yet")
-        records = [r for _, r in records]
-        out.write(as_jsonl(header, records))
-        return len(records)
 
 
 class Journal(LogReader):
@@ -371,7 +234,7 @@ class Journal(LogReader):
         """Open the file for its lock (a new log is first created whole, under a temporary name, and linked
         into place) and take the lock, or refuse naming the holder."""
         if not os.path.lexists(self.path):
-            _create_log_file(self.path)
+            create_log_file(self.path)
         try:
             fd = os.open(self.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
         except OSError as err:
@@ -413,7 +276,7 @@ class Journal(LogReader):
                           "mistake cannot be resumed (restore it from a copy); to start a new run, give --log a new "
                           "file name or remove the empty file. It is left untouched")
         head, app, version = read_file_header(self.path)
-        if head != _MAGIC:
+        if head != MAGIC:
             if not legacy_jsonl.looks_like_log(self.path):
                 raise PulseInputError(f"--log {self.path}: exists and is not a pulse-jax log (neither its database "
                                       "nor a JSONL log); it is left untouched: give --log a new file name")
@@ -447,13 +310,7 @@ class Journal(LogReader):
 
     @staticmethod
     def _sqlite(path: Path):
-        conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=5)
-        try:
-            conn.execute("PRAGMA synchronous = FULL")
-        except sqlite3.Error:
-            conn.close()
-            raise
-        return conn
+        return connect(path)
 
     def _check_format(self) -> None:
         conn = self._conn
@@ -503,14 +360,14 @@ class Journal(LogReader):
         """Replace the JSONL log at ``self.path`` by a database with the same records (verified first)."""
         header, records, notes = legacy_jsonl.read(self.path)
         version = header.get("version", 1)
-        temporary = _build_database(self.path, header, records)
+        temporary = build_database(self.path, header, records)
         kept = self._free_name(self.path.name + f".v{version}.jsonl")
         os.replace(self.path, kept)
         side = self.path.with_name(self.path.name + ".paid")
         if side.exists():
             os.replace(side, kept.with_name(kept.name + ".paid"))
         os.replace(temporary, self.path)
-        _fsync_folder(self.path.parent)
+        fsync_folder(self.path.parent)
         # The lock was on the JSONL file, now renamed: take it on the database.
         _HELD.pop(self._key, None)
         os.close(self._lock_fd)
@@ -649,14 +506,14 @@ class Journal(LogReader):
             crc = checksum(body, self._previous)
             self._commit(("INSERT INTO told(ticket, step, asks_issued, model, examples, scores, crc) "
                           "VALUES (?, ?, ?, ?, ?, ?, ?)", (*row, crc)),
-                         ("DELETE FROM paid WHERE ticket = ?", (body["ticket"],)), _TALLY_SQL(crc))
+                         ("DELETE FROM paid WHERE ticket = ?", (body["ticket"],)), tally_sql(crc))
             self._previous = crc
         elif kind == "paid":
             if not synced:
                 self._conn.execute("PRAGMA synchronous = OFF")
             try:
                 self._commit(("INSERT OR REPLACE INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)",
-                              (*row, checksum(body, self._run_crc))), _TALLY_SQL(self._previous_told()))
+                              (*row, checksum(body, self._run_crc))), tally_sql(self._previous_told()))
             finally:
                 if not synced:
                     self._conn.execute("PRAGMA synchronous = FULL")
@@ -677,13 +534,6 @@ class Journal(LogReader):
             return False
         return True
 
-def _TALLY_SQL(tail: str):
-    """The statement that brings the tally up to date inside a commit (``tail``: the last told checksum)."""
-    return ("UPDATE meta SET value = CASE key WHEN 'told_rows' THEN (SELECT count(*) FROM told) "
-            "WHEN 'paid_rows' THEN (SELECT count(*) FROM paid) ELSE ? END WHERE key IN ('told_rows', 'paid_rows', "
-            "'told_tail')", (tail,))
-
-
 def _full(err) -> bool:
     return getattr(err, "sqlite_errorname", "") == "SQLITE_FULL" or "full" in str(err)
 
@@ -697,125 +547,6 @@ def fix_for(err: OSError) -> str:
     return "check the log's folder (permissions, the file system), then run the same command again"
 
 
-def _create_log_file(path: Path) -> None:
-    """Create a new, empty log at ``path`` whole: built under a temporary name and linked into place, so
-    that no process ever sees a log without its tables (an empty file is refused as not a log). Another
-    process creating the same log at the same instant wins or loses the link; both then open that one."""
-    try:
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
-    except OSError as err:
-        raise PulseInputError(f"--log {path}: cannot create the log: {err.strerror}") from None
-    os.close(fd)
-    try:
-        conn = sqlite3.connect(temporary, isolation_level=None)
-        try:
-            _create_tables(conn)     # a temporary file: nobody sees it before it is whole
-        finally:
-            conn.close()
-        try:
-            os.link(temporary, path)
-        except FileExistsError:
-            pass
-        except OSError:         # a file system without hard links: create the name exclusively, copy the bytes
-            try:
-                target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-            except FileExistsError:
-                return
-            with open(target, "wb") as out, open(temporary, "rb") as source:
-                out.write(source.read())
-                out.flush()
-                os.fsync(out.fileno())
-        _fsync_folder(path.parent)
-    except sqlite3.Error as err:
-        raise PulseInputError(f"--log {path}: cannot create the log ({err})") from None
-    except OSError as err:
-        raise PulseInputError(f"--log {path}: cannot create the log: {err.strerror or err}") from None
-    finally:
-        Path(temporary).unlink(missing_ok=True)
-
-
-def _build_database(path: Path, header: dict, records: list) -> str:
-    """A new log database beside ``path`` (a temporary name, returned) holding a JSONL log's verified
-    ``header`` and ``records``; the caller renames it into place."""
-    version = header.get("version", 1)
-    told = {r["ticket"] for _, r in records if r.get("type") == "tell" and isinstance(r.get("ticket"), int)}
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".converting", dir=path.parent)
-    os.close(fd)
-    try:
-        conn = Journal._sqlite(Path(temporary))
-        _create_tables(conn)
-        conn.execute("BEGIN")
-        body = {**header, "version": LOG_VERSION, "jsonl_version": version}
-        previous = run_crc = checksum(body, "")
-        conn.execute("INSERT INTO run VALUES (1, ?, ?)", (canonical(body), run_crc))
-        for _, record in records:
-            fields = [record.get(f) for f in _FIELDS]
-            row = fields[:4] + [json.dumps(fields[4]), json.dumps(fields[5])]
-            if record.get("type") == "tell":
-                previous = checksum(record, previous)
-                conn.execute("INSERT INTO told(ticket, step, asks_issued, model, examples, scores, crc) "
-                             "VALUES (?, ?, ?, ?, ?, ?, ?)", (*row, previous))
-            elif record.get("ticket") not in told:
-                conn.execute("INSERT OR REPLACE INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)",
-                             (*row, checksum(record, run_crc)))
-        conn.execute(*_TALLY_SQL("" if previous == run_crc else previous))
-        conn.execute("COMMIT")
-        conn.close()
-    except (sqlite3.Error, TypeError, ValueError, OverflowError) as err:
-        os.unlink(temporary)
-        raise PulseInputError(f"{path}: cannot convert the JSONL log to a database ({err}); it is left as it "
-                              "is") from None
-    return temporary
-
-
-def import_jsonl(source, target) -> int:
-    """Write the JSONL log ``source`` (any version, verified) as a new log database ``target`` (which must
-    not exist); returns the number of batches."""
-    source, target = Path(source), Path(target)
-    require(os.path.lexists(source), f"{source}: no such file")
-    require(source.is_file(), f"{source}: not a file (a JSONL log is one file)")
-    require(legacy_jsonl.looks_like_log(source), f"{source}: not a pulse-jax JSONL log (its first line is not a log "
-                                                 "header)")
-    require(not target.exists(), f"{target}: exists; give a new file name (a log is never written over)")
-    header, records, notes = legacy_jsonl.read(source)
-    for note in notes:
-        print(f"pulse-jax: {note}", file=sys.stderr)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    temporary = _build_database(target, header, records)
-    try:
-        os.link(temporary, target)          # fails if target appeared meanwhile: never over a file
-    finally:
-        os.unlink(temporary)
-    return len(records)
-
-
-def as_jsonl(header: dict, records: list) -> str:
-    """A log's header and records as a version-3 JSONL log (one checksum chain over every line), the
-    format earlier pulse-jax versions wrote and `import_jsonl` reads. The header says how many batches
-    follow (``rows``) and a last line (``"type": "end"``) says it again, so an export cut at a line break
-    is refused instead of read as a shorter log."""
-    header = {k: v for k, v in header.items() if k not in ("jsonl_version", "rows")}
-    header["version"] = 3
-    header["rows"] = len(records)
-    lines, previous = [], ""
-    for record in [header] + list(records) + [{"type": "end", "rows": len(records)}]:
-        previous = checksum(record, previous)
-        lines.append(json.dumps({**record, "crc": previous}) + "\n")
-    return "".join(lines)
-
-
-def _fsync_folder(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
-
 
 def snapshot(path) -> tuple[dict | None, list[dict]]:
     """``(header, records)`` of the log at ``path`` as it is now, verified, read-only and without taking
@@ -825,7 +556,7 @@ def snapshot(path) -> tuple[dict | None, list[dict]]:
     require(path.is_file(), f"{path}: no such log file")
     require(path.stat().st_size > 0, f"{path}: an empty file (0 bytes), not a pulse-jax log")
     head, app, version = read_file_header(path)
-    if head != _MAGIC:
+    if head != MAGIC:
         require(legacy_jsonl.looks_like_log(path), f"{path}: not a pulse-jax log (neither its database nor a JSONL log)")
         header, records, _ = legacy_jsonl.read(path)
         return header, [r for _, r in records]
@@ -848,14 +579,3 @@ def snapshot(path) -> tuple[dict | None, list[dict]]:
                               "copy") from None
     finally:
         conn.close()
-
-
-def checks_of(header: dict) -> str:
-    """What reading a log verified, in words (`log show`): a checksum chain detects accidental damage --
-    a torn write, a cut, a changed byte -- not an edit by someone who recomputes it."""
-    caveat = "checksums are not signatures: anyone who can write the log can recompute them"
-    if "jsonl_version" not in header and header.get("version", 1) == 1:
-        return "a version-1 JSONL log: it has no checksums, so nothing in it could be verified"
-    if header.get("jsonl_version") == 1:
-        return (f"checksum chain intact since its conversion from a version-1 JSONL log, which had none ({caveat})")
-    return f"checksum chain and row count intact: no accidental damage found ({caveat})"

@@ -14,6 +14,8 @@ what is returned, and said in ``notes``.
 from __future__ import annotations
 
 import json
+import os
+import sys
 from pathlib import Path
 
 from pulse_jax.errors import PulseInputError, require
@@ -149,3 +151,52 @@ def _verify(path: Path, record: dict, previous: str, number: int, version: int) 
         raise PulseInputError(f"{path}: line {number} fails its checksum: the line was changed, or a line before it "
                               "was deleted, duplicated or moved")
     return expected
+
+
+def import_jsonl(source, target) -> int:
+    """Write the JSONL log ``source`` (any version, verified) as a new log database ``target`` (which must
+    not exist); returns the number of batches."""
+    source, target = Path(source), Path(target)
+    require(os.path.lexists(source), f"{source}: no such file")
+    require(source.is_file(), f"{source}: not a file (a JSONL log is one file)")
+    require(looks_like_log(source), f"{source}: not a pulse-jax JSONL log (its first line is not a log "
+                                                 "header)")
+    require(not target.exists(), f"{target}: exists; give a new file name (a log is never written over)")
+    header, records, notes = read(source)
+    for note in notes:
+        print(f"pulse-jax: {note}", file=sys.stderr)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    from pulse_jax.live.log_schema import build_database
+
+    temporary = build_database(target, header, records)
+    try:
+        os.link(temporary, target)          # fails if target appeared meanwhile: never over a file
+    finally:
+        os.unlink(temporary)
+    return len(records)
+
+
+def as_jsonl(header: dict, records: list) -> str:
+    """A log's header and records as a version-3 JSONL log (one checksum chain over every line), the
+    format earlier pulse-jax versions wrote and `import_jsonl` reads. The header says how many batches
+    follow (``rows``) and a last line (``"type": "end"``) says it again, so an export cut at a line break
+    is refused instead of read as a shorter log."""
+    header = {k: v for k, v in header.items() if k not in ("jsonl_version", "rows")}
+    header["version"] = 3
+    header["rows"] = len(records)
+    lines, previous = [], ""
+    for record in [header] + list(records) + [{"type": "end", "rows": len(records)}]:
+        previous = checksum(record, previous)
+        lines.append(json.dumps({**record, "crc": previous}) + "\n")
+    return "".join(lines)
+
+
+def checks_of(header: dict) -> str:
+    """What reading a log verified, in words (`log show`): a checksum chain detects accidental damage --
+    a torn write, a cut, a changed byte -- not an edit by someone who recomputes it."""
+    caveat = "checksums are not signatures: anyone who can write the log can recompute them"
+    if "jsonl_version" not in header and header.get("version", 1) == 1:
+        return "a version-1 JSONL log: it has no checksums, so nothing in it could be verified"
+    if header.get("jsonl_version") == 1:
+        return (f"checksum chain intact since its conversion from a version-1 JSONL log, which had none ({caveat})")
+    return f"checksum chain and row count intact: no accidental damage found ({caveat})"

@@ -9,7 +9,7 @@ import time
 
 from pulse_jax import registry
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.live import journal
+from pulse_jax.live import journal, log_schema
 from pulse_jax.live.request import Request, check_scores
 
 #: A failed log write is retried this many times, waiting ``WRITE_RETRY_WAIT * 2**k`` seconds.
@@ -37,7 +37,7 @@ class LogBinding:
     def _make_header(self) -> dict:
         """Everything that decides the run's requests: a resume with any difference is refused, naming it."""
         c = self.config
-        return {"type": "header", "version": journal.LOG_VERSION, "method": self.method,
+        return {"type": "header", "version": log_schema.LOG_VERSION, "method": self.method,
                 "method_settings": registry.describe(self.estimator)["settings"], "seed": self.seed,
                 "models": list(self.models), "examples": list(self.example_ids), "budget": c.budget,
                 "batch_size": c.batch_size, "init_batches": c.init_batches, "refit_every": c.refit_every,
@@ -46,7 +46,7 @@ class LogBinding:
                 "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
                 # The engine's numbers and the estimator's and rule's own (the stopping rule may change on resume).
                 **self.params.engine.to_dict(), **_plugin_numbers(self.params.to_dict()),
-                "side_information": journal.fingerprint(self.V) if self.estimator.uses_predictions else None,
+                "side_information": log_schema.fingerprint(self.V) if self.estimator.uses_predictions else None,
                 "example_order": "drawn" if self._order is None else "given", "concurrency": c.concurrency}
 
     def _open_log(self):
@@ -58,7 +58,7 @@ class LogBinding:
             return
         self.plan = header.get("plan", self.plan)
         self._failures = list(self._journal.failures())
-        journal.check_header(self.log_path, self._grown_budget(header), self._header)
+        log_schema.check_header(self.log_path, self._grown_budget(header), self._header)
         logged_train = header.get("train")
         require(self._train_fingerprint is None or logged_train in (None, self._train_fingerprint),
                 f"train: these historical scores differ from the ones {self.log_path} was started with; resume "

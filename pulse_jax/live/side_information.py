@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.live import journal
+from pulse_jax.live import log_schema
 from pulse_jax.stats import factorization
 
 
@@ -47,7 +47,7 @@ class SideInformation:
         if train is not None:
             raw = getattr(train, "scores", train)
             try:
-                self._train_fingerprint = journal.fingerprint(np.asarray(raw, np.float32))
+                self._train_fingerprint = log_schema.fingerprint(np.asarray(raw, np.float32))
             except (TypeError, ValueError):
                 pass                     # refused below, where train is checked
         if not self.estimator.uses_predictions:

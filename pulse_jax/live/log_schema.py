@@ -1,0 +1,251 @@
+"""The log database's format: its tables and marks, the checks that a file is a pulse-jax log of this
+version, creating a new log whole, building one from a converted JSONL log, and the header
+comparison that refuses a resume with another configuration (`pulse_jax.live.journal` reads and
+writes the log itself)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sqlite3
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+from pulse_jax.errors import PulseInputError
+from pulse_jax.live.chain import canonical, checksum
+
+#: The database format this pulse-jax writes and reads (JSONL logs, versions 1-3, are converted).
+LOG_VERSION = 4
+#: ``PRAGMA application_id`` of a pulse-jax log ("PJLG").
+APPLICATION_ID = 0x504A4C47
+#: Space kept in the database for saving paid batches when the disk is full (about 400 batches of 64).
+RESERVE_BYTES = 512 * 1024
+MAGIC = b"SQLite format 3\x00"
+
+#: Header fields added after version 1 and the value an older log implies.
+HEADER_DEFAULTS = {"rule": "ucbe", "cs_horizon": 0.0, "cs_simultaneous": 1.0, "refit_prior": 0.0, "cs_grid": 0,
+                   "example_order": "drawn"}
+#: Logs older than this version lack some header fields (every traced parameter, the plug-ins'
+#: settings); those fields are not compared when absent. From this version on every field must match.
+COMPLETE_HEADER_VERSION = 3
+#: The header field a resumed run may raise (`pulse_jax.live.Selector`; a lower one is refused here).
+EXTENDABLE_FIELD = "budget"
+#: Header fields that may differ between versions of the format itself.
+VERSION_FIELDS = ("version", "jsonl_version")
+_SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE run(id INTEGER PRIMARY KEY CHECK (id = 1), config TEXT NOT NULL, crc TEXT NOT NULL);
+CREATE TABLE told(seq INTEGER PRIMARY KEY, ticket INTEGER NOT NULL UNIQUE, step INTEGER NOT NULL,
+                  asks_issued INTEGER NOT NULL, model TEXT NOT NULL, examples TEXT NOT NULL, scores TEXT NOT NULL,
+                  crc TEXT NOT NULL);
+CREATE TABLE paid(ticket INTEGER PRIMARY KEY, step INTEGER NOT NULL, asks_issued INTEGER NOT NULL,
+                  model TEXT NOT NULL, examples TEXT NOT NULL, scores TEXT NOT NULL, crc TEXT NOT NULL);
+CREATE TABLE holder(id INTEGER PRIMARY KEY CHECK (id = 1), pid INTEGER, host TEXT, since TEXT);
+CREATE TABLE reserve(space BLOB);
+"""
+FIELDS = ("ticket", "step", "asks_issued", "model", "examples", "scores")
+#: The ``meta`` rows that tally what the log committed: told rows, the last told row's checksum, paid rows.
+#: Each commit updates them in its own transaction, so rows cut off the end of ``told`` (or a paid row
+#: deleted) no longer match the tally and the log is refused.
+TALLY = ("told_rows", "told_tail", "paid_rows")
+
+
+
+def create_tables(conn) -> None:
+    """The log's tables, format marks and an empty tally (run in autocommit: a fresh file only)."""
+    conn.executescript(f"{_SCHEMA} PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {LOG_VERSION}; "
+                       f"INSERT INTO meta VALUES ('format', 'pulse-jax log'), ('version', '{LOG_VERSION}'), "
+                       "('told_rows', '0'), ('told_tail', ''), ('paid_rows', '0');")
+
+
+def schema_rows(conn) -> set:
+    return set(conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master").fetchall())
+
+
+def _expected_schema() -> set:
+    conn = sqlite3.connect(":memory:", isolation_level=None)
+    try:
+        create_tables(conn)
+        return schema_rows(conn)
+    finally:
+        conn.close()
+
+
+_EXPECTED_SCHEMA = _expected_schema()
+
+
+def check_schema(path, conn) -> None:
+    """Refuse, in one line, a log whose tables are not exactly its format's: a trigger or a view (they
+    would run or answer in place of the log's own rows), a table added or dropped, a table changed."""
+    try:
+        have = schema_rows(conn)
+    except sqlite3.DatabaseError as err:
+        raise PulseInputError(f"{path}: the log database cannot be read ({err})") from None
+    if have == _EXPECTED_SCHEMA:
+        return
+    extra = sorted(have - _EXPECTED_SCHEMA, key=lambda r: (r[0], r[1]))
+    missing = sorted(_EXPECTED_SCHEMA - have, key=lambda r: (r[0], r[1]))
+    names = {r[1] for r in _EXPECTED_SCHEMA}
+    if extra and extra[0][0] in ("trigger", "view"):
+        what = f"it holds a {extra[0][0]} ({extra[0][1]!r}) that is not part of a pulse-jax log"
+    elif extra and extra[0][1] in names:
+        what = f"its {extra[0][0]} {extra[0][1]!r} was changed"
+    elif extra:
+        what = f"it holds a {extra[0][0]} ({extra[0][1]!r}) that is not part of a pulse-jax log"
+    else:
+        what = f"its {missing[0][0]} {missing[0][1]!r} is missing"
+    raise PulseInputError(f"{path}: {what}; a log is only what pulse-jax wrote (was the database edited?). Restore it "
+                          "from a copy, or give --log a new file name")
+
+
+def read_file_header(path) -> tuple[bytes, int | None, int | None]:
+    """``(first 16 bytes, application_id, user_version)`` of a file, read as bytes (SQLite's header keeps
+    both numbers at fixed offsets), so a foreign database is recognized without opening it in SQLite."""
+    with open(path, "rb") as handle:
+        head = handle.read(100)
+    if len(head) < 72 or head[:16] != MAGIC:
+        return head[:16], None, None
+    return head[:16], int.from_bytes(head[68:72], "big"), int.from_bytes(head[60:64], "big")
+
+
+def fingerprint(array) -> str:
+    """A short hash of an array's float32 bytes (to check side information on resume)."""
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(array, np.float32)).tobytes()).hexdigest()[:16]
+
+
+def check_header(path: Path, logged: dict, expected: dict) -> None:
+    """A one-line error naming the first field where the log's header differs from this run's."""
+    origin = logged.get("jsonl_version", logged.get("version"))
+    old = isinstance(origin, int) and origin < COMPLETE_HEADER_VERSION
+    for key, value in expected.items():
+        if key in VERSION_FIELDS or (old and key not in logged and key not in HEADER_DEFAULTS):
+            continue
+        if key == "concurrency" and key not in logged:   # a log from before it was recorded: any concurrency
+            continue
+        have = logged.get(key, HEADER_DEFAULTS.get(key))
+        if key == EXTENDABLE_FIELD and isinstance(have, int) and isinstance(value, int) and value < have:
+            raise PulseInputError(f"--budget {value:,} is smaller than the {have:,} {path} was started with; give "
+                                  f"--budget {have:,} or more to continue it (a larger budget extends the run)")
+        if have != value:
+            raise PulseInputError(f"{path} was written by a different configuration: {_difference(key, have, value)}")
+
+
+def _difference(key: str, have, value) -> str:
+    """What differs in one header field, in words (lists: their first differing entry, or their order)."""
+    if not (isinstance(have, list) and isinstance(value, list)):
+        return f"{key} is {have!r} in the log, {value!r} here"
+    if len(have) != len(value):
+        return f"{key} has {len(have)} entries in the log, {len(value)} here"
+    if sorted(map(str, have)) == sorted(map(str, value)):
+        k = next(i for i, (a, b) in enumerate(zip(have, value)) if a != b)
+        return (f"{key} are the same {len(have)} entries in another order (entry {k + 1} is {have[k]!r} in the "
+                f"log, {value[k]!r} here); give them in the log's order")
+    k = next(i for i, (a, b) in enumerate(zip(have, value)) if a != b)
+    return f"{key}: entry {k + 1} is {have[k]!r} in the log, {value[k]!r} here"
+
+
+def tally_sql(tail: str):
+    """The statement that brings the tally up to date inside a commit (``tail``: the last told checksum)."""
+    return ("UPDATE meta SET value = CASE key WHEN 'told_rows' THEN (SELECT count(*) FROM told) "
+            "WHEN 'paid_rows' THEN (SELECT count(*) FROM paid) ELSE ? END WHERE key IN ('told_rows', 'paid_rows', "
+            "'told_tail')", (tail,))
+
+
+
+def connect(path: Path):
+    """A connection to the log database at ``path``: autocommit, ``synchronous=FULL``."""
+    conn = sqlite3.connect(str(path), isolation_level=None, check_same_thread=False, timeout=5)
+    try:
+        conn.execute("PRAGMA synchronous = FULL")
+    except sqlite3.Error:
+        conn.close()
+        raise
+    return conn
+
+
+def create_log_file(path: Path) -> None:
+    """Create a new, empty log at ``path`` whole: built under a temporary name and linked into place, so
+    that no process ever sees a log without its tables (an empty file is refused as not a log). Another
+    process creating the same log at the same instant wins or loses the link; both then open that one."""
+    try:
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    except OSError as err:
+        raise PulseInputError(f"--log {path}: cannot create the log: {err.strerror}") from None
+    os.close(fd)
+    try:
+        conn = sqlite3.connect(temporary, isolation_level=None)
+        try:
+            create_tables(conn)     # a temporary file: nobody sees it before it is whole
+        finally:
+            conn.close()
+        try:
+            os.link(temporary, path)
+        except FileExistsError:
+            pass
+        except OSError:         # a file system without hard links: create the name exclusively, copy the bytes
+            try:
+                target = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+            except FileExistsError:
+                return
+            with open(target, "wb") as out, open(temporary, "rb") as source:
+                out.write(source.read())
+                out.flush()
+                os.fsync(out.fileno())
+        fsync_folder(path.parent)
+    except sqlite3.Error as err:
+        raise PulseInputError(f"--log {path}: cannot create the log ({err})") from None
+    except OSError as err:
+        raise PulseInputError(f"--log {path}: cannot create the log: {err.strerror or err}") from None
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+
+
+def build_database(path: Path, header: dict, records: list) -> str:
+    """A new log database beside ``path`` (a temporary name, returned) holding a JSONL log's verified
+    ``header`` and ``records``; the caller renames it into place."""
+    version = header.get("version", 1)
+    told = {r["ticket"] for _, r in records if r.get("type") == "tell" and isinstance(r.get("ticket"), int)}
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".converting", dir=path.parent)
+    os.close(fd)
+    try:
+        conn = connect(Path(temporary))
+        create_tables(conn)
+        conn.execute("BEGIN")
+        body = {**header, "version": LOG_VERSION, "jsonl_version": version}
+        previous = run_crc = checksum(body, "")
+        conn.execute("INSERT INTO run VALUES (1, ?, ?)", (canonical(body), run_crc))
+        for _, record in records:
+            fields = [record.get(f) for f in FIELDS]
+            row = fields[:4] + [json.dumps(fields[4]), json.dumps(fields[5])]
+            if record.get("type") == "tell":
+                previous = checksum(record, previous)
+                conn.execute("INSERT INTO told(ticket, step, asks_issued, model, examples, scores, crc) "
+                             "VALUES (?, ?, ?, ?, ?, ?, ?)", (*row, previous))
+            elif record.get("ticket") not in told:
+                conn.execute("INSERT OR REPLACE INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)",
+                             (*row, checksum(record, run_crc)))
+        conn.execute(*tally_sql("" if previous == run_crc else previous))
+        conn.execute("COMMIT")
+        conn.close()
+    except (sqlite3.Error, TypeError, ValueError, OverflowError) as err:
+        os.unlink(temporary)
+        raise PulseInputError(f"{path}: cannot convert the JSONL log to a database ({err}); it is left as it "
+                              "is") from None
+    return temporary
+
+
+def fsync_folder(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
