@@ -115,10 +115,11 @@ def test_batched_update_equals_a_plain_sequential_numpy_loop(batch, horizon, spl
         pad = batch - (sl.stop - sl.start)
         arr = lambda a: jnp.asarray(np.pad(a[sl], (0, pad)), jnp.float32)[None]
         valid = jnp.arange(batch) < sl.stop - sl.start
-        cs = confidence.cs_update(cs, 0, jnp.int32(start), jnp.float32(scores[order][:start].sum()), jnp.float32(N),
-                                  arr(y), arr(lower), jnp.asarray(np.pad(width[sl], (0, pad), constant_values=1),
-                                                                   jnp.float32)[None],
-                                  arr(scores[order])[0], valid, levels, horizon)
+        batch_draws = confidence.Draws(jnp.int32(start), jnp.float32(scores[order][:start].sum()), jnp.float32(N),
+                                 arr(scores[order])[0], valid)
+        obs = confidence.Observations(arr(y), arr(lower), jnp.asarray(np.pad(width[sl], (0, pad), constant_values=1),
+                                                                      jnp.float32)[None])
+        cs = confidence.cs_update(cs, 0, batch_draws, obs, levels, horizon)
         # float32 sums of <= 60 terms against float64: 1e-5
         assert float(cs.low[0]) == pytest.approx(lo_ref[sl.stop - 1], abs=1e-5)
         assert float(cs.high[0]) == pytest.approx(hi_ref[sl.stop - 1], abs=1e-5)
@@ -191,9 +192,10 @@ def test_betting_hedges_a_models_sequences_by_summing_their_capitals():
     down = np.logaddexp(capitals[0][1], capitals[1][1])
     want_low, want_high = _prefix_bounds(up, down, levels[0], levels[1], grid)
     stack = lambda k: jnp.asarray(np.stack([r[k] for r in rows]), jnp.float32)   # noqa: E731
-    cs = confidence.cs_update(confidence.cs_init(1, 2, G), 0, jnp.int32(0), jnp.float32(0.0), jnp.float32(N),
-                              stack(0), stack(1), stack(2), jnp.asarray(scores[order], jnp.float32),
-                              jnp.ones(draws, bool), levels)
+    cs = confidence.cs_update(confidence.cs_init(1, 2, G), 0,
+                              confidence.Draws(jnp.int32(0), jnp.float32(0.0), jnp.float32(N),
+                                               jnp.asarray(scores[order], jnp.float32), jnp.ones(draws, bool)),
+                              confidence.Observations(stack(0), stack(1), stack(2)), levels)
     step = 1.01 / (G - 1)
     assert float(cs.low[0]) == pytest.approx(want_low, abs=step)
     assert float(cs.high[0]) == pytest.approx(want_high, abs=step)
@@ -223,10 +225,11 @@ def test_betting_update_equals_a_plain_sequential_numpy_loop(batch, split):
         sl = slice(start, min(start + batch, draws))
         pad = batch - (sl.stop - sl.start)
         arr = lambda a: jnp.asarray(np.pad(a[sl], (0, pad)), jnp.float32)[None]   # noqa: E731
-        cs = confidence.cs_update(cs, 0, jnp.int32(start), jnp.float32(scores[order][:start].sum()), jnp.float32(N),
-                                  arr(y), arr(lower), jnp.asarray(np.pad(width[sl], (0, pad), constant_values=1),
-                                                                   jnp.float32)[None],
-                                  arr(scores[order])[0], jnp.arange(batch) < sl.stop - sl.start, levels)
+        batch_draws = confidence.Draws(jnp.int32(start), jnp.float32(scores[order][:start].sum()), jnp.float32(N),
+                                 arr(scores[order])[0], jnp.arange(batch) < sl.stop - sl.start)
+        obs = confidence.Observations(arr(y), arr(lower), jnp.asarray(np.pad(width[sl], (0, pad), constant_values=1),
+                                                                      jnp.float32)[None])
+        cs = confidence.cs_update(cs, 0, batch_draws, obs, levels)
         lo_run, hi_run = max(lo_run, lows[sl.stop - 1]), min(hi_run, highs[sl.stop - 1])
         assert float(cs.low[0]) == pytest.approx(lo_run, abs=1.01 / (G - 1))
         assert float(cs.high[0]) == pytest.approx(hi_run, abs=1.01 / (G - 1))
@@ -359,8 +362,9 @@ def _single_sequence_miss_rate(reps=1000, N=100, batch=5, log_inv_alpha=float(np
                 unseen_pred_sum = jnp.sum(preds[flat] * ~seen)
                 rows = tuple(r[None] for r in estimators.aipw_proxies(s, preds[ex], unseen_pred_sum,
                                                                       jnp.float32(N - k * batch), proxy_lambda))
-            cs = confidence.cs_update(cs, 0, k * batch, jnp.sum(jnp.asarray(population)[flat] * seen),
-                                      jnp.float32(N), *rows, s, jnp.ones(batch, bool), log_inv_alpha, horizon)
+            draws = confidence.Draws(k * batch, jnp.sum(jnp.asarray(population)[flat] * seen), jnp.float32(N), s,
+                                     jnp.ones(batch, bool))
+            cs = confidence.cs_update(cs, 0, draws, confidence.Observations(*rows), log_inv_alpha, horizon)
             return cs, None
         cs, _ = jax.lax.scan(body, confidence.cs_init(1, 1, grid), (jnp.arange(N // batch), order))
         return cs.low[0], cs.high[0]
@@ -402,8 +406,8 @@ def _adaptive_sequence_miss_rate(reps=1000, N=100, batch=5, grid=0, share=0.5, m
             valid = jnp.ones(batch, bool)
             design = draw_design(preds, ~seen, jnp.where(seen, 0.0, 1.0) if mislabel else w, ex, valid)
             rows = tuple(r[None] for r in adaptive.desraj_proxies(population[ex], preds[ex], design, valid))
-            cs = confidence.cs_update(cs, 0, k * batch, jnp.sum(population * seen), jnp.float32(N), *rows,
-                                      population[ex], valid, float(np.log(4.0)), 0.0)
+            draws = confidence.Draws(k * batch, jnp.sum(population * seen), jnp.float32(N), population[ex], valid)
+            cs = confidence.cs_update(cs, 0, draws, confidence.Observations(*rows), float(np.log(4.0)), 0.0)
             return (cs, seen.at[ex].set(True)), None
         (cs, _), _ = jax.lax.scan(body, (confidence.cs_init(1, 1, grid), jnp.zeros(N, bool)), jnp.arange(N // batch))
         return cs.low[0], cs.high[0]

@@ -163,8 +163,9 @@ def _sequence_vs_oracle(S, delta, draws=512, orders=200):
     widths = []
     for _ in range(orders):
         y = jnp.asarray(rng.permutation(best)[:draws], jnp.float32)[None]
-        cs = confidence.cs_update(confidence.cs_init(1, 1), 0, jnp.int32(0), jnp.float32(0), jnp.float32(N), y,
-                                  jnp.zeros_like(y), jnp.ones_like(y), y[0], jnp.ones(draws, bool), log_ia)
+        cs = confidence.cs_update(confidence.cs_init(1, 1), 0,
+                                  confidence.Draws(jnp.int32(0), jnp.float32(0), jnp.float32(N), y[0], jnp.ones(draws, bool)),
+                                  confidence.Observations(y, jnp.zeros_like(y), jnp.ones_like(y)), log_ia)
         widths.append(float(cs.high[0] - cs.low[0]) / 2)
     L = np.log(2 * m / delta)
     fpc = 1 - (draws - 1) / N

@@ -156,9 +156,10 @@ def _first_state(s: Static, first, observed, population, U, params: RunParams) -
     cs = confidence.cs_init(m, C, config.cs_grid)
     if plugins.estimator.has_interval:
         rows = jnp.broadcast_to(first[:, None], (m, C) + first.shape[1:])
-        cs = confidence.cs_update_all(cs, jnp.zeros(m, jnp.int32), zeros, population.astype(jnp.float32), rows,
-                                      jnp.zeros_like(rows), jnp.ones_like(rows), first, jnp.ones(first.shape, bool),
-                                      _log_inv_alpha(s, params), params.cs_horizon)
+        draws = confidence.Draws(jnp.zeros(m, jnp.int32), zeros, population.astype(jnp.float32), first,
+                                 jnp.ones(first.shape, bool))
+        raw = confidence.Observations(rows, jnp.zeros_like(rows), jnp.ones_like(rows))
+        cs = confidence.cs_update_all(cs, draws, raw, _log_inv_alpha(s, params), params.cs_horizon)
     nan = jnp.full((len(config.snapshot_budgets), m), jnp.nan, jnp.float32)
     return BanditState(ledger, None, U, observed, first, _empty_log(s),
                        jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
@@ -404,10 +405,10 @@ def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams,
     pull = _pull(plugins, episode, state, params, batch)
     cs = state.cs
     if estimator.has_interval:
-        y, lower, width = estimator.proxies(state.estimator, ledger, pull, n, params.estimator)
-        cs = confidence.cs_update(cs, i, ledger.n_obs[i], ledger.obs_sum[i], ledger.population[i].astype(jnp.float32),
-                                  y, lower, width, pull.scores, batch.valid, _log_inv_alpha(s, params),
-                                  params.cs_horizon)
+        obs = confidence.Observations(*estimator.proxies(state.estimator, ledger, pull, n, params.estimator))
+        draws = confidence.Draws(ledger.n_obs[i], ledger.obs_sum[i], ledger.population[i].astype(jnp.float32),
+                                 pull.scores, batch.valid)
+        cs = confidence.cs_update(cs, i, draws, obs, _log_inv_alpha(s, params), params.cs_horizon)
     est, info = estimator.update(state.estimator, ledger, pull, n, params.estimator)   # a no-op when size == 0
     observed = state.observed.at[i].set(sampling.mark(state.observed[i], batch.examples, batch.valid))
     log = _add_to_log(state.log, t, pull, batch.examples) if estimator.uses_predictions else state.log

@@ -194,21 +194,41 @@ def _psi(beta):
     return -jnp.log1p(-beta) - beta
 
 
-def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha,
-                   horizon=0.0):
+class Draws(NamedTuple):
+    """A model's batch of draws as the sequences see it: what came before it (``n_seen`` draws whose true
+    scores sum to ``seen_sum``, out of ``population`` = N examples) and the batch itself (``scores``, its
+    ``(B,)`` true scores in draw order, and ``valid``, the prefix mask of the draws that happened)."""
+
+    n_seen: chex.Array
+    seen_sum: chex.Array
+    population: chex.Array
+    scores: chex.Array
+    valid: chex.Array
+
+
+class Observations(NamedTuple):
+    """Per-draw observations ``y`` with predictable ranges ``[lower, lower + width]`` (each ``(B,)``, or
+    ``(C, B)`` for a model's ``C`` sequences): an estimator's ``proxies``."""
+
+    y: chex.Array
+    lower: chex.Array
+    width: chex.Array
+
+
+class BetStatistics(NamedTuple):
+    """A sequence's running bet statistics before a batch (`ConfSeq`'s ``x_sum`` and ``dev_sum``)."""
+
+    x_sum: chex.Array
+    dev_sum: chex.Array
+
+
+def cs_batch_terms(bets: BetStatistics, draws: Draws, obs: Observations, log_inv_alpha, horizon=0.0):
     """One model's increments ``(dA, dD, dP, dx_sum, ddev_sum)`` for a batch of draws, in draw order.
 
     Args:
-      x_sum: the model's running bet statistic before the batch (a scalar).
-      dev_sum: its running deviation statistic before the batch (a scalar).
-      n_seen: draws before the batch.
-      seen_sum: sum of the true scores of those draws.
-      population: N, the number of examples the model is scored on.
-      y: ``(B,)`` observations.
-      lower: ``(B,)`` lower ends of their predictable ranges ``[lower, lower + width]``.
-      width: ``(B,)`` widths of those ranges.
-      scores: ``(B,)`` true scores.
-      valid: a prefix mask of the draws that happened.
+      bets: the sequence's running statistics before the batch (scalars).
+      draws: the batch's draws and what came before them (`Draws`).
+      obs: their observations and predictable ranges (`Observations`, each ``(B,)``).
       log_inv_alpha: ``log(1 / alpha)`` of the sequence.
       horizon: 0 for the anytime bets (``s log(1 + s)`` in the denominator), or ``t0 > 0`` for
         bets tuned to ``t0`` draws (``t0`` in its place). Any predictable bet in [0, 1/2] keeps the
@@ -217,27 +237,26 @@ def cs_batch_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width
     Every bet uses only earlier draws (of this batch too), so the batch costs
     O(B) vectorized work and equals B sequential one-draw updates.
     """
-    v, s, x, beta, xhat_prev, dev, remaining, ssum = _bets(x_sum, dev_sum, n_seen, seen_sum, population, y, lower,
-                                                          width, scores, valid, log_inv_alpha, horizon)
-    coef = v * beta / width
-    return (jnp.sum(coef * (y + ssum / remaining)), jnp.sum(coef * population / remaining),
+    v, s, x, beta, xhat_prev, dev, remaining, ssum = _bets(bets, draws, obs, log_inv_alpha, horizon)
+    coef = v * beta / obs.width
+    return (jnp.sum(coef * (obs.y + ssum / remaining)), jnp.sum(coef * draws.population / remaining),
             jnp.sum(v * jnp.square(x - xhat_prev) * _psi(beta)), jnp.sum(x), jnp.sum(dev))
 
 
-def _bets(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha, horizon):
+def _bets(bets: BetStatistics, draws: Draws, obs: Observations, log_inv_alpha, horizon):
     """Per draw of a batch: ``(v, s, x, beta, xhat_{s-1}, dev, N - s + 1, Ssum_s)`` (see `cs_batch_terms`)."""
-    v = valid.astype(jnp.float32)
-    s = (n_seen + 1).astype(jnp.float32) + jnp.arange(y.shape[0], dtype=jnp.float32)   # 1-based draw index
-    x = v * jnp.clip((y - lower) / width, 0.0, 1.0)
-    x_before = x_sum + jnp.cumsum(x) - x
+    v = draws.valid.astype(jnp.float32)
+    s = (draws.n_seen + 1).astype(jnp.float32) + jnp.arange(obs.y.shape[0], dtype=jnp.float32)   # 1-based draw index
+    x = v * jnp.clip((obs.y - obs.lower) / obs.width, 0.0, 1.0)
+    x_before = bets.x_sum + jnp.cumsum(x) - x
     xhat_prev = (0.5 + x_before) / s
     dev = v * jnp.square(x - (0.5 + x_before + x) / (s + 1.0))
-    sig2 = (0.25 + dev_sum + jnp.cumsum(dev) - dev) / s
+    sig2 = (0.25 + bets.dev_sum + jnp.cumsum(dev) - dev) / s
     scale = jnp.where(horizon > 0, horizon, s * jnp.log1p(s))
     beta = jnp.minimum(jnp.sqrt(2.0 * log_inv_alpha / (sig2 * scale)), 0.5)
-    remaining = jnp.maximum(population - s + 1.0, 1.0)
-    sv = v * scores
-    ssum = seen_sum + jnp.cumsum(sv) - sv
+    remaining = jnp.maximum(draws.population - s + 1.0, 1.0)
+    sv = v * draws.scores
+    ssum = draws.seen_sum + jnp.cumsum(sv) - sv
     return v, s, x, beta, xhat_prev, dev, remaining, ssum
 
 
@@ -251,8 +270,7 @@ def betting_grid(size: int) -> chex.Array:
     return jnp.linspace(0.0, 1.0, size, dtype=jnp.float32)
 
 
-def capital_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, log_inv_alpha,
-                  horizon, grid):
+def capital_terms(bets: BetStatistics, draws: Draws, obs: Observations, log_inv_alpha, horizon, grid):
     """One sequence's log-capital increments ``(d log K+, d log K-)`` on ``grid`` for a batch of draws.
 
     The betting confidence sequence (Waudby-Smith & Ramdas 2023, section 4, with the without-replacement
@@ -273,9 +291,8 @@ def capital_terms(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width,
     empirical-Bernstein bound ``exp(beta z - psi(beta) z^2)`` of each factor (``z = x - e``), so the
     sequence is never looser than that one with ``z`` in place of ``x - xhat``.
     """
-    v, _, x, beta, _, _, remaining, ssum = _bets(x_sum, dev_sum, n_seen, seen_sum, population, y, lower, width,
-                                                 scores, valid, log_inv_alpha, horizon)
-    e = ((population * grid[None, :] - ssum[:, None]) / remaining[:, None] - lower[:, None]) / width[:, None]
+    v, _, x, beta, _, _, remaining, ssum = _bets(bets, draws, obs, log_inv_alpha, horizon)
+    e = ((draws.population * grid[None, :] - ssum[:, None]) / remaining[:, None] - obs.lower[:, None]) / obs.width[:, None]
     z = (x[:, None] - e) * (v * beta)[:, None]          # (B, G); 0 for draws that did not happen
     return _log_product(1.0 + z), _log_product(1.0 - z)
 
@@ -341,31 +358,27 @@ def cs_bounds(weighted, weight, penalty, log_inv_alpha):
     return jnp.clip(low, 0.0, 1.0), jnp.clip(high, 0.0, 1.0)
 
 
-# One model's C sequences on one batch: y, lower, width are (C, B); the draws are shared.
-_sequences_terms = jax.vmap(cs_batch_terms, in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None, None))
-
-
-_sequences_capital = jax.vmap(capital_terms,
-                              in_axes=(0, 0, None, None, None, 0, 0, 0, None, None, None, None, None))
+# One model's C sequences on one batch: the bets and observations are (C,) / (C, B); the draws are shared.
+_sequences_terms = jax.vmap(cs_batch_terms, in_axes=(0, None, 0, None, None))
+_sequences_capital = jax.vmap(capital_terms, in_axes=(0, None, 0, None, None, None))
 
 
 def _grid_size(cs: ConfSeq) -> int:
     return 0 if cs.log_up is None else cs.log_up.shape[-1]
 
 
-def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, scores, valid,
-              log_inv_alpha, horizon=0.0) -> ConfSeq:
-    """Take model ``i``'s batch (``(C, B)`` observations) into its sequences; a no-op when nothing is ``valid``.
-    ``log_inv_alpha``: one level, or a ``(low, high)`` pair; the bets are tuned to the upper side's."""
+def cs_update(cs: ConfSeq, i, draws: Draws, obs: Observations, log_inv_alpha, horizon=0.0) -> ConfSeq:
+    """Take model ``i``'s batch (`Observations` of shape ``(C, B)``) into its sequences; a no-op when
+    nothing is ``draws.valid``. ``log_inv_alpha``: one level, or a ``(low, high)`` pair; the bets are
+    tuned to the upper side's."""
     bet_level = _sides(log_inv_alpha)[1]
-    dA, dD, dP, dx, ddev = _sequences_terms(cs.x_sum[i], cs.dev_sum[i], n_seen, seen_sum, population, y, lower,
-                                            width, scores, valid, bet_level, horizon)
+    bets = BetStatistics(cs.x_sum[i], cs.dev_sum[i])
+    dA, dD, dP, dx, ddev = _sequences_terms(bets, draws, obs, bet_level, horizon)
     A, D, P = cs.weighted[i] + dA, cs.weight[i] + dD, cs.penalty[i] + dP
     log_up, log_down = cs.log_up, cs.log_down
     if _grid_size(cs):
         grid = betting_grid(_grid_size(cs))
-        d_up, d_down = _sequences_capital(cs.x_sum[i], cs.dev_sum[i], n_seen, seen_sum, population, y, lower, width,
-                                          scores, valid, bet_level, horizon, grid)
+        d_up, d_down = _sequences_capital(bets, draws, obs, bet_level, horizon, grid)
         up, down = cs.log_up[i] + d_up, cs.log_down[i] + d_down
         low, high = capital_bounds(up, down, log_inv_alpha, grid)
         mix_low, mix_high = capital_bounds(*mixed_capital(up, down), log_inv_alpha, grid)
@@ -379,21 +392,19 @@ def cs_update(cs: ConfSeq, i, n_seen, seen_sum, population, y, lower, width, sco
                    cs.seq_low.at[i].max(low), cs.seq_high.at[i].min(high), log_up, log_down)
 
 
-def cs_update_all(cs: ConfSeq, n_seen, seen_sum, population, y, lower, width, scores, valid,
-                  log_inv_alpha, horizon=0.0) -> ConfSeq:
-    """Every model's batch at once (``(m, C, B)`` observations, ``(m, B)`` scores): the initialization.
-    ``population`` is a scalar or every model's ``N_i``."""
-    population = jnp.broadcast_to(jnp.asarray(population, jnp.float32), cs.low.shape)
+def cs_update_all(cs: ConfSeq, draws: Draws, obs: Observations, log_inv_alpha, horizon=0.0) -> ConfSeq:
+    """Every model's batch at once (`Observations` of shape ``(m, C, B)``, `Draws` with a leading model
+    axis): the initialization. ``draws.population`` is a scalar or every model's ``N_i``."""
+    draws = draws._replace(population=jnp.broadcast_to(jnp.asarray(draws.population, jnp.float32), cs.low.shape))
     bet_level = _sides(log_inv_alpha)[1]
-    terms = jax.vmap(_sequences_terms, in_axes=(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, None, None))(
-        cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid, bet_level, horizon)
+    bets = BetStatistics(cs.x_sum, cs.dev_sum)
+    terms = jax.vmap(_sequences_terms, in_axes=(0, 0, 0, None, None))(bets, draws, obs, bet_level, horizon)
     A, D, P = cs.weighted + terms[0], cs.weight + terms[1], cs.penalty + terms[2]
     log_up, log_down = cs.log_up, cs.log_down
     if _grid_size(cs):
         grid = betting_grid(_grid_size(cs))
         # One model at a time: all of them at once would hold m x C x B x G numbers.
-        d_up, d_down = jax.lax.map(lambda a: _sequences_capital(*a, bet_level, horizon, grid),
-                                   (cs.x_sum, cs.dev_sum, n_seen, seen_sum, population, y, lower, width, scores, valid))
+        d_up, d_down = jax.lax.map(lambda a: _sequences_capital(*a, bet_level, horizon, grid), (bets, draws, obs))
         log_up, log_down = cs.log_up + d_up, cs.log_down + d_down
         low, high = capital_bounds(log_up, log_down, log_inv_alpha, grid)
         mix_low, mix_high = capital_bounds(*mixed_capital(log_up, log_down), log_inv_alpha, grid)
