@@ -51,9 +51,9 @@ def parser(doc: str, **defaults) -> argparse.ArgumentParser:
 
 
 def real_split(name: str, seed: int = 0):
-    """``(train, candidates)`` of a real data set split as every study splits it (`pulse_jax.io.data.split_models`),
+    """``(train, candidates)`` of a real data set split as every study splits it (`pulse_jax.fileio.data.split_models`),
     or None with a line on stderr when its file is absent."""
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     path = SHARED / REAL_FILES[name]
     if not path.is_file():

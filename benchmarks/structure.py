@@ -1,7 +1,8 @@
-"""Structure facts of the package: top-level modules, deprecated modules, largest module, longest
-function, most positional parameters (in the engine and anywhere), import circles (at run time and
-through annotation-only imports), private names used across modules, ``Any`` annotations. Prints a
-table and writes JSON.
+"""Structure facts of the package: top-level modules, deprecated modules, largest module (and those
+over 600 lines), longest function, most positional parameters (in the engine and anywhere), import
+circles (at run time and through annotation-only imports), private names used across modules, ``Any``
+annotations, imports of the command line (or argparse) outside it, modules named like the standard
+library's. Prints a table and writes JSON.
 
     python benchmarks/structure.py --out docs/benchmarks/structure.json
 
@@ -127,7 +128,7 @@ def engine_reaches_built_ins(edges: dict[str, set[str]]) -> list[str]:
                   and not m.endswith(".base"))
 
 
-GROUPS = ("engine", "stats", "live", "io", "analysis", "estimators", "rules", "stopping", "cli")
+GROUPS = ("engine", "stats", "live", "fileio", "harnesses", "analysis", "estimators", "rules", "stopping", "cli")
 
 
 def top_level_modules(trees: dict[str, ast.Module]) -> list[str]:
@@ -144,6 +145,31 @@ def deprecated_modules(trees: dict[str, ast.Module]) -> list[str]:
         if "deprecat" in doc or warns:
             out.append(m)
     return sorted(out)
+
+
+def imports_named(trees: dict[str, ast.Module], wanted) -> list[str]:
+    """``module -> imported`` for every import (module level or inside a function) of a module that
+    ``wanted(name)`` accepts, outside ``pulse_jax.cli``."""
+    out = set()
+    for m, tree in trees.items():
+        if m == "pulse_jax.cli" or m.startswith("pulse_jax.cli."):
+            continue
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [_resolve(m, node, m in PACKAGE_MODULES) or ""] if isinstance(node, ast.ImportFrom) else []
+            out.update(f"{m} -> {n}" for n in names if wanted(n))
+    return sorted(out)
+
+
+PACKAGE_MODULES: set = set()   # filled by `facts` (modules that are packages)
+
+
+def standard_library_names(trees: dict[str, ast.Module]) -> list[str]:
+    """Modules of the package named like a standard-library module (``pulse_jax/inspect.py``): Python
+    started in that folder imports them instead of the standard library's."""
+    import sys
+
+    return sorted(m for m in trees if m.rsplit(".", 1)[-1] in sys.stdlib_module_names)
 
 
 def positional(node) -> int:
@@ -173,6 +199,7 @@ def group_edges(edges: dict[str, set[str]]) -> dict[str, set[str]]:
 
 def facts() -> dict:
     trees = modules()
+    PACKAGE_MODULES.update(m for m in trees if (PACKAGE.parent / m.replace(".", "/") / "__init__.py").exists())
     sizes = {m: len((PACKAGE.parent / (m.replace(".", "/") + ".py")).read_text().splitlines())
              if (PACKAGE.parent / (m.replace(".", "/") + ".py")).exists()
              else len((PACKAGE.parent / m.replace(".", "/") / "__init__.py").read_text().splitlines()) for m in trees}
@@ -191,7 +218,11 @@ def facts() -> dict:
             "annotation_circles": [c for c in cycles(with_annotations) if c not in cycles(edges)],
             "top_level_modules": top_level_modules(trees), "deprecated_modules": deprecated_modules(trees),
             "most_positional_engine": {"name": engine_args[1], "count": engine_args[0]},
-            "most_positional": {"name": anywhere_args[1], "count": anywhere_args[0]}}
+            "most_positional": {"name": anywhere_args[1], "count": anywhere_args[0]},
+            "modules_over_600_lines": sorted(m for m, n in sizes.items() if n > 600),
+            "cli_imports_outside_cli": imports_named(trees, lambda n: n == "pulse_jax.cli" or n.startswith("pulse_jax.cli.")),
+            "argparse_outside_cli": imports_named(trees, lambda n: n == "argparse"),
+            "standard_library_names": standard_library_names(trees)}
 
 
 def main(argv=None) -> None:
@@ -210,7 +241,11 @@ def main(argv=None) -> None:
             ("private names across modules", len(f["private_cross_module_names"])),
             ("`Any` in annotations and code", f["any_annotations"]),
             ("built-in plug-ins the engine imports", len(f["engine_reaches_built_ins"])),
-            ("circles between groups (engine, live, io, analysis, ...)", len(f["group_circles"]))]
+            ("circles between groups (engine, live, io, analysis, ...)", len(f["group_circles"])),
+            ("modules over 600 lines", len(f["modules_over_600_lines"])),
+            ("imports of pulse_jax.cli outside it", len(f["cli_imports_outside_cli"])),
+            ("argparse outside pulse_jax.cli", len(f["argparse_outside_cli"])),
+            ("modules named like the standard library's", len(f["standard_library_names"]))]
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k:<{width}}  {v}")
@@ -218,6 +253,9 @@ def main(argv=None) -> None:
         print("  circle:", " <-> ".join(circle))
     for name in f["private_cross_module_names"]:
         print("  private:", name)
+    for key in ("modules_over_600_lines", "cli_imports_outside_cli", "argparse_outside_cli", "standard_library_names"):
+        for name in f[key]:
+            print(f"  {key.replace('_', ' ')}: {name}")
     if args.out:
         Path(args.out).write_text(json.dumps(f, indent=2) + "\n", encoding="utf-8")
 

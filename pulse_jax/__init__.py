@@ -20,7 +20,7 @@ from importlib import metadata as _metadata
 _EXPORTS = {
     "pulse_jax.engine": ["BanditConfig", "Kernel", "RunResult", "build_kernel", "make_run"],
     "pulse_jax.stats.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
-    "pulse_jax.io.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
+    "pulse_jax.fileio.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
     "pulse_jax.errors": ["PulseInputError"],
     "pulse_jax.protocols": ["Range"],
     "pulse_jax.estimators": ["Estimator", "PulseParams", "constant_lambda", "naive_pooling", "paper_lambda", "pulse", "pulse_certify",

@@ -41,7 +41,7 @@ def main(argv=None) -> int:
         print("\n".join(models()))
         return 0
     if argv[:1] in (["train"], ["candidates"]) and len(argv) == 2:
-        from pulse_jax.io.data import ScoreMatrix, save_csv
+        from pulse_jax.fileio.data import ScoreMatrix, save_csv
 
         bench = benchmark()
         matrix, names = (bench.train, bench.train_models) if argv[0] == "train" else (bench.scores, bench.models)

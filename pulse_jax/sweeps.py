@@ -70,12 +70,12 @@ class SweepResult:
             rows.append(row)
         return rows
 
-    def write(self, out_dir, targets=(0.9, 0.95), n_boot: int = 1000, figure: bool = True,
+    def write(self, out_dir, targets=(0.9, 0.95), *, n_boot: int = 1000, figure: bool = True,
               figure_target: float | None = None, rows: list[dict] | None = None, inputs=()) -> dict:
         """``sweep.json``, ``sweep.csv``, ``sweep.png`` (budget to ``figure_target``, default the
         highest target, over the grid) and ``provenance.json`` (``inputs``: the files the data came from)
         in ``out_dir``; ``rows`` reuses a `table` already computed."""
-        from pulse_jax.io import files, provenance
+        from pulse_jax.fileio import files, provenance
 
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)

@@ -28,7 +28,7 @@ import dataclasses
 
 import numpy as np
 
-from pulse_jax.io.data import top2_subset
+from pulse_jax.fileio.data import top2_subset
 from pulse_jax.errors import require
 
 
@@ -52,7 +52,7 @@ class Benchmark:
         return int(np.argmax(self.true_means))
 
 
-def make_benchmark(seed: int = 0, n_models: int = 40, n_train: int = 200, n_examples: int = 1000,
+def make_benchmark(seed: int = 0, *, n_models: int = 40, n_train: int = 200, n_examples: int = 1000,
                    rank: int = 4, gap: float = 0.03, pool_factor: int = 4, difficulty_spread: float = 3.5,
                    ability_spread: float = 0.7, interaction_scale: float = 2.0, novel_rank: int = 2,
                    novelty: float = 3.0) -> Benchmark:

@@ -34,12 +34,13 @@ DEFAULT_GRID = {"rank": (4, 8, 16, 32), "lam": (0.001, 0.01, 0.1), "lr": (0.05,)
 def _fold_losses(rank: int, folds: int):
     """jit(vmap over folds) of fit-then-score, for one rank."""
 
-    def one_fold(key, scores, fit_mask, test_mask, lam, lr, epochs):
-        # lam, lr and epochs are traced: one compilation serves the whole grid of a rank.
+    def one_fold(key, scores, fit_mask, test_mask, setting):
+        # setting = (lam, lr, epochs), traced: one compilation serves the whole grid of a rank.
+        lam, lr, epochs = setting
         U, V = factorization.fit(key, scores, fit_mask, rank, FitSettings(epochs, lam, optax.adam(lr)))
         return factorization.masked_bce(U @ V.T, scores, test_mask) / jnp.maximum(jnp.sum(test_mask), 1)
 
-    return jax.jit(jax.vmap(one_fold, in_axes=(None, None, 0, 0, None, None, None)))
+    return jax.jit(jax.vmap(one_fold, in_axes=(None, None, 0, 0, None)))
 
 
 def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 0, progress=None) -> dict:
@@ -65,7 +66,7 @@ def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 
     settings = list(itertools.product(grid["rank"], grid["lam"], grid["lr"], grid["epochs"]))
     for k, (rank, lam, lr, epochs) in enumerate(settings):
         losses = np.asarray(_fold_losses(int(rank), folds)(key, scores, jnp.asarray(fit_masks), jnp.asarray(test_masks),
-                                                            jnp.float32(lam), jnp.float32(lr), jnp.int32(epochs)))
+                                                            (jnp.float32(lam), jnp.float32(lr), jnp.int32(epochs))))
         rows.append({"rank": int(rank), "lam": float(lam), "lr": float(lr), "epochs": int(epochs),
                      "loss": float(losses.mean()), "se": float(losses.std(ddof=1) / np.sqrt(folds)),
                      "fold_losses": losses.tolist()})
@@ -81,7 +82,7 @@ def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 
 
 
 def save_hparams(result: dict, path) -> None:
-    from pulse_jax.io.files import write_atomically
+    from pulse_jax.fileio.files import write_atomically
 
     write_atomically(path, json.dumps(result, indent=2))
 

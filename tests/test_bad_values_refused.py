@@ -9,7 +9,7 @@ import pytest
 
 from pulse_jax import cli
 from pulse_jax.errors import PulseInputError
-from pulse_jax.io import data
+from pulse_jax.fileio import data
 from pulse_jax.harnesses import inspect_logs, lm_evaluation
 from pulse_jax.live import Selector
 

@@ -9,7 +9,7 @@ import pytest
 from pulse_jax import cli
 from pulse_jax.cli import scorers
 from pulse_jax.stats import factorization
-from pulse_jax.io import data
+from pulse_jax.fileio import data
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
 from pulse_jax.simulation import simulate

@@ -105,7 +105,7 @@ def test_long_table_inputs_are_one_line(tmp_path, capsys, name, content, needle)
 
 
 def test_a_byte_order_mark_is_not_part_of_a_name(tmp_path):
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
     from pulse_jax.harnesses import lm_evaluation
 
     (tmp_path / "m.csv").write_bytes("\ufeffmodel,e1,e2\nm1,1,0\nm2,0,1\n".encode())
@@ -148,7 +148,7 @@ def test_inputs_are_hashed_when_read(files, monkeypatch):
     """A score file changed while the run goes on: provenance records it as it was read."""
     import hashlib
 
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     original = data.load
     digest = hashlib.sha256((files / "cand.npz").read_bytes()).hexdigest()

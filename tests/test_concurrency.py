@@ -1,7 +1,7 @@
 """Batches in flight: simulated concurrency equals the live selector's asks, the asks count what is in
 flight (few extra cells), and validity holds with 16 batches in flight.
 
-Reference: `pulse_jax.engine.concurrent` (the static schedule of asks and returns) and
+Reference: `pulse_jax.engine.concurrent_run` (the static schedule of asks and returns) and
 `pulse_jax.live.Selector.ask` (the same choice from the pending requests). A live selection driven
 by `pulse_jax.live.run` at concurrency ``c`` tells results in ask order, so with the same seed it
 makes the same choices as the simulation's first repetition; both are checked step by step.

@@ -7,7 +7,7 @@ import pytest
 import pulse_jax as pj
 from conftest import tiny_problem
 from pulse_jax import cli
-from pulse_jax.io import data
+from pulse_jax.fileio import data
 from pulse_jax.errors import PulseInputError
 
 

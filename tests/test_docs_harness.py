@@ -55,7 +55,7 @@ def test_the_harness_page_runs_as_written(tmp_path):
     assert report["spent"] <= 400 and report["leader"] in candidates
     # Live scores are the full runs' scores, document by document (the toy model, like a real one,
     # scores a document the same in any batch).
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
     from pulse_jax.live import journal
 
     logged = data.load(work / "candidates.csv")

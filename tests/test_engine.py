@@ -306,7 +306,7 @@ def test_refit_visits_only_the_filled_prefix_of_the_log():
         garbage = log._replace(scores=log.scores.at[used:].set(5.0), valid=log.valid.at[used:].set(False))
         prefix = jax.tree_util.tree_map(lambda a: a[:used], log)
         filled = factorization.FilledPrefix(jnp.int32(used), chunk)
-        fitted = jax.jit(lambda u, b: factorization.refit_rows_on_blocks(u, V, b, n, settings, filled))(U0, (first, garbage))
+        fitted = jax.jit(lambda u, b: factorization.refit_rows_on_blocks(u, V, b, n, settings, filled=filled))(U0, (first, garbage))
         alone = factorization.refit_rows_on_blocks(U0, V, (first, prefix) if used else (first,), n, settings)
         # float32, 15 Adam steps: the chunked sum adds the same terms in another order
         np.testing.assert_allclose(np.asarray(fitted), np.asarray(alone), atol=2e-5)
@@ -331,7 +331,7 @@ def test_refit_in_cache_sized_chunks_equals_the_refit_on_whole_groups(monkeypatc
     def refit(budget, filled):
         monkeypatch.setattr(factorization, "chunk_bytes", lambda platform=None: budget)
         visits = factorization.plan_visits(V, (first, log), filled)
-        U = jax.jit(lambda u: factorization.refit_rows_on_blocks(u, V, (first, log), n, settings, filled))(U0)
+        U = jax.jit(lambda u: factorization.refit_rows_on_blocks(u, V, (first, log), n, settings, filled=filled))(U0)
         return visits, U, factorization.block_prediction_sums(U, V, (first, log), filled)
 
     for filled in (None, factorization.FilledPrefix(jnp.int32(9), 4)):

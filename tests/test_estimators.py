@@ -22,7 +22,8 @@ def _enumerate_thetas(scores, observed, preds, batch_size, lam):
     thetas = []
     for batch in itertools.combinations(unobserved, batch_size):
         theta, _ = estimators.pulse_theta(obs_sum, pred_unobs, len(unobserved), sum(scores[j] for j in batch),
-                                          sum(preds[j] for j in batch), batch_size, lam, n)
+                                          sum(preds[j] for j in batch), batch_size, lam=lam,
+                                          n_examples=n)
         thetas.append(float(theta))
     return np.array(thetas)
 

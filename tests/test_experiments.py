@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from pulse_jax import tuning
-from pulse_jax.io import data
+from pulse_jax.fileio import data
 from pulse_jax.analysis import metrics, plotting
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError

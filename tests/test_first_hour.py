@@ -16,10 +16,10 @@ import numpy as np
 import pytest
 
 from pulse_jax import cli, synthetic
-from pulse_jax.io import data
+from pulse_jax.fileio import data
 from pulse_jax.analysis import metrics
 from pulse_jax.engine import BanditConfig
-from pulse_jax.io.provenance import clean_json
+from pulse_jax.fileio.provenance import clean_json
 from pulse_jax.simulation import simulate
 from pulse_jax.sweeps import sweep
 

@@ -85,7 +85,7 @@ def test_import_reads_every_score_and_its_tokens_exactly(history):
 
 def test_cli_import_writes_scores_and_tokens(history, tmp_path, capsys):
     from pulse_jax import cli
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     folder, _ = history
     out = tmp_path / "scores.csv"

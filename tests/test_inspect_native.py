@@ -25,8 +25,8 @@ from inspect_ai import eval as inspect_eval  # noqa: E402
 
 from pulse_jax.harnesses import inspect_select as pj_inspect  # noqa: E402
 from pulse_jax import live  # noqa: E402
-from pulse_jax.cli import app, select  # noqa: E402
-from pulse_jax.cli.options import cs_grid  # noqa: E402
+from pulse_jax.live.plan import Plan  # noqa: E402
+from pulse_jax import choices  # noqa: E402
 from pulse_jax.errors import PulseInputError  # noqa: E402
 
 pytestmark = pytest.mark.xdist_group("inspect")
@@ -45,17 +45,14 @@ def score(model: str, sample_id) -> float:
 def plain_selection(tmp_path: Path, seed: int = 0):
     """The same selection as a plain ask/tell loop on the selector's own draws (``select``'s options,
     the toy scores), and each model's order as ``select_best`` puts its samples in."""
-    args, _ = app.parse(["select", "--models", "x", "--log", str(tmp_path / "plain.db"), "--budget", str(3 * N),
-                         "--method", "ucbe", "--batch-size", "6", "--seed", str(seed), "--refit-every", "0",
-                         "--stop", "certified"])
-    from pulse_jax.cli.options import resolve_defaults
-
-    resolve_defaults(args, "live")
-    estimator, rule, stop, numbers = select.plan(args, len(MODELS))
+    plan = Plan(log=str(tmp_path / "plain.db"), budget=3 * N, method="ucbe", batch_size=6, seed=seed, refit_every=0,
+                stop="certified")
+    estimator, rule, stop = plan.plugins()
+    numbers = plan.numbers((estimator, rule, stop), len(MODELS))
     order = {m: [str(j + 1) for j in live.draw_order(seed, i, N, 6)] for i, m in enumerate(MODELS)}
     # no order given: the selector's own uniform draws, as `select --inspect-task` makes them
     selector = live.Selector(MODELS, [str(k) for k in range(1, N + 1)], 3 * N, method=estimator, batch_size=6,
-                             refit_every=0, seed=seed, rule=rule, params=numbers, cs_grid=cs_grid(args), stop=stop)
+                             refit_every=0, seed=seed, rule=rule, params=numbers, cs_grid=choices.cs_grid(plan.sequence, choices.keyword), stop=stop)
     while (request := selector.ask()) is not None:
         selector.tell(request, [score(request.model, e) for e in request.example_ids])
     return selector.result(), order

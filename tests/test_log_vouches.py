@@ -11,7 +11,7 @@ import pytest
 from conftest import run_sql
 from pulse_jax import cli
 from pulse_jax.errors import PulseInputError
-from pulse_jax.io import files, provenance
+from pulse_jax.fileio import files, provenance
 from pulse_jax.live import LogWriteError, Selector, journal, run
 
 B = 8

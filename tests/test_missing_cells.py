@@ -9,7 +9,7 @@ import pytest
 import pulse_jax as pj
 from conftest import tiny_problem
 from pulse_jax import engine, cli, estimators
-from pulse_jax.io import data
+from pulse_jax.fileio import data
 from pulse_jax.errors import PulseInputError
 from pulse_jax.estimators import Ledger, Pull
 from reference import reference_run

@@ -2,7 +2,6 @@
 round-trips through the log header and ``report.json``, and every choice is checked when it is made."""
 import json
 
-import numpy as np
 import pytest
 from conftest import tiny_problem
 
@@ -28,7 +27,7 @@ def _select_plan(tmp_path, options):
     args, extra = cli.app.parse(["select", "--models", "m.txt", "--evaluate", "pulse_jax.stand_in:score", "--log",
                                  str(tmp_path / "run.db"), *_flags(options)])
     assert not extra
-    return cli.select.plan_of(args)
+    return cli.selection.plan_of(args)
 
 
 def test_a_plan_round_trips_through_json():
@@ -76,8 +75,8 @@ def test_report_json_records_the_plan(tmp_path, monkeypatch):
     assert cli.main(argv) == 0
     report = json.loads((tmp_path / "run_report" / "report.json").read_text())
     args, _ = cli.app.parse(argv)
-    cli.select.check_concurrency(args)    # the scorer's default concurrency, as select resolves it
-    assert Plan.from_dict(report["plan"]) == cli.select.plan_of(args)
+    cli.selection.check_concurrency(args)    # the scorer's default concurrency, as select resolves it
+    assert Plan.from_dict(report["plan"]) == cli.selection.plan_of(args)
     assert report["plan"]["method"] == "ucbe" and report["plan"]["budget"] == 120
 
 

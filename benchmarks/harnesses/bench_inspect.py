@@ -149,7 +149,7 @@ class _Replay:
 def bench_cost_line(reps: int, workdir: Path) -> list[dict]:
     import pulse_jax as pj
     from pulse_jax import live
-    from pulse_jax.io.data import ScoreMatrix
+    from pulse_jax.fileio.data import ScoreMatrix
     from pulse_jax.harnesses.inspect_logs import InspectLogs
     from pulse_jax.live import money
 

@@ -51,7 +51,7 @@ import numpy as np
 
 import pulse_jax as pj
 from pulse_jax.stats import factorization
-from pulse_jax.io import data
+from pulse_jax.fileio import data
 from pulse_jax.analysis import metrics
 from pulse_jax.rules import SamplingRule
 from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform

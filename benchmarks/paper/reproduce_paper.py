@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from pulse_jax.stats import factorization
-from pulse_jax.io import data
+from pulse_jax.fileio import data
 from pulse_jax.analysis import metrics, plotting
 from pulse_jax.engine import BanditConfig
 from pulse_jax.analysis.results import clean_json

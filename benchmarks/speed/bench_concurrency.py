@@ -51,7 +51,7 @@ def problems():
     """``name -> (scores, V)``: the live example, and the factor leaderboard when its file is present."""
     import pulse_jax as pj
     from pulse_jax import stand_in
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     bench = stand_in.benchmark()
     out = {"live example 40 x 1000": (bench.scores, np.asarray(pj.fit_example_embeddings(bench.train, rank=16)))}

@@ -14,7 +14,7 @@ per second (cells evaluated in the simulated bandit, initialization included).
     python benchmarks/speed/bench_scale.py ... --banditeval     # add the banditeval package, when installed
 
 ``--factors`` draws the candidates from a factor file as the paper's
-experiments do (``pulse_jax.io.data.paper_scale_problem``).
+experiments do (``pulse_jax.fileio.data.paper_scale_problem``).
 """
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def problem(spec: dict):
     if spec.get("factors"):
         # The paper's setting: candidates drawn from the factor file; V is the file's own example
         # factors (the shape of a stage-0 fit; the cost does not depend on its values).
-        from pulse_jax.io.data import load_factors, paper_scale_problem
+        from pulse_jax.fileio.data import load_factors, paper_scale_problem
 
         _, cand, _ = paper_scale_problem(spec["factors"], seed=0, n_candidates=m)
         scores = cand.scores[:, :n]

@@ -42,7 +42,7 @@ def factor_subset(spec: str, rank: int, seed: int = 0):
     half's top 50 whose gap is closest to ``gap``, and the m - 2 models below it; otherwise the first
     m of the half."""
     import pulse_jax as pj
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     spec, _, gap = spec.partition("@")
     _, file, shape = spec.split(":")

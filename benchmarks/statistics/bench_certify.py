@@ -41,7 +41,7 @@ def setting(args):
         V = np.asarray(pj.fit_example_embeddings(bench.train, rank=args.rank))
         return bench.scores, V, dict(budget=m * n, batch_size=64, refit_every=args.refit_every), \
             f"built-in live example ({m} x {n}, whole matrix as budget)"
-    from pulse_jax.io.data import load_factors, paper_scale_problem
+    from pulse_jax.fileio.data import load_factors, paper_scale_problem
 
     _, cand, _ = paper_scale_problem(args.factors, seed=0, n_candidates=args.models)
     m, n = cand.scores.shape

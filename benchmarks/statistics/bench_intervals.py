@@ -34,7 +34,7 @@ def problems(args):
     """(name, scores, V, batch, budget, refit_every) per dataset."""
     import pulse_jax as pj
     from pulse_jax.stats import factorization
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     out = []
     for name in args.datasets.split(","):

@@ -31,7 +31,7 @@ def main(argv=None) -> int:
     args = p.parse_args(argv)
     import pulse_jax as pj
     from pulse_jax.stats import factorization
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     problems = []
     bench = pj.make_benchmark(seed=0)

@@ -71,7 +71,7 @@ def _runs(V, V_in_sample):
 def _data(names):
     """``name -> (scores, V, V fitted in sample)``: the built-in benchmark and, when present, the real matrices
     split as in ``bench_rules.py``."""
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     out = {}
     for name in names:

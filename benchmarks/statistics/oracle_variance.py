@@ -45,7 +45,7 @@ def main(argv=None) -> int:
     p.add_argument("--data", default=str(common.SHARED))
     p.add_argument("--top", type=int, default=20)
     args = p.parse_args(argv)
-    from pulse_jax.io.data import load_factors
+    from pulse_jax.fileio.data import load_factors
 
     out = {}
     for name, file in FILES.items():
@@ -86,7 +86,7 @@ def achieved(args_list=None) -> int:
     import jax.numpy as jnp
 
     from pulse_jax.stats import factorization
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     out = {}
     for name, file in FILES.items():

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.stats import factorization
-from pulse_jax.io import data
+from pulse_jax.fileio import data
 from pulse_jax.engine.params import BanditParams
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
 import common  # noqa: E402

@@ -368,7 +368,7 @@ def paper_budget_to_target(result: SimulationResult, target: float = 0.95, n_boo
             "reached_fraction": float(reached.mean()), "n_boot": n_boot}
 
 
-def paired_savings(method: SimulationResult, baseline: SimulationResult, target: float = 0.95,
+def paired_savings(method: SimulationResult, baseline: SimulationResult, target: float = 0.95, *,
                    n_boot: int = 1000, seed: int = 0, level: float = 0.95, metric: str = "paper") -> dict:
     """Savings of ``method`` against ``baseline`` (run with the same seed, so repetition ``r`` of both saw
     the same draws) with a paired bootstrap interval: each resample takes the same repetitions of both.

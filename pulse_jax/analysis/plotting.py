@@ -23,7 +23,7 @@ def _save(fig, path):
     """Write the figure to ``path`` (format from the suffix: .png, .pdf, ...) and close it."""
     import io
 
-    from pulse_jax.io.files import write_atomically
+    from pulse_jax.fileio.files import write_atomically
 
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     buffer = io.BytesIO()

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from pulse_jax.analysis import metrics, plotting
-from pulse_jax.io.provenance import clean_json
+from pulse_jax.fileio.provenance import clean_json
 from pulse_jax.stopping.base import no_claim
 
 if TYPE_CHECKING:   # annotations only: analysis reads results, simulate makes them
@@ -108,9 +108,9 @@ def summary(results: dict[str, SimulationResult]) -> dict:
 def write_results(results: dict[str, SimulationResult], out_dir, title: str = "", inputs=()) -> dict[str, Path]:
     """Write ``summary.json``, ``<method>.npz``, ``accuracy.png`` and ``provenance.json`` (``inputs``: the
     files the scores and side information came from) into ``out_dir``."""
-    from pulse_jax.io import provenance
+    from pulse_jax.fileio import provenance
 
-    from pulse_jax.io import files
+    from pulse_jax.fileio import files
 
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -7,12 +7,12 @@ import argparse
 import os
 import sys
 
-from pulse_jax.cli import demo, imports, log, select, simulate, sweep, tune
+from pulse_jax.cli import demo, imports, log, selection, simulate, sweep, tune
 from pulse_jax.cli.options import HelpFormatter, Parser, fill_defaults
 from pulse_jax.errors import PulseInputError
 
 #: Each subcommand's module: ``add(subparsers)`` declares its options, ``run(args)`` carries it out.
-COMMANDS = {"demo": demo, "simulate": simulate, "sweep": sweep, "tune": tune, "select": select, "import": imports,
+COMMANDS = {"demo": demo, "simulate": simulate, "sweep": sweep, "tune": tune, "select": selection, "import": imports,
             "log": log}
 
 

@@ -8,7 +8,7 @@ import numpy as np
 from pulse_jax.cli.options import HelpFormatter
 from pulse_jax.cli.output import check_writable_file
 from pulse_jax.errors import require
-from pulse_jax.io import files
+from pulse_jax.fileio import files
 
 
 def add(sub) -> None:
@@ -47,7 +47,7 @@ def add(sub) -> None:
 
 
 def run(args) -> None:
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
     from pulse_jax.harnesses import lm_evaluation
 
     out = Path(args.out)

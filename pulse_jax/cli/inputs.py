@@ -21,7 +21,7 @@ def one_side_information(args) -> None:
 
 def check_side_information(args, cand, n) -> None:
     """``--embeddings`` / ``--train`` checked against the candidates without fitting anything."""
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     one_side_information(args)
     if args.embeddings:
@@ -50,7 +50,7 @@ def load_embeddings(path, cand, n):
 def side_information(args, cand, n):
     """V from --embeddings, or fitted on --train (aligned to the candidates' examples)."""
     from pulse_jax.stats import factorization
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     one_side_information(args)
     if args.embeddings:

@@ -5,7 +5,7 @@ import sys
 
 from pulse_jax.cli.options import HelpFormatter
 from pulse_jax.errors import require
-from pulse_jax.io import files
+from pulse_jax.fileio import files
 
 
 def add(sub) -> None:

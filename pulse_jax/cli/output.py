@@ -97,15 +97,15 @@ def finish(results, out, title, inputs=()):
 
 
 def check_out_dir(path, force: bool = False, option="--out") -> None:
-    """The results directory, checked before any computation (`pulse_jax.io.files.check_out_dir`)."""
-    from pulse_jax.io import files
+    """The results directory, checked before any computation (`pulse_jax.fileio.files.check_out_dir`)."""
+    from pulse_jax.fileio import files
 
     files.check_out_dir(path, force, option, "--force")
 
 
 def hash_inputs(*paths) -> list[dict]:
     """The input files' provenance records, taken now, as they are read."""
-    from pulse_jax.io import provenance
+    from pulse_jax.fileio import provenance
 
     return provenance.hash_inputs(*paths)
 

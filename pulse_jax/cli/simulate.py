@@ -20,7 +20,7 @@ def add(sub) -> None:
 
 
 def run(args) -> None:
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     check_run_args(args)
     resolve_defaults(args, "file")

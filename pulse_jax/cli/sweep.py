@@ -110,7 +110,7 @@ def _sweep_data(args, method, estimator):
     """``(scores, model names, title, default budget, V, input files)`` of a sweep."""
     from pulse_jax import synthetic
     from pulse_jax.stats import factorization
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     one_side_information(args)
     inputs = hash_inputs(args.scores, args.train, args.embeddings, getattr(args, "hparams", None))

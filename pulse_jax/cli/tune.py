@@ -7,7 +7,7 @@ from pulse_jax.cli.inputs import number_list
 from pulse_jax.cli.options import HelpFormatter
 from pulse_jax.cli.output import Lines, bars_wanted, check_writable_file
 from pulse_jax.errors import require
-from pulse_jax.io import files
+from pulse_jax.fileio import files
 
 
 def add(sub) -> None:
@@ -28,7 +28,7 @@ def add(sub) -> None:
 
 def run(args) -> None:
     from pulse_jax import tuning
-    from pulse_jax.io import data
+    from pulse_jax.fileio import data
 
     from pulse_jax.stats.seeds import seed_key
 

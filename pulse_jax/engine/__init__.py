@@ -43,7 +43,7 @@ from pulse_jax.engine.config import (INTERVALS, BanditConfig, Plugins, check_com
                                      resolve_params, traced_params)
 from pulse_jax.engine.drivers import EPISODE_AXES, STOP_BLOCK_STEPS, bind, make_batched_run, make_run
 from pulse_jax.engine.kernel import Batch, Choice, InFlight, Kernel, Start, Static, adam_refit, build_kernel, room
-from pulse_jax.engine.concurrent import event_schedule, make_concurrent_run, n_events
+from pulse_jax.engine.concurrent_run import event_schedule, make_concurrent_run, n_events
 from pulse_jax.engine.state import (BanditState, Episode, PullLog, RunResult, StepRecord, draw_keys, initial_draws,
                                     observed_blocks)
 

@@ -72,7 +72,7 @@ class BanditConfig:
         scores (NaN = missing).
       concurrency: batches in flight at once (default 1). With ``c > 1`` each choice is made before
         the results of the ``c - 1`` batches asked before it are observed, as a live selection asks
-        with ``c`` calls in flight (`pulse_jax.engine.concurrent`): the batches return in the order
+        with ``c`` calls in flight (`pulse_jax.engine.concurrent_run`): the batches return in the order
         they were asked, a refit waits until none is in flight, and the choice counts the cells in
         flight as allocated (`pulse_jax.engine.kernel.InFlight`). The per-step records are then
         per *event* (an ask, the oldest batch's return, or both).

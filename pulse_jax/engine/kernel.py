@@ -120,7 +120,8 @@ def _refit(episode: Episode, state: BanditState, settings: FitSettings, with_log
     filled = filled if len(blocks) > 1 else None
     visits = factorization.plan_visits(episode.V, blocks, filled)
     n = episode.scores.shape[1]
-    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled, visits)
+    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled=filled,
+                                                   visits=visits)
     all_sum, all_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing)   # a model's benchmark only
     seen_sum, seen_sq_sum = factorization.block_prediction_sums(U, episode.V, blocks, filled, visits)
     ledger = state.ledger._replace(pred_sum=all_sum - seen_sum, pred_sq_sum=all_sq_sum - seen_sq_sum)

@@ -86,7 +86,7 @@ def constant_lambda(value: float) -> LambdaRule:
 
 
 def pulse_theta(obs_sum, pred_sum_unobserved, n_unobserved, batch_score_sum, batch_pred_sum,
-                batch_size, lam, n_examples):
+                batch_size, *, lam, n_examples):
     """One-step AIPW estimate and residual correction (paper eq. 2, batch form).
 
         Z     = (1/pi) sum_{j in b} (S_ij - lam f_ij),   pi = B' / |U_i|
@@ -170,7 +170,7 @@ def _running_theta(lambda_rule: LambdaRule, weighted: bool):
         lam = lam_for(state, ledger, i, n_unobserved, params)
         size = pull.size.astype(jnp.float32)
         theta, z = pulse_theta(ledger.obs_sum[i], ledger.pred_sum[i], n_unobserved, pull.score_sum,
-                               pull.pred_sum, size, lam, size_i)
+                               pull.pred_sum, size, lam=lam, n_examples=size_i)
         w = inverse_variance_weight(ledger.pred_sum[i], ledger.pred_sq_sum[i], n_unobserved, size, lam,
                                     size_i) if weighted else 1.0
         live = pull.size > 0

@@ -29,7 +29,7 @@ from typing import Mapping, Sequence
 import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.io.data import ScoreMatrix
+from pulse_jax.fileio.data import ScoreMatrix
 
 #: Inspect's score letters (``inspect_ai.scorer.CORRECT`` etc.) as numbers in [0, 1].
 VALUE_MAP = {"C": 1.0, "I": 0.0, "P": 0.5, "N": 0.0}
@@ -330,7 +330,7 @@ def save_tokens(logs: InspectLogs, path) -> None:
     """The cells' token usage as a CSV beside the scores: ``model,example,input_tokens,output_tokens``."""
     import csv
 
-    from pulse_jax.io.files import atomic_open
+    from pulse_jax.fileio.files import atomic_open
 
     with atomic_open(path, "w", newline="", encoding="utf-8") as fh:
         w = csv.writer(fh)

@@ -29,7 +29,7 @@ from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 
-from pulse_jax.io.data import ScoreMatrix
+from pulse_jax.fileio.data import ScoreMatrix
 from pulse_jax.errors import PulseInputError, require
 
 _RESCALE = "pulse-jax needs scores in [0, 1]; rescale the metric first (e.g. divide by its maximum)"
@@ -397,7 +397,7 @@ class LmEvalScorer:
     #: keeps one batch in flight with it.
     max_concurrency = 1
 
-    def __init__(self, task: str, models, metric: str = "acc", filter: str | None = None,  # noqa: A002
+    def __init__(self, task: str, models, *, metric: str = "acc", filter: str | None = None,  # noqa: A002
                  include_path=None, cache_dir=None, plugins: Sequence[str] = (), device: str | None = None,
                  evaluate_options: Mapping | None = None):
         import os

@@ -200,7 +200,7 @@ class Plan:
         rank = DEFAULT_RANK if self.rank is None else self.rank
         if not (self.train and estimator.uses_predictions):
             return None, rank
-        from pulse_jax.io import data
+        from pulse_jax.fileio import data
 
         train = data.load(self.train)
         limit = min(train.scores.shape)
@@ -269,7 +269,7 @@ class Plan:
     def check_report_folder(self) -> None:
         """New, empty, or holding this same log's report (a resumed run writes it again); another run's
         results need ``force``."""
-        from pulse_jax.io import files
+        from pulse_jax.fileio import files
 
         out, spell = self.report_folder, self.spell
         require(not out.exists() or out.is_dir(), f"{spell('report')} {out}: exists and is not a directory")
@@ -288,7 +288,7 @@ class Plan:
         """``report.md`` (after a ``preface`` paragraph), ``report.json`` (naming its log, recording the plan,
         with ``extra``) and, with ``figure``, ``estimates.png`` and ``provenance.json`` in the report folder;
         returns the folder."""
-        from pulse_jax.io import files, provenance
+        from pulse_jax.fileio import files, provenance
 
         out = self.report_folder
         out.mkdir(parents=True, exist_ok=True)

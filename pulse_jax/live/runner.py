@@ -135,7 +135,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     logged_before = selector.spent
     try:
         try:
-            _drive(selector, workers, call, in_flight, concurrency, stop, progress, allow)
+            _drive(selector, workers, call, in_flight, concurrency, stop, progress=progress, allow=allow)
         except Exception as err:   # noqa: BLE001 -- whatever broke, the batches in flight are still logged
             stop.fail(err)
         if stop.halted or selector.log_full:
@@ -237,7 +237,7 @@ class _ScorerInterrupt(Exception):
 _POLL = 0.05   # seconds between checks for a signal while waiting on the scorer
 
 
-def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: _Stop, progress,
+def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: _Stop, *, progress,
            allow=None):
     """Ask, evaluate and tell in ask order until the selector asks nothing more (or ``allow`` refuses
     the next batch), or something stops the run (``stop``; ``in_flight`` keeps what is still out)."""

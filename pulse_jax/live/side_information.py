@@ -75,7 +75,7 @@ class SideInformation:
                 f"method {self.estimator.name!r} needs side information: pass train= (historical scores on "
                 "the same examples) or V= (example embeddings)")
         if V is None:
-            from pulse_jax.io.data import ScoreMatrix
+            from pulse_jax.fileio.data import ScoreMatrix
 
             if isinstance(train, ScoreMatrix):
                 position = {str(e): k for k, e in enumerate(train.examples)}

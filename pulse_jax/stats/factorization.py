@@ -293,7 +293,7 @@ def _block_logits(u, block: CellBlocks, rows_of_V):
 
 
 def refit_rows_on_blocks(U: chex.Array, V: chex.Array, blocks: tuple[CellBlocks, ...], n_examples: int,
-                         settings: FitSettings, filled: FilledPrefix | None = None, visits=None) -> chex.Array:
+                         settings: FitSettings, *, filled: FilledPrefix | None = None, visits=None) -> chex.Array:
     """`refit_rows` (the same objective and optimizer) computed on the observed cells only.
 
     Costs ``O(|Omega| r)`` per epoch instead of ``O(m n r)``: the ``V`` rows of

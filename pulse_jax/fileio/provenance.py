@@ -88,7 +88,7 @@ def collect(*, config=None, params=None, seed=None, inputs=(), method=None, extr
 def write(out_dir, record: dict, files=()) -> Path:
     """Write ``record`` as ``<out_dir>/provenance.json`` (strict JSON, written atomically); ``files``: the
     names of the other files pulse-jax writes into ``out_dir`` with it (``--force`` removes only these)."""
-    from pulse_jax.io.files import write_atomically
+    from pulse_jax.fileio.files import write_atomically
 
     path = Path(out_dir) / FILE_NAME
     record = {**record, "files": [*files, FILE_NAME]}

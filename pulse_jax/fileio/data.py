@@ -234,7 +234,7 @@ def load(path) -> ScoreMatrix:
 
 def save_csv(matrix: ScoreMatrix, path) -> None:
     """Write a score matrix in the CSV schema (missing cells empty)."""
-    from pulse_jax.io.files import atomic_open
+    from pulse_jax.fileio.files import atomic_open
 
     with atomic_open(path, "w", newline="", encoding="utf-8") as handle:
         writer = csv.writer(handle)
