@@ -12,6 +12,7 @@ from pulse_jax.errors import PulseInputError
 from pulse_jax.fileio import data
 from pulse_jax.harnesses import inspect_logs, lm_evaluation
 from pulse_jax.live import Selector
+from pulse_jax.live.request import check_scores
 
 
 @pytest.fixture(scope="module")
@@ -31,15 +32,15 @@ def request_and_selector():
 def test_the_scorers_return_value_is_refused_in_one_line(request_and_selector, scores, needle):
     sel, request = request_and_selector
     with pytest.raises(PulseInputError) as err:
-        sel._validate(request, scores)
+        check_scores(request, scores)
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
 def test_an_unmasked_masked_array_and_plain_numbers_are_accepted(request_and_selector):
     sel, request = request_and_selector
-    ok = sel._validate(request, np.ma.masked_array(np.full(8, 0.25), mask=False))
+    ok = check_scores(request, np.ma.masked_array(np.full(8, 0.25), mask=False))
     assert ok.dtype == np.float32 and (ok == 0.25).all()
-    assert (sel._validate(request, [1] * 8) == 1).all()
+    assert (check_scores(request, [1] * 8) == 1).all()
 
 
 @pytest.mark.parametrize("value, needle", [

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from pulse_jax.engine import value_checks
 from pulse_jax.engine.params import RunParams
 from pulse_jax.errors import require
 
@@ -256,7 +257,8 @@ def claims(result: SimulationResult) -> dict:
     claimed = np.zeros((result.reps, result.true_means.shape[0]), bool) if result.claimed is None \
         else np.asarray(result.claimed, bool)
     own = result.params.stop
-    wrong = np.array([bool(s) and not stop.holds(c, result.true_means, own) for s, c in zip(stopped, claimed)])
+    wrong = np.array([bool(s) and not value_checks.check_holds(stop, c, result.true_means, own)
+                      for s, c in zip(stopped, claimed)])
     cells = result.spent[:, -1][stopped]
     return {"stop": stop.name, "stopped_fraction": float(stopped.mean()), "cells": cells,
             "median_cells": float(np.median(cells)) if stopped.any() else float("nan"),

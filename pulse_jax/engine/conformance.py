@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from pulse_jax.engine import value_checks
 from pulse_jax.errors import PulseInputError
 
 _FLOAT, _INT, _BOOL = jnp.float32, jnp.int32, jnp.bool_
@@ -128,6 +129,13 @@ def _check_params_field(kind: str, plugin) -> None:
     if not (isinstance(params, tuple) and hasattr(params, "_fields")):
         _fail(kind, plugin, "params", f"must be () or a NamedTuple of numbers ({example}), got "
                                       f"{type(params).__name__} {params!r}"[:300])
+    ranges = getattr(type(params), "RANGES", None) or {}
+    if not hasattr(ranges, "items"):
+        _fail(kind, plugin, "params", f"RANGES must be a dict {{field: Range(...)}}, got {type(ranges).__name__}")
+    unknown = [k for k in ranges if k not in params._fields]
+    if unknown:
+        _fail(kind, plugin, "params", f"RANGES names {unknown[0]!r}, which is not a field of "
+                                      f"{type(params).__name__} (its fields: {', '.join(params._fields)})")
     for field in params._fields:
         value = getattr(params, field)
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
@@ -219,8 +227,9 @@ def check_stop(stop, config, params) -> None:
     from pulse_jax.stopping.base import StopInputs
 
     kind = "stopping rule"
-    _check_fields(kind, stop, {"done": False, "claim": False, "statement": False},
-                  {"needs_interval": bool, "stops_early": bool})
+    _check_fields(kind, stop, {"done": False, "claim": False, "statement": False, "holds": False},
+                  {"needs_interval": bool, "stops_early": bool, "upper_models": int})
+    _check_claim(stop, config.n_models)
     m = config.n_models
     vec_f = _struct((m,), _FLOAT)
     inputs = StopInputs(_struct((), _INT), _struct((), _INT), config.budget, vec_f, vec_f, vec_f, _struct((), _BOOL),
@@ -231,6 +240,19 @@ def check_stop(stop, config, params) -> None:
     _expect_array(kind, stop, "done", done, (), ("bool",), what="one flag for the run")
     claim = _call(kind, stop, "claim", stop.claim, inputs, params)
     _expect_array(kind, stop, "claim", claim, (m,), ("bool",), what="one flag per model")
+
+
+def _check_claim(stop, n_models: int) -> None:
+    """A rule that claims something says when a claim is true (``holds``: simulations count the false
+    ones), and its claim rests on 1..m upper bounds."""
+    from pulse_jax.stopping.base import no_claim, no_claim_holds
+
+    if stop.claim is not no_claim and stop.holds is no_claim_holds:
+        _fail("stopping rule", stop, "holds", "is missing: the rule has a claim, so it needs holds(claimed, "
+                                              "true_means, params) -> bool (else every claim counts as true)")
+    if not 1 <= stop.upper_models <= n_models:
+        _fail("stopping rule", stop, "upper_models", f"must be between 1 and the number of models ({n_models}), "
+                                                     f"got {stop.upper_models}")
 
 
 def _check_statement(kind, stop, params) -> None:
@@ -253,6 +275,18 @@ def _check_hashable(config, estimator) -> None:
     check_estimator(estimator, config.n_models, config.n_examples, config.batch_size, params.estimator)
     check_rule(config.rule, config, params.rule)
     check_stop(config.stop, config, params.stop)
+    # then once on concrete values: the mistakes that type-check and run (`value_checks`), in user code
+    from pulse_jax.estimators import base as estimators
+    from pulse_jax.rules import base as rules
+    from pulse_jax.stopping import base as stops
+
+    if value_checks.written_by_user(estimator, estimators.BUILT_IN):
+        value_checks.check_estimator_values(estimator, config.n_models, config.n_examples, config.batch_size,
+                                            params.estimator)
+    if value_checks.written_by_user(config.rule, rules.BUILT_IN):
+        value_checks.check_rule_values(config.rule, config, params.rule)
+    if value_checks.written_by_user(config.stop, stops.BUILT_IN):
+        value_checks.check_stop_values(config.stop, config, params.stop)
 
 
 def check_plugins(config, estimator) -> None:

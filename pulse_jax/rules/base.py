@@ -93,7 +93,7 @@ class SamplingRule(NamedTuple):
     """A sampling rule as pure functions (see the module docstring)."""
 
     name: str
-    choose: RuleChoose
+    choose: RuleChoose = None   # required: a missing one is refused when the rule is used, in one line
     init: RuleInit = no_state
     update: RuleUpdate = keep_state
     eligible: RuleEligible | None = None

@@ -130,7 +130,7 @@ class StoppingRule(NamedTuple):
     """A stopping rule as pure functions (see the module docstring)."""
 
     name: str
-    done: StopDone
+    done: StopDone = None   # required: a missing one is refused when the rule is used, in one line
     needs_interval: bool = False
     settings: tuple = ()
     stops_early: bool = True

@@ -1,0 +1,204 @@
+"""A run's plug-ins checked once on concrete values, after their shapes (`pulse_jax.engine.conformance`).
+
+Some mistakes in a plug-in type-check and run, and give wrong answers without a word. Each check
+below runs the plug-in's functions once, eagerly, on small concrete inputs of the run's sizes (a
+seeded draw, so the check is the same every time) and refuses, in one line naming the plug-in and
+the function, what would otherwise be silent:
+
+* ``proxies`` returning observations outside their own declared range ``[lower, lower + width]``,
+  or a width that is not positive: the confidence sequence clips such observations, and its
+  guarantee no longer holds (a width of 0 gives NaN bounds);
+* ``update`` changing the state on an empty pull (``pull.size == 0``: a step that spent nothing);
+* a sampling rule's ``choose`` naming a model that does not exist (``>= m`` or below ``-1``);
+* a sampling or stopping rule whose answer changes with ``inputs.low`` / ``inputs.high`` without
+  declaring ``needs_interval``: it would read NaN bounds in every run;
+* a stopping rule's ``holds`` that raises or does not answer True or False.
+
+A check on a few concrete values cannot see every input; it catches the mistakes that show on
+any input, which is what the trials found.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from pulse_jax.errors import PulseInputError
+
+#: Slack for float32 rounding when comparing proxies with their declared range.
+RANGE_SLACK = 1e-5
+
+
+def _fail(kind: str, plugin, function: str, message: str):
+    raise PulseInputError(f"{kind} {getattr(plugin, 'name', plugin)!r}: {function} {message}"[:500])
+
+
+def _run(kind, plugin, function, fn, *args, static=()):
+    """``fn(*args)`` compiled (one small program: eager control flow would compile every call), any
+    failure one line naming the plug-in and the function."""
+    try:
+        return jax.jit(fn, static_argnums=static)(*args)
+    except PulseInputError:
+        raise
+    except Exception as err:   # noqa: BLE001 -- the user's code may raise anything
+        first = (str(err).strip().splitlines() or [""])[0]
+        _fail(kind, plugin, function, f"fails on concrete values of this run's shapes: {type(err).__name__}: {first}")
+
+
+def written_by_user(plugin, built_in: dict) -> bool:
+    """Whether a plug-in runs code of its user's: a function not defined in pulse-jax, or a built-in
+    whose ``needs_interval`` was changed. The built-ins pass these checks (tested), so only plug-ins
+    written by users pay for them."""
+    functions = [v for v in plugin if callable(v) and not isinstance(v, type)]
+    if any(not getattr(f, "__module__", "").startswith("pulse_jax.") for f in functions):
+        return True
+    same_name = []
+    for factory in built_in.values():
+        try:
+            original = factory()
+        except TypeError:      # a built-in factory that takes its settings (top_k(k), ...)
+            continue
+        if original.name == plugin.name:
+            same_name.append(getattr(original, "needs_interval", None))
+    return bool(same_name) and getattr(plugin, "needs_interval", None) not in same_name
+
+
+def _same(a, b) -> bool:
+    la, lb = jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b)
+    return len(la) == len(lb) and all(np.array_equal(np.asarray(x), np.asarray(y), equal_nan=True)
+                                      for x, y in zip(la, lb))
+
+
+def _ledger_and_pull(m: int, n: int, B: int, with_design: bool, size: int):
+    """A plausible ledger after the first look (``B`` cells per model) and a pull of ``size`` draws of
+    model 0, built in NumPy (no small programs compiled to make them)."""
+    from pulse_jax.estimators.base import DrawDesign, Ledger, Pull
+
+    rng = np.random.default_rng(0)
+    f32 = lambda x: jnp.asarray(np.asarray(x, np.float32))   # noqa: E731
+    obs = rng.integers(0, 2, (m, B)).astype(np.float32)
+    preds = rng.uniform(0.1, 0.9, (m, n)).astype(np.float32)
+    unseen_pred = preds[:, B:]
+    ledger = Ledger(jnp.asarray(np.full(m, B, np.int32)), jnp.asarray(np.ones(m, np.int32)), f32(obs.sum(1)),
+                    f32((obs ** 2).sum(1)), f32(unseen_pred.sum(1)), f32((unseen_pred ** 2).sum(1)),
+                    jnp.asarray(np.full(m, n, np.int32)))
+    valid = np.arange(B) < size
+    scores = np.where(valid, rng.integers(0, 2, B), 0).astype(np.float32)
+    batch_preds = np.where(valid, preds[0, B:2 * B], 0).astype(np.float32)
+    design = None
+    if with_design:   # a uniform draw over the unseen examples, as `draw_design` describes it
+        unseen = preds[0, B:]
+        design = DrawDesign(f32(np.where(valid, 1.0, 0.0)), f32(n - B), f32(unseen.sum()), f32(n - B),
+                            f32((unseen / 1.0).max()), f32(((1.0 - unseen) / 1.0).max()))
+    pull = Pull(jnp.asarray(np.int32(0)), jnp.asarray(np.int32(size)), f32(scores.sum()), f32(batch_preds.sum()),
+                f32(scores), f32(batch_preds), jnp.asarray(valid), design)
+    return ledger, pull
+
+
+def check_estimator_values(estimator, n_models: int, n_examples: int, batch_size: int, params) -> None:
+    """``update`` keeps the state on an empty pull; ``proxies`` lie in their declared range, with
+    positive widths, on a full pull."""
+    kind, m, n, B = "estimator", n_models, n_examples, min(batch_size, max(n_examples // 2, 1))
+    with_design = estimator.draw_weights is not None
+    ledger, empty = _ledger_and_pull(m, n, B, with_design, 0)
+    state = _run(kind, estimator, "init", estimator.init, ledger, params)
+    after, _ = _run(kind, estimator, "update", estimator.update, state, ledger, empty, n, params, static=(3,))
+    if not _same(state, after):
+        _fail(kind, estimator, "update", "changed the state on an empty pull (pull.size == 0, a step that spent "
+                                         "nothing); mask its changes with pull.size > 0")
+    if estimator.proxies is None:
+        return
+    _, pull = _ledger_and_pull(m, n, B, with_design, B)
+    y, lower, width = (np.asarray(v, np.float64) for v in
+                       _run(kind, estimator, "proxies", estimator.proxies, state, ledger, pull, n, params, static=(3,)))
+    valid = np.broadcast_to(np.asarray(pull.valid), y.shape)
+    if not (np.isfinite(y[valid]).all() and np.isfinite(lower[valid]).all() and np.isfinite(width[valid]).all()):
+        _fail(kind, estimator, "proxies", "returned values that are not finite (NaN or infinite) for draws that "
+                                          "happened")
+    if (width[valid] <= 0).any():
+        _fail(kind, estimator, "proxies", f"returned a width of {width[valid].min():g}; every width must be > 0 (the "
+                                          "range [lower, lower + width] of each observation)")
+    slack = RANGE_SLACK * np.maximum(1.0, np.abs(width))
+    outside = valid & ((y < lower - slack) | (y > lower + width + slack))
+    if outside.any():
+        c, b = map(int, np.argwhere(outside)[0])
+        _fail(kind, estimator, "proxies", f"returned Y = {y[c, b]:g} outside its declared range [{lower[c, b]:g}, "
+                                          f"{lower[c, b] + width[c, b]:g}] (sequence {c}, draw {b}); the confidence "
+                                          "sequence would clip it and no longer hold. Declare a range that covers Y")
+
+
+def _rule_inputs(m: int, low, high, seed: int):
+    from pulse_jax.rules.base import RuleInputs
+
+    rng = np.random.default_rng(seed)
+    estimates = rng.uniform(0.2, 0.8, m).astype(np.float32)
+    key = np.array([0, seed], np.uint32)        # jax.random.PRNGKey(seed), without compiling it
+    return RuleInputs(*(jnp.asarray(x) for x in (np.int32(3), estimates, low, high, np.full(m, 8, np.int32),
+                                                  np.ones(m, np.int32), np.ones(m, bool), np.zeros(m, bool),
+                                                  np.arange(m, dtype=np.int32), key)))
+
+
+def _bounds(m: int, seed: int):
+    """Bounds of ``m`` models: overlapping for seeds 0 and 1; for seed 2 the last model is clear of the rest
+    (so a rule that stops on separated bounds answers differently than on NaN ones)."""
+    rng = np.random.default_rng(seed + 100)
+    centre = rng.uniform(0.3, 0.7, m)
+    half = rng.uniform(0.01, 0.2, m)
+    if seed == 2:
+        centre, half = np.linspace(0.2, 0.9, m), np.full(m, 0.01)
+    return (centre - half).astype(np.float32), (centre + half).astype(np.float32)
+
+
+def check_rule_values(rule, config, params) -> None:
+    """``choose`` names a model that exists (or -1), and does not read the bounds it was not given."""
+    kind, m = "sampling rule", config.n_models
+    try:
+        state = rule.init(config)
+    except Exception as err:   # noqa: BLE001 -- checked by the conformance check first; here for safety
+        _fail(kind, rule, "init", f"fails on this run's configuration: {type(err).__name__}: {err}")
+    nan = np.full(m, np.nan, np.float32)
+    for seed in range(3):
+        low, high = _bounds(m, seed)
+        given = _run(kind, rule, "choose", rule.choose, state, _rule_inputs(m, low, high, seed), params)[0]
+        model = int(np.asarray(given))
+        if not -1 <= model < m:
+            _fail(kind, rule, "choose", f"returned model {model}; a run has models 0..{m - 1} (-1: pull nothing)")
+        if not rule.needs_interval:
+            blind = _run(kind, rule, "choose", rule.choose, state, _rule_inputs(m, nan, nan, seed), params)[0]
+            if int(np.asarray(blind)) != model:
+                _fail(kind, rule, "choose", "reads inputs.low / inputs.high without declaring needs_interval=True; "
+                                            "without it they are NaN in every run")
+
+
+def check_stop_values(stop, config, params) -> None:
+    """``done`` does not read bounds it was not given; ``holds`` answers True or False."""
+    from pulse_jax.stopping.base import StopInputs
+
+    kind, m = "stopping rule", config.n_models
+    nan = jnp.asarray(np.full(m, np.nan, np.float32))
+    for seed in range(3):
+        low, high = _bounds(m, seed)
+        inputs = StopInputs(jnp.asarray(np.int32(3)), jnp.asarray(np.int32(config.budget // 2)), config.budget,
+                            *(jnp.asarray(x) for x in ((low + high) / 2, low, high, np.bool_(seed == 1),
+                                                        np.int32(0 if seed == 1 else -1))))
+        done = bool(np.asarray(_run(kind, stop, "done", stop.done, inputs, params, static=())))
+        if not stop.needs_interval:
+            blind = bool(np.asarray(_run(kind, stop, "done", stop.done, inputs._replace(low=nan, high=nan), params)))
+            if blind != done:
+                _fail(kind, stop, "done", "reads inputs.low / inputs.high without declaring needs_interval=True; "
+                                          "without it they are NaN in every run")
+    check_holds(stop, np.eye(m, dtype=bool)[0], np.linspace(0.9, 0.1, m), params)
+
+
+def check_holds(stop, claimed, true_means, params) -> bool:
+    """``stop.holds(claimed, true_means, params)`` as a bool; a failure or a non-boolean answer is one line."""
+    try:
+        answer = stop.holds(claimed, true_means, params)   # host side, NumPy: not compiled
+    except Exception as err:   # noqa: BLE001 -- the user's code may raise anything
+        first = (str(err).strip().splitlines() or [""])[0]
+        _fail("stopping rule", stop, "holds", f"fails on concrete values of this run's shapes: {type(err).__name__}: "
+                                              f"{first}")
+    if not isinstance(answer, (bool, np.bool_)) and not (isinstance(answer, np.ndarray) and answer.shape == ()
+                                                          and answer.dtype == bool):
+        _fail("stopping rule", stop, "holds", f"returned {type(answer).__name__} {answer!r}; expected True or False")
+    return bool(answer)
