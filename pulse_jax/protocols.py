@@ -7,12 +7,14 @@ the records its functions receive: `pulse_jax.estimators.base`, `pulse_jax.rules
 `pulse_jax.stopping.base`. They document the contract (argument order, what comes back, the shapes);
 `pulse_jax.engine.conformance.check_plugins` enforces the shapes on a run's own sizes before
 anything is compiled. Shapes use ``m`` models, ``n`` examples, ``B`` the batch size and ``C`` the
-estimator's ``n_sequences``. This module imports nothing of the package.
+estimator's ``n_sequences``. This module imports nothing of the package; it also holds how a kind's
+package exports its names lazily and loads its built-ins (`lazy`, `import_all`).
 """
 from __future__ import annotations
 
+import importlib
 import math
-from typing import NamedTuple, Protocol
+from typing import Callable, NamedTuple, Protocol
 
 import chex
 
@@ -53,3 +55,45 @@ class Range(NamedTuple):
     def __str__(self) -> str:
         text = f"{'[' if self.low_closed else '('}{self.low:g}, {self.high:g}{']' if self.high_closed else ')'}"
         return text + (" or NaN" if self.nan else "")
+
+
+# ----------------------------------------------------------------------------- how a kind's package loads
+
+
+def lazy(package: dict, exports: dict[str, list[str]]) -> tuple[Callable, Callable, list[str]]:
+    """``(__getattr__, __dir__, __all__)`` for the package whose globals are ``package``, exporting
+    ``exports`` (``{module: [names]}``); a name is imported from its module when first read (PEP 562),
+    so importing the package (or one of its modules: Python imports the package first) loads nothing
+    else."""
+    where = {name: module for module, names in exports.items() for name in names}
+
+    def getattr_(name):
+        if name in where:
+            value = getattr(importlib.import_module(where[name]), name)
+            package[name] = value      # later look-ups skip this hook
+            return value
+        raise AttributeError(f"module {package['__name__']!r} has no attribute {name!r}")
+
+    def dir_():
+        return sorted(set(package) | set(where))
+
+    return getattr_, dir_, sorted(where)
+
+
+def import_all(package: str, modules: tuple[str, ...], table: dict) -> dict:
+    """Import ``package.<module>`` for each of ``modules`` (a kind's built-ins add themselves to its
+    ``BUILT_IN`` ``table`` as they load), then put ``table`` in the modules' order whatever order they
+    loaded in, so every listing of the names is the same."""
+    for module in modules:
+        importlib.import_module(f"{package}.{module}")
+    rank = {f"{package}.{m}": i for i, m in enumerate(modules)}
+
+    def where(item):
+        factory = getattr(item[1], "func", item[1])     # functools.partial: its function's module
+        return rank.get(getattr(factory, "__module__", ""), len(rank))
+
+    ordered = sorted(table.items(), key=where)          # stable: each module's own order is kept
+    if list(table) != [k for k, _ in ordered]:
+        table.clear()
+        table.update(ordered)
+    return table

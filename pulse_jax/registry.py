@@ -22,13 +22,14 @@ import sys
 from typing import Callable
 
 from pulse_jax.errors import PulseInputError
+from pulse_jax.fileio.jsonable import plain_value
 from pulse_jax.estimators import base as estimators
 from pulse_jax.rules import base as rules
 from pulse_jax.stopping import base as stopping
 
-# The interfaces only: the built-ins add themselves to their kind's ``BUILT_IN`` table when their
-# package loads (importing ``pulse_jax.rules.base`` loads ``pulse_jax.rules`` first), so nothing
-# that resolves names -- the engine included -- imports a built-in plug-in.
+# The interfaces only: each built-in adds itself to its kind's ``BUILT_IN`` table when its module
+# loads, and a kind's ``built_ins()`` loads them the first time a name is resolved; importing the
+# engine or a plug-in package loads none of them. (These tables fill on first resolution.)
 ESTIMATORS: dict[str, Callable] = estimators.BUILT_IN
 SAMPLING_RULES: dict[str, Callable] = rules.BUILT_IN
 STOPPING_RULES: dict[str, Callable] = stopping.BUILT_IN
@@ -36,9 +37,9 @@ ALIASES = {"ucb": "ucbe", "naive_pooling": "naive", "toptwo": "top_two", "halvin
            "sh": "successive_halving", "epsilon": "epsilon_good",
            "topk": "top_k", "tie_groups": "tie_group"}
 
-_KINDS = {"estimator": (ESTIMATORS, estimators.Estimator, "method"),
-          "sampling rule": (SAMPLING_RULES, rules.SamplingRule, "rule"),
-          "stopping rule": (STOPPING_RULES, stopping.StoppingRule, "stop")}
+_KINDS = {"estimator": (estimators.built_ins, estimators.Estimator, "method"),
+          "sampling rule": (rules.built_ins, rules.SamplingRule, "rule"),
+          "stopping rule": (stopping.built_ins, stopping.StoppingRule, "stop")}
 
 
 def import_user_module(module_name: str, where: str, spec: str | None = None):
@@ -78,8 +79,9 @@ def load_attribute(spec: str, where: str = "plug-in"):
 
 def resolve(kind: str, value, where: str | None = None):
     """The plug-in of ``kind`` named or given by ``value`` (see the module docstring)."""
-    table, cls, option = _KINDS[kind]
+    load, cls, option = _KINDS[kind]
     where = where or option
+    table = load()
     if isinstance(value, cls):
         return value
     if isinstance(value, str):
@@ -138,11 +140,6 @@ def stopping_rule(value, where: str | None = None) -> stopping.StoppingRule:
 
 def describe(plugin) -> dict:
     """A plug-in's identity for logs and results: its name and its settings."""
-    settings = {k: _plain(v) for k, v in getattr(plugin, "settings", ())}
+    settings = {k: plain_value(v) for k, v in getattr(plugin, "settings", ())}
     return {"name": plugin.name, "settings": settings}
 
-
-def _plain(v):
-    if isinstance(v, (bool, int, float, str)) or v is None:
-        return v
-    return getattr(v, "__qualname__", None) or repr(v)

@@ -376,7 +376,7 @@ def result_from(out, method_name: str, config: BanditConfig, params: RunParams, 
         method=method_name, config=config, seed=seed, true_means=np.nanmean(np.asarray(scores, np.float64), axis=1),
         best=np.concatenate([out.init_best[:, None], out.steps.best], axis=1).astype(np.int64),
         spent=np.concatenate([init_spent, out.steps.spent], axis=1).astype(np.int64),
-        chosen=np.asarray(out.steps.chosen), lam=_info_field(out.steps, "lam"), step_info=_info_dict(out.steps.info),
+        chosen=np.asarray(out.steps.chosen), step_info=_info_dict(out.steps.info),
         estimates=np.asarray(out.estimates, np.float64), radius=np.asarray(out.radius, np.float64),
         n_obs=np.asarray(out.n_obs), n_pulls=np.asarray(out.n_pulls),
         seconds=seconds, compile_seconds=compile_seconds,
@@ -400,12 +400,6 @@ def _info_dict(info) -> dict:
     if isinstance(info, dict):
         return {str(k): np.asarray(v) for k, v in info.items()}
     return {f"info_{k}": np.asarray(v) for k, v in enumerate(jax.tree_util.tree_leaves(info))}
-
-
-def _info_field(steps, name: str) -> np.ndarray:
-    """One field of the per-step info, NaN for an estimator that does not report it."""
-    value = _info_dict(steps.info).get(name)
-    return np.asarray(value) if value is not None else np.full(np.shape(steps.chosen), np.nan, np.float32)
 
 
 def _put(array, sharding):

@@ -21,6 +21,7 @@ import jax
 import numpy as np
 
 from pulse_jax import engine
+from pulse_jax.fileio.jsonable import plain_number
 from pulse_jax.analysis import metrics
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError, require
@@ -45,7 +46,7 @@ class SweepResult:
 
     def values(self, k: int) -> dict:
         """The swept parameters' values at point ``k``."""
-        return {a: _plain(self.points[k].value(a)) for a in self.axes}
+        return {a: plain_number(self.points[k].value(a)) for a in self.axes}
 
     def table(self, targets=(0.9, 0.95), n_boot: int = 1000) -> list[dict]:
         """One row per point: Accuracy@budget (SE), budget to each target with a bootstrap interval,
@@ -59,14 +60,14 @@ class SweepResult:
             for t in targets:
                 b, base = found[k][t], found[self.baseline][t]["budget"]
                 tag = f"{t * 100:g}"
-                row[f"budget_to_{tag}"] = _plain(b["budget"])
-                row[f"budget_to_{tag}_low"] = _plain(b["low"])
-                row[f"budget_to_{tag}_high"] = _plain(b["high"])
-                row[f"savings_{tag}_pct"] = _plain(metrics.savings(b["budget"], base))
+                row[f"budget_to_{tag}"] = plain_number(b["budget"])
+                row[f"budget_to_{tag}_low"] = plain_number(b["low"])
+                row[f"budget_to_{tag}_high"] = plain_number(b["high"])
+                row[f"savings_{tag}_pct"] = plain_number(metrics.savings(b["budget"], base))
             if r.cs_low is not None and np.isfinite(r.cs_low).all():
                 cert = r.certification()
                 row["certified_fraction"] = cert["certified_fraction"]
-                row["median_cells_to_certify"] = _plain(cert["median_cells"])
+                row["median_cells_to_certify"] = plain_number(cert["median_cells"])
             rows.append(row)
         return rows
 
@@ -124,11 +125,6 @@ class SweepResult:
         return "\n".join(lines)
 
 
-def _plain(x):
-    x = float(x)
-    return None if math.isnan(x) or math.isinf(x) else x
-
-
 def _show(x):
     return "rule" if x is None else f"{x:g}"
 
@@ -178,7 +174,7 @@ def grid_points(grid, base=None, plugins=None) -> tuple[tuple[str, ...], list[Ru
         axes += [a for a in values if a not in axes]
         points.append(engine.resolve_params(base.replace(values), plugins, where))
     if not axes:   # RunParams points: the numbers that differ
-        axes = [a for a in points[0].paths() if len({str(_plain(p.value(a))) for p in points}) > 1]
+        axes = [a for a in points[0].paths() if len({str(plain_number(p.value(a))) for p in points}) > 1]
     return tuple(axes), points
 
 

@@ -3,7 +3,7 @@
 Written from the derivations in docs/confidence.md, independently of the engine: it shares only the
 random numbers (the Fisher-Yates choices of each draw, the model order, the
 tie-breaking uniforms), which it takes from ``pulse_jax.engine.draw_keys``,
-``pulse_jax.stats.without_replacement.fisher_yates_choices`` and ``tie_uniforms``. Everything
+``pulse_jax.stats.without_replacement.fisher_yates_choices`` and ``tie_uniform``. Everything
 else -- the swaps that turn choices into a batch, selection, the three
 estimators, the lambda rule, the masked BCE gradient and Adam -- is
 re-implemented here in float64, and so are the confidence sequences (one draw

@@ -89,7 +89,7 @@ def _result(best, spent, true_means, method="ucbe"):
     config = BanditConfig(n_models=len(true_means), n_examples=100, budget=int(spent.max()), batch_size=10)
     r, s = best.shape
     return SimulationResult(method, config, 0, np.asarray(true_means, float), best, spent,
-                            np.zeros((r, s - 1), int), np.zeros((r, s - 1)), np.zeros((r, 3)), np.zeros((r, 3)),
+                            np.zeros((r, s - 1), int), np.zeros((r, 3)), np.zeros((r, 3)),
                             np.zeros((r, 3), int), np.zeros((r, 3), int))
 
 

@@ -41,7 +41,7 @@ def test_no_import_circles_and_no_private_names_across_modules():
     facts = _structure().facts()
     assert facts["import_circles"] == [], facts["import_circles"]
     assert facts["private_cross_module_names"] == [], facts["private_cross_module_names"]
-    assert facts["group_circles"] == [], facts["group_circles"]   # engine, live, io, analysis: one way too
+    assert facts["group_circles"] == [], facts["group_circles"]   # engine, live, fileio, harnesses, analysis: one way too
 
 
 def test_the_structure_targets_hold():
@@ -55,6 +55,18 @@ def test_the_structure_targets_hold():
     assert facts["annotation_circles"] == [], facts["annotation_circles"]
     assert facts["any_annotations"] <= 21, facts["any_annotations"]
     assert facts["longest_function"]["lines"] <= 60, facts["longest_function"]
+
+
+def test_the_library_stands_without_its_command_line():
+    """Nothing outside ``pulse_jax/cli/`` imports ``pulse_jax.cli`` or ``argparse``; no module is named
+    like a standard-library module (Python started in its folder would import it instead); no file is
+    over 600 lines; no function anywhere takes more than 6 positional parameters."""
+    facts = _structure().facts()
+    assert facts["cli_imports_outside_cli"] == [], facts["cli_imports_outside_cli"]
+    assert facts["argparse_outside_cli"] == [], facts["argparse_outside_cli"]
+    assert facts["standard_library_names"] == [], facts["standard_library_names"]
+    assert facts["modules_over_600_lines"] == [], facts["modules_over_600_lines"]
+    assert facts["most_positional"]["count"] <= 6, facts["most_positional"]
 
 
 def test_no_deprecation_layer_is_left():

@@ -192,15 +192,15 @@ def test_every_built_in_passes_the_value_checks():
     from pulse_jax.rules import base as rules
     from pulse_jax.stopping import base as stops
 
-    for name, factory in estimators.BUILT_IN.items():
+    for name, factory in estimators.built_ins().items():
         estimator = factory()
-        assert not value_checks.written_by_user(estimator, estimators.BUILT_IN), name
+        assert not value_checks.written_by_user(estimator, estimators.built_ins()), name
         value_checks.check_estimator_values(estimator, M, N, B, estimator.params)
-    for name, factory in rules.BUILT_IN.items():
+    for name, factory in rules.built_ins().items():
         config = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B, rule=factory(), stop=BUDGET)
-        assert not value_checks.written_by_user(config.rule, rules.BUILT_IN), name
+        assert not value_checks.written_by_user(config.rule, rules.built_ins()), name
         value_checks.check_rule_values(config.rule, config, config.rule.params)
-    for name, factory in stops.BUILT_IN.items():
+    for name, factory in stops.built_ins().items():
         try:
             stop = factory()
         except TypeError:      # top_k(k): a factory that takes its size
@@ -214,7 +214,20 @@ def test_a_built_in_with_needs_interval_switched_off_is_checked_as_user_code():
     from pulse_jax.stopping import base as stops
 
     switched = registry.stopping_rule("epsilon_good")._replace(needs_interval=False)
-    assert value_checks.written_by_user(switched, stops.BUILT_IN)
+    assert value_checks.written_by_user(switched, stops.built_ins())
     config = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B, rule=INDEX, stop=switched)
     with pytest.raises(PulseInputError, match="'epsilon_good': done reads inputs.low / inputs.high without declaring"):
         pj.simulate(SCORES, config, UCBE, V=V, reps=2)
+
+
+def test_importing_the_engine_loads_no_built_in_plugin():
+    import subprocess
+    import sys
+
+    code = ("import sys, pulse_jax.engine, pulse_jax.registry\n"
+            "kinds = ('pulse_jax.estimators.', 'pulse_jax.rules.', 'pulse_jax.stopping.')\n"
+            "print(sorted(m for m in sys.modules if m.startswith(kinds) and not m.endswith('.base')))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out
+    # and a name still resolves (its kind's built-ins load then)
+    assert registry.estimator("pulse").name == "pulse"

@@ -32,7 +32,6 @@ class SimulationResult:
     best: np.ndarray           # (R, n_steps + 1)
     spent: np.ndarray          # (R, n_steps + 1), initialization included
     chosen: np.ndarray         # (R, n_steps), -1 = no pull
-    lam: np.ndarray            # (R, n_steps), the estimator's per-step ``lam`` if it reports one (PULSE), else NaN
     estimates: np.ndarray      # (R, m)
     radius: np.ndarray         # (R, m)
     n_obs: np.ndarray          # (R, m)
@@ -56,6 +55,17 @@ class SimulationResult:
     cs_seq_high: np.ndarray | None = None
     stopped: np.ndarray | None = None          # (R,) the stopping rule fired
     claimed: np.ndarray | None = None          # (R, m) what its claim named then (config.stop.holds checks it)
+
+    def info(self, name: str) -> np.ndarray:
+        """``(R, n_steps)``: one field of the estimator's per-step info (``step_info``), NaN where the
+        estimator does not report it."""
+        value = (self.step_info or {}).get(name)
+        return np.asarray(value) if value is not None else np.full(np.shape(self.chosen), np.nan, np.float32)
+
+    @property
+    def lam(self) -> np.ndarray:
+        """``(R, n_steps)``: the estimator's per-step ``lam`` (PULSE's lambda), NaN for one without."""
+        return self.info("lam")
 
     @property
     def reps(self) -> int:

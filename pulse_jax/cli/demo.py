@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_run_options, bandit_config, check_params, check_run_args, parse_methods, resolve_defaults, uses_predictions
+from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, uses_predictions
 from pulse_jax.cli.output import check_out_dir, finish, run_all
 
 
@@ -27,7 +27,7 @@ def run(args) -> None:
     bench = synthetic.make_benchmark(seed=args.seed)
     m, n = bench.scores.shape
     config = bandit_config(args, m, n, default_budget=m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS)
-    check_params(args, [(e, config.rule, config.stop) for e in methods.values()])
+    check_param_options(args, [(e, config.rule, config.stop) for e in methods.values()])
     print(bench.description)
     print(f"budget {config.budget:,} cells ({config.init_cells:,} for initialization), batch {config.batch_size}, "
           f"refit every {config.refit_every} steps, {args.reps} repetitions per method")

@@ -291,7 +291,7 @@ def param_values(args) -> dict:
     return choices.param_values(getattr(args, "param", ()), getattr(args, "given", set()), choices.flag)
 
 
-def check_params(args, plugin_sets) -> None:
+def check_param_options(args, plugin_sets) -> None:
     """Every ``--param`` path is a number of at least one of the runs' plug-ins and lies in its range."""
     choices.check_param_paths(param_values(args), plugin_sets, choices.flag)
 

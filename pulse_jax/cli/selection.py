@@ -124,8 +124,7 @@ def run(args) -> None:
     plan.side_information(plan.plugins()[0])   # the log's folder and the side information, before the scorer
     evaluate, examples = scorer_of(args, models)
     selector = plan.selector(models, examples, where=f"in {args.models}")
-    meter = plan.meter(models, getattr(evaluate, "tokens", None), scorer=args.inspect_scorer,
-                       metric=args.inspect_metric, value_map=args.value_map)
+    meter = plan.meter(models, getattr(evaluate, "tokens", None), history=_usage(args, plan))
     if meter is not None:
         meter.update(selector.evaluated())
         print(meter.cost_line(selector.config.budget, len(models) * plan.batch_size * plan.init_batches)
@@ -163,6 +162,16 @@ def _drive(args, plan, selector, evaluate, meter):
         print(f"\ninterrupted: {selector.spent:,} cells are safe in {args.log}; run the same command again "
               "to continue", file=sys.stderr)
         raise
+
+
+def _usage(args, plan):
+    """The token counts of ``--usage`` logs (None without them or without prices)."""
+    if not (plan.usage and plan.has_money_side):
+        return None
+    from pulse_jax.harnesses import inspect_logs
+
+    return inspect_logs.usage_history(plan.usage, args.inspect_scorer, args.inspect_metric,
+                                      inspect_logs.parse_value_map(args.value_map))
 
 
 def check_concurrency(args) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pulse_jax.cli.inputs import check_side_information, one_side_information, side_information
-from pulse_jax.cli.options import HelpFormatter, add_input_options, add_run_options, bandit_config, check_params, check_run_args, parse_methods, resolve_defaults, uses_predictions
+from pulse_jax.cli.options import HelpFormatter, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, uses_predictions
 from pulse_jax.cli.output import check_out_dir, finish, hash_inputs, run_all, say_missing
 from pulse_jax.errors import require
 
@@ -33,7 +33,7 @@ def run(args) -> None:
     require(len(cand.models) >= 2, f"{cand.source}: need at least 2 candidate models, found {len(cand.models)}")
     m, n = cand.shape
     config = bandit_config(args, m, n, default_budget=max(m * args.batch_size * args.init_batches, (m * n) // 4))
-    check_params(args, [(e, config.rule, config.stop) for e in methods.values()])
+    check_param_options(args, [(e, config.rule, config.stop) for e in methods.values()])
     V = None
     if not uses_predictions(methods) and (args.train or args.embeddings):
         check_side_information(args, cand, n)     # given but unused: still refuse a wrong one

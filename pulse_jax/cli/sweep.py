@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from pulse_jax.cli.inputs import one_side_information, side_information
-from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_input_options, add_run_options, bandit_config, check_params, check_run_args, for_method, numbers_of, parse_methods, plugin_option, resolve_defaults
+from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, for_method, numbers_of, parse_methods, plugin_option, resolve_defaults
 from pulse_jax.cli.output import check_out_dir, hash_inputs, say_missing, say_ties, simulation_progress
 from pulse_jax.errors import require
 
@@ -46,7 +46,7 @@ def run(args) -> None:
     (method, estimator), = methods.items()
     plugins = (estimator, plugin_option("sampling rule", args.rule, "--rule"), plugin_option("stopping rule", args.stop, "--stop"))
     grid, baseline = _sweep_grid(args, plugins)
-    check_params(args, [plugins])
+    check_param_options(args, [plugins])
     scores, names, title, default_budget, V, inputs = _sweep_data(args, method, estimator)
     m, n = scores.shape
     config = for_method(bandit_config(args, m, n, default_budget), estimator, alone=True)

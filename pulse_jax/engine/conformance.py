@@ -280,12 +280,12 @@ def _check_hashable(config, estimator) -> None:
     from pulse_jax.rules import base as rules
     from pulse_jax.stopping import base as stops
 
-    if value_checks.written_by_user(estimator, estimators.BUILT_IN):
+    if value_checks.written_by_user(estimator, estimators.built_ins()):
         value_checks.check_estimator_values(estimator, config.n_models, config.n_examples, config.batch_size,
                                             params.estimator)
-    if value_checks.written_by_user(config.rule, rules.BUILT_IN):
+    if value_checks.written_by_user(config.rule, rules.built_ins()):
         value_checks.check_rule_values(config.rule, config, params.rule)
-    if value_checks.written_by_user(config.stop, stops.BUILT_IN):
+    if value_checks.written_by_user(config.stop, stops.built_ins()):
         value_checks.check_stop_values(config.stop, config, params.stop)
 
 

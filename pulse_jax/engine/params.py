@@ -24,8 +24,8 @@ from typing import Mapping, NamedTuple, Union
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
+from pulse_jax.fileio.jsonable import plain_number
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.protocols import Range
 
@@ -78,11 +78,7 @@ class BanditParams(NamedTuple):
         return jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), self)
 
     def to_dict(self) -> dict:
-        return {k: _plain(getattr(self, k)) for k in NUMBER_FIELDS}
-
-    def value(self, name: str):
-        """An engine field's value."""
-        return getattr(self, name)
+        return {k: plain_number(getattr(self, k)) for k in NUMBER_FIELDS}
 
 
 #: The engine's numbers, in `BanditParams`' order.
@@ -101,11 +97,6 @@ RANGES = {
     "cs_simultaneous": Range(0.0, 1.0, low_closed=True, high_closed=True),
     "refit_prior": Range(0.0, math.inf, low_closed=True),
 }
-
-
-def _plain(v):
-    v = float(np.asarray(v))
-    return None if math.isnan(v) else v
 
 
 def check_value(name: str, value, where: str = "", ranges: Mapping | None = None) -> float:
@@ -140,18 +131,17 @@ def as_number(name, value, where) -> float:
 
 
 def _fields(part) -> tuple[str, ...]:
-    """The number names of one part's params: a NamedTuple's fields, a dict's keys, none for ``()``."""
-    if isinstance(part, Mapping):
-        return tuple(part)
+    """The number names of one part's params: a NamedTuple's fields, none for ``()`` (a plug-in's params
+    are one or the other: `pulse_jax.engine.conformance` refuses anything else)."""
     return tuple(getattr(part, "_fields", ()))
 
 
 def _get(part, name):
-    return part[name] if isinstance(part, Mapping) else getattr(part, name)
+    return getattr(part, name)
 
 
 def _set(part, name, value):
-    return {**part, name: value} if isinstance(part, Mapping) else part._replace(**{name: value})
+    return part._replace(**{name: value})
 
 
 class RunParams(NamedTuple):
@@ -214,7 +204,7 @@ class RunParams(NamedTuple):
     def to_dict(self) -> dict:
         """``{"engine": {...}, "estimator": {...}, "rule": {...}, "stop": {...}}`` of plain floats (NaN: None)."""
         return {"engine": self.engine.to_dict(),
-                **{part: {f: _plain(_get(getattr(self, part), f)) for f in _fields(getattr(self, part))}
+                **{part: {f: plain_number(_get(getattr(self, part), f)) for f in _fields(getattr(self, part))}
                    for part in PARTS[1:]}}
 
 

@@ -30,7 +30,7 @@ Declared capabilities, which the engine, the CLI and the reports follow
 embeddings ``V``; the engine refits the factorization for it), ``draw_weights``
 (the engine draws the model's examples with probabilities proportional to
 these weights instead of uniformly, and hands the estimator the
-`DrawDesign` in ``pull.design``; `pulse_jax.adaptive`) and
+`DrawDesign` in ``pull.design``; `pulse_jax.estimators.adaptive`) and
 ``has_interval`` (``proxies`` is given: confidence sequences, certification,
 LUCB-style rules and certified stopping are available). ``settings`` lists
 the static settings as ``(name, value)`` pairs, which logs record.
@@ -38,17 +38,17 @@ the static settings as ``(name, value)`` pairs, which logs record.
 All three share the `Ledger` of observed-cell and prediction sums kept
 by the bandit engine, so the statistics exist once.
 """
-# Imported in the order the names list (each built-in adds itself to BUILT_IN on import).
-from pulse_jax.estimators.base import (DrawDesign, Estimator, Ledger, Pull, draw_design, observed_mean,  # isort: skip
-                                       populations, raw_proxies)
-from pulse_jax.estimators.ucbe import ucbe  # isort: skip
-from pulse_jax.estimators.pulse import (LambdaRule, PulseInfo, PulseParams, PulseState, aipw_proxies,  # isort: skip
-                                        constant_lambda, inverse_variance_weight, paper_lambda, pulse, pulse_certify,
-                                        pulse_hedged, pulse_theta)
-from pulse_jax.estimators.adaptive import pulse_adaptive  # isort: skip
-from pulse_jax.estimators.naive import naive_pooling  # isort: skip
 
-__all__ = ["DrawDesign", "Estimator", "LambdaRule", "Ledger", "Pull", "PulseInfo", "PulseParams", "PulseState",
-           "aipw_proxies", "constant_lambda", "draw_design", "inverse_variance_weight", "naive_pooling",
-           "observed_mean", "paper_lambda", "populations", "pulse", "pulse_adaptive", "pulse_certify", "pulse_hedged", "pulse_theta",
-           "raw_proxies", "ucbe"]
+from pulse_jax.protocols import lazy
+
+#: The built-ins, in the order their names list (each adds itself to ``BUILT_IN`` as it loads;
+#: `pulse_jax.estimators.base.built_ins` loads them when a name is resolved).
+_EXPORTS = {
+    "pulse_jax.estimators.base": ["DrawDesign", "Estimator", "Ledger", "Pull", "draw_design", "observed_mean", "populations", "raw_proxies"],
+    "pulse_jax.estimators.ucbe": ["ucbe"],
+    "pulse_jax.estimators.pulse": ["LambdaRule", "PulseInfo", "PulseParams", "PulseState", "aipw_proxies", "constant_lambda", "inverse_variance_weight", "paper_lambda", "pulse", "pulse_certify", "pulse_hedged", "pulse_theta"],
+    "pulse_jax.estimators.adaptive": ["pulse_adaptive"],
+    "pulse_jax.estimators.naive": ["naive_pooling"],
+}
+
+__getattr__, __dir__, __all__ = lazy(globals(), _EXPORTS)

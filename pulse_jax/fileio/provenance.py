@@ -18,6 +18,8 @@ from pathlib import Path
 
 import numpy as np
 
+from pulse_jax.fileio.jsonable import plain_value
+
 FILE_NAME = "provenance.json"
 
 
@@ -48,7 +50,7 @@ def _plain(value):
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if hasattr(value, "name"):
-        return {"name": value.name, "settings": {k: _plain(v) for k, v in dict(getattr(value, "settings", ())).items()}}
+        return {"name": value.name, "settings": {k: plain_value(v) for k, v in dict(getattr(value, "settings", ())).items()}}
     if isinstance(value, (tuple, list)):
         return [_plain(v) for v in value]
     return repr(value)

@@ -502,3 +502,9 @@ class InspectScorer:
         """``{model: (samples, input tokens, output tokens)}`` over every finished sample in the log folder."""
         return {name: (len(done), float(np.nansum([r[1] for r in done.values()])),
                        float(np.nansum([r[2] for r in done.values()]))) for name, done in self._done.items()}
+
+
+def usage_history(paths, scorer: str | None = None, metric: str | None = None, value_map=None):
+    """The Inspect logs at ``paths`` (files or folders) read for their token counts: what a live
+    selection's money budget estimates a cell's cost from (`pulse_jax.live.Plan.meter`)."""
+    return read_inspect(list(paths), scorer=scorer, metric=metric, value_map=value_map)

@@ -39,6 +39,7 @@ sample twice: the log's samples are skipped (``EarlyStop``) and the selection go
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -50,7 +51,7 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.harnesses import inspect_logs
-from pulse_jax.live.report import plain_number
+from pulse_jax.fileio.jsonable import plain_number
 
 #: The early-stopping manager's name in Inspect's logs.
 MANAGER = "pulse-jax select_best"
@@ -144,6 +145,8 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
 def _active_model() -> str | None:
     """The model Inspect is building a task for (None outside task resolution)."""
     try:
+        # Private, for want of a public one: ``inspect_ai.model.get_model()`` falls back to
+        # $INSPECT_EVAL_MODEL and builds a model outside an eval, where this must say None.
         from inspect_ai.model._model import active_model
     except ImportError:      # another inspect-ai layout: the models come from start_task or models=
         return None
@@ -154,6 +157,8 @@ def _active_model() -> str | None:
 def _sample_tokens() -> tuple[float, float]:
     """Input and output tokens of the sample being completed (NaN where Inspect does not say)."""
     try:
+        # Private, for want of a public one: the manager's complete_sample gets the scores only, and
+        # the sample's token usage is public only in its log, after the eval.
         from inspect_ai.model._model import sample_model_usage
 
         usage = sample_model_usage()
@@ -270,8 +275,9 @@ class _Selection:
                                            where="under Inspect")
         for m, cells in self.selector.evaluated().items():     # a resumed run's samples, told already
             self.lanes[m].scored.update(str(e) for e in cells)
-        self.meter = self.plan.meter(self.expected, self.token_sum, scorer=self.scorer, metric=self.metric,
-                                     value_map=self.value_map)
+        history = inspect_logs.usage_history(self.plan.usage, self.scorer, self.metric, self.value_map) \
+            if self.plan.usage and self.plan.has_money_side else None
+        self.meter = self.plan.meter(self.expected, self.token_sum, history=history)
         for request in self.selector.pending():   # a resumed log: the batches in flight when it stopped
             self._release(request)
         self.advance()
@@ -461,6 +467,21 @@ def _metadata(report, selection: _Selection) -> dict:
             "log": str(selection.path), "report": str(selection.plan.report_folder / "report.md")}
 
 
+@contextlib.contextmanager
+def _guarded(selection):
+    """A manager callback: its time counts as the manager's, and an error in it fails the selection, so
+    every model's task ends with that one line and none waits for a selection that failed. A
+    cancellation passes through untouched (Inspect cancels tasks as it ends them)."""
+    start = time.perf_counter()
+    try:
+        yield
+    except Exception as err:
+        selection.fail(str(err) if isinstance(err, PulseInputError) else f"{type(err).__name__}: {err}")
+        raise
+    finally:
+        selection.seconds += time.perf_counter() - start
+
+
 class SelectBest:
     """Inspect's ``EarlyStopping`` for one model's task, on the selection its log runs (`select_best`)."""
 
@@ -472,18 +493,12 @@ class SelectBest:
         require(self.model in (None, model), f"select_best: one task object runs for {self.model} and {model}; build "
                                              "the task in an @task function so each model has its own")
         self.model = model
-        start = time.perf_counter()
-        try:
+        with _guarded(self.selection):
             _watch_failures()
             eval_id = getattr(task, "eval_id", None)
             if eval_id:
                 _TASKS[eval_id] = (self.selection, model)
             self.selection.start(model, task, samples, epochs)
-        except BaseException as err:   # every model's task ends with it, none waits for a selection that failed
-            self.selection.fail(str(err) if isinstance(err, PulseInputError) else f"{type(err).__name__}: {err}")
-            raise
-        finally:
-            self.selection.seconds += time.perf_counter() - start
         return MANAGER
 
     async def schedule_sample(self, id, epoch: int):
@@ -512,14 +527,8 @@ class SelectBest:
         return _WAIT
 
     async def complete_sample(self, id, epoch: int, scores) -> None:
-        start = time.perf_counter()
-        try:
+        with _guarded(self.selection):
             self.selection.record(self.model, id, scores)
-        except BaseException as err:
-            self.selection.fail(str(err) if isinstance(err, PulseInputError) else f"{type(err).__name__}: {err}")
-            raise
-        finally:
-            self.selection.seconds += time.perf_counter() - start
 
     async def complete_task(self) -> dict:
         selection = self.selection

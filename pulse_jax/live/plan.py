@@ -237,22 +237,22 @@ class Plan:
         return {"retries": self.retries, "retry_wait": self.retry_wait, "retry_max_wait": self.retry_max_wait,
                 "grace": self.grace, "call_timeout": self.call_timeout}
 
-    def meter(self, models, tokens=None, scorer: str | None = None, metric: str | None = None, value_map=None):
+    @property
+    def has_money_side(self) -> bool:
+        """Whether the plan has a money side (``price``, ``cost_per_call`` or ``budget_usd``)."""
+        return bool(self.price or self.cost_per_call is not None or self.budget_usd is not None)
+
+    def meter(self, models, tokens=None, history=None):
         """The money side (`pulse_jax.live.money.Meter`; None without ``price``, ``cost_per_call`` or
-        ``budget_usd``); ``tokens``: the scorer's token counter (Inspect's), ``usage`` logs read with
-        ``scorer``/``metric``/``value_map``."""
-        if not (self.price or self.cost_per_call is not None or self.budget_usd is not None):
+        ``budget_usd``); ``tokens``: the scorer's token counter (Inspect's); ``history``: the token
+        counts of the ``usage`` logs (`pulse_jax.harnesses.inspect_logs.usage_history` reads them)."""
+        if not self.has_money_side:
             return None
         from pulse_jax.live import money
 
+        require(history is not None or not self.usage, f"{self.spell('usage')}: read the logs first "
+                                                       "(pulse_jax.harnesses.inspect_logs.usage_history)")
         prices = money.parse_prices(list(self.price), models, self.cost_per_call)
-        history = None
-        if self.usage:
-            from pulse_jax.harnesses import inspect_logs
-
-            if not isinstance(value_map, Mapping):   # the command line's VALUE=NUMBER texts
-                value_map = inspect_logs.parse_value_map(list(value_map or ()))
-            history = inspect_logs.read_inspect(list(self.usage), scorer=scorer, metric=metric, value_map=value_map)
         require(tokens is not None or not any(p.per_token for p in prices.values()),
                 f"{self.spell('price')} in tokens needs a scorer that reports tokens (Inspect); price a scorer of "
                 f"your own per call with {self.spell('cost_per_call')}")
@@ -300,7 +300,7 @@ class Plan:
         if figure:
             report.plot(out / "estimates.png")
             provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=self.seed,
-                                                     inputs=inputs, method=selector.method, extra={"log": log}),
+                                                     inputs=inputs or (), method=selector.method, extra={"log": log}),
                              files=["report.md", "report.json", "estimates.png"])
         return out
 

@@ -9,6 +9,8 @@ import dataclasses
 
 import numpy as np
 
+from pulse_jax.fileio.jsonable import plain_number
+
 
 @dataclasses.dataclass
 class Report:
@@ -113,11 +115,6 @@ class Report:
         from pulse_jax.analysis import plotting   # matplotlib only when a figure is asked for
 
         return plotting.estimates_with_intervals(self, path)
-
-
-def plain_number(x):
-    """A finite number as a Python float; None for NaN, inf or None (strict JSON)."""
-    return None if x is None or not np.isfinite(x) else float(x)
 
 
 def _fmt(x):

@@ -172,10 +172,10 @@ def _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call
 
 
 def _stopped_early(selector: Selector, in_flight: deque, stop: "_Stop", grace, logged_before: int) -> BaseException:
-    """Log the batches still in flight as they return (`_settle`), then the error that ends the run,
+    """Log the batches still in flight as they return (`_settle_in_flight`), then the error that ends the run,
     with what was logged and what the next run asks again."""
     stop.halt()
-    kept, abandoned = _settle(selector, in_flight, stop, grace)
+    kept, abandoned = _settle_in_flight(selector, in_flight, stop, grace)
     again = abandoned + stop.lost
     if stop.signal is not None:
         logged = selector.spent - logged_before + kept
@@ -259,7 +259,7 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
         if stop.halted:
             # The asks were cut short: telling now would tell a batch before asks an uninterrupted run
             # makes first, which a resumed run (replaying asks up to each told batch) could not repeat.
-            # What is in flight is logged as paid instead (`_settle`) and told on resume in order.
+            # What is in flight is logged as paid instead (`_settle_in_flight`) and told on resume in order.
             return
         if not in_flight:
             return
@@ -455,7 +455,7 @@ class _Workers:
             self._queue.put(None)
 
 
-def _settle(selector: Selector, in_flight: deque, stop: _Stop, grace) -> tuple[int, int]:
+def _settle_in_flight(selector: Selector, in_flight: deque, stop: _Stop, grace) -> tuple[int, int]:
     """Log the batches in flight as paid as their results arrive, until all have, a second signal, or
     ``grace`` seconds; returns ``(cells logged, cells abandoned)``. Results that arrived are always logged;
     only calls still running (or failed, or whose scores cannot be logged) are abandoned."""

@@ -26,7 +26,7 @@ only loss). The example embeddings are saved next to the log, so a resumed
 run uses exactly the same side information.
 
 Stopping: the selector's `pulse_jax.stopping.StoppingRule` (``stop=``),
-checked before every ask by the same `pulse_jax.engine.stop_status` that
+checked before every ask by the same `pulse_jax.engine.Kernel.stop_status` that
 stops a simulated run, on the kernel's anytime-valid confidence sequences
 (`pulse_jax.stats.confidence.ConfSeq`): they are valid at every look, so
 checking them after every batch is valid. The rule declares what its stop
@@ -52,7 +52,8 @@ from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live import journal
 from pulse_jax.live.compiled import Asked, compiled
 from pulse_jax.live.log_binding import LogBinding
-from pulse_jax.live.report import Report, plain_number
+from pulse_jax.fileio.jsonable import plain_number
+from pulse_jax.live.report import Report
 from pulse_jax.live.request import Request, check_scores
 from pulse_jax.live.side_information import SideInformation
 from pulse_jax.stats import confidence, factorization
@@ -286,7 +287,7 @@ class Selector(LogBinding, SideInformation):
                     first = self._initial_examples[i]
                     return self._issue(0, i, first if self._order is None else self._next_in_order(i, len(first)))
             return None
-        if self._stopped or (not self._replaying and self._stop_status()[0]):
+        if self._stopped or (not self._replaying and self._stopping_now()[0]):
             # The stopping rule says done: nothing more is asked (the batches in flight are still told).
             self._stopped = True
             if not self._pending:
@@ -379,7 +380,7 @@ class Selector(LogBinding, SideInformation):
 
     # ------------------------------------------------------------------ results
 
-    def _stop_status(self) -> tuple[bool, np.ndarray]:
+    def _stopping_now(self) -> tuple[bool, np.ndarray]:
         """``(done, claim)`` of the stopping rule now (before step ``self._t``), as a simulation checks it."""
         done, claim = self._status_fn(self._state, self._params, jnp.int32(self._t))
         return bool(done), np.asarray(claim, bool)
@@ -426,7 +427,7 @@ class Selector(LogBinding, SideInformation):
             if separated:
                 leader = int(certified)
             tied = tuple(self.models[j] for j in range(m) if j != leader and not high[j] < low[leader])
-        claim = self._stop_status()[1] if self.initialized else np.zeros(m, bool)
+        claim = self._stopping_now()[1] if self.initialized else np.zeros(m, bool)
         names = [self.models[i] for i in np.flatnonzero(claim)]
         return Report(self.method, self.seed, self.models, est, low, high, n_obs,
                       n_pulls, self.spent, c.budget, self.delta, self.models[leader], separated, tied,

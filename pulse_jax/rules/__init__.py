@@ -5,12 +5,17 @@
 * `top_two` -- Top-Two with the empirical-best leader and transportation-cost challenger (EB-TC);
 * `successive_halving` -- fixed-budget successive halving.
 """
-# Imported in the order the names list (each built-in adds itself to BUILT_IN on import).
-from pulse_jax.rules.base import RuleInputs, SamplingRule, ucb_index  # isort: skip
-from pulse_jax.rules.ucb_index import IndexParams, ucb_index_rule  # isort: skip
-from pulse_jax.rules.lucb import lucb, lucb_top_k  # isort: skip
-from pulse_jax.rules.top_two import TopTwoParams, top_two  # isort: skip
-from pulse_jax.rules.successive_halving import successive_halving  # isort: skip
 
-__all__ = ["IndexParams", "RuleInputs", "SamplingRule", "TopTwoParams", "ucb_index", "ucb_index_rule", "lucb", "lucb_top_k", "top_two",
-           "successive_halving"]
+from pulse_jax.protocols import lazy
+
+#: The built-ins, in the order their names list (each adds itself to ``BUILT_IN`` as it loads;
+#: `pulse_jax.rules.base.built_ins` loads them when a name is resolved).
+_EXPORTS = {
+    "pulse_jax.rules.base": ["RuleInputs", "SamplingRule", "ucb_index"],
+    "pulse_jax.rules.ucb_index": ["IndexParams", "ucb_index_rule"],
+    "pulse_jax.rules.lucb": ["lucb", "lucb_top_k"],
+    "pulse_jax.rules.top_two": ["TopTwoParams", "top_two"],
+    "pulse_jax.rules.successive_halving": ["successive_halving"],
+}
+
+__getattr__, __dir__, __all__ = lazy(globals(), _EXPORTS)

@@ -24,11 +24,6 @@ def tie_uniform(tie_key: chex.PRNGKey, t, which: int) -> chex.Array:
     return jax.random.uniform(jax.random.fold_in(jax.random.fold_in(tie_key, t), which))
 
 
-def tie_uniforms(tie_key: chex.PRNGKey, t) -> tuple[chex.Array, chex.Array]:
-    """Both uniforms of step ``t`` (for reference implementations replaying the draws)."""
-    return tie_uniform(tie_key, t, PULL), tie_uniform(tie_key, t, BEST)
-
-
 def random_argmax(u: chex.Array, values: chex.Array, model_order: chex.Array) -> chex.Array:
     """Argmax with ties broken uniformly at random.
 

@@ -7,12 +7,18 @@
 * `tie_group` -- stop once the leader's group of inseparable models is small enough
   (`groups` splits every model into ordered groups).
 """
-from pulse_jax.stopping.base import StopInputs, StoppingRule
-from pulse_jax.stopping.budget import spend_budget
-from pulse_jax.stopping.certified import when_certified
-from pulse_jax.stopping.epsilon_good import EpsilonParams, epsilon_good
-from pulse_jax.stopping.top_k import top_k
-from pulse_jax.stopping.tie_group import TieGroupParams, groups, leader_group, tie_group
 
-__all__ = ["EpsilonParams", "StopInputs", "StoppingRule", "TieGroupParams", "epsilon_good", "groups", "leader_group",
-           "spend_budget", "tie_group", "top_k", "when_certified"]
+from pulse_jax.protocols import lazy
+
+#: The built-ins, in the order their names list (each adds itself to ``BUILT_IN`` as it loads;
+#: `pulse_jax.stopping.base.built_ins` loads them when a name is resolved).
+_EXPORTS = {
+    "pulse_jax.stopping.base": ["StopInputs", "StoppingRule"],
+    "pulse_jax.stopping.budget": ["spend_budget"],
+    "pulse_jax.stopping.certified": ["when_certified"],
+    "pulse_jax.stopping.epsilon_good": ["EpsilonParams", "epsilon_good"],
+    "pulse_jax.stopping.top_k": ["top_k"],
+    "pulse_jax.stopping.tie_group": ["TieGroupParams", "groups", "leader_group", "tie_group"],
+}
+
+__getattr__, __dir__, __all__ = lazy(globals(), _EXPORTS)

@@ -34,7 +34,7 @@ What a stop certifies is the rule's to declare, not the engine's:
   log k / log m`` (`pulse_jax.engine.check_levels` refuses less).
 
 Simulation and live selection call the same ``done`` on the same
-`StopInputs` (`pulse_jax.engine.finished`), and the live report
+`StopInputs` (`pulse_jax.engine.Kernel.stop_status`), and the live report
 prints the rule's statement.
 """
 from __future__ import annotations
@@ -45,11 +45,19 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
+from pulse_jax.protocols import import_all
 from pulse_jax.protocols import Params
 
 #: The built-in stopping rules by name. Each built-in's own file adds itself; the names resolve in
 #: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
 BUILT_IN: dict = {}
+#: The modules of the built-ins, in the order their names list.
+BUILT_IN_MODULES = ("budget", "certified", "epsilon_good", "top_k", "tie_group")
+
+
+def built_ins() -> dict:
+    """The built-in stopping rules by name, their modules loaded first (importing the package loads none)."""
+    return import_all("pulse_jax.stopping", BUILT_IN_MODULES, BUILT_IN)
 
 
 class StopInputs(NamedTuple):
