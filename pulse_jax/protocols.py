@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import importlib
 import math
+import sys
+import types
 from typing import Callable, NamedTuple, Protocol
 
 import chex
@@ -60,12 +62,25 @@ class Range(NamedTuple):
 # ----------------------------------------------------------------------------- how a kind's package loads
 
 
+class ExportingPackage(types.ModuleType):
+    """A package whose exported names win over its submodules of the same name (``pulse`` is the
+    function, not ``pulse.py``), as when its ``__init__`` imported them: the import system's binding
+    of such a submodule to the package is left out (the submodule stays in ``sys.modules``)."""
+
+    def __setattr__(self, name, value):
+        if isinstance(value, types.ModuleType) and name in self.__dict__.get("__exported__", ()):
+            return
+        super().__setattr__(name, value)
+
+
 def lazy(package: dict, exports: dict[str, list[str]]) -> tuple[Callable, Callable, list[str]]:
     """``(__getattr__, __dir__, __all__)`` for the package whose globals are ``package``, exporting
     ``exports`` (``{module: [names]}``); a name is imported from its module when first read (PEP 562),
     so importing the package (or one of its modules: Python imports the package first) loads nothing
-    else."""
+    else. The package becomes an `ExportingPackage`."""
     where = {name: module for module, names in exports.items() for name in names}
+    package["__exported__"] = frozenset(where)
+    sys.modules[package["__name__"]].__class__ = ExportingPackage
 
     def getattr_(name):
         if name in where:
