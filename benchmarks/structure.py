@@ -241,7 +241,7 @@ def main(argv=None) -> None:
             ("private names across modules", len(f["private_cross_module_names"])),
             ("`Any` in annotations and code", f["any_annotations"]),
             ("built-in plug-ins the engine imports", len(f["engine_reaches_built_ins"])),
-            ("circles between groups (engine, live, io, analysis, ...)", len(f["group_circles"])),
+            ("circles between groups (engine, live, fileio, harnesses, analysis, ...)", len(f["group_circles"])),
             ("modules over 600 lines", len(f["modules_over_600_lines"])),
             ("imports of pulse_jax.cli outside it", len(f["cli_imports_outside_cli"])),
             ("argparse outside pulse_jax.cli", len(f["argparse_outside_cli"])),

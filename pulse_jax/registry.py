@@ -19,7 +19,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
-from typing import Callable
+from typing import Callable, Mapping
 
 from pulse_jax.errors import PulseInputError
 from pulse_jax.fileio.jsonable import plain_value
@@ -29,10 +29,26 @@ from pulse_jax.stopping import base as stopping
 
 # The interfaces only: each built-in adds itself to its kind's ``BUILT_IN`` table when its module
 # loads, and a kind's ``built_ins()`` loads them the first time a name is resolved; importing the
-# engine or a plug-in package loads none of them. (These tables fill on first resolution.)
-ESTIMATORS: dict[str, Callable] = estimators.BUILT_IN
-SAMPLING_RULES: dict[str, Callable] = rules.BUILT_IN
-STOPPING_RULES: dict[str, Callable] = stopping.BUILT_IN
+# engine or a plug-in package loads none of them.
+class BuiltIns(Mapping):
+    """A kind's built-ins by name (read-only), loaded on first read."""
+
+    def __init__(self, load: Callable[[], dict]):
+        self._load = load
+
+    def __getitem__(self, name):
+        return self._load()[name]
+
+    def __iter__(self):
+        return iter(self._load())
+
+    def __len__(self):
+        return len(self._load())
+
+
+ESTIMATORS = BuiltIns(estimators.built_ins)
+SAMPLING_RULES = BuiltIns(rules.built_ins)
+STOPPING_RULES = BuiltIns(stopping.built_ins)
 ALIASES = {"ucb": "ucbe", "naive_pooling": "naive", "toptwo": "top_two", "halving": "successive_halving",
            "sh": "successive_halving", "epsilon": "epsilon_good",
            "topk": "top_k", "tie_groups": "tie_group"}

@@ -229,7 +229,6 @@ def check_stop(stop, config, params) -> None:
     kind = "stopping rule"
     _check_fields(kind, stop, {"done": False, "claim": False, "statement": False, "holds": False},
                   {"needs_interval": bool, "stops_early": bool, "upper_models": int})
-    _check_claim(stop, config.n_models)
     m = config.n_models
     vec_f = _struct((m,), _FLOAT)
     inputs = StopInputs(_struct((), _INT), _struct((), _INT), config.budget, vec_f, vec_f, vec_f, _struct((), _BOOL),
@@ -240,6 +239,7 @@ def check_stop(stop, config, params) -> None:
     _expect_array(kind, stop, "done", done, (), ("bool",), what="one flag for the run")
     claim = _call(kind, stop, "claim", stop.claim, inputs, params)
     _expect_array(kind, stop, "claim", claim, (m,), ("bool",), what="one flag per model")
+    _check_claim(stop, config.n_models)
 
 
 def _check_claim(stop, n_models: int) -> None:
