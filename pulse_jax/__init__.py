@@ -35,6 +35,7 @@ _EXPORTS = {
                            "spend_budget", "tie_group", "top_k", "when_certified"],
     "pulse_jax.live.plan": ["Plan"],
     "pulse_jax.live.report": ["Report"],
+    "pulse_jax.harnesses.inspect_select": ["select_best"],
     "pulse_jax.live.runner": ["EvaluationError", "run"],
     "pulse_jax.live.selector": ["Request", "Selector"],
     "pulse_jax.simulation": ["SimulationResult", "simulate"],

@@ -130,3 +130,16 @@ def test_a_plan_runs_to_the_same_report_as_the_selector_it_builds(tmp_path):
     out = plan.write_report(report, selector, figure=False)
     written = json.loads((out / "report.json").read_text())
     assert written["plan"] == plan.to_dict() and written["spent"] == report.to_dict()["spent"]
+
+
+def test_select_best_is_at_the_front_door_without_loading_inspect():
+    """``pulse_jax.select_best`` after ``import pulse_jax`` (the README's one-liner); Inspect itself loads
+    only when a selection runs."""
+    import subprocess
+    import sys
+
+    code = ("import sys, pulse_jax\n"
+            "f = pulse_jax.select_best\n"
+            "print(f.__module__, 'inspect_ai' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["pulse_jax.harnesses.inspect_select", "False"], out
