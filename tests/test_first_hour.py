@@ -104,7 +104,8 @@ def test_help_states_every_default_and_the_version(capsys):
 def test_select_names_the_cli_flag_for_missing_side_information(tmp_path, capsys):
     (tmp_path / "m.txt").write_text("a\nb\n")
     line = _error_line(capsys, ["select", "--models", str(tmp_path / "m.txt"), "--examples", "50", "--budget", "100",
-                                "--evaluate", "pulse_jax.stand_in:score", "--log", str(tmp_path / "run.jsonl")])
+                                "--evaluate", "pulse_jax.stand_in:score", "--log", str(tmp_path / "run.jsonl"),
+                                "--method", "pulse_hedged"])
     assert "--method pulse_hedged needs side information: pass --train FILE" in line and "train=" not in line
 
 
@@ -222,11 +223,11 @@ def test_bounds_option_and_the_select_defaults():
     assert cli.options.numbers_of(sim)["cs_simultaneous"] == 1.0 and "exploration" not in cli.options.numbers_of(sim)   # the rule's own
     assert cli.options.numbers_of(parse(["simulate", "--scores", "s.csv", "--out", "o", "--bounds", "certification"])
                        )["cs_simultaneous"] == 0.0
-    sel = parse(["select", "--models", "m.txt", "--budget", "10", "--log", "l.jsonl"])
-    assert (sel.method, sel.rule, sel.bounds, sel.sequence) == ("pulse_hedged", "top_two_interval", "certification",
-                                                                "betting")
+    sel = parse(["select", "--models", "m.txt", "--budget", "10", "--log", "l.jsonl", "--train", "h.csv"])
+    assert (sel.rule, sel.bounds, sel.sequence) == ("top_two_interval", "certification", "betting")
     assert cli.options.numbers_of(sel)["cs_simultaneous"] == 0.0 and cli.options.cs_grid(sel) == 1000
-    hedged = registry.estimator(sel.method)
+    assert cli.selection.plan_of(sel).method_name() == "pulse_hedged"     # with history; ucbe without
+    hedged = registry.estimator(cli.selection.plan_of(sel).method_name())
     assert hedged.name == "pulse_hedged" and hedged.n_sequences == 2
     assert dict(hedged.settings)["lambda_rule"] == "constant_lambda(0.5)"
     certify = registry.estimator("pulse_certify")

@@ -143,3 +143,25 @@ def test_select_best_is_at_the_front_door_without_loading_inspect():
             "print(f.__module__, 'inspect_ai' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     assert out == ["pulse_jax.harnesses.inspect_select", "False"], out
+
+
+def test_a_selection_without_history_runs_ucbe_and_says_how_to_give_history(tmp_path, monkeypatch, capsys):
+    """No ``method`` and no historical scores: UCB-E on the observations (a note says how to give history
+    for PULSE); with ``train``, the default is PULSE hedged; a method given is kept (and refused without
+    the history it needs)."""
+    from pulse_jax import stand_in
+
+    monkeypatch.chdir(tmp_path)
+    models = stand_in.models()[:3]
+    (tmp_path / "m.txt").write_text("\n".join(models) + "\n")
+    argv = ["select", "--models", "m.txt", "--examples", "60", "--budget", "120", "--evaluate",
+            "pulse_jax.stand_in:score", "--log", "run.db", "--quiet", "--batch-size", "4"]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err
+    assert "note: no historical scores, so the selection runs UCB-E" in err and "give --train" in err
+    report = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    assert report["method"] == "ucbe" and report["plan"]["method"] is None
+    assert Plan(log="x.db").method_name() == "ucbe"
+    assert Plan(log="x.db", train="history.csv").method_name() == "pulse_hedged"
+    with pytest.raises(PulseInputError, match="method pulse_hedged needs side information: pass train="):
+        Plan(log=str(tmp_path / "y.db"), method="pulse_hedged").selector(models, 60)

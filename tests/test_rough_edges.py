@@ -128,7 +128,7 @@ def test_a_simulated_claiming_stop_is_tabled_and_saved(tmp_path, capsys):
 
 
 @pytest.mark.integration   # a long end-to-end run: the second test command
-def test_a_larger_budget_continues_a_spent_log(tmp_path):
+def test_a_larger_budget_continues_a_spent_log(tmp_path, capsys):
     """A log that spent its budget continues with a larger one, and asks exactly what a run started with
     the larger budget asks; a smaller budget, or one below what the log holds, is refused saying what to
     give; successive halving, which plans on its budget, keeps it."""
@@ -148,7 +148,9 @@ def test_a_larger_budget_continues_a_spent_log(tmp_path):
         sel = selector(log, budget)
         run(score, sel, handle_signals=False)
         sel.close()
+    capsys.readouterr()
     extended = selector(tmp_path / "a.db", 640)
+    assert "was started with a budget of 400 cells; it continues with 640" in capsys.readouterr().err   # said
     report = run(score, extended, handle_signals=False)
     extended.close()
     clean = selector(tmp_path / "clean.db", 640)

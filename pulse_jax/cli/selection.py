@@ -61,12 +61,13 @@ def add(sub) -> None:
     sel.add_argument("--train", default=None, help="historical scores on the same examples (CSV/NPZ)")
     add_bandit_options(sel, methods_help=f"the estimator: pulse_hedged (PULSE with lambda 1/2, raw and proxy "
                                           f"sequences), pulse_certify (lambda 1/2, the proxy sequence alone), pulse "
-                                          f"(the paper's), ucbe, naive, or {PLUGIN_HELP} (default: pulse_hedged)",
+                                          f"(the paper's), ucbe, naive, or {PLUGIN_HELP} (default: pulse_hedged with --train or a resumed log's history; ucbe "
+                                          "without history, with a note)",
                         live=True)
     # Live selection wants a certified answer for the fewest paid calls: the configuration that certifies
     # with the fewest cells, and never more than UCB-E's, on every data set measured
     # (docs/benchmarks/certify_betting.md); simulations keep the paper's.
-    sel.set_defaults(method="pulse_hedged", rule_default="top_two_interval", bounds_default="certification",
+    sel.set_defaults(rule_default="top_two_interval", bounds_default="certification",
                      sequence="betting")
     sel.add_argument("--concurrency", type=int, default=None,
                      help="batches evaluated at once (thread pool; default 16 with --evaluate, 1 with "

@@ -449,7 +449,7 @@ class _Selection:
         return float(np.nansum([r[0] for r in rows])), float(np.nansum([r[1] for r in rows]))
 
     def _write_report(self, report) -> None:
-        self.plan.write_report(report, self.selector, figure=False, extra={"manager": MANAGER})
+        self.plan.write_report(report, self.selector, extra={"manager": MANAGER})   # as select's: figure, provenance
 
 
 def _metadata(report, selection: _Selection) -> dict:

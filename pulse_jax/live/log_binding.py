@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import sys
 import time
 
 from pulse_jax import registry
@@ -82,6 +83,8 @@ class LogBinding:
         require(not rule.plans_on_budget,
                 f"--budget {want:,}: {self.log_path} was started with --budget {have:,}, and the sampling rule "
                 f"{rule.name!r} plans on the budget, so the log continues only with --budget {have:,}")
+        print(f"note: {self.log_path} was started with a budget of {have:,} cells; it continues with {want:,}",
+              file=sys.stderr)
         return {**logged, "budget": want}
 
     def _replay(self, records):

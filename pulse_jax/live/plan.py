@@ -50,7 +50,7 @@ class Plan:
 
     log: str                                  # the SQLite log; an existing one is resumed
     budget: int | None = None                 # cells, first look included (None: every cell)
-    method: str = DEFAULT_METHOD              # the estimator: a registered name or module:attribute
+    method: str | None = None                 # the estimator (None: pulse_hedged with history, ucbe without)
     rule: str | None = None                   # sampling rule (None: top_two_interval; ucbe without an interval)
     stop: str | None = None                   # stopping rule (None: certified; budget without an interval)
     epsilon: float | None = None              # certificate: within epsilon of the best
@@ -91,7 +91,7 @@ class Plan:
                 set_(name, str(getattr(self, name)))
         set_("price", _tuple_of_strings(self.price, "price", spell))
         set_("usage", _tuple_of_strings(self.usage, "usage", spell))
-        for name in ("method", "sequence") + tuple(n for n in ("rule", "stop", "bounds") if getattr(self, n) is not None):
+        for name in ("sequence",) + tuple(n for n in ("method", "rule", "stop", "bounds") if getattr(self, n) is not None):
             require(isinstance(getattr(self, name), str), f"{spell(name)} must be a name (text), got "
                                                           f"{getattr(self, name)!r}")
         from pulse_jax.stats.seeds import seed_key
@@ -154,7 +154,7 @@ class Plan:
         """``(estimator, rule, stop)``: the plug-ins the plan names, resolved (``stop`` None: the
         certificate's, else certified with an interval, budget without)."""
         spell = self.spell
-        estimators = choices.methods(self.method, spell("method"))
+        estimators = choices.methods(self.method_name(), spell("method"))
         require(len(estimators) == 1, f"{spell('method')}: a selection runs one method, got {', '.join(estimators)}")
         (estimator,) = estimators.values()
         rule = None if self.rule is not None else choices.top_k_rule(self.top_k, spell)
@@ -166,6 +166,25 @@ class Plan:
         stop = self.certificate()[0] or choices.plugin(
             "stopping rule", self.stop or ("certified" if estimator.has_interval else "budget"), spell("stop"))
         return estimator, rule, stop
+
+    def has_history(self) -> bool:
+        """Whether there is side information: ``train``, or the embeddings a resumed log keeps beside it."""
+        log = Path(self.log)
+        return bool(self.train) or log.with_name(log.name + ".embeddings.npy").exists()
+
+    def method_name(self) -> str:
+        """The estimator's name: the one given, else PULSE hedged with history and UCB-E without (a
+        selection without historical scores runs, on the observations alone)."""
+        if self.method is not None:
+            return self.method
+        return DEFAULT_METHOD if self.has_history() else "ucbe"
+
+    def say_method(self) -> None:
+        """A note when the plan chose UCB-E for want of history, saying how to give it for PULSE."""
+        if self.method is None and not self.has_history():
+            print(f"note: no historical scores, so the selection runs UCB-E (observations alone); give "
+                  f"{self.spell('train')} (earlier models' scores on the same examples) for PULSE, which "
+                  "certifies with fewer cells", file=sys.stderr)
 
     # ------------------------------------------------------------------ into a selector
 
@@ -221,6 +240,7 @@ class Plan:
         n_examples = examples if isinstance(examples, int) else len(examples)
         budget = len(models) * n_examples if self.budget is None else self.budget
         self.check_models(len(models), budget, where)
+        self.say_method()
         plugins = self.plugins()
         numbers = self.numbers(plugins, len(models))
         train, rank = self.side_information(plugins[0])
