@@ -86,6 +86,8 @@ class Plan:
         set_ = lambda name, value: object.__setattr__(self, name, value)   # noqa: E731 -- frozen: normalize once
         require(isinstance(self.log, (str, Path)) and str(self.log), f"{spell('log')} must be a file name, got {self.log!r}")
         set_("log", str(self.log))
+        require(Path(self.log).name and not Path(self.log).is_dir(),
+                f"{spell('log')} {self.log}: is a directory; give a file name")
         for name in ("report", "train"):
             if getattr(self, name) is not None:
                 set_(name, str(getattr(self, name)))
