@@ -223,6 +223,14 @@ def test_force_removes_only_the_files_pulse_jax_wrote_and_only_after_every_check
     (out / "provenance.json").write_text(json.dumps({"files": ["../outside.txt", "/etc/passwd", "sub/x"]}))
     assert files.remove_previous_outputs(out) == []
     assert (tmp_path / "outside.txt").read_text() == "keep"
+    # Another tool's provenance.json (no ``files`` list, not pulse-jax's): the user's files stay.
+    (out / "summary.json").write_text("{}")
+    (out / "provenance.json").write_text(json.dumps({"method": "mydata", "tool": "other"}))
+    assert files.remove_previous_outputs(out) == []
+    assert sorted(p.name for p in out.iterdir()) == ["mydata.npz", "notes.json", "provenance.json", "summary.json"]
+    # An earlier pulse-jax's provenance without the list: the fixed names it implies, as before.
+    (out / "provenance.json").write_text(json.dumps({"method": ["ucbe"], "versions": {"pulse-jax": "0.2.0"}}))
+    assert sorted(files.remove_previous_outputs(out)) == ["provenance.json", "summary.json"]
 
 
 def test_outputs_replace_a_planted_symlink_instead_of_following_it(tmp_path, capsys):

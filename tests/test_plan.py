@@ -165,3 +165,17 @@ def test_a_selection_without_history_runs_ucbe_and_says_how_to_give_history(tmp_
     assert Plan(log="x.db", train="history.csv").method_name() == "pulse_hedged"
     with pytest.raises(PulseInputError, match="method pulse_hedged needs side information: pass train="):
         Plan(log=str(tmp_path / "y.db"), method="pulse_hedged").selector(models, 60)
+
+
+def test_a_param_without_a_value_is_told_the_param_syntax():
+    with pytest.raises(PulseInputError, match=r"param 'delta': expected PATH=VALUE \(e.g. rule.exploration=0.5\)"):
+        Plan(log="run.db", param=["delta"])
+    with pytest.raises(PulseInputError, match=r"--param 'delta': expected PATH=VALUE"):
+        Plan.from_dict({"log": "run.db", "param": ["delta"]}, spell=choices.flag)
+
+
+def test_a_certificate_larger_than_the_field_is_refused_by_the_plan(tmp_path):
+    """``top_k=7`` with 5 models: one line from the plan, before any plug-in is built for the run."""
+    plan = Plan(log=str(tmp_path / "run.db"), method="ucbe", top_k=7)
+    with pytest.raises(PulseInputError, match=r"^top_k 7: must be smaller than the number of models \(5\)"):
+        plan.selector(["a", "b", "c", "d", "e"], 40)

@@ -268,7 +268,9 @@ def parse_grid_option(text: str, option: str = "--grid") -> tuple[str, list[floa
     name, sep, values = text.partition("=")
     name = name.strip()
     if not sep or not name:
-        raise PulseInputError(f"{option} {text!r}: expected NAME=V1,V2,... (e.g. exploration=0.5,1,2)")
+        one = option.lstrip("-") == "param"     # --param / param=: one number, not a grid
+        raise PulseInputError(f"{option} {text!r}: expected " + ("PATH=VALUE (e.g. rule.exploration=0.5)" if one else
+                                                                 "NAME=V1,V2,... (e.g. exploration=0.5,1,2)"))
     items = [v.strip() for v in values.split(",") if v.strip()]
     if not items:
         raise PulseInputError(f"{option} {name}: no values given")

@@ -51,8 +51,9 @@ def write_atomically(path, data) -> Path:
 
 def remove_previous_outputs(folder) -> list[str]:
     """Remove the files an earlier pulse-jax run wrote into ``folder``, as its ``provenance.json`` lists
-    them (``files``; a provenance without the list: the fixed names it implies). Nothing else is removed,
-    and nothing outside the folder. Returns the names removed."""
+    them (``files``; a pulse-jax provenance without the list, from an earlier version: the fixed names it
+    implies; another tool's ``provenance.json``: nothing). Nothing else is removed, and nothing outside
+    the folder. Returns the names removed."""
     folder = Path(folder)
     try:
         record = json.loads((folder / PROVENANCE).read_text(encoding="utf-8"))
@@ -62,6 +63,9 @@ def remove_previous_outputs(folder) -> list[str]:
         return []
     names = record.get("files")
     if not isinstance(names, list):
+        versions = record.get("versions")
+        if not (isinstance(versions, dict) and "pulse-jax" in versions):   # not written by pulse-jax
+            return []
         methods = record.get("method")
         methods = methods if isinstance(methods, list) else [methods] if isinstance(methods, str) else []
         names = [f"{m}.npz" for m in methods if isinstance(m, str)] + [
