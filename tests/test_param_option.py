@@ -59,7 +59,7 @@ def test_a_param_equals_its_shorthand(files, tmp_path):
     (["--param", "estimator.fixed_lambda=2"], "--param estimator.fixed_lambda: estimator.fixed_lambda: "
                                               "fixed_lambda=2.0 is out of range; it must lie in [0, 1] or NaN"),
     (["--param", "delta=1.5"], "--param delta: delta='1.5' is out of range; it must lie in (0, 1)"),
-    (["--param", "delta"], "--param 'delta': expected NAME=V1,V2,..."),
+    (["--param", "delta"], "--param 'delta': expected PATH=VALUE (e.g. rule.exploration=0.5)"),
     (["--param", "delta=0.1,0.2"], "--param delta: one value, got 2"),
     (["--param", "delta=0.1", "--param", "delta=0.2"], "--param delta: given twice"),
     (["--param", "delta=0.1", "--delta", "0.2"], "--param delta: --delta sets the same number; give one of them"),
