@@ -108,11 +108,13 @@ class SweepResult:
         return paths
 
     def format_table(self, rows=None, target: float = 0.95) -> str:
-        """The table as fixed-width text (the CLI prints it)."""
+        """The table as fixed-width text (the CLI prints it). The last column is the change in cells to the
+        target against the baseline point, with the sign `pulse_jax.analysis.results.comparison_table`
+        uses: -x% is x% fewer cells (the rows' ``savings_*_pct`` are the same numbers, positive = fewer)."""
         rows = rows if rows is not None else self.table((0.9, target))
         tag = f"{target * 100:g}"
         head = " | ".join(f"{a:>13}" for a in self.axes)
-        lines = [f"{head} | {'accuracy@budget':>16} | {'to ' + tag + '% (95% CI)':>28} | {'savings':>8}"]
+        lines = [f"{head} | {'accuracy@budget':>16} | {'to ' + tag + '% (95% CI)':>28} | {'cells':>8}"]
         lines.append("-" * len(lines[0]))
         for row in rows:
             values = " | ".join(f"{_show(row[a]):>13}" for a in self.axes)
@@ -120,8 +122,9 @@ class SweepResult:
             reach = "not reached" if b is None else (
                 f"{b:,.0f} [{_cells(row[f'budget_to_{tag}_low'])}, {_cells(row[f'budget_to_{tag}_high'])}]")
             save = "baseline" if row["baseline"] else ("n/a" if row[f"savings_{tag}_pct"] is None
-                                                       else f"{row[f'savings_{tag}_pct']:+.0f}%")
+                                                       else f"{-row[f'savings_{tag}_pct']:+.0f}%")
             lines.append(f"{values} | {row['accuracy']:>8.3f} +- {row['accuracy_se']:.3f} | {reach:>28} | {save:>8}")
+        lines.append(f"(cells: -x% is x% fewer cells than the baseline point to {tag}% accuracy; +x%: more)")
         return "\n".join(lines)
 
 

@@ -65,12 +65,11 @@ def run(args) -> None:
     rows = result.table(targets)
     say_ties(result.results[0])
     print(result.format_table(_shown(rows, args.target), target=args.target))
-    print("(savings: +x% needs x% fewer cells than the baseline point to reach the target; -x%: more)")
     if len(rows) > SHOWN_ROWS:
         print(f"({SHOWN_ROWS} of {len(rows):,} points: the baseline and the best by cells to the target; every point "
               "is in sweep.csv)")
     shown = ", ".join(f"{k}={v:g}" if v is not None else f"{k}=nan" for k, v in result.values(result.baseline).items())
-    print(f"savings are against point {result.baseline} ({shown}): {result.baseline_reason}")
+    print(f"the cells are compared with point {result.baseline} ({shown}): {result.baseline_reason}")
     paths = result.write(args.out, targets, figure_target=args.target, rows=rows, inputs=inputs)
     print(f"{points} points x {args.reps} repetitions in {result.seconds:.1f} s (of which compilation "
           f"{result.compile_seconds:.1f} s, once)")
