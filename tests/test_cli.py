@@ -181,3 +181,15 @@ def test_harness_task_examples_all_first_n_or_listed_and_unknown_ids_are_named(t
     with pytest.raises(PulseInputError, match=r"no sample 'z' in 't.py@t'"):
         scorers.task_examples(str(_write(tmp_path / "z.txt", "z\n")), samples, "t.py@t", "sample",
                            lambda text: by_text.get(text, text))
+
+
+def test_each_commands_help_states_its_own_defaults():
+    """``select --help`` states select's defaults (not "select: ..." beside another command's), ``demo
+    --help`` the built-in benchmark's (not a file's); the top level lists ``import inspect``'s source."""
+    parser = cli.build_parser()
+    words = lambda name: " ".join(parser._subparsers._group_actions[0].choices[name].format_help().split())  # noqa: E731
+    select, demo = words("select"), words("demo")
+    assert "(default: certification)" in select and "(default: top_two_interval)" in select
+    assert "select: certification" not in select and "or --inspect-task: every document or sample" in select
+    assert "B (default: 16)" in demo and "on a file" not in demo
+    assert "Inspect logs" in " ".join(parser.format_help().split())

@@ -2,6 +2,7 @@
 round-trips through the log header and ``report.json``, and every choice is checked when it is made."""
 import json
 
+import numpy as np
 import pytest
 from conftest import tiny_problem
 
@@ -179,3 +180,19 @@ def test_a_certificate_larger_than_the_field_is_refused_by_the_plan(tmp_path):
     plan = Plan(log=str(tmp_path / "run.db"), method="ucbe", top_k=7)
     with pytest.raises(PulseInputError, match=r"^top_k 7: must be smaller than the number of models \(5\)"):
         plan.selector(["a", "b", "c", "d", "e"], 40)
+
+
+def test_a_budget_beyond_every_cell_is_a_note_in_the_plans_words(tmp_path, capsys, recwarn):
+    selector = Plan(log=str(tmp_path / "run.db"), budget=100_000, method="ucbe").selector(["a", "b"], 40)
+    assert selector.config.budget == 80
+    selector.close()
+    assert "note: budget 100,000 is more than the 80 cells of 2 models x 40 examples; using 80" in capsys.readouterr().err
+    assert not [w for w in recwarn if issubclass(w.category, UserWarning)]     # no raw warning with its source line
+
+
+def test_float32_numbers_are_written_at_their_own_precision():
+    from pulse_jax.fileio.jsonable import plain_float32
+
+    assert plain_float32(np.float32(0.55)) == 0.55 and plain_float32(np.float32(0.05)) == 0.05
+    assert plain_float32(float(np.float32(0.55))) == 0.55          # already widened to float64: the same
+    assert plain_float32(np.nan) is None and plain_float32(None) is None

@@ -12,7 +12,8 @@ def add(sub) -> None:
                           help="compare the three methods on the built-in synthetic benchmark",
                           description="UCB-E, PULSE and Naive-Pooling on the built-in 40 x 1,000 benchmark.")
     add_run_options(demo, reps=300, budget_help="total cells, initialization included "
-                                                 f"(default: initialization + {BUILTIN_BANDIT_CELLS:,})")
+                                                 f"(default: initialization + {BUILTIN_BANDIT_CELLS:,})",
+                    source="built-in")
     demo.add_argument("--out", default="pulse_demo", help="results directory")
 
 

@@ -13,7 +13,7 @@ from pulse_jax.fileio import files
 
 def add(sub) -> None:
     imp = sub.add_parser("import", formatter_class=HelpFormatter,
-                         help="per-sample results (lm-eval logs, a long table) into a score matrix CSV",
+                         help="per-sample results (lm-eval logs, Inspect logs, a long table) into a score matrix CSV",
                          description="Convert per-sample evaluation results into the models x examples CSV "
                                      "that simulate, sweep and select read (missing cells stay empty).")
     kinds = imp.add_subparsers(dest="source", required=True, metavar="SOURCE")

@@ -43,10 +43,13 @@ RUN_DEFAULTS = {
 BUILTIN_BANDIT_CELLS = 6400
 
 
-def by_source(key: str, live: bool = False) -> str:
+def by_source(key: str, source: str = "any") -> str:
+    """A default's words for a command whose scores come from ``source``: "live" (``select``),
+    "built-in" (``demo``) or "any" (the built-in benchmark or a file)."""
     b, f = RUN_DEFAULTS["built-in"][key], RUN_DEFAULTS["file"][key]
-    return f"default: {RUN_DEFAULTS['live'][key]:,}" if live else \
-        f"default: {b:,} on the built-in benchmark, {f:,} on a file"
+    if source in ("live", "built-in"):
+        return f"default: {RUN_DEFAULTS[source][key]:,}"
+    return f"default: {b:,} on the built-in benchmark, {f:,} on a file"
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
@@ -60,25 +63,25 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
         return super()._get_help_string(action)
 
 
-def add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, live: bool = False) -> None:
+def add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, source: str = "any") -> None:
     """The options every run shares (simulation and live selection)."""
     p.add_argument("--method", help=methods_help)
-    p.add_argument("--batch-size", type=int, default=None, help=f"examples per pull, B ({by_source('batch_size', live)})")
+    p.add_argument("--batch-size", type=int, default=None, help=f"examples per pull, B ({by_source('batch_size', source)})")
     p.add_argument("--init-batches", type=int, default=1, help="batches per model at initialization (T0)")
     p.add_argument("--exploration", type=float, default=None,
                    help="the index rule's exploration constant a (rule.exploration; default 1)")
     p.add_argument("--refit-every", type=int, default=None,
                    help="bandit steps between refits of the factorization (tau); 0 = only the initial fit "
-                        f"({by_source('refit_every', live)})")
+                        f"({by_source('refit_every', source)})")
     p.add_argument("--rank", type=int, default=None,
-                   help=f"rank of the example embeddings fitted on the train split ({by_source('rank', live)})")
+                   help=f"rank of the example embeddings fitted on the train split ({by_source('rank', source)})")
     p.add_argument("--delta", type=float, default=None,
                    help="intervals hold with probability 1 - delta (default 0.05; shorthand for --param delta=...)")
     p.add_argument("--bounds", default=None, choices=("all", "certification"),
                    help="all: every model's interval holds at every look at once; certification: only what "
                         "certifying the best needs (a certificate is still wrong at most delta; each upper bound at "
                         "delta/2 on its own, so far fewer cells). Shorthand for --param cs_simultaneous=1 or 0 "
-                        "(default: all; select: certification)")
+                        f"(default: {'certification' if source == 'live' else 'all'})")
     p.add_argument("--sequence", default="bernstein", choices=("bernstein", "betting"),
                    help="the confidence sequences behind certification: bernstein (predictable-mixture empirical "
                         "Bernstein) or betting (the exact capital on 1,000 grid means: narrower, more memory "
@@ -87,7 +90,7 @@ def add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, live: b
                    help="sampling rule: ucbe (the paper's index), lucb, top_two, top_two_interval (Top-Two with the "
                         "interval challenger), successive_halving, or "
                         f"{PLUGIN_HELP}; methods without an interval keep ucbe when the rule needs one "
-                        "(default: ucbe; select: top_two_interval)")
+                        f"(default: {'top_two_interval' if source == 'live' else 'ucbe'})")
     p.add_argument("--param", action="append", default=[], metavar="PATH=VALUE",
                    help="set one number of the run by its path, as sweep --grid names them (repeatable): an engine "
                         "number (delta, refit_lr, refit_l2, init_refit_lr, init_refit_l2, cs_horizon, "
@@ -98,11 +101,12 @@ def add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, live: b
     p.set_defaults(rule_default="ucbe", delta_default=0.05, bounds_default="all")
 
 
-def add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, one_method: bool = False) -> None:
+def add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, one_method: bool = False,
+                    source: str = "any") -> None:
     names = "ucbe, pulse, pulse_certify, pulse_hedged, naive"
     add_bandit_options(p, methods_help=(f"the estimator: {names}, or {PLUGIN_HELP} (default: pulse)" if one_method
                                          else f"comma-separated estimators: {names}, or {PLUGIN_HELP} "
-                                              "(default: ucbe,pulse,naive)"))
+                                              "(default: ucbe,pulse,naive)"), source=source)
     p.set_defaults(method="pulse" if one_method else "ucbe,pulse,naive")
     p.add_argument("--reps", type=int, default=reps, help="repetitions" + ("" if one_method else " per method"))
     p.add_argument("--budget", type=int, default=None, help=budget_help)

@@ -50,7 +50,7 @@ def add(sub) -> None:
     sel.add_argument("--models", required=True, help="text file, one candidate name per line")
     sel.add_argument("--examples", default=None,
                      help="number of examples (ids 0..N-1), or a text file with one example id per line "
-                          "(default with --lm-eval-task: every document of the task)")
+                          "(default with --lm-eval-task or --inspect-task: every document or sample of the task)")
     sel.add_argument("--budget", type=int, required=True, help="total cells, initialization included")
     sel.add_argument("--evaluate", default=None,
                      help="package.module:function taking (model, example_ids) and returning one score in [0, 1] "
@@ -63,7 +63,7 @@ def add(sub) -> None:
                                           f"sequences), pulse_certify (lambda 1/2, the proxy sequence alone), pulse "
                                           f"(the paper's), ucbe, naive, or {PLUGIN_HELP} (default: pulse_hedged with --train or a resumed log's history; ucbe "
                                           "without history, with a note)",
-                        live=True)
+                        source="live")
     # Live selection wants a certified answer for the fewest paid calls: the configuration that certifies
     # with the fewest cells, and never more than UCB-E's, on every data set measured
     # (docs/benchmarks/certify_betting.md); simulations keep the paper's.

@@ -20,3 +20,10 @@ def plain_value(v):
     if isinstance(v, (bool, int, float, str)) or v is None:
         return v
     return getattr(v, "__qualname__", None) or repr(v)
+
+
+def plain_float32(x) -> float | None:
+    """A number computed in float32 as the shortest decimal that reads back to the same float32
+    (``0.55``, not ``0.550000011920929``); None for NaN, an infinity or None."""
+    value = plain_number(x)
+    return None if value is None else float(str(np.float32(value)))

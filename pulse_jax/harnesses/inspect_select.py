@@ -51,7 +51,7 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.harnesses import inspect_logs
-from pulse_jax.fileio.jsonable import plain_number
+from pulse_jax.fileio.jsonable import plain_float32
 
 #: The early-stopping manager's name in Inspect's logs.
 MANAGER = "pulse-jax select_best"
@@ -458,11 +458,12 @@ def _metadata(report, selection: _Selection) -> dict:
     tokens = {m: dict(zip(("input_tokens", "output_tokens"), selection.token_sum(m, ids)))
               for m, ids in report.evaluated.items()}
     return {"leader": report.leader, "separated": report.separated, "certificate": report.certificate,
-            "stop": report.stop, "claimed": list(report.claimed), "delta": report.delta,
+            "stop": report.stop, "claimed": list(report.claimed), "delta": plain_float32(report.delta),
             "tie_groups": [list(g) for g in report.groups], "spent_cells": report.spent, "budget_cells": report.budget,
             "evaluated": evaluated, "tokens": tokens, **({"spend": report.spend} if report.spend else {}),
-            "estimates": {m: [plain_number(report.estimates[i]), plain_number(report.low[i]),
-                              plain_number(report.high[i])]
+            # float32 numbers at their own precision (0.55, not 0.550000011920929)
+            "estimates": {m: [plain_float32(report.estimates[i]), plain_float32(report.low[i]),
+                              plain_float32(report.high[i])]
                           for i, m in enumerate(report.models)},
             "log": str(selection.path), "report": str(selection.plan.report_folder / "report.md")}
 

@@ -240,7 +240,12 @@ class Plan:
         from pulse_jax.live.selector import CONCURRENCY, Selector
 
         n_examples = examples if isinstance(examples, int) else len(examples)
-        budget = len(models) * n_examples if self.budget is None else self.budget
+        cells = len(models) * n_examples
+        budget = cells if self.budget is None else self.budget
+        if budget > cells:       # more than every cell: said in the plan's words, then every cell
+            print(f"note: {self.spell('budget')} {budget:,} is more than the {cells:,} cells of {len(models)} models x "
+                  f"{n_examples:,} examples; using {cells:,}", file=sys.stderr)
+            budget = cells
         self.check_models(len(models), budget, where)
         self.say_method()
         plugins = self.plugins()
