@@ -27,6 +27,10 @@ from pulse_jax.errors import PulseInputError, require
 from pulse_jax.stats.factorization import FitSettings
 from pulse_jax.stats.seeds import seed_key
 
+#: The most full-batch Adam steps a setting may take (the step counter is a 32-bit integer, and a
+#: million steps on the whole history is already hours).
+MAX_EPOCHS = 1_000_000
+
 DEFAULT_GRID = {"rank": (4, 8, 16, 32), "lam": (0.001, 0.01, 0.1), "lr": (0.05,), "epochs": (150, 300)}
 
 
@@ -54,7 +58,8 @@ def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 
     for rank in grid["rank"]:
         require(1 <= rank <= min(train.shape), f"grid rank {rank} is not allowed for a {train.shape} train matrix")
     for name, ok, rule in (("lam", lambda v: v >= 0, ">= 0"), ("lr", lambda v: v > 0, "> 0"),
-                           ("epochs", lambda v: v >= 1 and float(v) == int(v), "a whole number >= 1")):
+                           ("epochs", lambda v: 1 <= v <= MAX_EPOCHS and float(v) == int(v),
+                            f"a whole number from 1 to {MAX_EPOCHS:,}")):
         for value in grid[name]:
             require(np.isfinite(value) and ok(value), f"grid {name} {value!r} is out of range; it must be {rule}")
     fold_of = np.random.default_rng(seed).integers(0, folds, size=train.shape)
@@ -72,8 +77,11 @@ def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 
                      "fold_losses": losses.tolist()})
         if progress:
             progress(k + 1, len(settings))
-    best = min(rows, key=lambda r: r["loss"])
-    within = [r for r in rows if r["loss"] <= best["loss"] + best["se"]]
+    finite = [r for r in rows if np.isfinite(r["loss"])]    # a fit that diverged (lr too large) has none
+    require(finite, f"every fit diverged (held-out loss not finite; e.g. lr {rows[0]['lr']:g}); give smaller "
+                    "learning rates")
+    best = min(finite, key=lambda r: r["loss"])
+    within = [r for r in finite if r["loss"] <= best["loss"] + best["se"]]
     chosen = min(within, key=lambda r: (r["rank"], -r["lam"], r["epochs"], r["lr"]))
     return {"rank": chosen["rank"], "lam": chosen["lam"], "lr": chosen["lr"], "epochs": chosen["epochs"],
             "rule": "1-SE", "folds": folds, "seed": seed, "best": {k: best[k] for k in ("rank", "lam", "lr", "epochs",

@@ -222,3 +222,46 @@ def test_a_refit_period_longer_than_the_run_is_no_periodic_refit_not_a_huge_log_
         runs.append(pj.simulate(scores, config, "pulse", V=V, reps=3, seed=0, progress=False))
     np.testing.assert_array_equal(runs[0].chosen, runs[1].chosen)
     np.testing.assert_array_equal(runs[0].estimates, runs[1].estimates)
+
+
+def test_tune_refuses_a_diverging_learning_rate_and_an_epoch_count_past_its_counter(files, capsys):
+    base = ["tune", "--train", str(files / "train.npz"), "--out", str(files / "h.json"), "--ranks", "2",
+            "--lams", "0.01", "--folds", "2"]
+    assert cli.main(base + ["--lrs", "1e30", "--epochs", "5"]) == 2   # after the fits (progress lines before it)
+    err = capsys.readouterr().err
+    assert "pulse-jax: error: every fit diverged (held-out loss not finite; e.g. lr 1e+30); give smaller learning " \
+           "rates" in err and "Traceback" not in err, err
+    cli_fails(base + ["--epochs", "100000000000"], capsys, "grid epochs 100000000000 is out of range; it must be a "
+                                                           "whole number from 1 to 1,000,000")
+
+
+def test_an_npz_whose_header_claims_a_huge_shape_is_refused_before_allocating(files, capsys):
+    import io
+    import zipfile
+
+    header = io.BytesIO()
+    np.lib.format.write_array_header_1_0(header, {"descr": "<f8", "fortran_order": False, "shape": (10**9, 10**9)})
+    with zipfile.ZipFile(files / "huge.npz", "w") as archive:
+        archive.writestr("scores.npy", header.getvalue() + b"\0" * 64)
+    cli_fails(_simulate(files, "--scores", str(files / "huge.npz"), "--method", "ucbe"), capsys,
+              "member 'scores.npy' claims shape (1000000000, 1000000000)")
+    cli_fails(["tune", "--train", str(files / "huge.npz"), "--out", str(files / "h.json")], capsys, "the file is damaged")
+
+
+@pytest.mark.parametrize("row, needle", [
+    ({"type": "tell", "ticket": "one", "model": 5, "examples": "x"}, "field 'ticket' is missing or not an int"),
+    ({"type": "tell", "ticket": 1, "step": 1, "asks_issued": 2, "model": "b", "examples": 7, "scores": 3},
+     "field 'examples' is missing or not a list"),
+    ({"type": "tell"}, "field 'ticket' is missing"),
+    ({"type": "tell", "ticket": 1, "step": 1, "asks_issued": 2, "model": "b", "examples": [2, 3], "scores": [0.5]},
+     "1 scores for 2 examples"),
+    ({"type": "tell", "ticket": 1, "step": 1, "asks_issued": 2, "model": "b", "examples": [2, 3], "scores": ["a", None]},
+     "score 'a' is not a number in [0, 1]"),
+])
+def test_log_show_of_a_version_1_log_with_a_malformed_row_is_one_line(tmp_path, capsys, row, needle):
+    header = {"type": "header", "version": 1, "method": "ucbe", "seed": 0, "models": ["a", "b"],
+              "examples": [0, 1, 2, 3], "budget": 8, "batch_size": 2, "init_batches": 1, "refit_every": 0}
+    first = {"type": "tell", "ticket": 0, "step": 0, "asks_issued": 1, "model": "a", "examples": [0, 1],
+             "scores": [1, 0]}
+    (tmp_path / "v1.jsonl").write_text("".join(json.dumps(r) + "\n" for r in (header, first, row)))
+    cli_fails(["log", "show", str(tmp_path / "v1.jsonl")], capsys, f"v1.jsonl: line 3: {needle}")

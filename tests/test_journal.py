@@ -92,12 +92,12 @@ def test_tampering_is_detected_and_named(journal_bench, tmp_path, tamper, needle
 
 
 @pytest.mark.parametrize("edit, needle", [
-    (lambda r: r.update(scores=[5.0] * len(r["scores"])), "is 5.0, not a number in \\[0, 1\\]"),
+    (lambda r: r.update(scores=[5.0] * len(r["scores"])), "score 5.0 is not a number in \\[0, 1\\]"),
     (lambda r: r.update(scores=[float("nan")] * len(r["scores"])), "not a number in \\[0, 1\\]"),
     (lambda r: r.update(scores={}), "field 'scores' is missing or not a list"),
-    (lambda r: r.update(scores=[1, 2]), "got 2 scores for 8 examples"),
+    (lambda r: r.update(scores=[1, 2]), "2 scores for 8 examples"),
     (lambda r: r.update(scores="0.5"), "field 'scores' is missing or not a list"),
-    (lambda r: r.update(scores=["a"] * 8), "scores are not numbers"),
+    (lambda r: r.update(scores=["a"] * 8), "score 'a' is not a number in \\[0, 1\\]"),
     (lambda r: r.update(model="gpt-9"), "unknown model 'gpt-9'"),
     (lambda r: r.update(ticket="seven"), "field 'ticket' is missing or not an int"),
 ])

@@ -178,6 +178,30 @@ def _check_not_transposed(models: list, examples: list, source: str) -> None:
                               f"({named!r}); {_LAYOUT}. Transpose it (e.g. pandas: df.set_index('model').T)")
 
 
+def _check_npz_members(path: Path, source: str) -> None:
+    """Each ``.npy`` member's header is read first: one that claims more bytes than the member holds (a
+    damaged or crafted file, which NumPy would try to allocate in full) is refused in one line."""
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for info in archive.infolist():
+                if not info.filename.endswith(".npy"):
+                    continue
+                with archive.open(info) as member:
+                    version = np.lib.format.read_magic(member)
+                    read = np.lib.format.read_array_header_1_0 if version[0] == 1 else \
+                        np.lib.format.read_array_header_2_0
+                    shape, _, dtype = read(member)
+                    header = member.tell()
+                claimed = int(np.prod(shape, dtype=object)) * (dtype.itemsize if not dtype.hasobject else 1)
+                require(claimed <= info.file_size - header,
+                        f"{source}: member {info.filename!r} claims shape {tuple(shape)} ({claimed:,} bytes) but holds "
+                        f"{info.file_size - header:,}; the file is damaged")
+    except PulseInputError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile):
+        return      # np.load below says what is wrong, in one line
+
+
 def load_npz(path) -> ScoreMatrix:
     """Read an NPZ score matrix (see module docstring)."""
     path = Path(path)
@@ -186,6 +210,7 @@ def load_npz(path) -> ScoreMatrix:
     require(zipfile.is_zipfile(path), f"{source}: not a readable .npz score matrix: not a zip archive (a single .npy "
                                       "array, or another file, named .npz?); save the matrix with numpy.savez(path, "
                                       "scores=..., models=..., examples=...)")
+    _check_npz_members(path, source)
     try:
         with np.load(path, allow_pickle=False) as data:
             require("scores" in data.files, f"{source}: no array named 'scores' (found {', '.join(data.files)})")
@@ -207,6 +232,8 @@ def load_npz(path) -> ScoreMatrix:
     except (OSError, ValueError, EOFError, zipfile.BadZipFile) as err:   # not a zip, truncated, pickled, unreadable
         why = getattr(err, "strerror", None) or (str(err).splitlines() or [type(err).__name__])[0]
         raise PulseInputError(f"{source}: not a readable .npz score matrix: {why}") from None
+    except MemoryError:
+        raise PulseInputError(f"{source}: the score matrix does not fit in memory") from None
     require(len(models) == m, f"{source}: 'models' has {len(models)} names for {m} rows")
     require(len(examples) == n, f"{source}: 'examples' has {len(examples)} names for {n} columns")
     for kind, names in (("model", models), ("example", examples)):

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.chain import checksum
+from pulse_jax.live.log_schema import build_database, check_record_fields
 
 #: The JSONL format versions this module reads.
 VERSIONS = (1, 2, 3)
@@ -75,6 +76,7 @@ def read(path: Path) -> tuple[dict, list[tuple[str, dict]], list[str]]:
     for k, (where, record) in enumerate(parsed, start=2):
         require(isinstance(record, dict) and record.get("type") in ("tell", "paid"),
                 f"{where} is not a told or paid batch (was the log edited?)")
+        check_record_fields(where, record)
         previous = _verify(path, record, previous, k, version)
         records.append((where, {key: v for key, v in record.items() if key != "crc"}))
     if "rows" in header:        # the trailer chains onto the last batch
@@ -166,8 +168,6 @@ def import_jsonl(source, target) -> int:
     for note in notes:
         print(f"pulse-jax: {note}", file=sys.stderr)
     target.parent.mkdir(parents=True, exist_ok=True)
-    from pulse_jax.live.log_schema import build_database
-
     temporary = build_database(target, header, records)
     try:
         os.link(temporary, target)          # fails if target appeared meanwhile: never over a file

@@ -91,12 +91,7 @@ class LogBinding:
         told_on = {}
         self._logged_holds = {r.get("ticket") for _, r in records if r.get("type") == "tell" and r.get("examples") == []}
         for where, record in records:
-            for field, kind in (("ticket", int), ("step", int), ("asks_issued", int), ("model", str),
-                                ("examples", list), ("scores", list)):
-                value = record.get(field)
-                require(isinstance(value, kind) and not isinstance(value, bool),
-                        f"{where}: field {field!r} is missing or not a{'n' if kind is int else ''} "
-                        f"{kind.__name__} (was the log edited?)")
+            log_schema.check_record_fields(where, record)
             if record.get("type") == "paid":
                 self._paid[record["ticket"]] = record
                 continue

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pulse_jax.errors import PulseInputError
+from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.chain import canonical, checksum
 
 #: The database format this pulse-jax writes and reads (JSONL logs, versions 1-3, are converted).
@@ -249,3 +249,23 @@ def fsync_folder(folder: Path) -> None:
         os.close(fd)
 
 
+#: A told or paid batch's fields and their types.
+RECORD_FIELDS = (("ticket", int), ("step", int), ("asks_issued", int), ("model", str), ("examples", list),
+                 ("scores", list))
+
+
+def check_record_fields(where: str, record: dict) -> None:
+    """A told or paid batch has every field, each of its type, and one score per example; anything else
+    is one line naming the place (``where``: the log and its row or line)."""
+    for field, kind in RECORD_FIELDS:
+        value = record.get(field)
+        require(isinstance(value, kind) and not isinstance(value, bool),
+                f"{where}: field {field!r} is missing or not a{'n' if kind is int else ''} {kind.__name__} "
+                "(was the log edited?)")
+    require(len(record["scores"]) == len(record["examples"]),
+            f"{where}: {len(record['scores'])} scores for {len(record['examples'])} examples (was the log edited?)")
+    told = record.get("type") == "tell"          # a paid batch may lack scores still in flight (None)
+    for value in record["scores"]:
+        number = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
+        require(number or (value is None and not told),
+                f"{where}: score {value!r} is not a number in [0, 1] (was the log edited?)")
