@@ -196,3 +196,18 @@ def test_float32_numbers_are_written_at_their_own_precision():
     assert plain_float32(np.float32(0.55)) == 0.55 and plain_float32(np.float32(0.05)) == 0.05
     assert plain_float32(float(np.float32(0.55))) == 0.55          # already widened to float64: the same
     assert plain_float32(np.nan) is None and plain_float32(None) is None
+
+
+def test_what_a_method_without_predictions_would_ignore_is_refused(tmp_path, capsys):
+    from conftest import cli_fails
+
+    for name, value in (("train", "history.csv"), ("rank", 4)):
+        with pytest.raises(PulseInputError, match=f"^{name} {value}: method ucbe uses no predictions, so {name} "
+                                                  "would be ignored"):
+            Plan(log=str(tmp_path / "run.db"), method="ucbe", **{name: value}).selector(["a", "b"], 40)
+    (tmp_path / "m.txt").write_text("a\nb\n")
+    base = ["select", "--models", str(tmp_path / "m.txt"), "--examples", "40", "--budget", "80", "--evaluate",
+            "pulse_jax.stand_in:score", "--log", str(tmp_path / "run.db")]
+    cli_fails(base + ["--method", "ucbe", "--rank", "100000"], capsys, "--rank 100000: --method ucbe uses no "
+                                                                        "predictions, so --rank would be ignored")
+    cli_fails(base + ["--value-map", "C=1"], capsys, "--value-map reads Inspect score values")

@@ -117,6 +117,9 @@ def plan_of(args):
 
 
 def run(args) -> None:
+    require(not args.value_map or args.inspect_task or args.usage,
+            "--value-map reads Inspect score values (--inspect-task, --usage); an --evaluate or --lm-eval-task "
+            "scorer returns numbers, so it would be ignored")
     check_concurrency(args)
     plan = plan_of(args)
     inputs = hash_inputs(args.models, args.examples, args.train)

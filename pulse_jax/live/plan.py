@@ -218,6 +218,11 @@ class Plan:
                 f"{spell('method')} {estimator.name} needs side information: pass {spell('train')}"
                 f"{' FILE' if spell('train').startswith('-') else '='} (historical models' scores on the same "
                 f"examples), or use {spell('method')} ucbe")
+        for name in ("train", "rank"):     # given for a method without predictions: it would be ignored
+            require(getattr(self, name) is None or estimator.uses_predictions,
+                    f"{spell(name)} {getattr(self, name)}: {spell('method')} {estimator.name} uses no predictions, "
+                    f"so {spell(name)} would be ignored; leave it out, or choose a method with predictions "
+                    f"({DEFAULT_METHOD})")
         rank = DEFAULT_RANK if self.rank is None else self.rank
         if not (self.train and estimator.uses_predictions):
             return None, rank
