@@ -211,3 +211,17 @@ def test_what_a_method_without_predictions_would_ignore_is_refused(tmp_path, cap
     cli_fails(base + ["--method", "ucbe", "--rank", "100000"], capsys, "--rank 100000: --method ucbe uses no "
                                                                         "predictions, so --rank would be ignored")
     cli_fails(base + ["--value-map", "C=1"], capsys, "--value-map reads Inspect score values")
+
+
+def test_a_dangling_link_as_the_report_folder_is_refused_before_anything_is_paid(tmp_path, capsys):
+    from conftest import cli_fails
+
+    (tmp_path / "gone").symlink_to(tmp_path / "nowhere")
+    with pytest.raises(PulseInputError, match="report .*gone: a symbolic link to nothing"):
+        Plan(log=str(tmp_path / "run.db"), method="ucbe", report=str(tmp_path / "gone")).selector(["a", "b"], 40)
+    assert not (tmp_path / "run.db").exists()          # refused before the log was started
+    (tmp_path / "m.txt").write_text("a\nb\n")
+    cli_fails(["select", "--models", str(tmp_path / "m.txt"), "--examples", "40", "--budget", "80", "--method", "ucbe",
+               "--evaluate", "pulse_jax.stand_in:score", "--log", str(tmp_path / "run.db"), "--report",
+               str(tmp_path / "gone")], capsys, "--report " + str(tmp_path / "gone") + ": a symbolic link to nothing")
+    cli_fails(["demo", "--out", str(tmp_path / "gone"), "--reps", "2"], capsys, "a symbolic link to nothing")

@@ -90,6 +90,8 @@ def check_out_dir(path, force: bool = False, name: str = "--out", force_name: st
     from pulse_jax.errors import require
 
     out = Path(path)
+    require(not (out.is_symlink() and not out.exists()),
+            f"{name} {out}: a symbolic link to nothing; remove it or give another folder")
     require(not out.exists() or out.is_dir(), f"{name} {out}: exists and is not a directory")
     if not out.is_dir():
         return

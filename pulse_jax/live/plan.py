@@ -304,6 +304,8 @@ class Plan:
         from pulse_jax.fileio import files
 
         out, spell = self.report_folder, self.spell
+        require(not (out.is_symlink() and not out.exists()),
+                f"{spell('report')} {out}: a symbolic link to nothing; remove it or give another folder")
         require(not out.exists() or out.is_dir(), f"{spell('report')} {out}: exists and is not a directory")
         if not out.is_dir() or self.force or not any(out.iterdir()):
             files.check_out_dir(out, self.force, spell("report"), spell("force"))
