@@ -108,7 +108,8 @@ class Plan:
         self.numbers_of_shorthands()       # bounds, delta, exploration: checked
         choices.cs_grid(self.sequence, spell)
         self.certificate()                 # one certificate, not beside a stopping rule
-        self.plugins()                     # every name resolves (plug-ins imported) now
+        # every name resolves now, once (its notes said once): the plan's plug-ins for its whole life
+        object.__setattr__(self, "_plugins", self._resolve_plugins())
 
     # ------------------------------------------------------------------ checks
 
@@ -153,8 +154,11 @@ class Plan:
                                     self.bounds or DEFAULT_BOUNDS, self.exploration, self.spell)
 
     def plugins(self):
-        """``(estimator, rule, stop)``: the plug-ins the plan names, resolved (``stop`` None: the
-        certificate's, else certified with an interval, budget without)."""
+        """``(estimator, rule, stop)``: the plug-ins the plan names, resolved when the plan was made
+        (``stop`` None: the certificate's, else certified with an interval, budget without)."""
+        return self._plugins
+
+    def _resolve_plugins(self):
         spell = self.spell
         estimators = choices.methods(self.method_name(), spell("method"))
         require(len(estimators) == 1, f"{spell('method')}: a selection runs one method, got {', '.join(estimators)}")
