@@ -39,10 +39,12 @@ class ArithmeticLM(LM):
                 ll = 0.0 if continuation.strip() == str(int(a) + int(b)) else -1.0
             else:
                 ll = -_unit(self.seed, question, continuation)
-            self.cache_hook.add_partial("loglikelihood", request.args, (ll, False))
+            # Counted before it is cached: a kill between the two can only make a count too high (the
+            # request is computed again), never hide a computation behind lm-eval's cache.
             if log:
                 with open(log, "a", encoding="utf-8") as handle:
                     handle.write(f"{self.seed} {question}\n")
+            self.cache_hook.add_partial("loglikelihood", request.args, (ll, False))
             out.append((ll, False))
         return out
 

@@ -263,7 +263,10 @@ def test_live_select_through_lm_eval_survives_kill_9_without_recomputing(lm_eval
                             timeout=600)
     assert second.returncode == 0, second.stderr[-3000:]
     counts = _calls(calls)
-    assert counts and set(counts.values()) == {4}, [k for k, v in counts.items() if v != 4][:5]   # each doc once
+    # Each document once (4 requests), except that the one request the SIGKILL landed on, between its
+    # computation and lm-eval's cache write, is computed again: nothing can save a result the kill erased.
+    off = {k: v for k, v in counts.items() if v != 4}
+    assert counts and (not off or (len(off) == 1 and set(off.values()) == {5})), off
     records = log_records(log)
     cells = [(r["model"], e) for r in records for e in r["examples"]]
     assert len(cells) == len(set(cells)) == 140
