@@ -126,10 +126,11 @@ def top_k_rule(top_k: int | None, spell: Spell):
 
 def certificate_levels(numbers: dict, stop, n_models: int, spell: Spell) -> dict:
     """The numbers with ``cs_simultaneous`` raised to what ``stop``'s claim needs (top-k: log k / log m)."""
-    k = stop.upper_models
-    need = math.log(k) / math.log(n_models) if 1 < k < n_models else 0.0
+    k = min(stop.upper_models, n_models)
+    need = math.log(k) / math.log(n_models) if 1 < k <= n_models and n_models > 1 else 0.0
     if numbers["cs_simultaneous"] < need:
-        print(f"note: {spell('top_k')} {k} rests on {k} models' upper bounds at once, so their level is raised to "
+        what = f"{spell('top_k')} {k}" if stop.upper_models < n_models else f"the {stop.name} certificate"
+        print(f"note: {what} rests on {k} models' upper bounds at once, so their level is raised to "
               f"cover {k} of the {n_models} together (cs_simultaneous {numbers['cs_simultaneous']:g} -> log {k} / "
               f"log {n_models} = {need:.3f})", file=sys.stderr)
         numbers = {**numbers, "cs_simultaneous": need}

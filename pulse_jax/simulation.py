@@ -120,7 +120,7 @@ def _interactive() -> bool:
 def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: BanditParams | None = None, V=None,
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
-             follow=None, init_U=None, row_prior=None) -> SimulationResult:
+             follow=None, init_U=None, row_prior=None, cost=None) -> SimulationResult:
     """Run ``reps`` repetitions of ``method``: an `pulse_jax.Estimator` or its name ("ucbe",
     "pulse", "naive", or "package.module:attribute"; see `pulse_jax.registry`).
 
@@ -158,6 +158,11 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         ``params.refit_prior`` (1: the maximum a posteriori row; it must be > 0). The rows then
         start from its mean unless ``init_U`` is given. Predictions stay fitted on observed cells
         only, so estimates and intervals stay valid whatever the prior.
+      cost: what a cell costs, in any unit (dollars, tokens, seconds): ``(m,)`` per model, or ``(m, n)``
+        per cell (answers differ in length). The result's ``money`` adds up the cells each repetition
+        paid for, the sampling rules spend by it (`pulse_jax.rules`: each model's mean cost per cell),
+        and the certificates about costs (`pulse_jax.cheapest_within`, `pulse_jax.cost_front`) rank
+        the models by it. None: every cell costs 1 (``money`` counts cells).
     """
     if isinstance(params, BanditParams):
         check_params(params)     # the engine's numbers, refused before anything else
@@ -169,13 +174,42 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     params = engine.resolve_params(params, plugins)
     engine.check_levels(config, plugins, params)
     follow = None if follow is None else _check_follow(follow, reps, config)
-    start = start_rows(init_U, row_prior, config, estimator, V, params)
+    start = start_rows(init_U, row_prior, config, estimator, V, params)._replace(cost=check_cost(cost, scores))
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
     out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed=seed,
                                             chunk_size=chunk_size, progress=progress, devices=devices, follow=follow,
                                             start=start)
     return result_from(out, estimator.name, config, params, seed, scores, seconds=seconds,
-                       compile_seconds=compile_seconds, model_names=model_names)
+                       compile_seconds=compile_seconds, model_names=model_names, cost=start.cost)
+
+
+def check_cost(cost, scores: np.ndarray, where: str = "cost") -> np.ndarray | None:
+    """``cost`` (``(m,)`` per model or ``(m, n)`` per cell) as an ``(m, n)`` float32 matrix, 0 where a
+    score is missing; or a one-line error naming the model (and example) that is wrong. Every cost must
+    be finite and >= 0, and every model's mean cost per cell > 0 (the rules weigh models by it)."""
+    if cost is None:
+        return None
+    m, n = scores.shape
+    try:
+        arr = np.asarray(cost, dtype=np.float64)
+    except (TypeError, ValueError):
+        raise PulseInputError(f"{where} must be numbers: an (n_models,) vector or an (n_models, n_examples) "
+                              f"matrix, got {type(cost).__name__}") from None
+    require(arr.shape in ((m,), (m, n)), f"{where} must have shape (n_models,) = ({m},) or (n_models, n_examples) = "
+                                         f"({m}, {n}), got {arr.shape}")
+    arr = np.broadcast_to(arr[:, None] if arr.ndim == 1 else arr, (m, n))
+    scored = ~np.isnan(scores)
+    bad = np.argwhere(scored & ~(np.isfinite(arr) & (arr >= 0)))
+    if len(bad):
+        r, c = bad[0]
+        at = f"model {r}" if np.ndim(cost) == 1 else f"row {r}, column {c}"
+        raise PulseInputError(f"{where} must be finite and >= 0: {at} is {arr[r, c]}")
+    arr = np.where(scored, arr, 0.0)
+    mean = arr.sum(1) / np.maximum(scored.sum(1), 1)
+    free = np.flatnonzero(mean <= 0)
+    require(not len(free), f"{where}: model {free[0] if len(free) else 0} costs nothing per cell; give every model a "
+                           "positive cost (the rules weigh each model's pulls by its price)")
+    return arr.astype(np.float32)
 
 
 def _check_init_U(init_U, config: BanditConfig, estimator, V) -> np.ndarray:
@@ -295,7 +329,8 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
     init_U = np.zeros((config.n_models, rank), np.float32) if start.init_U is None else start.init_U
     scores_dev = _put(scores, replicated)
     V_dev = (_put(V, replicated), engine.Start(_put(init_U, replicated), None if start.row_prior is None else
-                                               jax.tree_util.tree_map(lambda a: _put(a, replicated), start.row_prior)))
+                                               jax.tree_util.tree_map(lambda a: _put(a, replicated), start.row_prior),
+                                               None if start.cost is None else _put(start.cost, replicated)))
     use_compilation_cache()
     if progress is None:
         progress = _interactive()
@@ -368,10 +403,16 @@ def rep_keys_for(seed: int, reps) -> jax.Array:
 
 
 def result_from(out, method_name: str, config: BanditConfig, params: RunParams, seed: int, scores, *, seconds: float,
-                compile_seconds: float, model_names=None) -> SimulationResult:
-    """A `SimulationResult` from the stacked run outputs (NumPy, leading axis = repetition)."""
+                compile_seconds: float, model_names=None, cost=None) -> SimulationResult:
+    """A `SimulationResult` from the stacked run outputs (NumPy, leading axis = repetition); ``cost`` the
+    run's checked ``(m, n)`` cell costs (None: none)."""
     reps = out.init_best.shape[0]
     init_spent = np.full((reps, 1), config.init_cells, dtype=np.int64)
+    money = np.concatenate([np.asarray(out.init_money, np.float64)[:, None], np.asarray(out.steps.money, np.float64)],
+                           axis=1)
+    if cost is not None:
+        scored = ~np.isnan(np.asarray(scores, np.float64))
+        cost = np.asarray(cost, np.float64).sum(1) / np.maximum(scored.sum(1), 1)
     return SimulationResult(
         method=method_name, config=config, seed=seed, true_means=np.nanmean(np.asarray(scores, np.float64), axis=1),
         best=np.concatenate([out.init_best[:, None], out.steps.best], axis=1).astype(np.int64),
@@ -387,7 +428,7 @@ def result_from(out, method_name: str, config: BanditConfig, params: RunParams, 
         certified_model=np.asarray(out.certified.model, np.int64),
         stopped=np.asarray(out.stopped, bool), claimed=np.asarray(out.claimed, bool),
         snapshot_cs=np.asarray(out.snapshots.cs, np.float64), snapshot_paper=np.asarray(out.snapshots.paper, np.float64),
-        params=params,
+        params=params, money=money, cost=cost,
         **({"step_estimates": np.asarray(out.steps.estimates), "step_low": np.asarray(out.steps.low),
             "step_high": np.asarray(out.steps.high)} if config.record_estimates else {}),
     )

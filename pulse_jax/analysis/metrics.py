@@ -55,6 +55,8 @@ class SimulationResult:
     cs_seq_high: np.ndarray | None = None
     stopped: np.ndarray | None = None          # (R,) the stopping rule fired
     claimed: np.ndarray | None = None          # (R, m) what its claim named then (config.stop.holds checks it)
+    money: np.ndarray | None = None            # (R, n_steps + 1) what the cells spent cost (cells without costs)
+    cost: np.ndarray | None = None             # (m,) each model's mean cost per cell (None: no costs were given)
 
     def info(self, name: str) -> np.ndarray:
         """``(R, n_steps)``: one field of the estimator's per-step info (``step_info``), NaN where the
@@ -267,7 +269,7 @@ def claims(result: SimulationResult) -> dict:
     claimed = np.zeros((result.reps, result.true_means.shape[0]), bool) if result.claimed is None \
         else np.asarray(result.claimed, bool)
     own = result.params.stop
-    wrong = np.array([bool(s) and not value_checks.check_holds(stop, c, result.true_means, own)
+    wrong = np.array([bool(s) and not value_checks.check_holds(stop, c, result.true_means, own, result.cost)
                       for s, c in zip(stopped, claimed)])
     cells = result.spent[:, -1][stopped]
     return {"stop": stop.name, "stopped_fraction": float(stopped.mean()), "cells": cells,

@@ -188,6 +188,6 @@ def make_concurrent_run(config: BanditConfig, method: str | Estimator = "pulse",
                                               config.record_steps)
         idle = jax.vmap(kernel.idle_record, in_axes=(EPISODE_AXES, 0, 0, None))(episodes, final, params, jnp.int32(0))
         records = idle_where_unrun(buffer, idle, b * block, slice(0, events))
-        return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best)
+        return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best, states.money)
 
     return run

@@ -17,7 +17,7 @@ from pulse_jax.engine import conformance
 from pulse_jax.errors import require
 from pulse_jax.estimators.base import Estimator
 from pulse_jax.rules.base import SamplingRule
-from pulse_jax.stopping.base import StoppingRule
+from pulse_jax.stopping.base import EVERY_MODEL, StoppingRule
 from pulse_jax.engine.params import BanditParams, RunParams, default_params, run_params
 
 
@@ -269,9 +269,11 @@ def check_levels(config: BanditConfig, plugins: Plugins, params: RunParams, wher
     k, m = plugins.stop.upper_models, config.n_models
     if k <= 1:
         return
-    require(k < m, f"stopping rule {plugins.stop.name!r} certifies {k} models as a set, so it needs more than {k} "
-                   f"candidates; got {m}")
-    need = math.log(k) / math.log(m)
+    every = k >= EVERY_MODEL
+    k = min(k, m)
+    require(every or k < m, f"stopping rule {plugins.stop.name!r} certifies {k} models as a set, so it needs more "
+                            f"than {k} candidates; got {m}")
+    need = math.log(k) / math.log(m) if m > 1 else 0.0
     s = np.asarray(params.cs_simultaneous, np.float64)
     require(bool(np.all(s >= need - 1e-6)),
             f"{where}: stopping rule {plugins.stop.name!r} rests on {k} models' upper bounds, so "

@@ -205,7 +205,7 @@ def check_rule(rule, config, params) -> None:
     m = config.n_models
     vec_f, vec_i, vec_b = _struct((m,), _FLOAT), _struct((m,), _INT), _struct((m,), _BOOL)
     key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
-    inputs = RuleInputs(_struct((), _INT), vec_f, vec_f, vec_f, vec_i, vec_i, vec_b, vec_b, vec_i, key)
+    inputs = RuleInputs(_struct((), _INT), vec_f, vec_f, vec_f, vec_i, vec_i, vec_b, vec_b, vec_i, key, vec_f)
     try:
         state = jax.eval_shape(lambda: rule.init(config))
     except Exception as err:   # noqa: BLE001
@@ -227,32 +227,35 @@ def check_stop(stop, config, params) -> None:
     from pulse_jax.stopping.base import StopInputs
 
     kind = "stopping rule"
-    _check_fields(kind, stop, {"done": False, "claim": False, "statement": False, "holds": False},
-                  {"needs_interval": bool, "stops_early": bool, "upper_models": int})
+    _check_fields(kind, stop, {"done": False, "claim": False, "statement": False, "holds": False, "focus": True},
+                  {"needs_interval": bool, "stops_early": bool, "upper_models": int, "uses_cost": bool})
     m = config.n_models
     vec_f = _struct((m,), _FLOAT)
     inputs = StopInputs(_struct((), _INT), _struct((), _INT), config.budget, vec_f, vec_f, vec_f, _struct((), _BOOL),
-                        _struct((), _INT))
+                        _struct((), _INT), vec_f)
     _check_statement(kind, stop, params)
     params = _abstract_params(params)
     done = _call(kind, stop, "done", stop.done, inputs, params)
     _expect_array(kind, stop, "done", done, (), ("bool",), what="one flag for the run")
     claim = _call(kind, stop, "claim", stop.claim, inputs, params)
     _expect_array(kind, stop, "claim", claim, (m,), ("bool",), what="one flag per model")
+    if stop.focus is not None:
+        focus = _call(kind, stop, "focus", stop.focus, inputs, params)
+        _expect_array(kind, stop, "focus", focus, (m,), ("bool",), what="one flag per model")
     _check_claim(stop, config.n_models)
 
 
 def _check_claim(stop, n_models: int) -> None:
     """A rule that claims something says when a claim is true (``holds``: simulations count the false
     ones), and its claim rests on 1..m upper bounds."""
-    from pulse_jax.stopping.base import no_claim, no_claim_holds
+    from pulse_jax.stopping.base import EVERY_MODEL, no_claim, no_claim_holds
 
     if stop.claim is not no_claim and stop.holds is no_claim_holds:
         _fail("stopping rule", stop, "holds", "is missing: the rule has a claim, so it needs holds(claimed, "
                                               "true_means, params) -> bool (else every claim counts as true)")
-    if not 1 <= stop.upper_models <= n_models:
+    if not (1 <= stop.upper_models <= n_models or stop.upper_models == EVERY_MODEL):
         _fail("stopping rule", stop, "upper_models", f"must be between 1 and the number of models ({n_models}), "
-                                                     f"got {stop.upper_models}")
+                                                     f"or EVERY_MODEL, got {stop.upper_models}")
 
 
 def _check_statement(kind, stop, params) -> None:

@@ -30,7 +30,7 @@ STOP_BLOCK_STEPS = 64
 #: ``vmap`` axes of an `Episode` across repetitions: the score matrix, its mask, ``V`` and the row
 #: prior stay shared (one copy, not one per repetition); each repetition has its own draws.
 EPISODE_AXES = Episode(scores=None, missing=None, V=None, model_order=0, init_examples=0, examples_key=0, key=0,
-                       row_prior=None)
+                       row_prior=None, cost=None)
 
 
 def bind(config: BanditConfig, method: str | Estimator) -> Kernel:
@@ -80,7 +80,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
         params = start_params(kernel, params)
         episode, state = kernel.init(key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32), params,
                                      start)
-        init_best = state.best
+        init_best, init_money = state.best, state.money
         # choices[t] is step t's model (index 0: the padding step t = 0, never a pull).
         choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
         follow_at = (lambda t: None) if choices is None else (lambda t: choices[t])   # noqa: E731
@@ -98,7 +98,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
         if not config.record_steps:   # the summary only: the final state's record as the one "step"
             records = jax.tree_util.tree_map(lambda a: a[None], kernel.idle_record(episode, state, params,
                                                                                    jnp.int32(0)))
-        return run_result(kernel, state, params, records, init_best)
+        return run_result(kernel, state, params, records, init_best, init_money)
 
     return run
 
@@ -134,7 +134,7 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
         padded = None if choices is None else jnp.pad(jnp.asarray(choices, jnp.int32), ((0, 0), (1, 0)),
                                                       constant_values=-1)
         final, records = _blocks(kernel, block, episodes, states, params, padded)
-        return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best)
+        return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best, states.money)
 
     return run
 
@@ -237,7 +237,7 @@ def _phases(kernel: Kernel, episode: Episode, state: BanditState, params: RunPar
     return state, jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), records)
 
 
-def run_result(kernel: Kernel, state: BanditState, params: RunParams, records, init_best) -> RunResult:
+def run_result(kernel: Kernel, state: BanditState, params: RunParams, records, init_best, init_money) -> RunResult:
     config, estimator = kernel.config, kernel.plugins.estimator
     n = config.n_examples
     radius = estimator.radius(state.estimator, state.ledger, n, params.delta, params.estimator)
@@ -253,4 +253,4 @@ def run_result(kernel: Kernel, state: BanditState, params: RunParams, records, i
     snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
     return RunResult(records, init_best, current_estimates(estimator, state, n, params), radius, state.ledger.n_obs,
                      state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps, seq_low, seq_high, state.stopped,
-                     state.claimed)
+                     state.claimed, init_money)

@@ -76,10 +76,13 @@ class InFlight(NamedTuple):
 class Start(NamedTuple):
     """Where a repetition's rows of U start (``init_U``, ``(m, r)``; None: zeros) and the Gaussian
     every refit pulls them towards (``row_prior``, a `pulse_jax.stats.factorization.RowPrior`;
-    None: the candidates' mean row), with weight ``params.refit_prior``."""
+    None: the candidates' mean row), with weight ``params.refit_prior``; and what each cell costs
+    (``cost``, ``(m, n)``: the run's ``money`` adds up the cells it observes, and the rules see each
+    model's mean cost per cell; None: every cell costs 1, and ``money`` counts cells)."""
 
     init_U: jax.Array | None = None
     row_prior: factorization.RowPrior | None = None
+    cost: jax.Array | None = None   # (m, n) what each cell costs, any unit (None: every cell costs 1)
 
 #: The kernel's function types (see `Kernel`).
 InitFn = Callable[..., tuple[Episode, BanditState]]
@@ -178,11 +181,14 @@ def _init(s: Static, key, scores, V, params: RunParams, start: Start) -> tuple[E
     scores = jnp.where(missing, 0.0, scores)
     population = jnp.sum(~missing, axis=1).astype(jnp.int32)
     first_examples, observed = initial_draws(examples_key, config, missing, population)
-    episode = Episode(scores, missing, V, model_order, first_examples, examples_key, tie_key, start.row_prior)
+    cost = None if start.cost is None else jnp.asarray(start.cost, jnp.float32)
+    episode = Episode(scores, missing, V, model_order, first_examples, examples_key, tie_key, start.row_prior, cost)
     first = jnp.take_along_axis(scores, first_examples, axis=1)
     U = jnp.zeros((config.n_models, V.shape[1]), jnp.float32) if start.init_U is None \
         else jnp.asarray(start.init_U, jnp.float32)
     state = _first_state(s, first, observed, population, U, params)
+    state = state._replace(money=_cost_of(episode, first_examples, jnp.ones(first_examples.shape, bool)),
+                           cost=_model_cost(cost, missing, population))
     if estimator.uses_predictions:
         settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2,
                               params.refit_prior, episode.row_prior)
@@ -191,6 +197,22 @@ def _init(s: Static, key, scores, V, params: RunParams, start: Start) -> tuple[E
     state = state._replace(best=_recommend(s, episode, state, params, 0))
     state = record_certificate(config, estimator, state, params)
     return episode, take_snapshots(config, estimator, state, params, jnp.int32(-1))
+
+
+def _model_cost(cost, missing, population):
+    """``(m,)``: each model's mean cost per cell over its benchmark (ones without costs)."""
+    if cost is None:
+        return jnp.ones(missing.shape[0], jnp.float32)
+    return jnp.sum(jnp.where(missing, 0.0, cost), axis=1) / jnp.maximum(population, 1).astype(jnp.float32)
+
+
+def _cost_of(episode: Episode, examples, valid, model=None):
+    """What the ``valid`` cells ``examples`` cost (``model``'s batch, or every model's rows of ``examples``)."""
+    if episode.cost is None:
+        return jnp.sum(valid).astype(jnp.float32)
+    rows = episode.cost if model is None else episode.cost[model][None]
+    return jnp.sum(jnp.where(valid, jnp.take_along_axis(rows, examples.reshape(rows.shape[0], -1), axis=1)
+                             .reshape(valid.shape), 0.0))
 
 
 def _recommend(s: Static, episode: Episode, state: BanditState, params: RunParams, t):
@@ -218,7 +240,8 @@ def _stop_inputs(s: Static, state: BanditState, params: RunParams, t) -> StopInp
     mu = current_estimates(estimator, state, config.n_examples, params)
     low, high = interval_bounds(estimator, state, config, params) if rule.needs_interval or stop.needs_interval \
         else (jnp.full(config.n_models, jnp.nan, jnp.float32),) * 2
-    return StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0, state.certified.model)
+    return StopInputs(t, state.spent, config.budget, mu, low, high, state.certified.spent >= 0, state.certified.model,
+                      state.cost)
 
 
 def _select(s: Static, episode: Episode, state: BanditState, params: RunParams, t, *, blocked=None,
@@ -247,8 +270,9 @@ def _select(s: Static, episode: Episode, state: BanditState, params: RunParams, 
     low, high = looks.low, looks.high
     if in_flight is not None:
         low, high = _hallucinated(looks.estimates, low, high, ledger, n_alloc)
+    focus = None if stop.focus is None else stop.focus(looks, params.stop)
     inputs = RuleInputs(t, looks.estimates, low, high, n_alloc, pulls, active, exhausted,
-                        episode.model_order, episode.key)
+                        episode.model_order, episode.key, state.cost, focus)
     i, rule_state = rule.choose(state.rule, inputs, params.rule)
     valid = (i >= 0) & (i < m)
     i = jnp.clip(i, 0, m - 1).astype(jnp.int32)
@@ -415,7 +439,8 @@ def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams,
     log = _add_to_log(state.log, t, pull, batch.examples) if estimator.uses_predictions else state.log
     spent_before = state.spent
     state = state._replace(ledger=_add_to_ledger(ledger, pull), estimator=est, observed=observed, log=log,
-                           spent=state.spent + batch.size, cs=cs, rule=plugins.rule.update(state.rule, i, batch.size))
+                           spent=state.spent + batch.size, cs=cs, rule=plugins.rule.update(state.rule, i, batch.size),
+                           money=state.money + _cost_of(episode, batch.examples, batch.valid, i))
     state = state._replace(best=jnp.where(batch.size > 0, _recommend(s, episode, state, params, t), state.best))
     state = record_certificate(config, estimator, state, params)
     return take_snapshots(config, estimator, state, params, spent_before), info
@@ -452,10 +477,10 @@ def _record(s: Static, state: BanditState, params: RunParams, chosen, info) -> S
     config, estimator = s.config, s.plugins.estimator
     empty = jnp.zeros((0,), jnp.float32)
     if not config.record_estimates:
-        return StepRecord(state.best, state.spent, chosen, info, empty, empty, empty)
+        return StepRecord(state.best, state.spent, chosen, info, empty, empty, empty, state.money)
     low, high = interval_bounds(estimator, state, config, params, "cs")
     estimates = current_estimates(estimator, state, config.n_examples, params)
-    return StepRecord(state.best, state.spent, chosen, info, estimates, low, high)
+    return StepRecord(state.best, state.spent, chosen, info, estimates, low, high, state.money)
 
 
 def _bounds(s: Static, state: BanditState, params: RunParams):

@@ -27,6 +27,7 @@ class Episode(NamedTuple):
     examples_key: chex.PRNGKey  # stream of the example draws (see sampling.draw_key)
     key: chex.PRNGKey          # per-step tie-breaking stream
     row_prior: RowPrior | None = None   # factorization.RowPrior every refit of U is pulled towards (None: the paper's)
+    cost: chex.Array | None = None      # (m, n) what each cell costs (None: every cell costs 1)
 
 
 class PullLog(NamedTuple):
@@ -55,6 +56,8 @@ class BanditState(NamedTuple):
     rule: chex.ArrayTree = ()   # the sampling rule's own state
     stopped: chex.Array | bool = False   # the stopping rule has fired (final: a stopped run pulls nothing more)
     claimed: chex.Array | None = None    # (m,) bool: the models the stopping rule's claim named when it fired
+    money: chex.Array | float = 0.0      # what the cells spent cost, initialization included (cells without costs)
+    cost: chex.Array | None = None       # (m,) each model's mean cost per cell (constant; ones without costs)
 
 
 class StepRecord(NamedTuple):
@@ -65,6 +68,7 @@ class StepRecord(NamedTuple):
     estimates: chex.Array   # (m,) when config.record_estimates, else ()
     low: chex.Array         # (m,) confidence-sequence bounds when config.record_estimates, else ()
     high: chex.Array
+    money: chex.Array = 0.0  # what the cells spent cost after the step, initialization included
 
 
 class RunResult(NamedTuple):
@@ -84,6 +88,7 @@ class RunResult(NamedTuple):
     cs_seq_high: chex.Array = None
     stopped: chex.Array = None      # the stopping rule fired (bool)
     claimed: chex.Array = None      # (m,) bool: what its claim named then (all False: it never fired)
+    init_money: chex.Array = None   # what the initial batches cost
 
 
 # ----------------------------------------------------------------------------- draws

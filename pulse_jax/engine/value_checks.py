@@ -135,7 +135,7 @@ def _rule_inputs(m: int, low, high, seed: int):
     key = np.array([0, seed], np.uint32)        # jax.random.PRNGKey(seed), without compiling it
     return RuleInputs(*(jnp.asarray(x) for x in (np.int32(3), estimates, low, high, np.full(m, 8, np.int32),
                                                   np.ones(m, np.int32), np.ones(m, bool), np.zeros(m, bool),
-                                                  np.arange(m, dtype=np.int32), key)))
+                                                  np.arange(m, dtype=np.int32), key, np.ones(m, np.float32))))
 
 
 def _bounds(m: int, seed: int):
@@ -180,7 +180,7 @@ def check_stop_values(stop, config, params) -> None:
         low, high = _bounds(m, seed)
         inputs = StopInputs(jnp.asarray(np.int32(3)), jnp.asarray(np.int32(config.budget // 2)), config.budget,
                             *(jnp.asarray(x) for x in ((low + high) / 2, low, high, np.bool_(seed == 1),
-                                                        np.int32(0 if seed == 1 else -1))))
+                                                        np.int32(0 if seed == 1 else -1), np.ones(m, np.float32))))
         done = bool(np.asarray(_run(kind, stop, "done", stop.done, inputs, params, static=())))
         if not stop.needs_interval:
             blind = bool(np.asarray(_run(kind, stop, "done", stop.done, inputs._replace(low=nan, high=nan), params)))
@@ -190,10 +190,13 @@ def check_stop_values(stop, config, params) -> None:
     check_holds(stop, np.eye(m, dtype=bool)[0], np.linspace(0.9, 0.1, m), params)
 
 
-def check_holds(stop, claimed, true_means, params) -> bool:
-    """``stop.holds(claimed, true_means, params)`` as a bool; a failure or a non-boolean answer is one line."""
+def check_holds(stop, claimed, true_means, params, cost=None) -> bool:
+    """``stop.holds(claimed, true_means, params)`` as a bool (with ``cost``, each model's cost per cell, for a
+    rule whose claim is about costs: ``uses_cost``; ones when None); a failure or a non-boolean answer is
+    one line."""
+    extra = () if not stop.uses_cost else (np.ones(len(true_means)) if cost is None else np.asarray(cost, float),)
     try:
-        answer = stop.holds(claimed, true_means, params)   # host side, NumPy: not compiled
+        answer = stop.holds(claimed, true_means, params, *extra)   # host side, NumPy: not compiled
     except Exception as err:   # noqa: BLE001 -- the user's code may raise anything
         first = (str(err).strip().splitlines() or [""])[0]
         _fail("stopping rule", stop, "holds", f"fails on concrete values of this run's shapes: {type(err).__name__}: "

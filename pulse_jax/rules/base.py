@@ -39,7 +39,7 @@ from pulse_jax.protocols import Params, RunShape, State
 #: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
 BUILT_IN: dict = {}
 #: The modules of the built-ins, in the order their names list.
-BUILT_IN_MODULES = ("ucb_index", "lucb", "top_two", "successive_halving")
+BUILT_IN_MODULES = ("ucb_index", "lucb", "top_two", "successive_halving", "focus")
 
 
 def built_ins() -> dict:
@@ -60,6 +60,8 @@ class RuleInputs(NamedTuple):
     exhausted: chex.Array    # bool: every example of the model is observed
     model_order: chex.Array  # the repetition's shuffled model order (for random ties)
     tie_key: chex.PRNGKey    # the repetition's stream of per-step uniforms
+    cost: chex.Array = None  # each model's mean cost per cell (ones when the run has no costs)
+    focus: chex.Array = None  # bool: the models the stopping rule's claim waits on (all, for a rule that does not say)
 
 
 def no_state(config) -> tuple:
@@ -109,6 +111,29 @@ class SamplingRule(NamedTuple):
     settings: tuple = ()
     params: tuple = ()   # the rule's own traced numbers with their defaults (``choose`` receives them)
     plans_on_budget: bool = False   # its requests depend on the total budget (a live log cannot be extended)
+
+
+def cost_share(inputs: RuleInputs) -> chex.Array:
+    """``(m,)``: ``sqrt(c_min / c_i)``, the share of pulls model i gets per pull of the cheapest model
+    when cells are split to shrink a difference of two means fastest per unit of cost.
+
+    The variance of a difference of means, ``s^2 (1 / n_a + 1 / n_b)``, is smallest for a fixed
+    spend ``c_a n_a + c_b n_b`` at ``n_a / n_b = sqrt(c_b / c_a)`` (Lagrange; the square-root-cost
+    weighting of cost-aware best-arm identification, Kanarios, Zhang & Ying 2024). Equal costs
+    give exactly 1 everywhere, so a rule that scales by it chooses as it does without costs.
+    """
+    if inputs.cost is None:
+        return jnp.ones(inputs.estimates.shape, jnp.float32)
+    return jnp.sqrt(jnp.min(inputs.cost) / inputs.cost)
+
+
+def cost_weighted_width(inputs: RuleInputs) -> chex.Array:
+    """``(high - low) * cost_share ** 0.5``: the width a rule that pulls "the wider one" compares.
+
+    Widths shrink like ``1 / sqrt(n)``, so pulling whichever has the larger ``width_i c_i^{-1/4}``
+    keeps ``n_a sqrt(c_a) = n_b sqrt(c_b)``, the split of `cost_share`; equal costs compare the
+    widths themselves."""
+    return (inputs.high - inputs.low) * jnp.sqrt(cost_share(inputs))
 
 
 def ucb_index(inputs: RuleInputs, exploration) -> chex.Array:

@@ -20,15 +20,16 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from pulse_jax.rules.base import BUILT_IN, SamplingRule
+from pulse_jax.rules.base import BUILT_IN, SamplingRule, cost_weighted_width
 from pulse_jax.rules.ucb_index import IndexParams, choose_by_index
 from pulse_jax.stats.ties import CHALLENGER, LEADER, random_argmax, tie_uniform
 
 
 def _wider(inputs, a, b, fallback):
     """Of ``a`` and ``b``, the one with the wider interval that can be pulled (``a`` on a tie); else
-    ``fallback``."""
-    width = inputs.high - inputs.low
+    ``fallback``. Widths are weighed by cost (`cost_weighted_width`: the widths themselves when every
+    model costs the same)."""
+    width = cost_weighted_width(inputs)
     active = inputs.active
     pick = jnp.where(active[a] & (~active[b] | (width[a] >= width[b])), a, b)
     return jnp.where(active[pick], pick, fallback)

@@ -20,7 +20,9 @@ fixed-confidence and beyond" (EB-TC). At step ``t``:
   the challenger is the model furthest from being excluded (this variant needs
   an interval; ``docs/confidence.md``, "Batch size and the challenger");
 * the leader is pulled with probability ``leader_fraction`` (``beta``; a
-  uniform of stream ``COIN``), the challenger otherwise. ``leader_fraction`` is
+  uniform of stream ``COIN``), the challenger otherwise; when the two cost
+  different amounts per cell, ``beta`` is weighed by their prices
+  (`leader_probability`), and it is ``beta`` itself when they cost the same. ``leader_fraction`` is
   the rule's own traced number (`TopTwoParams`, swept as
   ``rule.leader_fraction``; default the factory's argument), so a sweep over it
   never recompiles. If the one drawn cannot be pulled, the other is; if
@@ -37,7 +39,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from pulse_jax.rules.base import BUILT_IN, SamplingRule
+from pulse_jax.rules.base import BUILT_IN, SamplingRule, cost_share
 from pulse_jax.rules.ucb_index import choose_by_index
 from pulse_jax.stats.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
 from pulse_jax.protocols import Range
@@ -72,6 +74,16 @@ def symmetric_interval_cost(estimates, low, high, leader):
     gap = jnp.maximum(estimates[leader] - estimates, 0.0)
     scale = half[leader] + half
     return jnp.where(scale > 0, gap / jnp.where(scale > 0, scale, 1.0), jnp.inf)
+
+
+def leader_probability(inputs, leader, challenger, beta):
+    """The chance the leader is pulled: ``beta`` weighed by the two models' `cost_share`,
+    ``beta s_L / (beta s_L + (1 - beta) s_C)``, so the pair is pulled in the proportions that shrink
+    their difference fastest per unit of cost; exactly ``beta`` when the two cost the same."""
+    share = cost_share(inputs)
+    s_l, s_c = share[leader], share[challenger]
+    weighted = beta * s_l / (beta * s_l + (1.0 - beta) * s_c)
+    return jnp.where(s_l == s_c, beta, weighted)
 
 
 CHALLENGERS = ("transportation", "interval", "interval_symmetric")
@@ -110,7 +122,7 @@ def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") ->
             else transportation_cost(inputs.estimates, inputs.n_obs, leader)
         cost = jnp.where(jnp.arange(m) == leader, jnp.inf, cost)
         challenger = random_argmax(tie_uniform(key, t, CHALLENGER), -cost, order)
-        coin = tie_uniform(key, t, COIN) < params.leader_fraction
+        coin = tie_uniform(key, t, COIN) < leader_probability(inputs, leader, challenger, params.leader_fraction)
         first, second = jnp.where(coin, leader, challenger), jnp.where(coin, challenger, leader)
         active = inputs.active
         pick = jnp.where(active[first], first, second)

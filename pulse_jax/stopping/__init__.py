@@ -5,7 +5,9 @@
 * `epsilon_good` -- stop once a model is certified within ``epsilon`` of the best;
 * `top_k` -- stop once the k best models are certified as a set;
 * `tie_group` -- stop once the leader's group of inseparable models is small enough
-  (`groups` splits every model into ordered groups).
+  (`groups` splits every model into ordered groups);
+* `cheapest_within` -- stop once the cheapest model within ``epsilon`` of the best is certified;
+* `cost_front` -- stop once the cost-accuracy front (within ``epsilon``) is certified.
 """
 
 from pulse_jax.protocols import lazy
@@ -19,6 +21,7 @@ _EXPORTS = {
     "pulse_jax.stopping.epsilon_good": ["EpsilonParams", "epsilon_good"],
     "pulse_jax.stopping.top_k": ["top_k"],
     "pulse_jax.stopping.tie_group": ["TieGroupParams", "groups", "leader_group", "tie_group"],
+    "pulse_jax.stopping.cost": ["cheapest_within", "cost_front"],
 }
 
 __getattr__, __dir__, __all__ = lazy(globals(), _EXPORTS)

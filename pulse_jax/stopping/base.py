@@ -31,7 +31,13 @@ What a stop certifies is the rule's to declare, not the engine's:
   about the best model needs every lower bound and the best model's upper bound
   (1, what certification levels, ``cs_simultaneous < 1``, pay for); a top-k set
   needs the k best models' upper bounds, so it needs ``cs_simultaneous >=
-  log k / log m`` (`pulse_jax.engine.check_levels` refuses less).
+  log k / log m`` (`pulse_jax.engine.check_levels` refuses less). `EVERY_MODEL` says every
+  model's (certificates about costs: any model may be the one that decides), so ``cs_simultaneous = 1``;
+* ``uses_cost``: the claim is about what models cost (``inputs.cost``, each model's mean cost per
+  cell); ``holds`` then takes a fourth argument, the ``(m,)`` true costs per cell;
+* ``focus(inputs, params) -> (m,) bool`` (optional): the models whose bounds stand between this look
+  and the claim; the kernel passes it to the sampling rule as ``inputs.focus`` (`pulse_jax.rules.focus`
+  pulls there). None: every model.
 
 Simulation and live selection call the same ``done`` on the same
 `StopInputs` (`pulse_jax.engine.Kernel.stop_status`), and the live report
@@ -52,7 +58,7 @@ from pulse_jax.protocols import Params
 #: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
 BUILT_IN: dict = {}
 #: The modules of the built-ins, in the order their names list.
-BUILT_IN_MODULES = ("budget", "certified", "epsilon_good", "top_k", "tie_group")
+BUILT_IN_MODULES = ("budget", "certified", "epsilon_good", "top_k", "tie_group", "cost")
 
 
 def built_ins() -> dict:
@@ -71,6 +77,11 @@ class StopInputs(NamedTuple):
     high: chex.Array
     certified: chex.Array         # bool scalar: a model has been certified best
     certified_model: chex.Array   # int32 scalar, -1 before
+    cost: chex.Array = None       # each model's mean cost per cell (ones when the run has no costs)
+
+
+#: ``upper_models`` of a claim that rests on every model's upper bound (any number >= the models).
+EVERY_MODEL = 1 << 30
 
 
 def no_claim(inputs: StopInputs, params) -> chex.Array:
@@ -147,3 +158,5 @@ class StoppingRule(NamedTuple):
     params: tuple = ()   # the rule's own traced numbers with their defaults (its functions receive them)
     holds: StopHolds = no_claim_holds
     upper_models: int = 1   # models whose upper bounds the claim rests on (see the module docstring)
+    uses_cost: bool = False   # the claim is about costs: ``holds(claimed, true_means, params, cost)``
+    focus: StopClaim | None = None   # ``focus(inputs, params) -> (m,) bool``: the models the claim waits on

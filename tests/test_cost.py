@@ -1,0 +1,215 @@
+"""Costs as data: the certificates about cost, cost-aware sampling, money metering and bad cost input.
+
+* The two certificates' decision logic by exact enumeration: on every configuration of bounds from a
+  small grid and several cost vectors (ties in cost included), ``done`` / ``claim`` equal their
+  definitions written out in NumPy; at exhaustion (bounds = means) the claim is the truth for random
+  instances with ties in cost and accuracy.
+* Validity by Monte Carlo: 400 repetitions at delta = 0.3 on a matrix whose cheap models sit just
+  below and above the epsilon line; the error rate must stay <= delta + 3 standard errors
+  (3 sqrt(0.21 / 400) = 0.069), and every repetition certifies within the whole matrix.
+* Equal costs change nothing: the same choices, cell for cell, as a run without costs.
+* Money against a NumPy reference: per-model costs give ``sum(size x cost[chosen])`` step by step;
+  per-cell costs of a run that sees every cell give the matrix's total.
+"""
+import itertools
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import pulse_jax as pj
+from pulse_jax import stopping
+from pulse_jax.errors import PulseInputError
+from pulse_jax.stopping import StopInputs
+
+COSTS = ([1.0, 2.0, 3.0], [1.0, 1.0, 3.0], [3.0, 1.0, 1.0], [2.0, 2.0, 2.0])
+
+
+def _batch(configurations, cost):
+    est, low, high = (jnp.asarray(np.array(a), jnp.float32) for a in zip(*configurations))
+    k, m = est.shape
+    return StopInputs(jnp.zeros(k, jnp.int32), jnp.zeros(k, jnp.int32), 100, est, low, high, jnp.zeros(k, bool),
+                      jnp.full(k, -1, jnp.int32), jnp.broadcast_to(jnp.asarray(cost, jnp.float32), (k, m)))
+
+
+def _configurations(m=3, grid=(0.0, 0.25, 0.5, 0.75, 1.0)):
+    pairs = [(a, b) for a in grid for b in grid if a <= b]
+    for combo in itertools.product(pairs, repeat=m):
+        low = np.array([p[0] for p in combo])
+        high = np.array([p[1] for p in combo])
+        yield (low + high) / 2, low, high
+
+
+def _evaluate(rule, eps, cost):
+    configurations = list(_configurations())
+    inputs = _batch(configurations, cost)
+    params = stopping.EpsilonParams(eps)
+    in_axes = (StopInputs(0, 0, None, 0, 0, 0, 0, 0, 0), None)
+    done = np.asarray(jax.vmap(rule.done, in_axes=in_axes)(inputs, params))
+    claim = np.asarray(jax.vmap(rule.claim, in_axes=in_axes)(inputs, params))
+    return configurations, done, claim
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.25])
+def test_cheapest_within_equals_its_definition_on_every_configuration(eps):
+    rule = stopping.cheapest_within()
+    for cost in COSTS:
+        configurations, done, claim = _evaluate(rule, eps, cost)
+        c = np.asarray(cost)
+        for (est, low, high), d, cl in zip(configurations, done, claim):
+            good = [i for i in range(3) if all(low[i] >= high[j] - eps for j in range(3) if j != i)]
+            bad = [j for j in range(3) if high[j] < low.max() - eps]
+            ok = [i for i in good if all(j in bad for j in range(3) if c[j] < c[i])]
+            assert bool(d) == bool(ok), (cost, eps, low, high)
+            assert cl.sum() == (1 if ok else 0)
+            if ok:
+                assert int(np.flatnonzero(cl)[0]) in ok
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.25])
+def test_cost_front_equals_its_definition_on_every_configuration(eps):
+    rule = stopping.cost_front()
+    for cost in COSTS:
+        configurations, done, claim = _evaluate(rule, eps, cost)
+        c = np.asarray(cost)
+        for (est, low, high), d, cl in zip(configurations, done, claim):
+            rivals = [[j for j in range(3) if j != i and c[j] <= c[i]] for i in range(3)]
+            dominated = [any(low[j] > high[i] + eps for j in rivals[i]) for i in range(3)]
+            front = [all(high[j] <= low[i] + eps for j in rivals[i]) for i in range(3)]
+            placed = all(a or b for a, b in zip(dominated, front))
+            assert bool(d) == placed, (cost, eps, low, high)
+            want = [front[i] and not dominated[i] and placed for i in range(3)]
+            assert list(cl) == want, (cost, eps, low, high)
+
+
+def _truth_cheapest(mu, cost, eps):
+    good = mu >= mu.max() - eps - 1e-12
+    return min(np.flatnonzero(good), key=lambda i: cost[i])
+
+
+def test_at_exhaustion_both_certificates_state_the_truth_with_ties_in_cost_and_accuracy():
+    """Bounds equal to the means (every model seen in full): both rules fire and their claims hold,
+    on 300 random instances drawn from few values, so ties in cost and in accuracy are frequent."""
+    rng = np.random.default_rng(0)
+    for _ in range(300):
+        m = int(rng.integers(2, 7))
+        # Binary fractions: float32 bounds and float64 means agree exactly, so gaps of exactly epsilon stay exact.
+        mu = rng.choice([0.5, 0.53125, 0.5625, 0.59375, 0.625], m)
+        cost = rng.choice([1.0, 2.0, 5.0], m)
+        eps = float(rng.choice([0.0, 0.03125, 0.0625]))
+        inputs = StopInputs(jnp.int32(1), jnp.int32(0), 100, jnp.asarray(mu, jnp.float32), jnp.asarray(mu, jnp.float32),
+                            jnp.asarray(mu, jnp.float32), jnp.bool_(False), jnp.int32(-1), jnp.asarray(cost, jnp.float32))
+        params = stopping.EpsilonParams(eps)
+        for rule in (stopping.cheapest_within(), stopping.cost_front()):
+            assert bool(rule.done(inputs, params)), (rule.name, mu, cost, eps)
+            claim = np.asarray(rule.claim(inputs, params))
+            assert rule.holds(claim, mu, params, cost), (rule.name, mu, cost, eps, claim)
+        claim = np.asarray(stopping.cheapest_within().claim(inputs, params))
+        x = int(np.flatnonzero(claim)[0])
+        assert cost[x] == cost[_truth_cheapest(mu, cost, eps)]
+
+
+def test_holds_rejects_false_claims():
+    params = stopping.EpsilonParams(0.01)
+    mu, cost = np.array([0.60, 0.595, 0.50]), np.array([10.0, 2.0, 1.0])
+    cheapest = stopping.cheapest_within()
+    assert cheapest.holds(np.array([False, True, False]), mu, params, cost)       # within 0.01, cheaper one is not
+    assert not cheapest.holds(np.array([True, False, False]), mu, params, cost)   # a cheaper model is good enough
+    assert not cheapest.holds(np.array([False, False, True]), mu, params, cost)   # not within 0.01
+    front = stopping.cost_front()
+    assert front.holds(np.array([True, True, True]), mu, params, cost)   # each beats the cheaper ones
+    assert not front.holds(np.array([False, True, True]), mu, params, cost)   # model 0 is not beaten
+    assert not front.holds(np.array([True, True, False]), mu, params, cost)   # model 2 is the cheapest: never beaten
+    tied = np.array([0.6, 0.6, 0.5])
+    assert front.holds(np.array([True, True, True]), tied, stopping.EpsilonParams(0.0), np.array([2.0, 2.0, 1.0]))
+
+
+def _cheap_matrix(seed=0):
+    """8 models x 300 examples: two cheap models just below and just above the 0.02 line, expensive ones above."""
+    rng = np.random.default_rng(seed)
+    means = np.array([0.70, 0.69, 0.665, 0.685, 0.60, 0.55, 0.62, 0.50])
+    cost = np.array([20.0, 10.0, 1.0, 2.0, 1.0, 0.5, 5.0, 0.5])
+    scores = (rng.random((8, 300)) < means[:, None]).astype(np.float32)
+    return scores, cost
+
+
+@pytest.mark.parametrize("stop", ["cheapest_within", "cost_front"])
+def test_cost_certificates_are_valid_and_certify_within_the_matrix(stop):
+    scores, cost = _cheap_matrix()
+    m, n = scores.shape
+    rule = getattr(pj, stop)(0.02)
+    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule="focus", stop=rule,
+                          record_steps=False)
+    res = pj.simulate(scores, cfg, "ucbe", reps=400, seed=1, cost=cost, params={"delta": 0.3})
+    claims = res.claims()
+    assert claims["stopped_fraction"] == 1.0
+    assert claims["error_rate"] <= 0.3 + 3 * math.sqrt(0.21 / 400), claims
+    assert np.all(res.money[:, -1] <= (scores.shape[1] * cost).sum() + 1e-3)
+
+
+def test_a_cost_certificate_needs_every_models_bounds():
+    scores, cost = _cheap_matrix()
+    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=2400, batch_size=8, rule="focus",
+                          stop=pj.cheapest_within(0.02))
+    with pytest.raises(PulseInputError, match="cs_simultaneous must be >= log 8 / log 8"):
+        pj.simulate(scores, cfg, "ucbe", reps=2, cost=cost, params={"cs_simultaneous": 0.5})
+
+
+@pytest.mark.parametrize("rule", ["top_two_interval", "lucb"])
+def test_equal_costs_make_the_same_choices_as_no_costs(rule):
+    scores, _ = _cheap_matrix()
+    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=1200, batch_size=8, rule=rule, stop="certified")
+    plain = pj.simulate(scores, cfg, "ucbe", reps=6, seed=3)
+    priced = pj.simulate(scores, cfg, "ucbe", reps=6, seed=3, cost=np.full(8, 3.5))
+    np.testing.assert_array_equal(plain.chosen, priced.chosen)
+    np.testing.assert_allclose(priced.money, 3.5 * plain.spent, rtol=1e-6)
+    np.testing.assert_allclose(plain.money, plain.spent)
+    assert plain.cost is None and np.allclose(priced.cost, 3.5)
+
+
+def test_money_matches_a_numpy_reference_per_model_and_per_cell():
+    scores, cost = _cheap_matrix()
+    m, n = scores.shape
+    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=1600, batch_size=8, rule="top_two_interval", stop="budget")
+    res = pj.simulate(scores, cfg, "ucbe", reps=4, seed=2, cost=cost)
+    for r in range(res.reps):
+        sizes = np.diff(res.spent[r])
+        steps = np.where(res.chosen[r] >= 0, sizes * cost[np.maximum(res.chosen[r], 0)], 0.0)
+        want = cfg.init_cells_per_model * cost.sum() + np.concatenate([[0.0], np.cumsum(steps)])
+        np.testing.assert_allclose(res.money[r], want, rtol=1e-5)
+    cells = np.random.default_rng(4).uniform(0.1, 3.0, (m, n))
+    full = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule="ucbe", stop="budget",
+                           record_steps=False)
+    res = pj.simulate(scores, full, "ucbe", reps=2, seed=2, cost=cells)
+    np.testing.assert_allclose(res.money[:, -1], cells.sum(), rtol=1e-4)
+    np.testing.assert_allclose(res.cost, cells.mean(1), rtol=1e-6)
+
+
+@pytest.mark.parametrize("cost, needle", [
+    (np.array([1.0, -1.0, 1.0, 1.0]), "cost must be finite and >= 0: model 1 is -1"),
+    (np.array([1.0, np.nan, 1.0, 1.0]), "cost must be finite and >= 0: model 1 is nan"),
+    (np.ones(3), "cost must have shape (n_models,) = (4,) or (n_models, n_examples) = (4, 10), got (3,)"),
+    (np.ones((4, 9)), "got (4, 9)"),
+    (np.array([1.0, 0.0, 1.0, 1.0]), "cost: model 1 costs nothing per cell"),
+    ("cheap", "cost must be numbers"),
+])
+def test_bad_costs_are_refused_in_one_line(cost, needle):
+    scores = (np.random.default_rng(0).random((4, 10)) < 0.5).astype(np.float32)
+    cfg = pj.BanditConfig(n_models=4, n_examples=10, budget=40, batch_size=2, rule="ucbe")
+    with pytest.raises(PulseInputError) as err:
+        pj.simulate(scores, cfg, "ucbe", reps=1, cost=cost)
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_nan_cell_cost_is_refused_with_its_row_and_column_but_ignored_where_the_score_is_missing():
+    scores = (np.random.default_rng(0).random((4, 10)) < 0.5).astype(np.float32)
+    cells = np.ones((4, 10))
+    cells[2, 7] = np.nan
+    cfg = pj.BanditConfig(n_models=4, n_examples=10, budget=40, batch_size=2, rule="ucbe")
+    with pytest.raises(PulseInputError, match=r"row 2, column 7 is nan"):
+        pj.simulate(scores, cfg, "ucbe", reps=1, cost=cells)
+    scores[2, 7] = np.nan
+    res = pj.simulate(scores, cfg, "ucbe", reps=1, cost=cells)
+    assert np.isfinite(res.money).all()
