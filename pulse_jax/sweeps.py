@@ -27,7 +27,7 @@ from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.engine.params import BanditParams, RunParams, as_number
 from pulse_jax.stats.seeds import seed_key
-from pulse_jax.simulation import SimulationResult, is_count, prepare_run, start_rows, execute, result_from
+from pulse_jax.simulation import SimulationResult, check_cost, execute, is_count, prepare_run, result_from, start_rows
 
 
 @dataclasses.dataclass
@@ -220,7 +220,7 @@ def _same(a, b) -> bool:
 def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: int = 100, seed: int = 0, *,
           V=None, base: BanditParams | None = None, baseline=None, chunk_size: int | None = None,
           progress: bool | Callable[[int, int, float], None] | None = None, devices=None,
-          model_names=None, row_prior=None) -> SweepResult:
+          model_names=None, row_prior=None, cost=None) -> SweepResult:
     """Run every point of ``grid`` x ``reps`` repetitions as one compiled program.
 
     Args:
@@ -248,6 +248,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
       devices: the devices to spread repetitions over, as in `pulse_jax.simulate`.
       model_names: the candidates' names, for the results.
       row_prior: as in `pulse_jax.simulate` (needs ``refit_prior > 0`` at some point of the grid).
+      cost: what a cell costs, ``(m,)`` or ``(m, n)``, as in `pulse_jax.simulate` (every point's ``money``).
 
     Point ``k`` equals ``simulate(scores, config, method, params=points[k],
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every
@@ -265,14 +266,14 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     P = len(points)
     rep_index = np.tile(np.arange(reps), P)
     stacked = jax.tree_util.tree_map(lambda *vs: np.repeat(np.asarray(vs, np.float32), reps), *points)
-    start = start_rows(None, row_prior, config, estimator, V, stacked)
+    start = start_rows(None, row_prior, config, estimator, V, stacked)._replace(cost=check_cost(cost, scores))
     out, seconds, compile_seconds = execute(scores, config, estimator, V, rep_index, stacked, seed=seed,
                                             chunk_size=chunk_size, progress=progress, devices=devices, start=start)
     results = []
     for k, point in enumerate(points):
         part = _take(out, slice(k * reps, (k + 1) * reps))
         results.append(result_from(part, estimator.name, config, point, seed, scores, seconds=seconds,
-                                   compile_seconds=compile_seconds, model_names=model_names))
+                                   compile_seconds=compile_seconds, model_names=model_names, cost=start.cost))
     reason = "given"
     if baseline is None:
         baseline, reason = _paper_or_best(axes, points, results, plugins)

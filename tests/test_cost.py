@@ -135,6 +135,7 @@ def _cheap_matrix(seed=0):
     return scores, cost
 
 
+@pytest.mark.integration   # 2 x 400 repetitions: the second test command
 @pytest.mark.parametrize("stop", ["cheapest_within", "cost_front"])
 def test_cost_certificates_are_valid_and_certify_within_the_matrix(stop):
     scores, cost = _cheap_matrix()
