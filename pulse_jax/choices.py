@@ -84,8 +84,9 @@ def check_first_look(budget: int, models: int, batch_size: int, init_batches: in
 
 
 def certificate(given: Mapping[str, float | int | None], stop, spell: Spell):
-    """``(stop, numbers)`` of the certificate shorthands ``epsilon`` / ``top_k`` / ``tie_group`` (at most
-    one given); ``(None, {})`` without them. ``stop``: the stopping rule also given (refused beside one)."""
+    """``(stop, numbers)`` of the certificate shorthands ``epsilon`` / ``top_k`` / ``tie_group`` /
+    ``cheapest`` / ``front`` (at most one given); ``(None, {})`` without them. ``stop``: the stopping rule
+    also given (refused beside one)."""
     from pulse_jax import stopping
 
     chosen = [(name, value) for name, value in given.items() if value is not None]
@@ -94,13 +95,33 @@ def certificate(given: Mapping[str, float | int | None], stop, spell: Spell):
     require(len(chosen) == 1, f"{' and '.join(spell(n) for n, _ in chosen)}: give one certificate")
     (name, value), = chosen
     require(stop is None, f"{spell(name)} sets the stopping rule; drop {spell('stop')} {getattr(stop, 'name', stop)}")
-    if name == "epsilon":
-        require(0 <= value < 1, f"{spell('epsilon')} must be in [0, 1), got {value:g}")
-        return stopping.epsilon_good(), {"stop.epsilon": float(value)}
+    if name in EPSILON_CERTIFICATES:
+        require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1,
+                f"{spell(name)} must be in [0, 1), got {value!r}")
+        return getattr(stopping, EPSILON_CERTIFICATES[name])(), {"stop.epsilon": float(value)}
     require(isinstance(value, int) and value >= 1, f"{spell(name)} must be a whole number >= 1, got {value}")
     if name == "top_k":
         return stopping.top_k(value), {}
     return stopping.tie_group(), {"stop.size": float(value)}
+
+
+#: The certificates whose number is ``stop.epsilon``: choice -> stopping rule.
+EPSILON_CERTIFICATES = {"epsilon": "epsilon_good", "cheapest": "cheapest_within", "front": "cost_front"}
+#: The certificates that rank the models by cost.
+COST_CERTIFICATES = ("cheapest", "front")
+
+
+def cost_rule(given: Mapping[str, float | None], spell: Spell):
+    """The ``focus`` rule when a certificate about cost is asked for without a rule (None otherwise): it
+    pulls where that certificate waits, by price."""
+    named = [name for name in COST_CERTIFICATES if given.get(name) is not None]
+    if not named:
+        return None
+    from pulse_jax.rules import focus
+
+    print(f"note: {spell(named[0])} samples by focus (the widest interval per unit of cost among the models the "
+          f"certificate waits on); give {spell('rule')} to choose another", file=sys.stderr)
+    return focus()
 
 
 def check_certificate_size(given: Mapping[str, int | None], n_models: int, spell: Spell) -> None:
@@ -139,7 +160,7 @@ def certificate_levels(numbers: dict, stop, n_models: int, spell: Spell) -> dict
 
 #: The choices that are shorthands for a number: ``(choice, the number's field)``.
 SHORTHANDS = (("delta", "delta"), ("bounds", "cs_simultaneous"), ("exploration", "exploration"),
-              ("epsilon", "epsilon"), ("tie_group", "size"))
+              ("epsilon", "epsilon"), ("tie_group", "size"), ("cheapest", "epsilon"), ("front", "epsilon"))
 
 
 def param_values(texts, given: set, spell: Spell) -> dict:

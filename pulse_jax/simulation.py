@@ -121,8 +121,8 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
              follow=None, init_U=None, row_prior=None, cost=None) -> SimulationResult:
-    """Run ``reps`` repetitions of ``method``: an `pulse_jax.Estimator` or its name ("ucbe",
-    "pulse", "naive", or "package.module:attribute"; see `pulse_jax.registry`).
+    """Run ``reps`` repetitions of ``method``: an `pulse_jax.Estimator` or its name ("ucbe", "pulse",
+    "naive", "package.module:attribute"; see `pulse_jax.registry`).
 
     Args:
       scores: (m, n) true scores in [0, 1] of the candidates; NaN marks a missing cell (each model's
@@ -134,8 +134,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         default: the paper's. New values reuse the compiled program.
       V: (n, r) example embeddings from the train split (required by PULSE and
         Naive-Pooling; see `pulse_jax.stats.factorization.fit_example_embeddings`).
-      reps: number of repetitions.
-      seed: base seed (repetition ``r`` uses ``fold_in(PRNGKey(seed), r)``).
+      reps, seed: repetitions, and the base seed (repetition ``r`` uses ``fold_in(PRNGKey(seed), r)``).
       chunk_size: repetitions per compiled batch (default: from the problem
         size, see `default_chunk_size`). Does not change results.
       progress: True to print a progress bar to stderr, False for none, None
@@ -158,17 +157,14 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         ``params.refit_prior`` (1: the maximum a posteriori row; it must be > 0). The rows then
         start from its mean unless ``init_U`` is given. Predictions stay fitted on observed cells
         only, so estimates and intervals stay valid whatever the prior.
-      cost: what a cell costs, in any unit (dollars, tokens, seconds): ``(m,)`` per model, or ``(m, n)``
-        per cell (answers differ in length). The result's ``money`` adds up the cells each repetition
-        paid for, the sampling rules spend by it (`pulse_jax.rules`: each model's mean cost per cell),
-        and the certificates about costs (`pulse_jax.cheapest_within`, `pulse_jax.cost_front`) rank
-        the models by it. None: every cell costs 1 (``money`` counts cells).
+      cost: what a cell costs (any unit), ``(m,)`` per model or ``(m, n)`` per cell: ``money`` adds up
+        the cells paid for, the rules spend by it and `pulse_jax.cheapest_within` / `pulse_jax.cost_front`
+        rank by it (`pulse_jax.rules`). None: every cell costs 1 (``money`` counts cells).
     """
     if isinstance(params, BanditParams):
         check_params(params)     # the engine's numbers, refused before anything else
     seed_key(seed)   # refuses a bad seed before anything runs
-    require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
-    reps = int(reps)
+    reps = _count(reps, "reps")
     config, estimator, scores, V = prepare_run(scores, config, method, V)
     plugins = engine.plugins_of(config, estimator)
     params = engine.resolve_params(params, plugins)
@@ -181,6 +177,11 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
                                             start=start)
     return result_from(out, estimator.name, config, params, seed, scores, seconds=seconds,
                        compile_seconds=compile_seconds, model_names=model_names, cost=start.cost)
+
+
+def _count(value, name: str) -> int:
+    require(is_count(value), f"{name} must be a positive integer, got {value!r}")
+    return int(value)
 
 
 def check_cost(cost, scores: np.ndarray, where: str = "cost") -> np.ndarray | None:

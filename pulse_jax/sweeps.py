@@ -247,8 +247,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
       chunk_size: repetitions per compiled call, as in `pulse_jax.simulate`.
       devices: the devices to spread repetitions over, as in `pulse_jax.simulate`.
       model_names: the candidates' names, for the results.
-      row_prior: as in `pulse_jax.simulate` (needs ``refit_prior > 0`` at some point of the grid).
-      cost: what a cell costs, ``(m,)`` or ``(m, n)``, as in `pulse_jax.simulate` (every point's ``money``).
+      row_prior, cost: as in `pulse_jax.simulate` (a row prior needs ``refit_prior > 0`` at some point).
 
     Point ``k`` equals ``simulate(scores, config, method, params=points[k],
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every

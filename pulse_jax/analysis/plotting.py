@@ -75,6 +75,37 @@ def estimates_with_intervals(report, path):
     return _save(fig, path)
 
 
+def cost_accuracy(path, cost, estimates, names, *, low=None, high=None, claimed=None, title: str = "",
+                  label: str = "estimate"):
+    """Mean score against cost per cell (log axis): each model's estimate with its interval when given,
+    the models a certificate claims marked (``claimed``: booleans, or the share of repetitions that
+    claimed each model), and the claimed front joined by a line from the cheapest."""
+    cost, est = np.asarray(cost, float), np.asarray(estimates, float)
+    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    if low is not None and high is not None:
+        ax.vlines(cost, low, high, color=COLORS["ucbe"], alpha=0.5, lw=3, zorder=0, label="confidence sequence")
+    ax.plot(cost, est, "o", color=COLORS["pulse"], ms=5, label=label)
+    if claimed is not None:
+        share = np.asarray(claimed, float)
+        hit = share > 0
+        ax.scatter(cost[hit], est[hit], s=40 + 160 * share[hit], facecolors="none", edgecolors="black", lw=1.5,
+                   zorder=3, label="claimed by the certificate" + (" (size: share of repetitions)"
+                                                                    if share.max() < 1 or share.min() > 0 else ""))
+        if hit.sum() > 1:
+            order = np.argsort(cost[hit], kind="stable")
+            ax.plot(cost[hit][order], est[hit][order], "-", color="black", lw=0.8, alpha=0.6)
+    for x, y, name in list(zip(cost, est, names))[:60]:
+        ax.annotate(str(name)[:24], (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
+    ax.set_xscale("log")
+    ax.set_xlabel("cost per cell (log scale)")
+    ax.set_ylabel("mean score")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title or "cost and accuracy", fontsize=9)
+    fig.tight_layout()
+    return _save(fig, path)
+
+
 def budget_to_target_bars(panels: dict, path, target: float = 0.95):
     """Budget to reach ``target`` accuracy per method (bootstrap interval), one panel per setting.
 

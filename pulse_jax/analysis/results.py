@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pulse_jax.analysis import metrics, plotting
+from pulse_jax.analysis import metrics, plotting, spending
 from pulse_jax.fileio.provenance import clean_json
 from pulse_jax.stopping.base import no_claim
 
@@ -70,7 +70,17 @@ def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) 
         if all(c is None or not c["stopped_fraction"] for c in found.values()):
             lines.append(f"{'':>16}   (no repetition stopped: the budget ran out first; a larger --budget, or "
                          "--bounds certification, lets the rule stop)")
+    if any(r.cost is not None for r in results.values()):
+        lines.append(f"{'money (median)':>16} | " + " | ".join(f"{_money(r):>15}" for r in results.values()))
+        lines.append(f"{'':>16}   (what the cells paid for cost, in the units of --cost: when the rule stopped, "
+                     "else at the end of the run)")
     return "\n".join(lines)
+
+
+def _money(result: SimulationResult) -> str:
+    stopped = result.stopped is not None and bool(np.any(result.stopped))
+    value = spending.money_to_claim(result, n_boot=200)["median"] if stopped else float(np.median(result.money[:, -1]))
+    return "beyond budget" if not np.isfinite(value) else f"{value:,.4g}"
 
 
 def summary(results: dict[str, SimulationResult]) -> dict:
@@ -97,6 +107,10 @@ def summary(results: dict[str, SimulationResult]) -> dict:
         }
         if r.config.stop.claim is not no_claim:
             out["methods"][k]["stop"] = {key: v for key, v in metrics.claims(r).items() if key != "cells"}
+        if r.cost is not None:
+            out["methods"][k]["money"] = {"cost_per_cell": r.cost.tolist(),
+                                          "median_final": float(np.median(r.money[:, -1])),
+                                          "to_claim": spending.money_to_claim(r, n_boot=200)}
         if r.cs_low is not None and np.isfinite(r.cs_low).all():
             out["methods"][k]["confidence_sequence"] = {
                 "anytime_coverage": r.anytime_coverage(),
@@ -136,6 +150,14 @@ def write_results(results: dict[str, SimulationResult], out_dir, title: str = ""
                                 **({} if r.claimed is None else {"claimed": r.claimed}),
                                 models=np.array(r.model_names or [], dtype=str))
     paths["plot"] = plotting.accuracy_vs_budget(list(results.values()), out_dir / "accuracy.png", title=title)
+    priced = [r for r in results.values() if r.cost is not None]
+    if priced:   # the true means against what a cell costs, each model ringed by how often it was claimed
+        r = priced[0]
+        names = r.model_names or [f"model {i}" for i in range(len(r.true_means))]
+        claimed = None if r.claimed is None else np.asarray(r.claimed, float).mean(0)
+        paths["cost_plot"] = plotting.cost_accuracy(out_dir / "cost_accuracy.png", r.cost, r.true_means, names,
+                                                    claimed=claimed, label="true mean", title=f"{r.method}: true means and cost; ringed: "
+                                                    f"claimed by {r.config.stop.name}")
     return paths
 
 

@@ -97,3 +97,15 @@ def number_list(text: str, name: str, kind=float) -> tuple:
         raise PulseInputError(f"--{name}: expected comma-separated numbers, got {text!r}") from None
     require(values, f"--{name}: no value given")
     return values
+
+
+def costs_of(args, models, examples, scores):
+    """``--cost FILE`` for these candidates (None without it); ``--cheapest`` / ``--front`` need it."""
+    from pulse_jax.fileio.costs import load_costs
+
+    wants = [flag for flag, name in (("--cheapest", "cheapest"), ("--front", "front"))
+             if getattr(args, name, None) is not None]
+    if getattr(args, "cost", None) is None:
+        require(not wants, f"{wants[0] if wants else ''} ranks the models by cost: pass --cost FILE ('model,cost' rows)")
+        return None
+    return load_costs(args.cost, list(models), list(examples), scores)

@@ -135,6 +135,12 @@ def add_input_options(p: argparse.ArgumentParser, *, scores_required: bool) -> N
     p.add_argument("--embeddings", default=None, help=".npy file with example embeddings V (n x rank)")
 
 
+def add_cost_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--cost", default=None, metavar="FILE",
+                   help="what a cell costs: a CSV 'model,cost' (per model) or a matrix like the scores' (per cell); "
+                        "the rules spend by it, the results count money, --cheapest/--front rank by it")
+
+
 def add_certificate_options(p: argparse.ArgumentParser) -> None:
     group = p.add_mutually_exclusive_group()
     group.add_argument("--epsilon", type=float, default=None,
@@ -144,13 +150,19 @@ def add_certificate_options(p: argparse.ArgumentParser) -> None:
                        help="stop once the K best models are certified as a set: the stopping rule top_k for K "
                             "models (K is static: it shapes the program); the upper bounds are raised to the level K "
                             "of them need")
+    group.add_argument("--cheapest", type=float, default=None, metavar="EPS",
+                       help="stop once the cheapest model within EPS of the best is certified (every cheaper model "
+                            "more than EPS below it); ranks the models by their cost per cell (--cost, --price)")
+    group.add_argument("--front", type=float, nargs="?", const=0.01, default=None, metavar="EPS",
+                       help="stop once the cost-accuracy front is certified: every model on it or beaten by more "
+                            "than EPS (default 0.01) by one at most as expensive (--cost, --price)")
     group.add_argument("--tie-group", type=int, default=None, metavar="SIZE",
                        help="stop once the best model is certified to be one of at most SIZE models (1 is "
                             "exact-best certification): shorthand for --stop tie_group --param stop.size=SIZE")
 
 
 def _certificates(args) -> dict:
-    return {name: getattr(args, name, None) for name in ("epsilon", "top_k", "tie_group")}
+    return {name: getattr(args, name, None) for name in ("epsilon", "top_k", "tie_group", "cheapest", "front")}
 
 
 def certificate_of(args):
@@ -161,15 +173,15 @@ def certificate_of(args):
 
 def check_certificate_size(args, n_models: int) -> None:
     """``--top-k K`` and ``--tie-group SIZE`` name fewer models than there are."""
-    sizes = _certificates(args)
-    sizes.pop("epsilon")
+    sizes = {name: value for name, value in _certificates(args).items() if name in ("top_k", "tie_group")}
     choices.check_certificate_size(sizes, n_models, choices.flag)
 
 
 def rule_option(args):
     """``--rule``'s plug-in; with ``--top-k K`` (K > 1) and no ``--rule``, LUCB for the top K."""
     if not getattr(args, "rule_given", True):
-        rule = choices.top_k_rule(getattr(args, "top_k", None), choices.flag)
+        rule = choices.top_k_rule(getattr(args, "top_k", None), choices.flag) or \
+            choices.cost_rule(_certificates(args), choices.flag)
         if rule is not None:
             return rule
     return plugin_option("sampling rule", args.rule, "--rule")

@@ -53,7 +53,7 @@ def simulation_progress(args, name: str):
                                               done == total)
 
 
-def run_all(scores, V, config, methods, args, names):
+def run_all(scores, V, config, methods, args, names, *, cost=None):
     from pulse_jax.simulation import simulate
 
     results = {}
@@ -62,7 +62,7 @@ def run_all(scores, V, config, methods, args, names):
         results[name] = simulate(scores, method_config, estimator, params=numbers_of(args, method_config, estimator),
                                  V=V if estimator.uses_predictions else None, reps=args.reps,
                                    seed=args.seed, chunk_size=args.chunk_size,
-                                   progress=simulation_progress(args, name), model_names=names)
+                                   progress=simulation_progress(args, name), model_names=names, cost=cost)
     return results
 
 

@@ -127,8 +127,9 @@ def run(args) -> None:
     plan.check_models(len(models), args.budget, f"in {args.models}")
     plan.side_information(plan.plugins()[0])   # the log's folder and the side information, before the scorer
     evaluate, examples = scorer_of(args, models)
-    selector = plan.selector(models, examples, where=f"in {args.models}")
     meter = plan.meter(models, getattr(evaluate, "tokens", None), history=_usage(args, plan))
+    selector = plan.selector(models, examples, where=f"in {args.models}",
+                             cost=None if meter is None else meter.expected)
     if meter is not None:
         meter.update(selector.evaluated())
         print(meter.cost_line(selector.config.budget, len(models) * plan.batch_size * plan.init_batches)

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pulse_jax.cli.inputs import check_side_information, one_side_information, side_information
-from pulse_jax.cli.options import HelpFormatter, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, uses_predictions
+from pulse_jax.cli.inputs import check_side_information, costs_of, one_side_information, side_information
+from pulse_jax.cli.options import HelpFormatter, add_cost_option, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, uses_predictions
 from pulse_jax.cli.output import check_out_dir, finish, hash_inputs, run_all, say_missing
 from pulse_jax.errors import require
 
@@ -14,6 +14,7 @@ def add(sub) -> None:
                          help="repetitions of one or more methods on your score matrix",
                          description="Monte Carlo repetitions of each method on your candidates' score matrix.")
     add_input_options(sim, scores_required=True)
+    add_cost_option(sim)
     sim.add_argument("--hparams", default=None, help="stage-0 settings from `pulse-jax tune` (overrides --rank)")
     add_run_options(sim, reps=200, budget_help="total cells, initialization included (default: 25%% of all cells)")
     sim.add_argument("--out", required=True, help="results directory (JSON + NPZ + PNG + provenance)")
@@ -43,6 +44,7 @@ def run(args) -> None:
                 f"--method {users} needs side information: pass --train FILE or --embeddings FILE "
                 "(or use --method ucbe)")
         V = side_information(args, cand, n)
-    results = run_all(cand.scores, V, config, methods, args, cand.models)
+    cost = costs_of(args, cand.models, cand.examples, cand.scores)
+    results = run_all(cand.scores, V, config, methods, args, cand.models, cost=cost)
     finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples",
             inputs=inputs)

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pulse_jax.cli.inputs import one_side_information, side_information
-from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, for_method, numbers_of, parse_methods, plugin_option, resolve_defaults
+from pulse_jax.cli.inputs import costs_of, one_side_information, side_information
+from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_cost_option, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, for_method, numbers_of, parse_methods, plugin_option, resolve_defaults
 from pulse_jax.cli.output import check_out_dir, hash_inputs, say_missing, say_ties, simulation_progress
 from pulse_jax.errors import require
 
@@ -17,6 +17,7 @@ def add(sub) -> None:
                         help="a hyperparameter sweep of one method as one compiled program",
                         description="Every (grid point, repetition) pair of one method as one compiled program.")
     add_input_options(sw, scores_required=False)
+    add_cost_option(sw)
     sw.add_argument("--grid", action="append", default=[], metavar="NAME=V1,V2,...",
                     help="a swept parameter and its values (repeat for a Cartesian product); NAME is an engine "
                          "number (delta, init_refit_lr, init_refit_l2, refit_lr, refit_l2, cs_horizon, "
@@ -47,7 +48,8 @@ def run(args) -> None:
     plugins = (estimator, plugin_option("sampling rule", args.rule, "--rule"), plugin_option("stopping rule", args.stop, "--stop"))
     grid, baseline = _sweep_grid(args, plugins)
     check_param_options(args, [plugins])
-    scores, names, title, default_budget, V, inputs = _sweep_data(args, method, estimator)
+    scores, names, title, default_budget, V, inputs, examples = _sweep_data(args, method, estimator)
+    cost = costs_of(args, names, examples, scores)
     m, n = scores.shape
     config = for_method(bandit_config(args, m, n, default_budget), estimator, alone=True)
     points = int(np.prod([len(values) for values in grid.values()]))
@@ -60,7 +62,7 @@ def run(args) -> None:
               "every one", file=sys.stderr)
     result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=numbers_of(args, config, estimator),
                    baseline=baseline, chunk_size=args.chunk_size, progress=simulation_progress(args, "sweep"),
-                   model_names=names)
+                   model_names=names, cost=cost)
     targets = tuple(sorted({0.9, 0.95, args.target}))
     rows = result.table(targets)
     say_ties(result.results[0])
@@ -106,7 +108,7 @@ def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
 
 
 def _sweep_data(args, method, estimator):
-    """``(scores, model names, title, default budget, V, input files)`` of a sweep."""
+    """``(scores, model names, title, default budget, V, input files, example ids)`` of a sweep."""
     from pulse_jax import synthetic
     from pulse_jax.stats import factorization
     from pulse_jax.fileio import data
@@ -121,7 +123,7 @@ def _sweep_data(args, method, estimator):
         V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
             if estimator.uses_predictions else None
         default_budget = m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS
-        return bench.scores, bench.models, bench.description, default_budget, V, ()
+        return bench.scores, bench.models, bench.description, default_budget, V, (), bench.examples
     cand = data.handle_missing(data.load(args.scores), args.missing)
     say_missing(cand)
     m, n = cand.shape
@@ -131,7 +133,7 @@ def _sweep_data(args, method, estimator):
                                                "--embeddings FILE (or use --method ucbe)")
         V = side_information(args, cand, n)
     return (cand.scores, cand.models, f"{Path(args.scores).name}: {m} models x {n} examples",
-            max(m * args.batch_size * args.init_batches, (m * n) // 4), V, inputs)
+            max(m * args.batch_size * args.init_batches, (m * n) // 4), V, inputs, cand.examples)
 
 
 def _shown(rows: list[dict], target: float) -> list[dict]:

@@ -271,13 +271,14 @@ class _Selection:
                                     "model needs its own (wrap the task in select_best(Task(...)))")
         require(len(self.expected) >= 2, f"select_best: {len(self.expected)} model; a selection needs at least 2")
         examples = self.examples or sorted(first, key=inspect_logs.natural_order)
-        self.selector = self.plan.selector(self.expected, examples, order={m: self.lanes[m].order for m in self.expected},
-                                           where="under Inspect")
-        for m, cells in self.selector.evaluated().items():     # a resumed run's samples, told already
-            self.lanes[m].scored.update(str(e) for e in cells)
         history = inspect_logs.usage_history(self.plan.usage, self.scorer, self.metric, self.value_map) \
             if self.plan.usage and self.plan.has_money_side else None
         self.meter = self.plan.meter(self.expected, self.token_sum, history=history)
+        self.selector = self.plan.selector(self.expected, examples, order={m: self.lanes[m].order for m in self.expected},
+                                           where="under Inspect",
+                                           cost=None if self.meter is None else self.meter.expected)
+        for m, cells in self.selector.evaluated().items():     # a resumed run's samples, told already
+            self.lanes[m].scored.update(str(e) for e in cells)
         for request in self.selector.pending():   # a resumed log: the batches in flight when it stopped
             self._release(request)
         self.advance()

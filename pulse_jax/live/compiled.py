@@ -65,7 +65,11 @@ def compiled(config: BanditConfig, estimator):
     its own rule with ``status`` before each ask, so a replayed log is followed to its end whatever the
     rule, and a resumed run may change the rule (e.g. spend the rest of the budget after a certificate).
     """
-    kernel = engine.build_kernel(dataclasses.replace(config, stop="budget"), estimator)
+    # The asking kernel spends by the budget's rule, but sees where the real rule's claim waits (its focus).
+    real_stop = engine.plugins_of(config, estimator).stop
+    asking_stop = engine.plugins_of(dataclasses.replace(config, stop="budget"), estimator).stop._replace(
+        focus=real_stop.focus)
+    kernel = engine.build_kernel(dataclasses.replace(config, stop=asking_stop), estimator)
     stopping = engine.build_kernel(config, estimator)
     status = jax.jit(stopping.stop_status)
 

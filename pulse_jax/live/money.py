@@ -50,8 +50,9 @@ def _number(text: str, item: str, option: str) -> float:
 
 
 def parse_prices(items: Sequence[str], models: Sequence[str], cost_per_call: float | None = None) -> dict[str, Price]:
-    """``--price MODEL=IN/OUT`` entries (dollars per million input / output tokens; ``*`` for every
-    model without its own entry) and ``--cost-per-call``, as one `Price` per model. Every model must
+    """``--price MODEL=IN/OUT`` entries (dollars per million input / output tokens) or ``MODEL=DOLLARS``
+    (per call; ``*`` for every model without its own entry) and ``--cost-per-call`` (added to every
+    call), as one `Price` per model. Every model must
     get a price; an entry naming no model is refused (a typo would price nothing)."""
     flat = 0.0
     if cost_per_call is not None:
@@ -60,13 +61,15 @@ def parse_prices(items: Sequence[str], models: Sequence[str], cost_per_call: flo
     for item in items:
         name, sep, value = item.rpartition("=")
         require(sep and name, f"--price {item!r}: expected MODEL=IN/OUT (dollars per million tokens), e.g. "
-                              "openai/gpt-4o-mini=0.15/0.60, or *=IN/OUT for every model")
+                              "openai/gpt-4o-mini=0.15/0.60, MODEL=DOLLARS per call, or * for every model")
         parts = value.split("/")
-        require(len(parts) == 2, f"--price {item!r}: expected IN/OUT after '=', e.g. 0.15/0.60")
+        require(len(parts) in (1, 2), f"--price {item!r}: expected IN/OUT after '=', e.g. 0.15/0.60, or dollars "
+                                      "per call, e.g. 0.002")
         require(name == "*" or name in models, f"--price {item!r}: no candidate {name!r} (candidates: "
                                                f"{', '.join(list(models)[:5])}{', ...' if len(models) > 5 else ''})")
         require(name not in table, f"--price: {name!r} is priced twice")
-        table[name] = Price(_number(parts[0], item, "--price"), _number(parts[1], item, "--price"), flat)
+        table[name] = Price(per_call=flat + _number(parts[0], item, "--price")) if len(parts) == 1 else \
+            Price(_number(parts[0], item, "--price"), _number(parts[1], item, "--price"), flat)
     prices = {}
     for m in models:
         price = table.get(m, table.get("*"))

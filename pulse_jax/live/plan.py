@@ -24,6 +24,8 @@ import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
+import numpy as np
+
 from pulse_jax import choices
 from pulse_jax.errors import PulseInputError, require
 
@@ -56,6 +58,8 @@ class Plan:
     epsilon: float | None = None              # certificate: within epsilon of the best
     top_k: int | None = None                  # certificate: the k best as a set
     tie_group: int | None = None              # certificate: the best among at most this many
+    cheapest: float | None = None             # certificate: the cheapest model within this of the best
+    front: float | None = None                # certificate: the cost-accuracy front, within this
     delta: float | None = None                # a wrong certificate has chance at most delta (None: 0.05)
     bounds: str | None = None                 # "all" or "certification" (None: certification)
     sequence: str = DEFAULT_SEQUENCE          # "betting" or "bernstein"
@@ -108,6 +112,9 @@ class Plan:
         self.numbers_of_shorthands()       # bounds, delta, exploration: checked
         choices.cs_grid(self.sequence, spell)
         self.certificate()                 # one certificate, not beside a stopping rule
+        require(self.cheapest is None and self.front is None or self.price or self.cost_per_call is not None,
+                f"{spell('cheapest' if self.cheapest is not None else 'front')} ranks the models by price: give "
+                f"{spell('price')} MODEL=IN/OUT for each model (or {spell('cost_per_call')})")
         # every name resolves now, once (its notes said once): the plan's plug-ins for its whole life
         object.__setattr__(self, "_plugins", self._resolve_plugins())
 
@@ -146,7 +153,8 @@ class Plan:
 
     def certificate(self):
         """``(stop, numbers)`` of the certificate (``epsilon``, ``top_k``, ``tie_group``); ``(None, {})``."""
-        given = {"epsilon": self.epsilon, "top_k": self.top_k, "tie_group": self.tie_group}
+        given = {"epsilon": self.epsilon, "top_k": self.top_k, "tie_group": self.tie_group,
+                 "cheapest": self.cheapest, "front": self.front}
         return choices.certificate(given, self.stop, self.spell)
 
     def numbers_of_shorthands(self) -> dict:
@@ -163,7 +171,9 @@ class Plan:
         estimators = choices.methods(self.method_name(), spell("method"))
         require(len(estimators) == 1, f"{spell('method')}: a selection runs one method, got {', '.join(estimators)}")
         (estimator,) = estimators.values()
-        rule = None if self.rule is not None else choices.top_k_rule(self.top_k, spell)
+        rule = None if self.rule is not None else (
+            choices.top_k_rule(self.top_k, spell)
+            or choices.cost_rule({"cheapest": self.cheapest, "front": self.front}, spell))
         if rule is None and self.rule is None and not estimator.has_interval:
             print(f"note: {spell('method')} {estimator.name} has no confidence interval, so it samples by the index "
                   f"rule ucbe instead of the default {DEFAULT_RULE}", file=sys.stderr)
@@ -242,10 +252,11 @@ class Plan:
         return train, rank
 
     def selector(self, models: Sequence[str], examples, *, order=None, concurrency: int | None = None,
-                 where: str = "candidates"):
+                 where: str = "candidates", cost=None):
         """The running `pulse_jax.live.Selector` of this plan on ``models`` and ``examples`` (a count or
         ids); ``order``: per-model example orders (Inspect's); ``concurrency``: the scorer's own
-        (overrides the plan's default)."""
+        (overrides the plan's default); ``cost``: each model's expected cost per cell (the `meter`'s
+        ``expected``), which the rules spend by and the certificates about cost rank by."""
         from pulse_jax.live.selector import CONCURRENCY, Selector
 
         n_examples = examples if isinstance(examples, int) else len(examples)
@@ -266,7 +277,17 @@ class Plan:
                         init_batches=self.init_batches, refit_every=self.refit_every, seed=self.seed, train=train,
                         rank=rank, log=self.log, rule=plugins[1], params=numbers,
                         cs_grid=choices.cs_grid(self.sequence, self.spell), stop=plugins[2], order=order,
-                        concurrency=concurrency, plan=self.to_dict())
+                        concurrency=concurrency, plan=self.to_dict(), cost=self.selector_cost(cost))
+
+    def selector_cost(self, cost):
+        """``cost`` when every model has a positive one; None otherwise (refused when a certificate about
+        cost needs it)."""
+        if cost is not None and np.all(np.asarray(cost, float) > 0):
+            return np.asarray(cost, float)
+        require(self.cheapest is None and self.front is None,
+                f"{self.spell('cheapest' if self.cheapest is not None else 'front')} ranks the models by price, "
+                "and not every model has a positive expected cost per cell: give each model a price")
+        return None
 
     def run_options(self) -> dict:
         """`pulse_jax.live.run`'s keywords of this plan (retries, waits, timeout, grace)."""
@@ -337,6 +358,13 @@ class Plan:
             {**report.to_dict(), "log": log, "plan": self.to_dict(), **dict(extra or {})}), indent=2))
         if figure:
             report.plot(out / "estimates.png")
+            if selector.cost is not None:
+                from pulse_jax.analysis import plotting
+
+                plotting.cost_accuracy(out / "cost_accuracy.png", selector.cost, report.estimates, report.models,
+                                       low=report.low, high=report.high,
+                                       claimed=np.isin(report.models, report.claimed),
+                                       title=f"{report.method}: {report.spent:,} cells; {report.stop}")
             provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=self.seed,
                                                      inputs=inputs or (), method=selector.method, extra={"log": log}),
                              files=["report.md", "report.json", "estimates.png"])

@@ -66,6 +66,15 @@ from pulse_jax.stats.seeds import seed_key
 CONCURRENCY = 16
 
 
+def _names(models, examples) -> tuple[tuple, tuple]:
+    """The models' names and the example ids, none twice."""
+    names = tuple(str(m) for m in models)
+    require(len(set(names)) == len(names), "models: duplicate model names")
+    ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
+    require(len(set(map(str, ids))) == len(ids), "examples: duplicate example ids")
+    return names, tuple(ids)
+
+
 class Selector(LogBinding, SideInformation):
     """Ask/tell best-model identification with PULSE, UCB-E or Naive-Pooling.
 
@@ -109,19 +118,18 @@ class Selector(LogBinding, SideInformation):
         the concurrency gives the run. A log is resumed with the concurrency it was started with.
       plan: the `pulse_jax.live.Plan` this selector runs, as ``Plan.to_dict()`` (`Plan.selector` gives
         it): recorded in a new log's header; ``Selector.plan`` is the logged one when resuming.
+      cost: each model's cost per cell, ``(m,)`` (e.g. the `pulse_jax.live.money.Meter`'s expected dollars):
+        the sampling rules spend by it and the certificates about cost (``cheapest_within``,
+        ``cost_front``) rank the models by it. None: every cell costs the same.
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
                  batch_size: int = 8, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
                  delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
                  log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None,
-                 order=None, concurrency: int | None = None, plan: dict | None = None):
-        self.models = tuple(str(m) for m in models)
-        require(len(set(self.models)) == len(self.models), "models: duplicate model names")
-        ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
-        require(len(set(map(str, ids))) == len(ids), "examples: duplicate example ids")
-        self.example_ids = tuple(ids)
-        m, n = len(self.models), len(ids)
+                 order=None, concurrency: int | None = None, plan: dict | None = None, cost=None):
+        self.models, self.example_ids = _names(models, examples)
+        m, n = len(self.models), len(self.example_ids)
         self.estimator = engine.get_estimator(method)
         if stop is None:
             stop = "certified" if self.estimator.has_interval else "budget"
@@ -131,6 +139,7 @@ class Selector(LogBinding, SideInformation):
         if params is None:
             params = {"delta": delta, **({} if exploration is None else {"exploration": exploration})}
         engine.check_compatible(self.config, self.estimator)
+        self.cost = self._check_cost(cost, m)
         self.params = engine.resolve_params(params, engine.plugins_of(self.config, self.estimator))
         engine.check_levels(self.config, engine.plugins_of(self.config, self.estimator), self.params)
         seed_key(seed)
@@ -191,6 +200,9 @@ class Selector(LogBinding, SideInformation):
         """
         config = dataclasses.replace(self.config, stop=stop)
         engine.check_compatible(config, self.estimator)
+        require(self.cost is not None or not engine.plugins_of(config, self.estimator).stop.uses_cost,
+                f"stopping rule {getattr(stop, 'name', stop)!r} ranks the models by cost; this selector has none "
+                "(pass cost= when making it)")
         plugins = engine.plugins_of(config, self.estimator)
         new = engine.resolve_params(self.params._replace(stop=declared_params(config.stop)), plugins)
         if params:
@@ -208,6 +220,20 @@ class Selector(LogBinding, SideInformation):
         return float(self.params.delta)
 
     # ------------------------------------------------------------------ setup
+
+    def _check_cost(self, cost, m: int):
+        """``cost`` as ``(m,)`` positive floats (or None); a stopping rule about costs needs it."""
+        stop = engine.plugins_of(self.config, self.estimator).stop
+        require(cost is not None or not stop.uses_cost,
+                f"stopping rule {stop.name!r} ranks the models by cost: pass cost= (each model's cost per cell)")
+        if cost is None:
+            return None
+        arr = np.asarray(cost, dtype=float)
+        require(arr.shape == (m,), f"cost must have one value per model ({m}), got shape {arr.shape}")
+        bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
+        require(not len(bad), f"cost of {self.models[bad[0]] if len(bad) else ''!r} must be a finite number > 0, got "
+                              f"{arr[bad[0]] if len(bad) else 0}")
+        return arr
 
     def _check_order(self, order):
         """``order`` as one row of example columns per model (or None); refused in one line where it is
@@ -367,8 +393,10 @@ class Selector(LogBinding, SideInformation):
             self._initial_scores[i, index] = scores
             self._init_told[i] = True
             if self._init_told.all():
+                start = engine.Start() if self.cost is None else engine.Start(
+                    cost=jnp.broadcast_to(jnp.asarray(self.cost, jnp.float32)[:, None], self._initial_scores.shape))
                 self._episode, self._state = self._init_fn(self._key, jnp.asarray(self._initial_scores),
-                                                           jnp.asarray(self.V), self._params)
+                                                           jnp.asarray(self.V), self._params, start)
             return
         padded = np.zeros(self.config.batch_size, np.int32)
         padded[:len(index)] = index

@@ -72,14 +72,20 @@ def _cheapest_claim(inputs, params):
 
 
 def _cheapest_focus(inputs, params):
-    """The cheapest models not yet certified not good (the candidate), the model whose upper bound stands
-    over it, and the model with the largest lower bound (it sets the bar the cheaper ones must miss)."""
+    """Two models, like Top-Two's leader and challenger: the candidate ``X`` (of the cheapest models not
+    yet certified not good, the one with the largest upper bound: the likeliest to be good enough), and
+    the model its question waits on -- if ``X`` looks good enough (its estimate within epsilon of the
+    largest), the other model with the largest upper bound (``X``'s lower bound must clear it), else the
+    model with the largest lower bound (``X``'s upper bound must fall below it)."""
     cost, m = _cost(inputs), inputs.estimates.shape[0]
+    index = jnp.arange(m)
     open_ = ~_not_good(inputs, params)
     cheapest = jnp.min(jnp.where(open_, cost, jnp.inf))
-    candidates = open_ & (cost <= cheapest)
-    over = jnp.argmax(jnp.where(candidates, -jnp.inf, inputs.high))
-    return candidates | (jnp.arange(m) == over) | (jnp.arange(m) == jnp.argmax(inputs.low))
+    x = jnp.argmax(jnp.where(open_ & (cost <= cheapest), inputs.high, -jnp.inf))
+    looks_good = inputs.estimates[x] >= jnp.max(inputs.estimates) - params.epsilon
+    over = jnp.argmax(jnp.where(index == x, -jnp.inf, inputs.high))
+    bar = jnp.argmax(jnp.where(index == x, -jnp.inf, inputs.low))
+    return (index == x) | (index == jnp.where(looks_good, over, bar))
 
 
 def _cheapest_statement(names, delta, params):
