@@ -214,3 +214,128 @@ def test_a_nan_cell_cost_is_refused_with_its_row_and_column_but_ignored_where_th
     scores[2, 7] = np.nan
     res = pj.simulate(scores, cfg, "ucbe", reps=1, cost=cells)
     assert np.isfinite(res.money).all()
+
+
+# ----------------------------------------------------------------------------- files, command line, live
+
+
+def _write_matrix(folder, scores, cost):
+    m, n = scores.shape
+    header = "model," + ",".join(f"q{j}" for j in range(n)) + "\n"
+    (folder / "scores.csv").write_text(header + "".join(
+        f"m{i}," + ",".join(str(int(v)) for v in scores[i]) + "\n" for i in range(m)))
+    (folder / "cost.csv").write_text("model,cost\n" + "".join(f"m{i},{cost[i]}\n" for i in range(m)))
+    return [f"m{i}" for i in range(m)], [f"q{j}" for j in range(n)]
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("model,cost\nm0,1\nm1,-2\n", "cost.csv: line 3, column cost: a cost must be a finite number >= 0, got -2"),
+    ("model,cost\nm0,1\nm1,nan\n", "line 3, column cost: a cost must be a finite number >= 0, got nan"),
+    ("model,cost\nm0,1\nm1,cheap\n", "line 3, column cost: 'cheap' is not a number"),
+    ("model,cost\nm0,1\n", "no cost for 1 candidate(s), e.g. 'm1'"),
+    ("model,cost\nm0,1\nm1,2\nm9,3\n", "line 4: 'm9' is not a candidate"),
+    ("model,cost\nm0,1\nm0,2\nm1,2\n", "line 3: model 'm0' is priced twice (also line 2)"),
+    ("model,q0,q1\nm0,1,1\nm1,1,1\n", "no column for example 'q2'"),
+    ("model,q0,q1,q2\nm0,1,1,1\nm1,1,,1\n", "line 3, column q1: no cost for a cell 'm1' has a score for"),
+    ("cost\n", "expected a header 'model,cost'"),
+])
+def test_bad_cost_files_are_refused_in_one_line(tmp_path, text, needle):
+    from pulse_jax.fileio.costs import load_costs
+
+    (tmp_path / "cost.csv").write_text(text)
+    with pytest.raises(PulseInputError) as err:
+        load_costs(tmp_path / "cost.csv", ["m0", "m1"], ["q0", "q1", "q2"], np.zeros((2, 3)))
+    assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+
+
+def test_a_cost_matrix_file_is_read_by_example_id(tmp_path):
+    from pulse_jax.fileio.costs import load_costs
+
+    (tmp_path / "cost.csv").write_text("model,q2,q0,q1\nm1,3,1,2\nm0,6,4,5\n")
+    scores = np.array([[1.0, 0.0, np.nan], [1.0, 1.0, 0.0]])
+    np.testing.assert_array_equal(load_costs(tmp_path / "cost.csv", ["m0", "m1"], ["q0", "q1", "q2"], scores),
+                                  [[4, 5, 6], [1, 2, 3]])
+
+
+def test_simulate_with_a_cost_file_certifies_the_front_and_writes_the_cost_plot(tmp_path, capsys):
+    from pulse_jax import cli
+
+    scores, cost = _cheap_matrix()
+    _write_matrix(tmp_path, scores, cost)
+    base = ["simulate", "--scores", str(tmp_path / "scores.csv"), "--method", "ucbe", "--reps", "8", "--budget", "2400",
+            "--quiet"]
+    assert cli.main(base + ["--front", "--out", str(tmp_path / "res")]) == 2
+    assert "--front ranks the models by cost: pass --cost FILE" in capsys.readouterr().err
+    assert cli.main(base + ["--front", "0.02", "--cost", str(tmp_path / "cost.csv"), "--out", str(tmp_path / "res")]) == 0
+    out = capsys.readouterr()
+    assert "--front samples by focus" in out.err and "money (median)" in out.out
+    assert (tmp_path / "res" / "cost_accuracy.png").stat().st_size > 10_000
+    summary = __import__("json").loads((tmp_path / "res" / "summary.json").read_text())
+    money = summary["methods"]["ucbe"]["money"]
+    assert money["cost_per_cell"] == pytest.approx(list(cost)) and money["to_claim"]["reached_fraction"] == 1.0
+
+
+def test_select_certifies_the_cheapest_good_enough_model_with_per_call_prices(tmp_path, monkeypatch, capsys):
+    """A live selection with a price table: the report names the model and the spend, the plot is written."""
+    from pulse_jax import cli
+
+    monkeypatch.chdir(tmp_path)
+    scores, cost = _cheap_matrix()
+    np.save(tmp_path / "scores.npy", scores)
+    models = [f"m{i}" for i in range(8)]
+    (tmp_path / "models.txt").write_text("\n".join(models) + "\n")
+    (tmp_path / "cheap_scorer.py").write_text(
+        "import numpy as np\nS = np.load('scores.npy')\n"
+        "def score(model, ids):\n    return S[int(model[1:]), [int(i) for i in ids]].tolist()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    prices = [arg for i in range(8) for arg in ("--price", f"m{i}={cost[i] / 1000:g}")]
+    argv = ["select", "--models", "models.txt", "--examples", "300", "--budget", "2400", "--batch-size", "8",
+            "--method", "ucbe", "--evaluate", "cheap_scorer:score", "--log", "run.db", "--quiet", *prices]
+    assert cli.main(argv[:-16] + ["--cheapest", "0.02"]) == 2
+    assert "--cheapest ranks the models by price: give --price MODEL=IN/OUT" in capsys.readouterr().err
+    assert cli.main(argv + ["--cheapest", "0.05"]) == 0
+    report = __import__("json").loads((tmp_path / "run_report" / "report.json").read_text())
+    assert report["stop"] == "cheapest_within" and report["stopped"]
+    claimed = report["claimed"][0]
+    truth = _truth_cheapest(scores.mean(1), cost, 0.05)
+    assert cost[models.index(claimed)] == cost[truth]
+    assert claimed in report["certificate"] and report["spend"]["usd"] > 0
+    assert (tmp_path / "run_report" / "cost_accuracy.png").is_file()
+
+
+def test_a_cost_certificate_without_costs_is_refused_by_the_selector():
+    from pulse_jax import live
+
+    with pytest.raises(PulseInputError, match="ranks the models by cost: pass cost="):
+        live.Selector(["a", "b", "c"], 20, 60, method="ucbe", stop=pj.cheapest_within(0.01))
+    with pytest.raises(PulseInputError, match="cost of 'b' must be a finite number > 0"):
+        live.Selector(["a", "b", "c"], 20, 60, method="ucbe", cost=[1.0, 0.0, 2.0])
+
+
+def test_per_call_prices_parse_beside_token_prices():
+    from pulse_jax.live import money
+
+    prices = money.parse_prices(["a=0.002", "*=1/4"], ["a", "b"], cost_per_call=0.001)
+    assert prices["a"].per_call == pytest.approx(0.003) and not prices["a"].per_token
+    assert prices["b"].input_per_million == 1 and prices["b"].per_call == 0.001
+
+
+def test_the_live_selector_with_costs_makes_the_simulations_choices():
+    """Ask/tell with costs and the front certificate (its focus seen by the asking kernel) pulls what
+    simulate pulls on the same key, step for step, and stops where it stops."""
+    from pulse_jax import live
+
+    scores, cost = _cheap_matrix()
+    m, n = scores.shape
+    sel = live.Selector([f"m{i}" for i in range(m)], n, 1600, method="ucbe", batch_size=8, rule="focus",
+                        stop=pj.cost_front(0.05), seed=3, cost=cost, concurrency=1, params={"delta": 0.3})
+    chosen = []
+    while (request := sel.ask()) is not None:
+        sel.tell(request, scores[request.model_index, list(request.example_index)])
+        if request.step:
+            chosen.append(request.model_index)
+    config = pj.BanditConfig(n_models=m, n_examples=n, budget=1600, batch_size=8, rule="focus",
+                             stop=pj.cost_front(0.05))
+    sim = pj.simulate(scores, config, "ucbe", reps=1, seed=3, cost=cost, params={"delta": 0.3})
+    np.testing.assert_array_equal(chosen, sim.chosen[0, :len(chosen)])
+    assert sel.result().stopped == bool(sim.stopped[0])
