@@ -134,7 +134,8 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         default: the paper's. New values reuse the compiled program.
       V: (n, r) example embeddings from the train split (required by PULSE and
         Naive-Pooling; see `pulse_jax.stats.factorization.fit_example_embeddings`).
-      reps, seed: repetitions, and the base seed (repetition ``r`` uses ``fold_in(PRNGKey(seed), r)``).
+      reps: number of repetitions.
+      seed: base seed (repetition ``r`` uses ``fold_in(PRNGKey(seed), r)``).
       chunk_size: repetitions per compiled batch (default: from the problem
         size, see `default_chunk_size`). Does not change results.
       progress: True to print a progress bar to stderr, False for none, None
@@ -152,11 +153,9 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         `pulse_jax.engine.make_run`). With ``init_refit_epochs = refit_epochs = 0`` in
         ``config`` the predictions stay ``sigmoid(init_U V^T)``: e.g. the true probabilities'
         factors, an oracle (``benchmarks/paper/paper_scale_configs.py``).
-      row_prior: a `pulse_jax.RowPrior` (``row_prior_from_rows(U_train)``: the Gaussian of a
-        train split's rows) that every refit pulls each candidate's row towards, with weight
-        ``params.refit_prior`` (1: the maximum a posteriori row; it must be > 0). The rows then
-        start from its mean unless ``init_U`` is given. Predictions stay fitted on observed cells
-        only, so estimates and intervals stay valid whatever the prior.
+      row_prior: a `pulse_jax.RowPrior` (``row_prior_from_rows(U_train)``) every refit pulls each row
+        towards, with weight ``params.refit_prior`` (> 0; 1: the MAP row); rows start from its mean unless
+        ``init_U`` is given. Fits use observed cells only, so estimates stay valid whatever the prior.
       cost: what a cell costs (any unit), ``(m,)`` per model or ``(m, n)`` per cell: ``money`` adds up
         the cells paid for, the rules spend by it and `pulse_jax.cheapest_within` / `pulse_jax.cost_front`
         rank by it (`pulse_jax.rules`). None: every cell costs 1 (``money`` counts cells).

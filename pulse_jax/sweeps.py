@@ -230,11 +230,9 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
       V: example embeddings (methods that use predictions).
       grid: ``{"rule.exploration": [0.25, 1, 4], "refit_lr": [0.03, 0.1]}`` (Cartesian
         product), or a list of dicts / ``RunParams`` (explicit points).
-        Sweepable: every number of the run, named by its path or by its field name
-        alone where that is unambiguous: the engine's (`pulse_jax.BanditParams`)
-        and each plug-in's own (``rule.exploration``, ``rule.leader_fraction``,
-        ``estimator.fixed_lambda`` -- NaN is the paper's adaptive lambda --,
-        ``stop.epsilon``, ...).
+        Sweepable: every number of the run, by its path or (unambiguous) field name: the engine's
+        (`pulse_jax.BanditParams`) and each plug-in's (``rule.exploration``, ``rule.leader_fraction``,
+        ``estimator.fixed_lambda`` -- NaN is the paper's adaptive lambda --, ``stop.epsilon``, ...).
       base: values of the parameters not in the grid (default: the paper's): a dict
         ``{name: value}``, a ``RunParams`` or a ``BanditParams``.
       baseline: the point savings are measured against: an index or a dict of
@@ -247,7 +245,8 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
       chunk_size: repetitions per compiled call, as in `pulse_jax.simulate`.
       devices: the devices to spread repetitions over, as in `pulse_jax.simulate`.
       model_names: the candidates' names, for the results.
-      row_prior, cost: as in `pulse_jax.simulate` (a row prior needs ``refit_prior > 0`` at some point).
+      row_prior: as in `pulse_jax.simulate` (needs ``refit_prior > 0`` at some point of the grid).
+      cost: as in `pulse_jax.simulate`.
 
     Point ``k`` equals ``simulate(scores, config, method, params=points[k],
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every
