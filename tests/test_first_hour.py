@@ -312,7 +312,7 @@ def test_the_readmes_command_line_block_runs_top_to_bottom_in_an_empty_folder(tm
     from pulse_jax import stand_in
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    block = readme.split("## The command line in 10 lines")[1].split("```bash\n")[1].split("```")[0]
+    block = readme.split("## The command line in 12 lines")[1].split("```bash\n")[1].split("```")[0]
     lines = [line.split("   #")[0].strip() for line in block.replace("\\\n", " ").splitlines() if line.strip()]
     monkeypatch.chdir(tmp_path)
     for line in lines:
@@ -338,6 +338,9 @@ def test_the_readmes_command_line_block_runs_top_to_bottom_in_an_empty_folder(tm
                 continue
             assert cli.main(argv[1:]) == 0, (command, capsys.readouterr().err[-2000:])
     assert (tmp_path / "results" / "summary.json").is_file() and (tmp_path / "run_report" / "report.md").is_file()
+    priced = json.loads((tmp_path / "priced_report" / "report.json").read_text())   # the price table's selection
+    assert priced["stop"] == "cheapest_within" and priced["stopped"] and priced["claimed"][0] in priced["certificate"]
+    assert priced["spend"]["usd"] > 0 and (tmp_path / "priced_report" / "cost_accuracy.png").is_file()
 
 
 def test_a_model_evaluated_on_every_example_reports_its_exact_mean_as_its_interval():

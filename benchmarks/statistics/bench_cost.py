@@ -190,11 +190,29 @@ def _leader_10x(scores):
 PARTS = {"exact": part_exact, "tables": part_tables, "cost": part_cost}
 
 
+def _amount(x: float) -> str:
+    return f"{x:,.0f}" if abs(x) >= 100 else f"{x:.4g}"
+
+
 def table(done: dict) -> str:
-    lines = ["| case | result |", "|---|---|"]
+    lines = ["Exact best, cost-blind against cost-aware (median money to certify, paired saving with its 95% "
+             "bootstrap interval):", "",
+             "| problem | prices | blind | aware | saving | same choices | wrong |", "|---|---|---:|---:|---:|---|---:|"]
     for key, row in done.items():
-        shown = {k: v for k, v in row.items() if k != "prices"}
-        lines.append(f"| {key} | {json.dumps(shown)} |")
+        if key.startswith("exact"):
+            _, problem, prices = (part.strip() for part in key.split("|"))
+            lines.append(f"| {problem} | {prices} | {_amount(row['blind_median_money'])} | {_amount(row['aware_median_money'])} "
+                         f"| {row['saving_pct']:+.1f}% [{row['saving_low']:+.1f}, {row['saving_high']:+.1f}] "
+                         f"| {row['same_choices']} | {row['wrong_certificates']} |")
+    lines += ["", "Certificates about cost (money as a share of evaluating every cell; wrong claims against the "
+              "full-matrix truth):", "",
+              "| problem | prices | certificate | certified | median share | largest share | wrong |",
+              "|---|---|---|---:|---:|---:|---:|"]
+    for key, row in done.items():
+        if key.startswith("cost"):
+            _, problem, prices, stop = (part.strip() for part in key.split("|"))
+            lines.append(f"| {problem} | {prices} | {stop} | {row['stopped_fraction']:.0%} | "
+                         f"{row['median_money_share']:.1%} | {row['max_money_share']:.1%} | {row['errors']} |")
     return "\n".join(lines)
 
 

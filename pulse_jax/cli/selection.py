@@ -144,7 +144,8 @@ def run(args) -> None:
                                      finished=report.finished or meter.stopped)   # the money budget ended it
     out = plan.write_report(report, selector, inputs=inputs)
     print(report.to_markdown())
-    print(f"report: {out / 'report.md'} (+ report.json, estimates.png, provenance.json)")
+    figures = "estimates.png, cost_accuracy.png" if selector.cost is not None else "estimates.png"
+    print(f"report: {out / 'report.md'} (+ report.json, {figures}, provenance.json)")
 
 
 def _drive(args, plan, selector, evaluate, meter):

@@ -367,7 +367,8 @@ class Plan:
                                        title=f"{report.method}: {report.spent:,} cells; {report.stop}")
             provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=self.seed,
                                                      inputs=inputs or (), method=selector.method, extra={"log": log}),
-                             files=["report.md", "report.json", "estimates.png"])
+                             files=["report.md", "report.json", "estimates.png"]
+                             + (["cost_accuracy.png"] if selector.cost is not None else []))
         return out
 
     # ------------------------------------------------------------------ serialization

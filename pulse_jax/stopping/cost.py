@@ -143,14 +143,15 @@ def _front_claim(inputs, params):
 
 
 def _front_focus(inputs, params):
-    """Every model not yet placed, and for each the model at most as expensive with the largest upper bound."""
+    """Two models: the cheapest model not yet placed, and the model at most as expensive with the largest
+    upper bound (the one that may beat it). Placing the models cheapest first measured 8-28% less money
+    than spreading the pulls over every unplaced model and its threat (``bench_cost.py``'s tables)."""
     dominated, on_front = _front_status(inputs, params)
     open_ = ~(dominated | on_front)
-    threat = jnp.where(_as_cheap(inputs), inputs.high[None, :], -jnp.inf)          # [i, j]
-    worst = jnp.argmax(threat, axis=1)
-    m = open_.shape[0]
-    threats = jnp.zeros(m, bool).at[worst].max(open_ & jnp.isfinite(jnp.max(threat, axis=1)))
-    return open_ | threats
+    as_cheap, index = _as_cheap(inputs), jnp.arange(open_.shape[0])
+    i = jnp.argmax(jnp.where(open_, -_cost(inputs), -jnp.inf))
+    threat = jnp.argmax(jnp.where(as_cheap[i], inputs.high, -jnp.inf))
+    return ((index == i) | ((index == threat) & jnp.any(as_cheap[i]))) & jnp.any(open_)
 
 
 def _front_statement(names, delta, params):
