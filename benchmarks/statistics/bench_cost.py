@@ -8,6 +8,8 @@ Parts (``--parts``, default all; each result is kept in ``--out`` as it finishes
   16 from its train split), with one model at 10x the others' price: the leader, then the runner-up.
   The cost-blind rule (no ``cost=``; its money is ``sum_i n_obs_i c_i``) against the same rule given
   the costs, ``--reps`` paired repetitions: median money to certify and the paired saving.
+* ``floor``: the fewest cells the 10x model can get (the same rule with it at 1,000x), and from it the
+  most money any rule could save at 10x.
 * ``tables``: the same comparison on the real matrices under ../shared/data with two price tables
   each (`price_tables`: list prices of API models where the name is one, otherwise cost proportional
   to the parameter count in the name), and at equal prices (the choices must not change).
@@ -137,6 +139,32 @@ def part_exact(reps: int, done: dict, save) -> None:
         print(f"{key}: saving {done[key]['saving_pct']:+.1f}%", file=sys.stderr)
 
 
+def part_floor(reps: int, done: dict, save) -> None:
+    """How few cells the 10x model can get: the same rule with that model at 1,000x (its pulls all but
+    avoided), and the most money any rule could then save at 10x if nothing else grew:
+    ``(blind cells - floor cells) x 9 / blind money``."""
+    scores, V, _ = problems()["builtin"]
+    order = np.argsort(-scores.mean(1))
+    blind = _certify(scores, V, reps)
+    for who, label in ((0, "leader"), (1, "runner-up")):
+        key = f"floor | builtin | {label}"
+        if key in done:
+            continue
+        model = order[who]
+        cost = np.ones(scores.shape[0])
+        cost[model] = 1000.0
+        floor = _certify(scores, V, reps, cost=cost)
+        at_10 = np.where(np.arange(scores.shape[0]) == model, 10.0, 1.0)
+        blind_money = float(np.median(_money(blind, at_10)))
+        done[key] = {"reps": reps, "blind_cells": float(blind.n_obs[:, model].mean()),
+                     "floor_cells": float(floor.n_obs[:, model].mean()), "blind_money_at_10x": blind_money,
+                     "floor_money_at_10x": float(np.median(_money(floor, at_10))),
+                     "largest_saving_pct": float(100 * 9 * (blind.n_obs[:, model].mean() - floor.n_obs[:, model].mean())
+                                                 / blind_money)}
+        save()
+        print(f"{key}: {done[key]}", file=sys.stderr)
+
+
 def part_tables(reps: int, done: dict, save) -> None:
     for name, (scores, V, names) in problems().items():
         if name == "builtin":
@@ -187,7 +215,7 @@ def _leader_10x(scores):
     return cost
 
 
-PARTS = {"exact": part_exact, "tables": part_tables, "cost": part_cost}
+PARTS = {"exact": part_exact, "floor": part_floor, "tables": part_tables, "cost": part_cost}
 
 
 def _amount(x: float) -> str:
@@ -204,6 +232,15 @@ def table(done: dict) -> str:
             lines.append(f"| {problem} | {prices} | {_amount(row['blind_median_money'])} | {_amount(row['aware_median_money'])} "
                          f"| {row['saving_pct']:+.1f}% [{row['saving_low']:+.1f}, {row['saving_high']:+.1f}] "
                          f"| {row['same_choices']} | {row['wrong_certificates']} |")
+    floors = [(k, r) for k, r in done.items() if k.startswith("floor")]
+    if floors:
+        lines += ["", "The 10x model's fewest cells (the same rule with it at 1,000x) and the most any rule could save "
+                  "at 10x:", "", "| problem | model at 10x | its cells, blind | its fewest cells | most saving |",
+                  "|---|---|---:|---:|---:|"]
+        for key, row in floors:
+            _, problem, who = (part.strip() for part in key.split("|"))
+            lines.append(f"| {problem} | {who} | {row['blind_cells']:.0f} | {row['floor_cells']:.0f} | "
+                         f"{row['largest_saving_pct']:.1f}% |")
     lines += ["", "Certificates about cost (money as a share of evaluating every cell; wrong claims against the "
               "full-matrix truth):", "",
               "| problem | prices | certificate | certified | median share | largest share | wrong |",
