@@ -208,3 +208,68 @@ def test_the_comparison_table_shows_the_change_in_cells(tmp_path, capsys):
                 assert change == round(100 * (o - b) / b), line
                 checked += 1
     assert checked == 2, out                                     # 90% and 95%: PULSE needs fewer cells (-x%)
+
+
+def _csv(path, header, rows):
+    path.write_text(",".join(header) + "\n" + "".join(",".join(map(str, r)) + "\n" for r in rows))
+    return path
+
+
+def test_a_first_column_not_named_model_is_read_with_a_note(tmp_path, capsys):
+    from pulse_jax.fileio import data
+
+    path = _csv(tmp_path / "s.csv", ["name", "q0", "q1"], [["a", 1, 0], ["b", 0, 1]])
+    assert data.load(path).models == ("a", "b")
+    assert "the first column is named 'name'; it is read as the model names" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("rows, needle", [
+    ([["h0", 1, 0, 1]], "a history needs at least 2 models to fit embeddings on; it has 1"),
+    ([["h0", 1, 0, 1], ["h1", "", "", ""]], "model 'h1' has no score at all; drop its row"),
+])
+def test_a_history_that_cannot_fit_embeddings_is_refused(tmp_path, capsys, rows, needle):
+    cand = _csv(tmp_path / "c.csv", ["model", "q0", "q1", "q2"], [["a", 1, 0, 1], ["b", 0, 1, 1]])
+    train = _csv(tmp_path / "t.csv", ["model", "q0", "q1", "q2"], rows)
+    assert cli.main(["simulate", "--scores", str(cand), "--train", str(train), "--method", "pulse", "--reps", "2",
+                     "--batch-size", "1", "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
+
+
+@pytest.mark.parametrize("value, needle", [('"1"', 'score "1" is text, not a number'),
+                                           ("true", "score true is true/false, not a number")])
+def test_a_jsonl_score_written_as_text_or_true_is_refused(tmp_path, capsys, value, needle):
+    path = tmp_path / "long.jsonl"
+    path.write_text('{"model": "a", "example": "q0", "score": 0}\n'
+                    f'{{"model": "b", "example": "q0", "score": {value}}}\n')
+    assert cli.main(["import", "long", str(path), "--out", str(tmp_path / "w.csv")]) == 2
+    assert needle in capsys.readouterr().err
+
+
+def test_a_jsonl_log_header_without_the_runs_identity_is_refused(tmp_path, capsys):
+    path = tmp_path / "h.jsonl"
+    path.write_text('{"type": "header"}\n')
+    for argv in (["log", "show", str(path)], ["log", "import", str(path), str(tmp_path / "h.db")]):
+        assert cli.main(argv) == 2
+        assert "is a log header without method, seed, models" in capsys.readouterr().err
+
+
+def test_a_damaged_log_page_is_one_line_not_a_traceback(tmp_path, monkeypatch, capsys):
+    import sqlite3
+
+    from pulse_jax.live import journal
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "m.txt").write_text("\n".join(stand_in.models()[:3]) + "\n")
+    argv = ["select", "--models", "m.txt", "--examples", "40", "--budget", "60", "--evaluate",
+            "pulse_jax.stand_in:score", "--method", "ucbe", "--log", "run.db", "--quiet", "--batch-size", "4"]
+    assert cli.main(argv) == 0
+
+    def damaged(*args, **kwargs):
+        raise sqlite3.DatabaseError("database disk image is malformed")
+
+    monkeypatch.setattr(journal.Journal, "_records", damaged)
+    assert cli.main(argv[:6] + ["80"] + argv[7:]) == 2
+    err = capsys.readouterr().err
+    assert "run.db: the log database cannot be read (database disk image is malformed): it is damaged" in err
+    assert "Traceback" not in err

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import sqlite3
 import sys
 
 from pulse_jax.cli import demo, imports, log, selection, simulate, sweep, tune
@@ -58,6 +59,11 @@ def main(argv=None) -> int:
     except OSError as err:   # a file we were told to read or write: say which, in one line
         where = f"{err.filename}: " if getattr(err, "filename", None) else ""
         print(f"pulse-jax: error: {where}{err.strerror or err}", file=sys.stderr)
+        return 2
+    except sqlite3.DatabaseError as err:   # a log damaged in a page only a later read reaches
+        log = getattr(args, "log", None) or getattr(args, "path", None) or "the log"
+        print(f"pulse-jax: error: {log}: the log database cannot be read ({err}): it is damaged; `pulse-jax log "
+              "show` says what is left in it; restore it from a copy", file=sys.stderr)
         return 2
     except KeyboardInterrupt as err:
         from pulse_jax.live.runner import Interrupted

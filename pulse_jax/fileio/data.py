@@ -13,6 +13,7 @@ import csv
 import dataclasses
 import datetime as _dt
 import math
+import sys
 import zipfile
 from pathlib import Path
 
@@ -129,6 +130,9 @@ def _read_csv(path: Path, source: str) -> ScoreMatrix:
         require(len(header) >= 2, f"{source}: header must be 'model,<example id>,...' (found {len(header)} column)")
         names = [h.strip() for h in header]
         _check_orientation(names, source)
+        if names[0].lower() != "model":   # read as the model names all the same, but not without a word
+            print(f"note: {source}: the first column is named {names[0]!r}; it is read as the model names (the "
+                  "schema's header is 'model,<example id>,...')", file=sys.stderr)
         meta_idx = [k for k, h in enumerate(names) if k > 0 and h in METADATA_COLUMNS]
         ex_idx = [k for k in range(1, len(names)) if k not in meta_idx]
         require(ex_idx, f"{source}: no example columns in the header")
@@ -297,8 +301,19 @@ def handle_missing(matrix: ScoreMatrix, policy: str = "keep") -> ScoreMatrix:
                                metadata={c: tuple(v for v, k in zip(vals, keep) if k) for c, vals in matrix.metadata.items()})
 
 
+def check_history(train: ScoreMatrix) -> None:
+    """A history (train split) has at least two models, each with at least one score."""
+    require(len(train.models) >= 2, f"{train.source}: a history needs at least 2 models to fit embeddings on; it has "
+                                    f"{len(train.models)}")
+    empty = [m for m, row in zip(train.models, np.asarray(train.scores)) if np.isnan(row).all()]
+    require(not empty, f"{train.source}: model {empty[0] if empty else ''!r} has no score at all; drop its row "
+                       f"({len(empty)} such row{'s' if len(empty) > 1 else ''})")
+
+
 def align_train(candidates: ScoreMatrix, train: ScoreMatrix) -> ScoreMatrix:
-    """Check that ``train`` has exactly the candidates' examples; reorder its columns to match."""
+    """Check that ``train`` has exactly the candidates' examples and is a usable history
+    (`check_history`); reorder its columns to match."""
+    check_history(train)
     cand, tr = set(candidates.examples), set(train.examples)
     if cand != tr:
         only_c = sorted(cand - tr)[:3]

@@ -86,7 +86,12 @@ def _long_rows(path: Path, columns: tuple[str, str, str]):
     if suffix in (".jsonl", ".json"):
         for k, row in _json_lines(path):
             _require_columns(columns, list(row), f"{path}, line {k}: no field")
-            yield k, row[columns[0]], row[columns[1]], row[columns[2]]
+            value = row[columns[2]]
+            # JSON has numbers: a score written as text or true/false is a producer's mistake, not a number
+            require(not isinstance(value, (str, bool)),
+                    f"{path}, line {k}: score {json.dumps(value)} is {'text' if isinstance(value, str) else 'true/false'}, "
+                    "not a number; write it as a JSON number (1, 0, 0.5)")
+            yield k, row[columns[0]], row[columns[1]], value
         return
     with open(path, newline="", encoding="utf-8-sig") as handle:   # a byte-order mark is not part of a name
         reader = csv.DictReader(handle)

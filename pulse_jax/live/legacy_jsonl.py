@@ -61,6 +61,9 @@ def read(path: Path) -> tuple[dict, list[tuple[str, dict]], list[str]]:
     require(lines, f"{path}: the log is empty")
     header = _parse(path, lines[0], 1)
     require(isinstance(header, dict) and header.get("type") == "header", f"{path}: line 1 is not a pulse-jax log header")
+    absent = [k for k in HEADER_FIELDS if k not in header]
+    require(not absent, f"{path}: line 1 is a log header without {', '.join(absent)}: not a log this pulse-jax wrote "
+                        "(or one whose header was cut)")
     version = header.get("version", 1)
     require(isinstance(version, int) and version in VERSIONS,
             f"{path}: JSONL log format version {version!r} is not one this pulse-jax reads ({VERSIONS})")
@@ -85,6 +88,10 @@ def read(path: Path) -> tuple[dict, list[tuple[str, dict]], list[str]]:
     if side.is_file():
         records += _side_records(side, notes)
     return {k: v for k, v in header.items() if k not in ("crc", "rows")}, records, notes
+
+
+#: What every JSONL log header this project writes holds (the run's identity and shape).
+HEADER_FIELDS = ("method", "seed", "models", "examples", "budget", "batch_size")
 
 
 def _without_trailer(path: Path, header: dict, parsed: list) -> list:

@@ -243,6 +243,7 @@ class Plan:
         from pulse_jax.fileio import data
 
         train = data.load(self.train)
+        data.check_history(train)
         limit = min(train.scores.shape)
         if self.rank is None and rank > limit:
             print(f"pulse-jax: note: {spell('rank')} {rank} (the default) needs at least {rank} historical models; "
