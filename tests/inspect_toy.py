@@ -106,7 +106,7 @@ def questions_400():
 @task
 def selected(log: str = "run.db", n: int = N_SAMPLES, method: str = "ucbe", batch_size: int = 6, seed: int = 0,
              stop: str = "certified", budget: int = 0, manager_only: bool = False, price: str = "", usage: str = "",
-             concurrency: int = 1):
+             concurrency: int = 1, epochs: int = 1):
     """The toy task under `pulse_jax.harnesses.inspect_select.select_best` (``manager_only``: the manager alone, on the
     dataset in its own order). ``concurrency`` 1 (one batch in flight) by default here: the tests
     compare the eval with a plain ask/tell loop, which only one batch at a time reproduces exactly;
@@ -120,4 +120,5 @@ def selected(log: str = "run.db", n: int = N_SAMPLES, method: str = "ucbe", batc
     if manager_only:
         return Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=match(),
                     early_stopping=select_best(**options))
-    return select_best(Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=match()), **options)
+    return select_best(Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=match(), epochs=epochs),
+                       **options)

@@ -271,3 +271,18 @@ def test_a_failing_model_ends_the_selection_at_once_and_a_rerun_resumes(tmp_path
     again = len(lines) - len(set(lines))
     assert again <= 6 * 16, again                           # at most the batches in flight at the failure
     assert len(set(lines)) == report["spent"] and len(first) < len(lines)
+
+
+@pytest.mark.integration   # two `inspect eval` processes: the second test command
+@pytest.mark.parametrize("argument, needle", [("epochs=2", "select_best: the task runs 2 epochs"),
+                                              ("method=nosuch", "select_best: method: unknown method")])
+def test_a_refusal_under_inspect_eval_is_said_once_without_a_traceback(tmp_path, argument, needle):
+    """Refused when the task is made (not per model, in each model's log): Inspect prints the message
+    alone, once, and exits with an error."""
+    done = subprocess.run([sys.executable, "-m", "inspect_ai", "eval", str(HERE / "inspect_toy.py") + "@selected",
+                           "--model", "mockllm/m1,mockllm/m2", "-T", f"log={tmp_path / 'run.db'}", "-T", argument],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          env=dict(os.environ, COLUMNS="200"))
+    out = done.stdout + done.stderr
+    assert done.returncode != 0 and "Traceback" not in out, out[-3000:]
+    assert out.count("pulse-jax: error:") == 1 and needle in out, out[-3000:]

@@ -108,7 +108,41 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
 
     Returns:
       ``task`` with the manager, or the manager (an ``inspect_ai.util.EarlyStopping``).
+
+    What can be refused when the task is made is refused then, in one line (options, epochs, samples
+    without ids): a `PulseInputError` that ``inspect eval`` prints as its own prerequisite errors,
+    once and without a traceback.
     """
+    try:
+        return _select_best(task, log, models=models, scorer=scorer, metric=metric, value_map=value_map,
+                            report=report, options=options)
+    except PulseInputError as err:
+        raise _refusal(err) from None
+
+
+def _refusal(err: PulseInputError) -> PulseInputError:
+    """``err`` as an error that is also Inspect's ``PrerequisiteError`` (Inspect prints its message alone)."""
+    try:
+        from inspect_ai._util.error import PrerequisiteError   # private, for want of a public one
+    except ImportError:
+        return err
+
+    class SelectionRefused(PulseInputError, PrerequisiteError):
+        def __init__(self, message: str):
+            PulseInputError.__init__(self, message)
+            self.message = f"pulse-jax: error: {message}"
+
+    return SelectionRefused(str(err))
+
+
+def _epochs(task) -> int:
+    """How many epochs an Inspect task runs (an int, an ``Epochs``, or None: 1)."""
+    epochs = getattr(task, "epochs", None)
+    epochs = getattr(epochs, "epochs", epochs)
+    return 1 if epochs is None else int(epochs)
+
+
+def _select_best(task, log, *, models, scorer, metric, value_map, report, options):
     path = Path(log).resolve()
     require(path.parent.is_dir(), f"select_best: log {log}: its folder {path.parent} does not exist")
     from pulse_jax.live.plan import Plan
@@ -135,6 +169,8 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
     from inspect_ai import Task
 
     require(isinstance(task, Task), f"select_best: expected an Inspect Task, got {type(task).__name__}")
+    require(_epochs(task) == 1, f"select_best: the task runs {_epochs(task)} epochs; a selection scores each sample "
+                                "once (epochs=1)")
     require(model is not None, "select_best(task): call it inside an @task function, where Inspect builds the task "
                                "for one model (each model then gets its own sample order)")
     task.dataset = selection.impose_order(task.dataset, model)
