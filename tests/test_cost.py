@@ -339,3 +339,55 @@ def test_the_live_selector_with_costs_makes_the_simulations_choices():
     sim = pj.simulate(scores, config, "ucbe", reps=1, seed=3, cost=cost, params={"delta": 0.3})
     np.testing.assert_array_equal(chosen, sim.chosen[0, :len(chosen)])
     assert sel.result().stopped == bool(sim.stopped[0])
+
+
+def test_money_metrics_against_a_numpy_reference():
+    """money_to_certify / money_to_claim / money_to_target / paired_money_savings recomputed by hand from
+    the per-step curves (the same repetitions resampled, the same seed)."""
+    from pulse_jax.analysis import spending
+
+    scores, cost = _cheap_matrix()
+    m, n = scores.shape
+    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule="top_two_interval",
+                          stop="certified")
+    res = pj.simulate(scores, cfg, "ucbe", reps=12, seed=5, cost=cost, params={"delta": 0.3})
+    at_cert = np.array([res.money[r, np.searchsorted(res.spent[r], res.certified_spent[r])] if res.certified_spent[r] >= 0
+                        else np.inf for r in range(res.reps)])
+    np.testing.assert_allclose(spending.money_when_certified(res), at_cert)
+    np.testing.assert_allclose(spending.money_when_stopped(res), np.where(res.stopped, res.money[:, -1], np.inf))
+    got = spending.money_to_certify(res, n_boot=300, seed=1)
+    boot = np.median(at_cert[np.random.default_rng(1).integers(0, res.reps, (300, res.reps))], axis=1)
+    assert got["median"] == pytest.approx(np.median(at_cert))
+    assert (got["low"], got["high"]) == pytest.approx(tuple(np.quantile(boot, [0.025, 0.975])))
+    amounts = np.linspace(res.money[:, 0].min(), res.money[:, -1].max(), 50)
+    best = np.array([[res.best[r, np.searchsorted(res.money[r], a, side="right") - 1] for a in amounts]
+                     for r in range(res.reps)])
+    np.testing.assert_array_equal(spending.best_at_money(res, amounts), best)
+    accuracy = res.is_best(best).mean(0)
+    target = spending.money_to_target(res, 0.5, amounts, n_boot=50)
+    assert target["money"] == pytest.approx(metrics_first(accuracy, amounts, 0.5))
+    blind = pj.simulate(scores, cfg, "ucbe", reps=12, seed=5, params={"delta": 0.3})
+    blind.money = (blind.n_obs * cost).sum(1)[:, None] * np.ones_like(blind.money)   # final money by hand
+    saved = spending.paired_money_savings(res, blind, n_boot=200, seed=2)
+    a, b = res.money[:, -1], blind.money[:, -1]
+    assert saved["savings_pct"] == pytest.approx(100 * (1 - np.median(a) / np.median(b)))
+    assert saved["low"] <= saved["savings_pct"] <= saved["high"]
+
+
+def metrics_first(accuracy, amounts, target):
+    ok = accuracy >= target
+    if not ok[-1]:
+        return float("nan")
+    below = np.nonzero(~ok)[0]
+    return float(amounts[0 if len(below) == 0 else below[-1] + 1])
+
+
+def test_each_sweep_point_counts_the_money_simulate_counts():
+    scores, cost = _cheap_matrix()
+    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=800, batch_size=8, rule="top_two_interval",
+                          stop="certified")
+    swept = pj.sweep(scores, cfg, "ucbe", {"delta": [0.1, 0.3]}, reps=3, seed=4, cost=cost)
+    for point, result in zip((0.1, 0.3), swept.results):
+        alone = pj.simulate(scores, cfg, "ucbe", reps=3, seed=4, cost=cost, params={"delta": point})
+        np.testing.assert_allclose(result.money, alone.money, rtol=1e-6)
+        np.testing.assert_allclose(result.cost, cost)
