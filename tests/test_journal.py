@@ -77,10 +77,10 @@ def test_every_told_row_carries_a_chained_checksum(journal_bench, tmp_path):
     ("UPDATE told SET crc = (SELECT crc FROM told WHERE seq = 5), ticket = ticket + 1000 WHERE seq = 4",
      "told batch 4 fails its checksum"),
     ("UPDATE meta SET value = '1' WHERE key = 'version'", "the log's format marks disagree \\(meta version '1', "
-                                                           "database version 4"),
-    ("PRAGMA user_version = 3", "is a pulse-jax log of format version 3, which this pulse-jax \\(format 4\\) does "
+                                                           "database version 5"),
+    ("PRAGMA user_version = 3", "is a pulse-jax log of format version 3, which this pulse-jax \\(format 5\\) does "
                                 "not read"),
-    ("UPDATE run SET config = replace(config, '\"version\":4', '\"version\":1')", "configuration fails its checksum"),
+    ("UPDATE run SET config = replace(config, '\"version\":5', '\"version\":1')", "configuration fails its checksum"),
     ("UPDATE run SET config = replace(config, '\"budget\":128', '\"budget\":129')", "configuration fails its checksum"),
 ])
 def test_tampering_is_detected_and_named(journal_bench, tmp_path, tamper, needle):
@@ -337,3 +337,30 @@ def test_requests_are_bound_to_their_selector(journal_bench, tmp_path):
         first.tell(mine, scores)
     first.close()
     other.close()
+
+
+def test_a_tail_cut_with_its_tally_deleted_is_refused_and_a_format_4_log_gets_its_tally(journal_bench, tmp_path):
+    """Format 5 keeps the tally, so deleting it (to hide rows cut off the end) is refused, by a resume and by
+    the reader ``log show`` uses; a format-4 log without one (written before the tally) is given one and
+    becomes format 5."""
+    from pulse_jax.live import journal as jr
+
+    log, _ = _finished_log(journal_bench, tmp_path)
+    cut = tmp_path / "cut.db"
+    cut.write_bytes(log.read_bytes())
+    run_sql(cut, "DELETE FROM told WHERE seq = (SELECT max(seq) FROM told)")
+    run_sql(cut, "DELETE FROM meta WHERE key IN ('told_rows', 'told_tail', 'paid_rows')")
+    with pytest.raises(PulseInputError, match="the log's tally .* is missing, so rows cut off its end"):
+        _selector(journal_bench, cut)
+    with pytest.raises(PulseInputError, match="the log's tally .* is missing"):
+        jr.snapshot(cut)
+    old = tmp_path / "old.db"
+    old.write_bytes(log.read_bytes())
+    run_sql(old, "DELETE FROM meta WHERE key IN ('told_rows', 'told_tail', 'paid_rows')")
+    run_sql(old, "UPDATE meta SET value = '4' WHERE key = 'version'")
+    run_sql(old, "PRAGMA user_version = 4")
+    _selector(journal_bench, old).close()
+    conn = sqlite3.connect(old)
+    assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
+    assert dict(conn.execute("SELECT key, value FROM meta"))["told_rows"] != ""
+    conn.close()

@@ -58,7 +58,8 @@ from typing import Iterator
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live import legacy_jsonl
 from pulse_jax.live.chain import canonical, checksum
-from pulse_jax.live.log_schema import (APPLICATION_ID, FIELDS, LOG_VERSION, MAGIC, RESERVE_BYTES, TALLY,
+from pulse_jax.live.log_schema import (APPLICATION_ID, FIELDS, LOG_VERSION, MAGIC, READ_VERSIONS, RESERVE_BYTES,
+                                       TALLY, TALLY_VERSION,
                                        build_database, check_schema, connect, create_log_file, fsync_folder,
                                        read_file_header, tally_sql)
 
@@ -80,6 +81,13 @@ def _where_kind(mode: int) -> str:
         if test(mode):
             return name
     return "not a regular file"
+
+
+def check_tally_kept(path, conn) -> None:
+    """A log of a format that keeps the tally has it (deleting it hides rows cut off the end)."""
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    require(version < TALLY_VERSION, f"{path}: the log's tally (its committed row counts, in meta) is missing, so rows "
+                                     "cut off its end would go unnoticed: the log was edited. Restore it from a copy")
 
 
 class LogReader:
@@ -111,8 +119,9 @@ class LogReader:
                 f"{self.path}: the run's configuration is not a pulse-jax log header (was the log edited?)")
         require(row[1] == checksum(header, ""), f"{self.path}: the run's configuration fails its checksum (was the "
                                                 "log edited?)")
-        require(header.get("version") == LOG_VERSION, f"{self.path}: the run's configuration says format version "
-                                                      f"{header.get('version')!r}, not {LOG_VERSION} (was it edited?)")
+        require(header.get("version") in READ_VERSIONS, f"{self.path}: the run's configuration says format version "
+                                                        f"{header.get('version')!r}, not one of {READ_VERSIONS} (was it "
+                                                        "edited?)")
         self._previous = self._run_crc = row[1]
         return header, self._records()
 
@@ -166,6 +175,8 @@ class LogReader:
             told.add(record.get("ticket"))
             yield where, record
         # A cut tail leaves a chain that verifies: the tally, committed with every batch, does not match.
+        if not tally:
+            check_tally_kept(self.path, self._conn)
         if tally:
             last = rows[-1][-1] if rows else ""
             if str(len(rows)) != tally["told_rows"] or last != tally["told_tail"]:
@@ -284,7 +295,7 @@ class Journal(LogReader):
         elif app != APPLICATION_ID:
             raise PulseInputError(f"--log {self.path}: is an SQLite database but not a pulse-jax log; it is left "
                                   "untouched: give --log a new file name")
-        elif version != LOG_VERSION:
+        elif version not in READ_VERSIONS:
             raise PulseInputError(f"--log {self.path}: is a pulse-jax log of format version {version}, which this "
                                   f"pulse-jax (format {LOG_VERSION}) does not read; it is left untouched")
         try:
@@ -320,17 +331,22 @@ class Journal(LogReader):
         check_schema(self.path, conn)
         meta = dict(conn.execute("SELECT key, value FROM meta").fetchall())
         version = conn.execute("PRAGMA user_version").fetchone()[0]
-        require(meta.get("format") == "pulse-jax log" and meta.get("version") == str(version) == str(LOG_VERSION),
+        require(meta.get("format") == "pulse-jax log" and meta.get("version") == str(version)
+                and version in READ_VERSIONS,
                 f"{self.path}: the log's format marks disagree (meta version {meta.get('version')!r}, database "
                 f"version {version}, this pulse-jax's {LOG_VERSION}): the database was edited; restore it from a copy")
 
     def _add_tally(self) -> None:
-        """Start the tally of a log written before it was kept (from what it holds now)."""
+        """Start the tally of a format-4 log written before it was kept (from what it holds now), and mark
+        the log format 5; a format-5 log without its tally was edited and is refused."""
         if self.tally():
             return
+        check_tally_kept(self.path, self._conn)
         rows = self._conn.execute("SELECT count(*), (SELECT crc FROM told ORDER BY seq DESC LIMIT 1) FROM told").fetchone()
         self._commit(("INSERT OR REPLACE INTO meta VALUES ('told_rows', ?), ('told_tail', ?), "
-                      "('paid_rows', (SELECT count(*) FROM paid))", (str(rows[0]), rows[1] or "")))
+                      "('paid_rows', (SELECT count(*) FROM paid))", (str(rows[0]), rows[1] or "")),
+                     ("UPDATE meta SET value = ? WHERE key = 'version'", (str(TALLY_VERSION),)),
+                     (f"PRAGMA user_version = {TALLY_VERSION}", ()))
 
     def has_reserve(self) -> bool:
         """Whether the space kept for a full disk is there."""
@@ -561,8 +577,8 @@ def snapshot(path) -> tuple[dict | None, list[dict]]:
         header, records, _ = legacy_jsonl.read(path)
         return header, [r for _, r in records]
     require(app == APPLICATION_ID, f"{path}: an SQLite database but not a pulse-jax log")
-    require(version == LOG_VERSION, f"{path}: a pulse-jax log of format version {version}, which this pulse-jax "
-                                    f"(format {LOG_VERSION}) does not read")
+    require(version in READ_VERSIONS, f"{path}: a pulse-jax log of format version {version}, which this pulse-jax "
+                                      f"(formats {', '.join(map(str, READ_VERSIONS))}) does not read")
     try:
         conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=5)
     except sqlite3.Error as err:

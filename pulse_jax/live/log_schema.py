@@ -16,8 +16,13 @@ import numpy as np
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.chain import canonical, checksum
 
-#: The database format this pulse-jax writes and reads (JSONL logs, versions 1-3, are converted).
-LOG_VERSION = 4
+#: The database format this pulse-jax writes (JSONL logs, versions 1-3, are converted).
+LOG_VERSION = 5
+#: The database formats it reads. In format 5 the tally (`TALLY`) is part of the format, so a log
+#: without it was edited; a format-4 log may predate the tally: it gets one, and becomes format 5,
+#: when it is opened to be written.
+READ_VERSIONS = (4, 5)
+TALLY_VERSION = 5
 #: ``PRAGMA application_id`` of a pulse-jax log ("PJLG").
 APPLICATION_ID = 0x504A4C47
 #: Space kept in the database for saving paid batches when the disk is full (about 400 batches of 64).
