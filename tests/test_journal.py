@@ -364,3 +364,21 @@ def test_a_tail_cut_with_its_tally_deleted_is_refused_and_a_format_4_log_gets_it
     assert conn.execute("PRAGMA user_version").fetchone()[0] == 5
     assert dict(conn.execute("SELECT key, value FROM meta"))["told_rows"] != ""
     conn.close()
+
+
+def test_a_log_deleted_under_a_run_says_so_and_leaves_no_journal_behind(tmp_path):
+    from pulse_jax import live, stand_in
+
+    models = stand_in.models()[:3]
+    sel = live.Selector(models, 40, 120, method="ucbe", batch_size=4, log=tmp_path / "run.db", concurrency=1)
+    for _ in range(4):
+        request = sel.ask()
+        sel.tell(request, stand_in.score(request.model, list(request.example_ids)))
+    (tmp_path / "run.db").unlink()
+    with pytest.raises(Exception) as err:
+        for _ in range(4):
+            request = sel.ask()
+            sel.tell(request, stand_in.score(request.model, list(request.example_ids)))
+    assert "the log file was deleted" in str(err.value) and "\n" not in str(err.value), str(err.value)
+    sel.close()
+    assert not list(tmp_path.glob("run.db*journal")), list(tmp_path.iterdir())

@@ -58,7 +58,7 @@ from typing import Iterator
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live import legacy_jsonl
 from pulse_jax.live.chain import canonical, checksum
-from pulse_jax.live.log_schema import (APPLICATION_ID, FIELDS, LOG_VERSION, MAGIC, READ_VERSIONS, RESERVE_BYTES,
+from pulse_jax.live.log_schema import (cannot_read, APPLICATION_ID, FIELDS, LOG_VERSION, MAGIC, READ_VERSIONS, RESERVE_BYTES,
                                        TALLY, TALLY_VERSION,
                                        build_database, check_schema, connect, create_log_file, fsync_folder,
                                        read_file_header, tally_sql)
@@ -111,7 +111,7 @@ class LogReader:
         try:
             row = self._conn.execute("SELECT config, crc FROM run WHERE id = 1").fetchone()
         except sqlite3.DatabaseError as err:
-            raise PulseInputError(f"{self.path}: the log database cannot be read ({err})") from None
+            raise cannot_read(self.path, err) from None
         if row is None:
             return None, iter(())
         header = self._decode(row[0], f"{self.path}: the run's configuration")
@@ -403,7 +403,9 @@ class Journal(LogReader):
     # ------------------------------------------------------------------ close
 
     def close(self) -> None:
-        """Let go of the log (it is always consistent on disk); its rollback journal file is removed."""
+        """Let go of the log (it is always consistent on disk); its rollback journal file is removed, also
+        when the log itself was deleted under the run (nothing is left at its path to own it)."""
+        gone = self._lock_fd is not None and os.fstat(self._lock_fd).st_nlink == 0
         if self._conn is not None:
             try:
                 if self._owned:
@@ -418,6 +420,8 @@ class Journal(LogReader):
             self._lock_fd = None
             if _HELD.get(self._key) is self:
                 del _HELD[self._key]
+        if gone and not os.path.lexists(self.path):
+            Path(f"{self.path}-journal").unlink(missing_ok=True)
 
     def __del__(self):
         try:

@@ -81,13 +81,23 @@ def _expected_schema() -> set:
 _EXPECTED_SCHEMA = _expected_schema()
 
 
+def cannot_read(path, err) -> PulseInputError:
+    """The one-line error of a log read that failed: a log deleted (or moved) under a running run says so."""
+    from pathlib import Path
+
+    if not Path(path).exists():
+        return PulseInputError(f"{path}: the log file was deleted (or moved) while the run was going on ({err}); put "
+                               "it back where it was (or give --log its new path), then run the same command again")
+    return PulseInputError(f"{path}: the log database cannot be read ({err})")
+
+
 def check_schema(path, conn) -> None:
     """Refuse, in one line, a log whose tables are not exactly its format's: a trigger or a view (they
     would run or answer in place of the log's own rows), a table added or dropped, a table changed."""
     try:
         have = schema_rows(conn)
     except sqlite3.DatabaseError as err:
-        raise PulseInputError(f"{path}: the log database cannot be read ({err})") from None
+        raise cannot_read(path, err) from None
     if have == _EXPECTED_SCHEMA:
         return
     extra = sorted(have - _EXPECTED_SCHEMA, key=lambda r: (r[0], r[1]))
