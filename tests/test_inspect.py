@@ -254,7 +254,8 @@ def test_prices_and_the_meter():
     models = ["a", "b"]
     prices = money.parse_prices(["a=1/2", "*=3/4"], models, cost_per_call=0.01)
     assert prices["a"] == money.Price(1, 2, 0.01) and prices["b"] == money.Price(3, 4, 0.01)
-    for bad, needle in [(["c=1/2"], "no candidate 'c'"), (["a=1"], "expected IN/OUT"), (["a=x/2"], "'x' is not"),
+    # "a=1" is a price per call now; three numbers are no price
+    for bad, needle in [(["c=1/2"], "no candidate 'c'"), (["a=1/2/3"], "expected IN/OUT"), (["a=x/2"], "'x' is not"),
                         (["a=1/2"], "no price for 'b'"), (["a=-1/2", "*=1/1"], "non-negative")]:
         with pytest.raises(PulseInputError, match=needle):
             money.parse_prices(bad, models)
