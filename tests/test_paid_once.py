@@ -238,6 +238,7 @@ def test_the_command_line_after_a_keyboard_interrupt_in_the_scorer(tmp_path, mon
     assert len(cells) == len(set(cells)) == 400                    # the failed batch alone was asked again
 
 
+@pytest.mark.integration   # 14-17 s: the second test command keeps the default run within its time
 def test_a_stop_in_the_middle_of_the_asks_resumes_to_the_uninterrupted_run():
     """At concurrency 16 on 40 models, a KeyboardInterrupt in the scorer at 12 points, some while the
     runner is refilling its batches: a batch told after the asks were cut short would be told before asks

@@ -113,6 +113,7 @@ def test_live_logs_record_the_plugins_numbers(tmp_path):
         selector()
 
 
+@pytest.mark.integration   # 14-17 s: the second test command keeps the default run within its time
 def test_kernel_functions_take_run_params_or_the_engines_bandit_params():
     """The pure kernel accepts a RunParams, or a (stacked) BanditParams with the plug-ins' defaults."""
     scores, _, V = tiny_problem(seed=9, m=4, n=60)

@@ -139,6 +139,7 @@ def test_rule_interface_contracts():
     assert math.ceil(math.log2(5)) == schedule(5, 100, 4)[1]
 
 
+@pytest.mark.integration   # 14-17 s: the second test command keeps the default run within its time
 def test_a_plugins_own_traced_number_sweeps_without_recompiling(tmp_path, capsys):
     """Top-Two's ``leader_fraction`` is declared by the rule and traced: a sweep over it compiles once,
     each point equals ``simulate`` with that value, the NumPy reference follows it, and a name or value

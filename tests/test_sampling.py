@@ -25,6 +25,7 @@ def _pack(mask):
     return words
 
 
+@pytest.mark.integration   # 14-17 s: the second test command keeps the default run within its time
 def test_loop_free_resolution_equals_literal_swaps():
     rng = np.random.default_rng(0)
     resolve = jax.jit(sampling.fisher_yates_prefix)
