@@ -382,3 +382,19 @@ def test_a_log_deleted_under_a_run_says_so_and_leaves_no_journal_behind(tmp_path
     assert "the log file was deleted" in str(err.value) and "\n" not in str(err.value), str(err.value)
     sel.close()
     assert not list(tmp_path.glob("run.db*journal")), list(tmp_path.iterdir())
+
+
+def test_import_onto_a_dangling_link_and_reading_beside_a_stray_journal_are_one_line(journal_bench, tmp_path, capsys):
+    from pulse_jax import cli
+
+    log, _ = _finished_log(journal_bench, tmp_path)
+    assert cli.main(["log", "export", str(log), "--jsonl", str(tmp_path / "x.jsonl")]) == 0
+    (tmp_path / "link.db").symlink_to(tmp_path / "nowhere" / "x.db")
+    assert cli.main(["log", "import", str(tmp_path / "x.jsonl"), str(tmp_path / "link.db")]) == 2
+    err = capsys.readouterr().err
+    assert "link.db: is a symbolic link to" in err and "which does not exist; give a new file name" in err
+    assert ".converting" not in err
+    (tmp_path / f"{log.name}-journal").write_bytes(os.urandom(1000))
+    assert cli.main(["log", "show", str(log)]) == 2
+    err = capsys.readouterr().err
+    assert "beside it is a rollback journal" in err and "open the log once to finish it" in err, err

@@ -171,6 +171,9 @@ def import_jsonl(source, target) -> int:
     require(looks_like_log(source), f"{source}: not a pulse-jax JSONL log (its first line is not a log "
                                                  "header)")
     require(not target.exists(), f"{target}: exists; give a new file name (a log is never written over)")
+    require(not os.path.lexists(target), f"{target}: is a symbolic link to {os.readlink(target) if target.is_symlink() else ''}, "
+                                         "which does not exist; give a new file name (a link is never followed to "
+                                         "write a log)")
     header, records, notes = read(source)
     for note in notes:
         print(f"pulse-jax: {note}", file=sys.stderr)
@@ -178,6 +181,9 @@ def import_jsonl(source, target) -> int:
     temporary = build_database(target, header, records)
     try:
         os.link(temporary, target)          # fails if target appeared meanwhile: never over a file
+    except FileExistsError:
+        raise PulseInputError(f"{target}: appeared while the log was converted; give a new file name (a log is "
+                              "never written over)") from None
     finally:
         os.unlink(temporary)
     return len(records)

@@ -88,6 +88,10 @@ def cannot_read(path, err) -> PulseInputError:
     if not Path(path).exists():
         return PulseInputError(f"{path}: the log file was deleted (or moved) while the run was going on ({err}); put "
                                "it back where it was (or give --log its new path), then run the same command again")
+    if "readonly" in str(err) and Path(f"{path}-journal").exists():   # reading it would mean rolling it back
+        return PulseInputError(f"{path}: beside it is a rollback journal ({Path(path).name}-journal) of a commit that "
+                               "did not finish, which a reader cannot apply; open the log once to finish it (run "
+                               "the same select command again), then read it")
     return PulseInputError(f"{path}: the log database cannot be read ({err})")
 
 
