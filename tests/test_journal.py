@@ -398,3 +398,18 @@ def test_import_onto_a_dangling_link_and_reading_beside_a_stray_journal_are_one_
     assert cli.main(["log", "show", str(log)]) == 2
     err = capsys.readouterr().err
     assert "beside it is a rollback journal" in err and "open the log once to finish it" in err, err
+
+
+def test_a_refused_log_is_left_as_it_was(journal_bench, tmp_path):
+    """A run that refuses a log (here: other models than the log's) writes nothing to it: no holder row,
+    no reserve, not a byte."""
+    import hashlib
+
+    from pulse_jax import live
+
+    log, _ = _finished_log(journal_bench, tmp_path)
+    before = hashlib.sha256(log.read_bytes()).hexdigest()
+    with pytest.raises(PulseInputError):
+        live.Selector(["x", "y", "z"], 40, 120, method="ucbe", batch_size=4, log=log)
+    assert hashlib.sha256(log.read_bytes()).hexdigest() == before
+    assert not (tmp_path / f"{log.name}-journal").exists()

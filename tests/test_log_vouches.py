@@ -168,7 +168,8 @@ def test_log_show_says_what_the_checksums_are(journal_bench, tmp_path, capsys):
     out = capsys.readouterr().out
     assert "not signatures" in out and "verified" not in out
     v1 = tmp_path / "v1.jsonl"
-    v1.write_text(json.dumps({"type": "header", "method": "ucbe", "models": ["a", "b"]}) + "\n")
+    v1.write_text(json.dumps({"type": "header", "method": "ucbe", "models": ["a", "b"], "seed": 0, "examples": [0, 1],
+                              "budget": 4, "batch_size": 1}) + "\n")
     assert cli.main(["log", "show", str(v1)]) == 0
     out = capsys.readouterr().out
     assert "no checksums, so nothing in it could be verified" in out

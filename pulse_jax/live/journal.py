@@ -43,6 +43,7 @@ verified and converted in place once; the original is kept beside it.
 """
 from __future__ import annotations
 
+import contextlib
 import datetime
 import errno
 import json
@@ -298,14 +299,27 @@ class Journal(LogReader):
         elif version not in READ_VERSIONS:
             raise PulseInputError(f"--log {self.path}: is a pulse-jax log of format version {version}, which this "
                                   f"pulse-jax (format {LOG_VERSION}) does not read; it is left untouched")
-        try:
+        with self._opening():
             self._conn = self._sqlite(self.path)
             self._owned = True          # ours from here on: closing may set its journal mode back
             self._check_format()
             self._conn.execute("PRAGMA journal_mode = PERSIST")
+
+    def claim(self) -> None:
+        """Make the log this run's once the run accepted it (its configuration and batches checked): the
+        tally of a format-4 log, the holder row a second run's message names, the space kept for a full
+        disk. A log refused before this is left as it was."""
+        with self._opening():
             self._add_tally()
             self._commit(("INSERT OR REPLACE INTO holder VALUES (1, ?, ?, ?)",
                           (os.getpid(), socket.gethostname(), datetime.datetime.now().isoformat(timespec="seconds"))))
+        self.keep_reserve()
+
+    @contextlib.contextmanager
+    def _opening(self):
+        """Errors of opening the log (and of its first writes) as one line each."""
+        try:
+            yield
         except LogFull as err:
             raise PulseInputError(f"{self.path}: cannot write the log ({err.strerror}); {fix_for(err)}") from None
         except sqlite3.OperationalError as err:
@@ -317,7 +331,6 @@ class Journal(LogReader):
         except sqlite3.DatabaseError as err:
             raise PulseInputError(f"{self.path}: the log database cannot be read ({err}): it is damaged; restore it "
                                   "from a copy, or give --log a new file name") from None
-        self.keep_reserve()
 
     @staticmethod
     def _sqlite(path: Path):

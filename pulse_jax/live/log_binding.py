@@ -54,6 +54,7 @@ class LogBinding:
         """Lock the log, cut a torn tail, and replay what it holds (or start it with the header)."""
         header, records = self._journal.open()
         if header is None:
+            self._journal.claim()
             self._journal.append({**self._header, "train": self._train_fingerprint,
                                   **({} if self.plan is None else {"plan": self.plan})})
             return
@@ -69,6 +70,7 @@ class LogBinding:
         require(held <= self.config.budget, f"--budget {self.config.budget:,}: {self.log_path} already holds {held:,} "
                                             f"evaluated cells; give --budget {held:,} or more to continue it")
         self._replay(records)
+        self._journal.claim()          # accepted: only now is anything written to it
 
     def _grown_budget(self, logged: dict) -> dict:
         """A log continues with a larger budget: the requests of a rule that does not plan on the budget
