@@ -413,3 +413,16 @@ def test_a_refused_log_is_left_as_it_was(journal_bench, tmp_path):
         live.Selector(["x", "y", "z"], 40, 120, method="ucbe", batch_size=4, log=log)
     assert hashlib.sha256(log.read_bytes()).hexdigest() == before
     assert not (tmp_path / f"{log.name}-journal").exists()
+
+
+def test_an_export_never_replaces_a_log_database(journal_bench, tmp_path, capsys):
+    from pulse_jax import cli
+
+    log, _ = _finished_log(journal_bench, tmp_path)
+    other = tmp_path / "other.db"
+    other.write_bytes(log.read_bytes())
+    before = other.read_bytes()
+    assert cli.main(["log", "export", str(log), "--jsonl", str(other), "--force"]) == 2
+    assert "is a pulse-jax log database (perhaps a running one); an export never replaces a log" in \\
+        capsys.readouterr().err
+    assert other.read_bytes() == before

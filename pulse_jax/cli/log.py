@@ -34,6 +34,9 @@ def run(args) -> None:
     if args.action == "export":
         require(args.jsonl == "-" or args.force or not files.exists(args.jsonl),
                 f"--jsonl {args.jsonl}: exists; pass --force to write over it")
+        require(args.jsonl == "-" or not _is_log_database(args.jsonl),
+                f"--jsonl {args.jsonl}: is a pulse-jax log database (perhaps a running one); an export never "
+                "replaces a log, even with --force: give another file name")
         header, records = journal.snapshot(args.log)
         require(header is not None, f"{args.log}: the log has no run yet")
         lines = legacy_jsonl.as_jsonl(header, records)
@@ -59,6 +62,17 @@ def run(args) -> None:
         per_model[r["model"]] = per_model.get(r["model"], 0) + len(r["examples"])
     for model, count in sorted(per_model.items(), key=lambda kv: -kv[1])[:10]:
         print(f"  {count:>8,}  {model}")
+
+
+def _is_log_database(path) -> bool:
+    """Whether ``path`` is a pulse-jax log database (its SQLite header and application id)."""
+    from pulse_jax.live.log_schema import APPLICATION_ID, MAGIC, read_file_header
+
+    try:
+        head, app, _ = read_file_header(path)
+    except (OSError, ValueError):
+        return False
+    return head == MAGIC and app == APPLICATION_ID
 
 
 def _count(value) -> str:
