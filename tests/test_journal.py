@@ -423,6 +423,6 @@ def test_an_export_never_replaces_a_log_database(journal_bench, tmp_path, capsys
     other.write_bytes(log.read_bytes())
     before = other.read_bytes()
     assert cli.main(["log", "export", str(log), "--jsonl", str(other), "--force"]) == 2
-    assert "is a pulse-jax log database (perhaps a running one); an export never replaces a log" in \\
+    assert "is a pulse-jax log database (perhaps a running one); an export never replaces a log" in \
         capsys.readouterr().err
     assert other.read_bytes() == before
