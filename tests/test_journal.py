@@ -426,3 +426,26 @@ def test_an_export_never_replaces_a_log_database(journal_bench, tmp_path, capsys
     assert "is a pulse-jax log database (perhaps a running one); an export never replaces a log" in \
         capsys.readouterr().err
     assert other.read_bytes() == before
+
+
+def test_a_backup_copied_over_a_running_log_is_refused_before_anything_is_written_on_it(tmp_path):
+    from pulse_jax import live, stand_in
+
+    models = stand_in.models()[:3]
+    sel = live.Selector(models, 40, 120, method="ucbe", batch_size=4, log=tmp_path / "run.db", concurrency=1)
+
+    def step():
+        request = sel.ask()
+        sel.tell(request, stand_in.score(request.model, list(request.example_ids)))
+
+    for _ in range(4):
+        step()
+    backup = (tmp_path / "run.db").read_bytes()
+    for _ in range(3):
+        step()
+    (tmp_path / "run.db").write_bytes(backup)       # in place, as cp does: the same file, older contents
+    with pytest.raises(PulseInputError, match="the log changed under this run"):
+        for _ in range(3):
+            step()
+    sel.close()
+    assert (tmp_path / "run.db").read_bytes()[:100] == backup[:100]

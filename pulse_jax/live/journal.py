@@ -84,6 +84,11 @@ def _where_kind(mode: int) -> str:
     return "not a regular file"
 
 
+#: A commit's pseudo-statement: check, before the tally moves, that the log's last told batch is still
+#: the one this run wrote (`Journal._check_tail`).
+CHECK_TAIL = "-- check the told tail"
+
+
 def check_tally_kept(path, conn) -> None:
     """A log of a format that keeps the tally has it (deleting it hides rows cut off the end)."""
     version = conn.execute("PRAGMA user_version").fetchone()[0]
@@ -460,7 +465,10 @@ class Journal(LogReader):
         try:
             conn.execute("BEGIN IMMEDIATE")
             for sql, args in statements:
-                conn.execute(sql, args)
+                if sql is CHECK_TAIL:
+                    self._check_tail(*args)
+                else:
+                    conn.execute(sql, args)
             conn.execute("COMMIT")
         except sqlite3.OperationalError as err:
             try:
@@ -539,19 +547,32 @@ class Journal(LogReader):
             crc = checksum(body, self._previous)
             self._commit(("INSERT INTO told(ticket, step, asks_issued, model, examples, scores, crc) "
                           "VALUES (?, ?, ?, ?, ?, ?, ?)", (*row, crc)),
-                         ("DELETE FROM paid WHERE ticket = ?", (body["ticket"],)), tally_sql(crc))
+                         ("DELETE FROM paid WHERE ticket = ?", (body["ticket"],)),
+                         (CHECK_TAIL, (self._previous_told(),)), tally_sql(crc))
             self._previous = crc
         elif kind == "paid":
             if not synced:
                 self._conn.execute("PRAGMA synchronous = OFF")
             try:
                 self._commit(("INSERT OR REPLACE INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)",
-                              (*row, checksum(body, self._run_crc))), tally_sql(self._previous_told()))
+                              (*row, checksum(body, self._run_crc))), (CHECK_TAIL, (self._previous_told(),)),
+                             tally_sql(self._previous_told()))
             finally:
                 if not synced:
                     self._conn.execute("PRAGMA synchronous = FULL")
         else:
             raise ValueError(f"unknown record type {kind!r}")
+
+    def _check_tail(self, tail: str) -> None:
+        """Inside a commit: the log's last told checksum is still the one this run committed last; a copy
+        written over the log while the run goes on (a backup put back) has another, and is refused before
+        anything is written on top of it."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = 'told_tail'").fetchone()
+        if row is not None and row[0] != tail:
+            self._conn.execute("ROLLBACK")
+            raise PulseInputError(f"{self.path}: the log changed under this run (another file was copied over it?): "
+                                  "its last batch is not the one this run wrote. Nothing more is written; restore the "
+                                  "log you mean to continue, then run the same command again")
 
     def _previous_told(self) -> str:
         """The last told row's checksum ('' before the first): the run row's checksum starts the chain."""
