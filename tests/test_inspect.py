@@ -296,3 +296,16 @@ def test_the_harness_page_inspect_part_runs_as_written(tmp_path):
                           timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.startswith("mockllm/s70 200 ")
+
+
+def test_a_token_history_reads_logs_where_each_model_saw_other_samples(tmp_path):
+    """``usage=`` / ``--usage`` reads a selection's own earlier logs, where each model was evaluated on the
+    samples the selection asked for: as a token history, not a score matrix that needs the same samples."""
+    logs = tmp_path / "own"
+    inspect_eval(_score_task([1, 0, 1, 1], name="shared"), model=mock("m50"), log_dir=str(logs), display="none")
+    inspect_eval(_score_task([1, 1, 0], name="shared"), model=mock("m80"), log_dir=str(logs), display="none")
+    with pytest.raises(PulseInputError, match="has other samples than"):
+        ih.read_inspect([logs])
+    history = ih.usage_history([logs])
+    assert history.scores.shape == (2, 4) and np.isnan(history.input_tokens).sum() == 1
+    assert np.isfinite(np.nanmean(history.input_tokens, axis=1)).all()

@@ -216,7 +216,7 @@ def _arg_text(args: dict) -> str:
 
 
 def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None = None, metric: str | None = None,
-                 epochs: str = "mean", value_map: Mapping | None = None) -> InspectLogs:
+                 epochs: str = "mean", value_map: Mapping | None = None, same_samples: bool = True) -> InspectLogs:
     """A models x samples matrix, and each cell's tokens, from Inspect eval logs.
 
     Args:
@@ -227,8 +227,12 @@ def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None
       epochs: ``"mean"``: one example per sample id, its epochs averaged (tokens summed);
         ``"separate"``: one example per (sample id, epoch), named ``id@epoch``.
       value_map: entries added to (or replacing) `VALUE_MAP`.
+      same_samples: every model must have the same samples (a score matrix); False reads each model's
+        samples as they are (a token history, e.g. a selection's own logs, where each model saw only
+        the samples the selection asked for).
 
-    Every log must have finished (status ``success``); every model must have the same samples;
+    Every log must have finished (status ``success``); every model must have the same samples
+    (unless ``same_samples`` is False);
     a model run twice on a task with the same model arguments is refused (keep one). A sample
     that ended in an error is a missing cell.
     """
@@ -236,7 +240,7 @@ def read_inspect(paths: Sequence, *, task: str | None = None, scorer: str | None
     log = _log_module()
     vmap = {**VALUE_MAP, **dict(value_map or {})}
     task, named = _runs(log, _log_files(paths), task)
-    cells, tokens, chosen = _cells(named, scorer, metric, epochs, vmap)
+    cells, tokens, chosen = _cells(named, scorer, metric, epochs, vmap, same_samples)
     require(cells, f"no scored samples for task {task!r}")
     models = [name for name, _ in named]
     examples = sorted({e for _, e in cells}, key=natural_order)
@@ -283,9 +287,9 @@ def _runs(log, files: list[Path], task: str | None) -> tuple[str, list[tuple[str
     return task, named
 
 
-def _cells(named, scorer, metric, epochs, vmap):
-    """``({(model, example): [scores]}, {(model, example): (input, output tokens)}, scorer)``; every
-    model must have the same (sample, epoch) set."""
+def _cells(named, scorer, metric, epochs, vmap, same_samples=True):
+    """``({(model, example): [scores]}, {(model, example): (input, output tokens)}, scorer)``; with
+    ``same_samples`` every model must have the same (sample, epoch) set."""
     cells, tokens, sample_sets = {}, {}, {}
     chosen = scorer
     for (name, path), summaries in zip(named, _read_all([path for _, path in named])):
@@ -307,7 +311,7 @@ def _cells(named, scorer, metric, epochs, vmap):
             tokens[(name, example)] = (old[0] + t_in, old[1] + t_out)
         sample_sets[name] = (ids, path)
     first, (ids0, path0) = next(iter(sample_sets.items()))
-    for name, (ids, path) in sample_sets.items():
+    for name, (ids, path) in sample_sets.items() if same_samples else ():
         extra, lacking = sorted(ids - ids0), sorted(ids0 - ids)
         if extra or lacking:
             what = (f"{len(lacking)} missing, e.g. sample {lacking[0][0]} epoch {lacking[0][1]}" if lacking else
@@ -507,4 +511,4 @@ class InspectScorer:
 def usage_history(paths, scorer: str | None = None, metric: str | None = None, value_map=None):
     """The Inspect logs at ``paths`` (files or folders) read for their token counts: what a live
     selection's money budget estimates a cell's cost from (`pulse_jax.live.Plan.meter`)."""
-    return read_inspect(list(paths), scorer=scorer, metric=metric, value_map=value_map)
+    return read_inspect(list(paths), scorer=scorer, metric=metric, value_map=value_map, same_samples=False)
