@@ -427,6 +427,53 @@ def _bad_inputs(folder: Path) -> list[tuple[str, list[str]]]:
     cases.append(("simulate --hparams epochs -1", ["simulate", "--scores", str(folder / "ok.csv"), "--train",
                                                    str(folder / "ok.csv"), "--hparams", str(folder / "hp.json"),
                                                    "--method", "pulse", "--out", str(folder / "o5")]))
+    return cases + _cost_and_history_inputs(folder, select)
+
+
+def _cost_and_history_inputs(folder: Path, select: list[str]) -> list[tuple[str, list[str]]]:
+    """Costs (``--cost``, ``--cheapest``, ``--front``, per-call ``--price``), histories that cannot fit
+    embeddings, JSONL scores that are not numbers and log headers without the run's identity."""
+    header = "model," + ",".join(f"e{j}" for j in range(30)) + "\n"
+    files = {"cost_ok.csv": "model,cost\nm0,1\nm1,2\nm2,3\nm3,4\n",
+             "cost_neg.csv": "model,cost\nm0,1\nm1,-1\nm2,1\nm3,1\n",
+             "cost_nan.csv": "model,cost\nm0,1\nm1,nan\nm2,1\nm3,1\n",
+             "cost_unknown.csv": "model,cost\nm0,1\nm1,1\nm2,1\nm3,1\nzz,1\n",
+             "cost_short.csv": "model,cost\nm0,1\n",
+             "cost_text.csv": "model,cost\nm0,1\nm1,cheap\nm2,1\nm3,1\n",
+             "cost_twice.csv": "model,cost\nm0,1\nm0,2\n",
+             "cost_cols.csv": "model,e0,e1\nm0,1,1\nm1,1,1\nm2,1,1\nm3,1,1\n",
+             "cost_zero.csv": "model,cost\nm0,0\nm1,1\nm2,1\nm3,1\n",
+             "train_one.csv": header + "h0," + ",".join("1" for _ in range(30)) + "\n",
+             "train_empty_row.csv": header + "h0," + ",".join("1" for _ in range(30)) + "\nh1" + "," * 30 + "\n",
+             "long_text.jsonl": '{"model": "a", "example": "q", "score": "1"}\n',
+             "long_bool.jsonl": '{"model": "a", "example": "q", "score": true}\n',
+             "header_only.jsonl": '{"type": "header"}\n'}
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    simulate = ["simulate", "--scores", str(folder / "ok.csv"), "--method", "ucbe", "--reps", "1", "--batch-size", "4",
+                "--out", str(folder / "o6")]
+    cases = [(f"simulate --cost {name}", simulate + ["--cost", str(folder / name)])
+             for name in ("cost_neg.csv", "cost_nan.csv", "cost_unknown.csv", "cost_short.csv", "cost_text.csv",
+                          "cost_twice.csv", "cost_cols.csv", "cost_zero.csv", "missing.csv", "binary.csv", "dir",
+                          "empty.csv")]
+    cases.append(("simulate --cheapest without --cost", simulate + ["--cheapest", "0.01"]))
+    cases.append(("simulate --front without --cost", simulate + ["--front"]))
+    for flag in ("--cheapest", "--front"):
+        cases += [(f"simulate {flag} {v!r}", simulate + ["--cost", str(folder / "cost_ok.csv"), flag, v])
+                  for v in ("-1", "nan", "inf", "2", "abc")]
+    cases.append(("simulate --cheapest and --epsilon", simulate + ["--cost", str(folder / "cost_ok.csv"), "--cheapest",
+                                                                   "0.01", "--epsilon", "0.01"]))
+    cases.append(("select --cheapest without prices", select + ["--cheapest", "0.01"]))
+    cases += [(f"select --price {v!r}", select + ["--price", v]) for v in ("a=-1", "a=nan", "a=1/2/3", "a=", "=1")]
+    for name in ("train_one.csv", "train_empty_row.csv"):
+        cases.append((f"simulate --train {name}", ["simulate", "--scores", str(folder / "ok.csv"), "--train",
+                                                   str(folder / name), "--method", "pulse", "--batch-size", "4",
+                                                   "--out", str(folder / "o7")]))
+    for name in ("long_text.jsonl", "long_bool.jsonl"):
+        cases.append((f"import long {name}", ["import", "long", str(folder / name), "--out", str(folder / "l.csv")]))
+    cases.append(("log show header_only.jsonl", ["log", "show", str(folder / "header_only.jsonl")]))
+    cases.append(("log import header_only.jsonl", ["log", "import", str(folder / "header_only.jsonl"),
+                                                   str(folder / "h.db")]))
     return cases
 
 

@@ -69,16 +69,17 @@ def load_costs(path, models, examples, scores=None) -> np.ndarray:
     rows = _rows(path, source)
     header = [h.strip() for h in rows[0]]
     lines = _by_name(rows, [str(m) for m in models], source)
+    by_line = {i: row for i, row in enumerate(rows, start=1)}
     if len(header) == 2 and header[1].lower() == "cost":
-        by_line = {i: row for i, row in enumerate(rows, start=1)}
-        return np.array([_number(by_line[lines[str(m)]][1].strip(), source, lines[str(m)], "cost") for m in models])
+        out = np.array([_number(by_line[lines[str(m)]][1].strip(), source, lines[str(m)], "cost") for m in models])
+        _check_positive(out, models, lines, source)
+        return out
     ids = [str(e) for e in examples]
     columns = {h: k for k, h in enumerate(header[1:], start=1)}
     absent = [e for e in ids if e not in columns]
     require(not absent, f"{source}: no column for example {absent[0]!r} ({len(absent)} of the {len(ids)} examples "
                         "missing); a per-model file has the header 'model,cost'" if absent else "")
     out = np.zeros((len(models), len(ids)))
-    by_line = {i: row for i, row in enumerate(rows, start=1)}
     for r, m in enumerate(models):
         line = lines[str(m)]
         row = by_line[line]
@@ -90,4 +91,12 @@ def load_costs(path, models, examples, scores=None) -> np.ndarray:
                         f"{source}: line {line}, column {e}: no cost for a cell {m!r} has a score for")
                 continue
             out[r, c] = _number(text, source, line, e)
+    _check_positive(out.sum(axis=1), models, lines, source)
     return out
+
+
+def _check_positive(totals, models, lines, source: str) -> None:
+    """Every model costs something (the rules weigh a model's pulls by its price)."""
+    free = [m for m, total in zip(models, totals) if not total > 0]
+    require(not free, f"{source}: line {lines.get(str(free[0])) if free else 0}: model {free[0] if free else ''!r} costs "
+                      "nothing; give every model a positive cost (the rules weigh each model's pulls by its price)")
