@@ -71,7 +71,9 @@ def check_counts(values: Mapping[str, int | None], spell: Spell) -> None:
 
 def check_delta(delta, spell: Spell) -> None:
     if delta is not None:
-        require(isinstance(delta, (int, float)) and 0 < delta < 1,
+        require(isinstance(delta, (int, float)) and not isinstance(delta, bool),
+                f"{spell('delta')} must be a number, got {delta!r}")
+        require(0 < delta < 1,
                 f"{spell('delta')} {delta:g}: must lie strictly between 0 and 1 (the chance of a wrong certificate)")
 
 

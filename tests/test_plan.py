@@ -100,6 +100,13 @@ def test_report_json_records_the_plan(tmp_path, monkeypatch):
     ({"param": ["delta=0.1"], "delta": 0.2}, "param delta: delta sets the same number; give one of them"),
     ({"param": [("rule.exploration", "x")]}, "param: rule.exploration='x' is not a number"),
     ({"seed": -1}, "seed"),
+    ({"delta": "x"}, "delta must be a number, got 'x'"),
+    ({"price": ["a=x"]}, "price 'a=x': 'x' is not a number"),
+    ({"price": 5}, "price must be text or a list of texts, got 5"),
+    ({"train": 5}, "train must be a file name, got 5"),
+    ({"param": ["nosuch=1"]}, "param nosuch: not a number of this run"),
+    ({"cheapest": 0.01}, "cheapest ranks the models by price: give price MODEL=IN/OUT"),
+    ({"front": 0.01, "price": ["*=0.001"], "epsilon": 0.01}, "epsilon and front: give one certificate"),
     ({"price": [3]}, "price must be text or a list of texts"),
     ({"force": "yes"}, "force must be True or False"),
 ])
@@ -163,7 +170,10 @@ def test_a_selection_without_history_runs_ucbe_and_says_how_to_give_history(tmp_
     report = json.loads((tmp_path / "run_report" / "report.json").read_text())
     assert report["method"] == "ucbe" and report["plan"]["method"] is None
     assert Plan(log="x.db").method_name() == "ucbe"
+    (tmp_path / "history.csv").write_text("model,q0\nh0,1\nh1,0\n")
     assert Plan(log="x.db", train="history.csv").method_name() == "pulse_hedged"
+    with pytest.raises(PulseInputError, match="train elsewhere.csv: no such file"):
+        Plan(log="x.db", train="elsewhere.csv")
     with pytest.raises(PulseInputError, match="method pulse_hedged needs side information: pass train="):
         Plan(log=str(tmp_path / "y.db"), method="pulse_hedged").selector(models, 60)
 

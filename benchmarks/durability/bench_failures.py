@@ -20,8 +20,8 @@ scores it *returned*: a cell returned twice was paid for twice (failed attempts 
    20 offsets, empty and foreign files, JSONL exports cut at a line break. Counted: refused in one
    line, tracebacks (target 0), silent restarts (target 0), and edits accepted -- only those with a
    recomputed chain and valid values, which checksums cannot catch (they are not signatures).
-4. **Bad input** (>= 300 inputs) to every command: counted as refused (one line, or argparse's
-   usage error), tracebacks (target 0) and accepted (target 0).
+4. **Bad input** (>= 300 inputs) to every command and every `select_best` keyword: counted as
+   refused (one line, or argparse's usage error), tracebacks (target 0) and accepted (target 0).
 
     python benchmarks/durability/bench_failures.py --out docs/benchmarks/failures.json
 
@@ -477,6 +477,40 @@ def _cost_and_history_inputs(folder: Path, select: list[str]) -> list[tuple[str,
     return cases
 
 
+#: ``select_best`` keywords with values each of which must be refused (``name -> values``).
+SELECT_BEST_BAD = {
+    "budget": [-1, 0, 1.5, "x", float("nan")], "batch_size": [0, -1, "x", 2.5], "delta": [0, 1, 2, float("nan"), "x"],
+    "method": ["nosuch", 3], "rule": ["nosuch", 3], "stop": ["nosuch"], "epsilon": [-1, 2, float("nan"), "x"],
+    "top_k": [0, -1, 1.5], "tie_group": [0, -2], "cheapest": [0.01, -1], "front": [0.01, 2],
+    "concurrency": [0, 2000, "x"], "retries": [-1, 1.5], "retry_wait": [-1, float("nan")], "call_timeout": [0, -1],
+    "price": [["a=x"], 5], "cost_per_call": [-1, float("nan")], "budget_usd": [-1, 5], "seed": [-1, "x", 1.5],
+    "train": ["missing.csv", 5], "param": [["nosuch=1"], ["delta"]], "report": [5], "nosuch_option": [1],
+    "bounds": ["some"], "sequence": ["nosuch"], "rank": [0, -3], "init_batches": [0], "refit_every": [-1],
+}
+
+
+def _select_best_refusals(folder: Path) -> list[dict]:
+    """Each bad `select_best` keyword (`SELECT_BEST_BAD`): refused (a `PulseInputError`), accepted or
+    another exception (a traceback)."""
+    from pulse_jax import select_best
+    from pulse_jax.errors import PulseInputError
+
+    rows = []
+    for key, values in SELECT_BEST_BAD.items():
+        for value in values:
+            name = f"select_best({key}={value!r})"
+            try:
+                with contextlib.redirect_stderr(io.StringIO()), contextlib.redirect_stdout(io.StringIO()):
+                    select_best(log=str(folder / f"sb_{len(rows)}.db"), **{key: value})
+                outcome, message = "accepted", ""
+            except PulseInputError as err:
+                outcome, message = ("refused" if "\n" not in str(err) else "traceback"), str(err)
+            except Exception as exc:  # noqa: BLE001 -- counted
+                outcome, message = "traceback", f"{type(exc).__name__}: {exc}"
+            rows.append({"input": name, "outcome": outcome, "message": message[:160]})
+    return rows
+
+
 def bad_input(root: Path) -> dict:
     from pulse_jax import cli
 
@@ -497,6 +531,7 @@ def bad_input(root: Path) -> dict:
                 outcome, err = "traceback", io.StringIO(f"{type(exc).__name__}: {exc}")
             last = (err.getvalue().strip().splitlines() or [""])[-1]
             rows.append({"input": name, "outcome": outcome, "message": last[:160]})
+        rows += _select_best_refusals(folder)
     finally:
         os.chdir(here)
     return {"inputs": len(rows), **{o: sum(r["outcome"] == o for r in rows) for o in ("refused", "accepted", "traceback")},

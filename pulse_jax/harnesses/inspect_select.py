@@ -149,6 +149,7 @@ def _select_best(task, log, *, models, scorer, metric, value_map, report, option
 
     require("log" not in options, "select_best: log is given twice")
     try:
+        require(report is None or isinstance(report, (str, Path)), f"report must be a folder name, got {report!r}")
         plan = Plan.from_dict({"log": str(path), "report": None if report is None else str(report), **options})
     except PulseInputError as err:
         raise PulseInputError(f"select_best: {err}") from None

@@ -80,6 +80,20 @@ def parse_prices(items: Sequence[str], models: Sequence[str], cost_per_call: flo
     return prices
 
 
+def check_price_syntax(items: Sequence[str], option: str = "--price") -> None:
+    """Each ``MODEL=IN/OUT`` or ``MODEL=DOLLARS`` entry well formed, its numbers non-negative (the models
+    are checked against the candidates when they are known: `parse_prices`)."""
+    for item in items:
+        name, sep, value = item.rpartition("=")
+        require(sep and name, f"{option} {item!r}: expected MODEL=IN/OUT (dollars per million tokens), e.g. "
+                              "openai/gpt-4o-mini=0.15/0.60, MODEL=DOLLARS per call, or * for every model")
+        parts = value.split("/")
+        require(len(parts) in (1, 2), f"{option} {item!r}: expected IN/OUT after '=', e.g. 0.15/0.60, or dollars "
+                                      "per call, e.g. 0.002")
+        for part in parts:
+            _number(part, item, option)
+
+
 def expected_cost_per_cell(models: Sequence[str], prices: Mapping[str, Price], history=None) -> np.ndarray:
     """Each candidate's expected dollars per cell: its price at its mean tokens per cell in ``history``
     (an `InspectLogs`; a model absent there gets the history's mean over its models)."""

@@ -27,6 +27,7 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from pulse_jax import choices
+from pulse_jax.live import money
 from pulse_jax.errors import PulseInputError, require
 
 #: ``select``'s defaults where the Plan leaves a choice out: certify with the fewest cells measured
@@ -40,6 +41,7 @@ DEFAULT_DELTA, DEFAULT_RANK = 0.05, 16
 def _tuple_of_strings(value, name: str, spell) -> tuple:
     if value is None:
         return ()
+    require(isinstance(value, (str, Path, list, tuple)), f"{spell(name)} must be text or a list of texts, got {value!r}")
     items = (value,) if isinstance(value, (str, Path)) else tuple(value)
     require(all(isinstance(v, (str, Path)) for v in items), f"{spell(name)} must be text or a list of texts, got {value!r}")
     return tuple(str(v) for v in items)
@@ -94,8 +96,11 @@ class Plan:
                 f"{spell('log')} {self.log}: is a directory; give a file name")
         for name in ("report", "train"):
             if getattr(self, name) is not None:
+                require(isinstance(getattr(self, name), (str, Path)),
+                        f"{spell(name)} must be a file name, got {getattr(self, name)!r}")
                 set_(name, str(getattr(self, name)))
         set_("price", _tuple_of_strings(self.price, "price", spell))
+        money.check_price_syntax(self.price, spell("price"))
         set_("usage", _tuple_of_strings(self.usage, "usage", spell))
         for name in ("sequence",) + tuple(n for n in ("method", "rule", "stop", "bounds") if getattr(self, n) is not None):
             require(isinstance(getattr(self, name), str), f"{spell(name)} must be a name (text), got "
@@ -117,6 +122,10 @@ class Plan:
                 f"{spell('price')} MODEL=IN/OUT for each model (or {spell('cost_per_call')})")
         # every name resolves now, once (its notes said once): the plan's plug-ins for its whole life
         object.__setattr__(self, "_plugins", self._resolve_plugins())
+        choices.check_param_paths(dict(self.param), [self._plugins], spell)   # each --param path names a number
+        require(self.train is None or not self._plugins[0].uses_predictions or Path(self.train).is_file(),
+                f"{spell('train')} {self.train}: no such file"
+                + (" (it is a directory)" if self.train is not None and Path(self.train).is_dir() else ""))
 
     # ------------------------------------------------------------------ checks
 
