@@ -80,11 +80,11 @@ def test_missing_candidate_cell_and_train_mismatch(tmp_path):
     cand = data.load_csv(_write(tmp_path / "c.csv", "model,q1,q2\na,1,\nb,0,1\n"))
     with pytest.raises(PulseInputError, match=r"model 'a' \(row 1\) has no score for example 'q2'"):
         cand.require_complete()
-    train = data.load_csv(_write(tmp_path / "t.csv", "model,q1,q3\nh,1,0\n"))
+    train = data.load_csv(_write(tmp_path / "t.csv", "model,q1,q3\nh,1,0\ng,0,1\n"))
     with pytest.raises(PulseInputError, match="train examples differ"):
         data.align_train(cand, train)
-    train = data.load_csv(_write(tmp_path / "t2.csv", "model,q2,q1\nh,1,0\n"))
-    assert data.align_train(cand, train).scores.tolist() == [[0.0, 1.0]]
+    train = data.load_csv(_write(tmp_path / "t2.csv", "model,q2,q1\nh,1,0\ng,0,1\n"))
+    assert data.align_train(cand, train).scores.tolist() == [[0.0, 1.0], [1.0, 0.0]]
 
 
 def test_cli_error_is_one_line_and_exit_code_2(tmp_path):

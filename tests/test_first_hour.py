@@ -211,10 +211,13 @@ def test_the_python_api_uses_the_compilation_cache_unless_turned_off(tmp_path):
     assert off.stdout.strip().splitlines()[-1] == "None"
 
 
-def test_bounds_option_and_the_select_defaults():
+def test_bounds_option_and_the_select_defaults(tmp_path, monkeypatch):
     """``--bounds`` maps to ``cs_simultaneous``; simulations keep the paper's defaults, select takes the
     configuration measured to certify with the fewest cells (docs/confidence.md)."""
     from pulse_jax import cli, registry
+
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h.csv").write_text("model,q0\nh0,1\nh1,0\n")      # a history (the plan checks it exists)
 
     parser = cli.build_parser()
     parse = lambda argv: cli.parse(argv, parser)[0]   # noqa: E731  (the command-dependent defaults filled)
