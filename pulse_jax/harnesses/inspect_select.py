@@ -39,6 +39,7 @@ sample twice: the log's samples are skipped (``EarlyStop``) and the selection go
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import dataclasses
 import json
@@ -57,6 +58,17 @@ from pulse_jax.fileio.jsonable import plain_float32
 MANAGER = "pulse-jax select_best"
 _WAIT = object()      # schedule_sample's "not yet"
 _RUNS: dict = {}      # resolved log path -> the `_Selection` shared by the models' tasks in this process
+
+
+@atexit.register
+def _close_every_selection() -> None:
+    """At exit, let go of every log still open (an eval that failed ends without its tasks' last call):
+    its rollback journal goes with it instead of staying beside the log."""
+    for selection in list(_RUNS.values()):
+        try:
+            selection.close()
+        except Exception:   # noqa: BLE001 -- interpreter shutdown: nothing left to tell
+            pass
 _TASKS: dict = {}     # Inspect eval id -> (the `_Selection`, the model) of a task the manager runs
 
 
