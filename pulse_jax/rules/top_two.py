@@ -21,8 +21,8 @@ fixed-confidence and beyond" (EB-TC). At step ``t``:
   an interval; ``docs/confidence.md``, "Batch size and the challenger");
 * the leader is pulled with probability ``leader_fraction`` (``beta``; a
   uniform of stream ``COIN``), the challenger otherwise; when the two cost
-  different amounts per cell, ``beta`` is weighed by their prices
-  (`leader_probability`), and it is ``beta`` itself when they cost the same. ``leader_fraction`` is
+  different amounts per cell, ``beta`` is weighed by the leader's price against its challengers'
+  (`leader_probability`), and it is ``beta`` itself when every model costs the same. ``leader_fraction`` is
   the rule's own traced number (`TopTwoParams`, swept as
   ``rule.leader_fraction``; default the factory's argument), so a sweep over it
   never recompiles. If the one drawn cannot be pulled, the other is; if
@@ -39,7 +39,7 @@ from typing import NamedTuple
 
 import jax.numpy as jnp
 
-from pulse_jax.rules.base import BUILT_IN, SamplingRule, cost_share
+from pulse_jax.rules.base import BUILT_IN, SamplingRule
 from pulse_jax.rules.ucb_index import choose_by_index
 from pulse_jax.stats.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
 from pulse_jax.protocols import Range
@@ -77,13 +77,23 @@ def symmetric_interval_cost(estimates, low, high, leader):
 
 
 def leader_probability(inputs, leader, challenger, beta):
-    """The chance the leader is pulled: ``beta`` weighed by the two models' `cost_share`,
-    ``beta s_L / (beta s_L + (1 - beta) s_C)``, so the pair is pulled in the proportions that shrink
-    their difference fastest per unit of cost; exactly ``beta`` when the two cost the same."""
-    share = cost_share(inputs)
-    s_l, s_c = share[leader], share[challenger]
-    weighted = beta * s_l / (beta * s_l + (1.0 - beta) * s_c)
-    return jnp.where(s_l == s_c, beta, weighted)
+    """The chance the leader is pulled: ``beta`` weighed by price, ``beta a / (beta a + 1 - beta)`` with
+    ``a = sqrt(c_bar / c_L)``; exactly ``beta`` when every model costs the same.
+
+    The leader's pulls serve every exclusion at once. For Gaussian means, the cheapest allocation
+    that separates the leader from each challenger ``j`` (``1 / n_L + 1 / n_j`` fixed by its gap)
+    has, at its optimum, ``c_L n_L^2 = sum_j c_j n_j^2`` (the derivative of the total cost in
+    ``n_L``); with equal costs this is Top-Two's balance ``n_L^2 = sum_j n_j^2``. So the leader's
+    share scales by ``sqrt(c_bar / c_L)``, where ``c_bar = sum_j c_j n_j^2 / sum_j n_j^2`` is the
+    challengers' cost weighted as the optimum weighs them (their counts so far stand in for the
+    optimum's). ``challenger`` is unused: one challenger's price is not what the leader's pulls buy."""
+    del challenger
+    cost = jnp.ones(inputs.estimates.shape, jnp.float32) if inputs.cost is None else inputs.cost
+    n2 = jnp.square(jnp.maximum(inputs.n_obs, 1).astype(jnp.float32))
+    others = jnp.arange(cost.shape[0]) != leader
+    c_bar = jnp.sum(jnp.where(others, cost * n2, 0.0)) / jnp.sum(jnp.where(others, n2, 0.0))
+    a = jnp.sqrt(c_bar / cost[leader])
+    return jnp.where(jnp.all(cost == cost[0]), beta, beta * a / (beta * a + 1.0 - beta))
 
 
 CHALLENGERS = ("transportation", "interval", "interval_symmetric")
