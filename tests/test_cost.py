@@ -270,6 +270,8 @@ def test_simulate_with_a_cost_file_certifies_the_front_and_writes_the_cost_plot(
     out = capsys.readouterr()
     assert "--front samples by focus" in out.err and "money (median)" in out.out
     assert (tmp_path / "res" / "cost_accuracy.png").stat().st_size > 10_000
+    listed = __import__("json").loads((tmp_path / "res" / "provenance.json").read_text())["files"]
+    assert "cost_accuracy.png" in listed          # --force replaces it, and only what provenance lists
     summary = __import__("json").loads((tmp_path / "res" / "summary.json").read_text())
     money = summary["methods"]["ucbe"]["money"]
     assert money["cost_per_cell"] == pytest.approx(list(cost)) and money["to_claim"]["reached_fraction"] == 1.0

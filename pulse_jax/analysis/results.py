@@ -120,8 +120,9 @@ def summary(results: dict[str, SimulationResult]) -> dict:
 
 
 def write_results(results: dict[str, SimulationResult], out_dir, title: str = "", inputs=()) -> dict[str, Path]:
-    """Write ``summary.json``, ``<method>.npz``, ``accuracy.png`` and ``provenance.json`` (``inputs``: the
-    files the scores and side information came from) into ``out_dir``."""
+    """Write ``summary.json``, ``<method>.npz``, ``accuracy.png`` (with costs also ``cost_accuracy.png``)
+    and ``provenance.json`` (``inputs``: the files the scores and side information came from) into
+    ``out_dir``; provenance lists every one, so ``--force`` replaces exactly them."""
     from pulse_jax.fileio import provenance
 
     from pulse_jax.fileio import files
@@ -135,7 +136,8 @@ def write_results(results: dict[str, SimulationResult], out_dir, title: str = ""
         extra={"params": {k: r.params.to_dict() for k, r in results.items()},
                "configs": {k: provenance.describe_config(r.config) for k, r in results.items()},
                "reps": {k: r.reps for k, r in results.items()}}),
-        files=["summary.json", *(f"{k}.npz" for k in results), "accuracy.png"])}
+        files=["summary.json", *(f"{k}.npz" for k in results), "accuracy.png"]
+        + (["cost_accuracy.png"] if any(r.cost is not None for r in results.values()) else []))}
     paths["summary"] = files.write_atomically(out_dir / "summary.json", json.dumps(clean_json(summary(results)),
                                                                                       indent=2))
     for k, r in results.items():

@@ -59,17 +59,11 @@ def parse_prices(items: Sequence[str], models: Sequence[str], cost_per_call: flo
         flat = _number(str(cost_per_call), str(cost_per_call), "--cost-per-call")
     table: dict[str, Price] = {}
     for item in items:
-        name, sep, value = item.rpartition("=")
-        require(sep and name, f"--price {item!r}: expected MODEL=IN/OUT (dollars per million tokens), e.g. "
-                              "openai/gpt-4o-mini=0.15/0.60, MODEL=DOLLARS per call, or * for every model")
-        parts = value.split("/")
-        require(len(parts) in (1, 2), f"--price {item!r}: expected IN/OUT after '=', e.g. 0.15/0.60, or dollars "
-                                      "per call, e.g. 0.002")
+        name, numbers = _price_entry(item, "--price")
         require(name == "*" or name in models, f"--price {item!r}: no candidate {name!r} (candidates: "
                                                f"{', '.join(list(models)[:5])}{', ...' if len(models) > 5 else ''})")
         require(name not in table, f"--price: {name!r} is priced twice")
-        table[name] = Price(per_call=flat + _number(parts[0], item, "--price")) if len(parts) == 1 else \
-            Price(_number(parts[0], item, "--price"), _number(parts[1], item, "--price"), flat)
+        table[name] = Price(per_call=flat + numbers[0]) if len(numbers) == 1 else Price(*numbers, flat)
     prices = {}
     for m in models:
         price = table.get(m, table.get("*"))
@@ -80,18 +74,22 @@ def parse_prices(items: Sequence[str], models: Sequence[str], cost_per_call: flo
     return prices
 
 
+def _price_entry(item: str, option: str) -> tuple[str, list[float]]:
+    """``MODEL=IN/OUT`` or ``MODEL=DOLLARS`` as ``(model, [numbers])``, each number non-negative."""
+    name, sep, value = item.rpartition("=")
+    require(sep and name, f"{option} {item!r}: expected MODEL=IN/OUT (dollars per million tokens), e.g. "
+                          "openai/gpt-4o-mini=0.15/0.60, MODEL=DOLLARS per call, or * for every model")
+    parts = value.split("/")
+    require(len(parts) in (1, 2), f"{option} {item!r}: expected IN/OUT after '=', e.g. 0.15/0.60, or dollars "
+                                  "per call, e.g. 0.002")
+    return name, [_number(part, item, option) for part in parts]
+
+
 def check_price_syntax(items: Sequence[str], option: str = "--price") -> None:
-    """Each ``MODEL=IN/OUT`` or ``MODEL=DOLLARS`` entry well formed, its numbers non-negative (the models
-    are checked against the candidates when they are known: `parse_prices`)."""
+    """Each entry well formed (`_price_entry`); the models are checked against the candidates when they
+    are known (`parse_prices`)."""
     for item in items:
-        name, sep, value = item.rpartition("=")
-        require(sep and name, f"{option} {item!r}: expected MODEL=IN/OUT (dollars per million tokens), e.g. "
-                              "openai/gpt-4o-mini=0.15/0.60, MODEL=DOLLARS per call, or * for every model")
-        parts = value.split("/")
-        require(len(parts) in (1, 2), f"{option} {item!r}: expected IN/OUT after '=', e.g. 0.15/0.60, or dollars "
-                                      "per call, e.g. 0.002")
-        for part in parts:
-            _number(part, item, option)
+        _price_entry(item, option)
 
 
 def expected_cost_per_cell(models: Sequence[str], prices: Mapping[str, Price], history=None) -> np.ndarray:
