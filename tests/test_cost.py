@@ -4,9 +4,11 @@
   small grid and several cost vectors (ties in cost included), ``done`` / ``claim`` equal their
   definitions written out in NumPy; at exhaustion (bounds = means) the claim is the truth for random
   instances with ties in cost and accuracy.
-* Validity by Monte Carlo: 400 repetitions at delta = 0.3 on a matrix whose cheap models sit just
-  below and above the epsilon line; the error rate must stay <= delta + 3 standard errors
-  (3 sqrt(0.21 / 400) = 0.069), and every repetition certifies within the whole matrix.
+* Validity by Monte Carlo: 1,000 repetitions at delta = 0.3 on a matrix whose cheap models sit just
+  below and above the epsilon line, under the certificate's rule, the greedy index rule and PULSE
+  with sign-flipped predictions; the error rate must stay <= delta + 3 standard errors
+  (3 sqrt(0.21 / 1000) = 0.043), and every repetition certifies within the whole matrix. A negative
+  control (the claims made from the estimates alone) is wrong far more often, so the check can fail.
 * Equal costs change nothing: the same choices, cell for cell, as a run without costs.
 * Money against a NumPy reference: per-model costs give ``sum(size x cost[chosen])`` step by step;
   per-cell costs of a run that sees every cell give the matrix's total.
@@ -127,27 +129,64 @@ def test_holds_rejects_false_claims():
 
 
 def _cheap_matrix(seed=0):
-    """8 models x 300 examples: two cheap models just below and just above the 0.02 line, expensive ones above."""
+    """8 models x 300 examples. With seed 0 the best is model 6 (0.697, cost 5); the cheapest model within
+    0.02 of it is model 2 (0.680, cost 1: 0.003 inside the line), then model 3 (0.687, cost 2), so a
+    rule that wrongly rules out model 2 claims model 3 and is wrong."""
     rng = np.random.default_rng(seed)
-    means = np.array([0.70, 0.69, 0.665, 0.685, 0.60, 0.55, 0.62, 0.50])
+    means = np.array([0.70, 0.69, 0.69, 0.685, 0.60, 0.55, 0.62, 0.50])
     cost = np.array([20.0, 10.0, 1.0, 2.0, 1.0, 0.5, 5.0, 0.5])
     scores = (rng.random((8, 300)) < means[:, None]).astype(np.float32)
     return scores, cost
 
 
-@pytest.mark.integration   # 2 x 400 repetitions: the second test command
+REPS, DELTA = 1000, 0.3
+SLACK = 3 * math.sqrt(DELTA * (1 - DELTA) / REPS)   # 0.0435: a rule wrong > 34% of the time fails
+
+
+@pytest.fixture(scope="module")
+def flipped_V():
+    """Embeddings fitted on a flipped history: PULSE's predictions point the wrong way (adversarial)."""
+    rng = np.random.default_rng(3)
+    history = (rng.random((12, 300)) < rng.uniform(0.4, 0.8, 12)[:, None]).astype(np.float32)
+    return pj.fit_example_embeddings(1.0 - history, rank=3)
+
+
+@pytest.mark.integration   # 6 x 1,000 repetitions: the second test command
 @pytest.mark.parametrize("stop", ["cheapest_within", "cost_front"])
-def test_cost_certificates_are_valid_and_certify_within_the_matrix(stop):
+@pytest.mark.parametrize("method, rule", [("ucbe", "focus"), ("ucbe", "ucbe"), ("pulse", "focus")])
+def test_cost_certificates_are_valid_and_certify_within_the_matrix(stop, method, rule, flipped_V):
+    """1,000 repetitions at delta = 0.3, the cheap models just below and above the 0.02 line: under the
+    certificate's own rule, under the greedy index rule (which pulls where the estimates look best, not
+    where the claim waits) and under PULSE with sign-flipped predictions, wrong claims stay within
+    delta + 3 standard errors, and every repetition certifies within the whole matrix."""
     scores, cost = _cheap_matrix()
     m, n = scores.shape
-    rule = getattr(pj, stop)(0.02)
-    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule="focus", stop=rule,
-                          record_steps=False)
-    res = pj.simulate(scores, cfg, "ucbe", reps=400, seed=1, cost=cost, params={"delta": 0.3})
+    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule=rule,
+                          stop=getattr(pj, stop)(0.02), record_steps=False)
+    res = pj.simulate(scores, cfg, method, V=flipped_V if method == "pulse" else None, reps=REPS, seed=1,
+                      cost=cost, params={"delta": DELTA})
     claims = res.claims()
     assert claims["stopped_fraction"] == 1.0
-    assert claims["error_rate"] <= 0.3 + 3 * math.sqrt(0.21 / 400), claims
-    assert np.all(res.money[:, -1] <= (scores.shape[1] * cost).sum() + 1e-3)
+    assert claims["error_rate"] <= DELTA + SLACK, claims
+    assert np.all(res.money[:, -1] <= (n * cost).sum() + 1e-3)
+
+
+@pytest.mark.integration   # 2 x 1,000 repetitions: the second test command
+@pytest.mark.parametrize("stop", ["cheapest_within", "cost_front"])
+def test_the_validity_check_fails_a_cost_claim_made_from_the_estimates_alone(stop):
+    """Negative control: the same claims made at the first look from the estimates (bounds collapsed onto
+    them) are wrong far more often than delta, so the check above can see an invalid certificate."""
+    real = getattr(pj, stop)(0.02)
+
+    def claim(inputs, params):
+        return real.claim(inputs._replace(low=inputs.estimates, high=inputs.estimates), params)
+
+    eager = pj.StoppingRule("eager", lambda inputs, params: inputs.t >= 1, claim=claim, params=real.params,
+                            holds=real.holds, uses_cost=True)
+    scores, cost = _cheap_matrix()
+    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=2400, batch_size=8, stop=eager, record_steps=False)
+    claims = pj.simulate(scores, cfg, "ucbe", reps=REPS, seed=1, cost=cost, params={"delta": DELTA}).claims()
+    assert claims["error_rate"] > DELTA + SLACK, claims
 
 
 def test_a_cost_certificate_needs_every_models_bounds():
