@@ -334,19 +334,28 @@ def budget_to_target(result: SimulationResult, target: float = 0.95, budgets=Non
     (see `BudgetToTarget`)."""
     budgets = budget_grid(result, 200) if budgets is None else np.asarray(budgets)
     hits = result.is_best(result.best_at_budget(budgets)).astype(np.float64)
-    point = first_budget_reaching(hits.mean(0), budgets, target)
+    point, lo, hi, reached = reaching_with_interval(hits, budgets, target, n_boot, seed, level)
+    return BudgetToTarget(target=target, budget=point, low=lo, high=hi, level=level,
+                          bandit_budget=point - result.config.init_cells if np.isfinite(point) else float("nan"),
+                          reached_fraction=reached)
+
+
+def reaching_with_interval(hits: np.ndarray, grid: np.ndarray, target: float, n_boot: int, seed: int,
+                           level: float) -> tuple[float, float, float, float]:
+    """``(point, low, high, reached fraction)``: the first ``grid`` value from which the mean of ``hits``
+    (repetitions x grid) stays at or above ``target`` (`first_budget_reaching`), with a bootstrap
+    interval over repetitions. A resample that never reaches the target needs more than the grid:
+    +inf, so the lower end stays informative and the upper end reads "beyond"."""
+    point = first_budget_reaching(hits.mean(0), grid, target)
     rng = np.random.default_rng(seed)
-    boot = np.array([first_budget_reaching(hits[rng.integers(0, result.reps, result.reps)].mean(0), budgets, target)
+    reps = hits.shape[0]
+    boot = np.array([first_budget_reaching(hits[rng.integers(0, reps, reps)].mean(0), grid, target)
                      for _ in range(n_boot)])
     alpha = (1 - level) / 2
-    # A resample that never reaches the target needs more than the budget: +inf, so the lower end
-    # stays informative and the upper end reads "beyond the budget".
     with np.errstate(invalid="ignore"):   # interpolating between two infinite resamples
         lo, hi = np.quantile(np.where(np.isfinite(boot), boot, np.inf), [alpha, 1 - alpha])
     lo, hi = (lo if np.isfinite(lo) else np.inf), (hi if np.isfinite(hi) else np.inf)
-    return BudgetToTarget(target=target, budget=point, low=float(lo), high=float(hi), level=level,
-                          bandit_budget=point - result.config.init_cells if np.isfinite(point) else float("nan"),
-                          reached_fraction=float(np.isfinite(boot).mean()))
+    return point, float(lo), float(hi), float(np.isfinite(boot).mean())
 
 
 def first_step_reaching(accuracy: np.ndarray, target: float) -> float:

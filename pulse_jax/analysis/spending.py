@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pulse_jax.analysis.metrics import SimulationResult, first_budget_reaching, require_same_design
+from pulse_jax.analysis.metrics import SimulationResult, reaching_with_interval, require_same_design
 from pulse_jax.errors import require
 
 
@@ -41,14 +41,8 @@ def money_to_target(result: SimulationResult, target: float = 0.95, amounts=None
     repetitions (``inf`` at the upper end: more than half the resamples stop short of it)."""
     amounts = money_grid(result) if amounts is None else np.asarray(amounts, np.float64)
     hits = result.is_best(best_at_money(result, amounts)).astype(np.float64)
-    point = first_budget_reaching(hits.mean(0), amounts, target)
-    rng = np.random.default_rng(seed)
-    boot = np.array([first_budget_reaching(hits[rng.integers(0, result.reps, result.reps)].mean(0), amounts, target)
-                     for _ in range(n_boot)])
-    alpha = (1 - level) / 2
-    lo, hi = np.quantile(np.where(np.isfinite(boot), boot, np.inf), [alpha, 1 - alpha])
-    return {"target": target, "money": point, "low": float(lo), "high": float(hi), "level": level,
-            "reached_fraction": float(np.isfinite(boot).mean())}
+    point, lo, hi, reached = reaching_with_interval(hits, amounts, target, n_boot, seed, level)
+    return {"target": target, "money": point, "low": lo, "high": hi, "level": level, "reached_fraction": reached}
 
 
 def money_when_certified(result: SimulationResult) -> np.ndarray:
