@@ -286,3 +286,25 @@ def test_a_refusal_under_inspect_eval_is_said_once_without_a_traceback(tmp_path,
     out = done.stdout + done.stderr
     assert done.returncode != 0 and "Traceback" not in out, out[-3000:]
     assert out.count("pulse-jax: error:") == 1 and needle in out, out[-3000:]
+
+
+def test_a_finished_selection_run_again_writes_its_certificate_into_every_log(tmp_path, monkeypatch):
+    """Inspect gives a log results (and the early-stopping summary in them) only when the eval scored a
+    sample; run again, a finished selection scores none, and each model's log still carries the
+    certificate, with every sample an early stop and no model called."""
+    first = run_managed(tmp_path)
+    assert [l.status for l in first] == ["success"] * 3
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("INSPECT_TOY_CALLS", str(calls))
+    again = run_managed(tmp_path)
+    assert [l.status for l in again] == ["success"] * 3 and not calls.exists()
+    assert all(l.results.early_stopping.manager == pj_inspect.MANAGER for l in again)   # the returned logs too
+    expected, _ = plain_selection(tmp_path)
+    from inspect_ai.log import read_eval_log
+    for log in again:
+        on_disk = read_eval_log(log.location)
+        summary = on_disk.results.early_stopping
+        assert summary.manager == pj_inspect.MANAGER and summary.metadata["certificate"] == expected.certificate
+        assert summary.metadata["evaluated"] == {m: len(v) for m, v in expected.evaluated.items()}
+        assert sorted(int(x.id) for x in summary.early_stops) == list(range(1, N + 1))
+        assert on_disk.results.total_samples == N and not [s for s in on_disk.samples or [] if s.scores]

@@ -52,10 +52,9 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.harnesses import inspect_logs
+from pulse_jax.harnesses.inspect_hooks import MANAGER, task_ended, task_started
 from pulse_jax.fileio.jsonable import plain_float32
 
-#: The early-stopping manager's name in Inspect's logs.
-MANAGER = "pulse-jax select_best"
 _WAIT = object()      # schedule_sample's "not yet"
 _RUNS: dict = {}      # resolved log path -> the `_Selection` shared by the models' tasks in this process
 
@@ -69,33 +68,6 @@ def _close_every_selection() -> None:
             selection.close()
         except Exception:   # noqa: BLE001 -- interpreter shutdown: nothing left to tell
             pass
-_TASKS: dict = {}     # Inspect eval id -> (the `_Selection`, the model) of a task the manager runs
-
-
-def _watch_failures() -> None:
-    """Register, once per process, the Inspect hook that tells a selection when one of its samples has
-    failed after Inspect's own retries (``on_sample_end`` with an error): the selection then ends at
-    once instead of waiting for a score that never comes. Hooks are Inspect's public API for it
-    (``inspect_ai.hooks``); the manager protocol has no call for a failed sample."""
-    if _TASKS.get("__hook__"):
-        return
-    from inspect_ai.hooks import Hooks, hooks
-
-    class _FailedSamples(Hooks):
-        async def on_sample_end(self, data) -> None:
-            entry = _TASKS.get(getattr(data, "eval_id", None))
-            error = getattr(getattr(data, "sample", None), "error", None)
-            if entry is None or error is None:
-                return
-            selection, model = entry
-            sample = getattr(data.sample, "id", "?")
-            message = str(getattr(error, "message", "") or error).strip().splitlines()
-            selection.model_failed(model, sample, message[0] if message else type(error).__name__)
-
-    hooks("pulse-jax select_best failures", "ends a pulse-jax selection when one of its samples fails")(_FailedSamples)
-    _TASKS["__hook__"] = True
-
-
 def select_best(task=None, *, log, models=None, scorer: str | None = None, metric: str | None = None,
                 value_map: Mapping | None = None, report=None, **options):
     """Certified best-model selection as Inspect's early-stopping manager.
@@ -538,6 +510,7 @@ class SelectBest:
 
     def __init__(self, selection: _Selection, model: str | None):
         self.selection, self.model = selection, model
+        self.eval_id, self.early_stops = None, []
 
     async def start_task(self, task, samples, epochs: int) -> str:
         model = str(task.model)
@@ -545,10 +518,8 @@ class SelectBest:
                                              "the task in an @task function so each model has its own")
         self.model = model
         with _guarded(self.selection):
-            _watch_failures()
-            eval_id = getattr(task, "eval_id", None)
-            if eval_id:
-                _TASKS[eval_id] = (self.selection, model)
+            self.eval_id, self.early_stops = getattr(task, "eval_id", None), []
+            task_started(self.eval_id, self.selection, model)
             self.selection.start(model, task, samples, epochs)
         return MANAGER
 
@@ -572,10 +543,13 @@ class SelectBest:
         if key in selection.lanes[self.model].released:
             return None
         if selection.done:
-            return EarlyStop(id=id, epoch=epoch, reason=f"selection over: {selection.final['certificate']}")
-        if key in selection.lanes[self.model].scored:
-            return EarlyStop(id=id, epoch=epoch, reason=f"scored in an earlier run ({selection.path.name})")
-        return _WAIT
+            stop = EarlyStop(id=id, epoch=epoch, reason=f"selection over: {selection.final['certificate']}")
+        elif key in selection.lanes[self.model].scored:
+            stop = EarlyStop(id=id, epoch=epoch, reason=f"scored in an earlier run ({selection.path.name})")
+        else:
+            return _WAIT
+        self.early_stops.append(stop)
+        return stop
 
     async def complete_sample(self, id, epoch: int, scores) -> None:
         with _guarded(self.selection):
@@ -588,5 +562,7 @@ class SelectBest:
         selection.task_done()
         if selection.final is None:
             return {"error": selection.error or "the selection did not finish"}
-        return {**selection.final, "seconds": selection.time_split()}
+        metadata = {**selection.final, "seconds": selection.time_split()}
+        task_ended(self.eval_id, self.early_stops, metadata)
+        return metadata
 

@@ -1,0 +1,77 @@
+"""Inspect's hooks for `select_best`'s selections: a failed sample ends its selection at once, and a log
+Inspect finishes without results still carries the certificate.
+
+The manager (`pulse_jax.harnesses.inspect_select.SelectBest`) registers each task it runs here by
+Inspect's eval id; the hooks (``inspect_ai.hooks``, registered once per process) look the task up.
+"""
+from __future__ import annotations
+
+#: The early-stopping manager's name in Inspect's logs.
+MANAGER = "pulse-jax select_best"
+_TASKS: dict = {}     # Inspect eval id -> (the `_Selection`, the model) of a task the manager runs
+_ENDED: dict = {}     # Inspect eval id -> (its early stops, the certificate's metadata), from ``complete_task``
+_REGISTERED: list = []
+
+
+def task_started(eval_id, selection, model: str) -> None:
+    """The manager runs this Inspect task (``start_task``): its failed samples reach ``selection``."""
+    watch_selections()
+    if eval_id:
+        _TASKS[eval_id] = (selection, model)
+
+
+def task_ended(eval_id, early_stops: list, metadata: dict) -> None:
+    """The manager's ``complete_task`` for this task: what its log's early-stopping summary holds."""
+    if eval_id:
+        _ENDED[eval_id] = (list(early_stops), metadata)
+
+
+def watch_selections() -> None:
+    """Register, once per process, the Inspect hook that tells a selection when one of its samples has
+    failed after Inspect's own retries (``on_sample_end`` with an error): the selection then ends at
+    once instead of waiting for a score that never comes. Hooks are Inspect's public API for it
+    (``inspect_ai.hooks``); the manager protocol has no call for a failed sample.
+
+    The same hook puts the certificate into a log Inspect wrote without results (``on_task_end``):
+    Inspect computes results, and attaches the early-stopping summary to them, only when the eval
+    scored a sample, so a model with nothing new to evaluate (a finished run run again, a resume
+    whose samples were all in the log) would get a log with ``results=None``."""
+    if _REGISTERED:
+        return
+    from inspect_ai.hooks import Hooks, hooks
+
+    class _SelectionHooks(Hooks):
+        async def on_sample_end(self, data) -> None:
+            entry = _TASKS.get(getattr(data, "eval_id", None))
+            error = getattr(getattr(data, "sample", None), "error", None)
+            if entry is None or error is None:
+                return
+            selection, model = entry
+            sample = getattr(data.sample, "id", "?")
+            message = str(getattr(error, "message", "") or error).strip().splitlines()
+            selection.model_failed(model, sample, message[0] if message else type(error).__name__)
+
+        async def on_task_end(self, data) -> None:
+            ended = _ENDED.pop(getattr(data, "eval_id", None), None)
+            if ended is not None and data.log.results is None and data.log.location:
+                data.log.results = await _write_certificate(data.log.location, *ended)
+
+    hooks("pulse-jax select_best", "ends a pulse-jax selection when one of its samples fails, and puts its "
+                                   "certificate into every model's log")(_SelectionHooks)
+    _REGISTERED.append(True)
+
+
+async def _write_certificate(location: str, early_stops: list, metadata: dict):
+    """Give a finished log without results the results Inspect gives a scored one, less the scores: the
+    sample count and the early-stopping summary (manager, early stops, the certificate's metadata)."""
+    from inspect_ai.log import EvalResults, read_eval_log_async, write_eval_log_async
+    from inspect_ai.util import EarlyStoppingSummary
+
+    log = await read_eval_log_async(location)
+    if log.results is not None:
+        return log.results
+    log.results = EvalResults(total_samples=log.eval.dataset.samples or len(early_stops), completed_samples=0,
+                              early_stopping=EarlyStoppingSummary(manager=MANAGER, early_stops=early_stops,
+                                                                  metadata=metadata))
+    await write_eval_log_async(log, location)
+    return log.results
