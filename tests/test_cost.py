@@ -86,6 +86,59 @@ def test_cost_front_equals_its_definition_on_every_configuration(eps):
             assert list(cl) == want, (cost, eps, low, high)
 
 
+@pytest.mark.parametrize("eps", [0.0, 0.25])
+def test_front_focus_is_the_cheapest_open_model_and_what_decides_it(eps):
+    """The front's focus on every configuration: the cheapest unplaced model (among equal costs, the
+    best estimate: it is likeliest to decide the others), and beside it the model at most as
+    expensive with the best estimate if it looks dominated (the witness that must clear it), else
+    the one with the largest upper bound (the threat it must clear); nothing once all are placed."""
+    rule = stopping.cost_front()
+    for cost in COSTS:
+        configurations = list(_configurations())
+        inputs = _batch(configurations, cost)
+        in_axes = (StopInputs(0, 0, None, 0, 0, 0, 0, 0, 0), None)
+        focus = np.asarray(jax.vmap(rule.focus, in_axes=in_axes)(inputs, stopping.EpsilonParams(eps)))
+        c = np.asarray(cost)
+        for (est, low, high), got in zip(configurations, focus):
+            rivals = [np.array([j != i and c[j] <= c[i] for j in range(3)]) for i in range(3)]
+            placed = [any(low[j] > high[i] + eps for j in np.flatnonzero(rivals[i]))
+                      or all(high[j] <= low[i] + eps for j in np.flatnonzero(rivals[i])) for i in range(3)]
+            open_ = [i for i in range(3) if not placed[i]]
+            want = np.zeros(3, bool)
+            if open_:
+                cheapest = min(c[i] for i in open_)
+                i = max((k for k in open_ if c[k] == cheapest), key=lambda k: (est[k], -k))
+                want[i] = True
+                if rivals[i].any():
+                    dominated = any(est[j] > est[i] + eps for j in np.flatnonzero(rivals[i]))
+                    partner = np.where(rivals[i], est if dominated else high, -np.inf)
+                    want[int(np.argmax(partner))] = True
+            assert list(got) == list(want), (cost, eps, est, low, high)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.25])
+def test_cheapest_focus_is_the_candidate_and_what_decides_it(eps):
+    """The cheapest-within focus on every configuration: the candidate (of the cheapest models not
+    certified not good, the largest upper bound), and the other model with the largest upper bound if
+    the candidate looks good enough, else the best-estimated other model."""
+    rule = stopping.cheapest_within()
+    for cost in COSTS:
+        configurations = list(_configurations())
+        inputs = _batch(configurations, cost)
+        in_axes = (StopInputs(0, 0, None, 0, 0, 0, 0, 0, 0), None)
+        focus = np.asarray(jax.vmap(rule.focus, in_axes=in_axes)(inputs, stopping.EpsilonParams(eps)))
+        c = np.asarray(cost)
+        for (est, low, high), got in zip(configurations, focus):
+            open_ = [i for i in range(3) if not high[i] < low.max() - eps]
+            cheapest = min(c[i] for i in open_)
+            x = max((k for k in open_ if c[k] == cheapest), key=lambda k: (high[k], -k))
+            others = np.arange(3) != x
+            partner = np.where(others, high if est[x] >= est.max() - eps else est, -np.inf)
+            want = np.zeros(3, bool)
+            want[[x, int(np.argmax(partner))]] = True
+            assert list(got) == list(want), (cost, eps, est, low, high)
+
+
 def _truth_cheapest(mu, cost, eps):
     good = mu >= mu.max() - eps - 1e-12
     return min(np.flatnonzero(good), key=lambda i: cost[i])
