@@ -485,3 +485,21 @@ def test_each_sweep_point_counts_the_money_simulate_counts():
         alone = pj.simulate(scores, cfg, "ucbe", reps=3, seed=4, cost=cost, params={"delta": point})
         np.testing.assert_allclose(result.money, alone.money, rtol=1e-6)
         np.testing.assert_allclose(result.cost, cost)
+
+
+def test_the_benchmark_core_is_the_fronts_tight_relations():
+    """``bench_cost.py``'s ``core`` part runs the front on its tight relations alone: each model with the
+    best model at most as expensive when their gap lies within ``TIGHT`` of epsilon (either side)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "statistics" / "bench_cost.py"
+    spec = importlib.util.spec_from_file_location("bench_cost", path)
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    mu = np.array([0.5, 0.515, 0.7, 0.6, 0.69])
+    cost = np.array([1.0, 2.0, 3.0, 4.0, 3.0])
+    # 1 vs 0: 0.5 - 0.515 - 0.01 = -0.025 (tight, on the front); 3 vs 2: 0.7 - 0.6 - 0.01 = 0.09 (not);
+    # 4 vs 2 at the same price: 0.7 - 0.69 - 0.01 = 0 (tight); 2 vs 4: -0.02 (tight)
+    assert bench.tight_core(mu, cost) == [0, 1, 2, 4]
+    assert bench.tight_core(mu[:4], cost[:4]) == [0, 1]

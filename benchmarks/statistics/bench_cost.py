@@ -17,6 +17,8 @@ Parts (``--parts``, default all; each result is kept in ``--out`` as it finishes
   ``cs_simultaneous = 1``) on those problems: certified fraction within the whole matrix, wrong
   claims against the full-matrix truth, money as a share of evaluating every cell, beside the money
   of certifying the exact best with ``when_certified`` at the same levels.
+* ``core``: ``cost_front(0.01)`` on the models of its tight relations alone (`tight_core`): what the
+  rule cannot avoid paying on the whole matrix, as a share of its money.
 
     python benchmarks/statistics/bench_cost.py --out docs/benchmarks/cost.json
 """
@@ -209,13 +211,63 @@ def part_cost(reps: int, done: dict, save) -> None:
                 print(f"{key}: {done[key]}", file=sys.stderr)
 
 
+#: A front relation closer than this to the epsilon line counts as tight (``part_core``).
+TIGHT = 0.035
+
+
+def tight_core(mu, cost, epsilon: float = 0.01) -> list[int]:
+    """The models of the front's tight relations: each model ``i`` and the best model at most as
+    expensive, ``b``, whenever ``|mu_b - mu_i - epsilon| < TIGHT``. Placing ``i`` needs its bound and
+    ``b``'s to be that close to the truth: dominated needs ``L_b > U_i + epsilon`` (no other model at
+    most as expensive has more room), on the front ``U_b <= L_i + epsilon``."""
+    keep = set()
+    for i in range(len(mu)):
+        rivals = [j for j in range(len(mu)) if j != i and cost[j] <= cost[i]]
+        if rivals:
+            b = max(rivals, key=lambda j: mu[j])
+            if abs(mu[b] - mu[i] - epsilon) < TIGHT:
+                keep |= {i, b}
+    return sorted(keep)
+
+
+def part_core(reps: int, done: dict, save) -> None:
+    """``cost_front(0.01)`` on the models of its tight relations alone (`tight_core`), same rule and
+    prices, as a share of the whole matrix's money. The sub-problem is easier than the whole one (fewer
+    models to place, fewer models at most as expensive to clear, bounds split over fewer models), so
+    its money is what the rule cannot avoid paying on the whole matrix."""
+    import pulse_jax as pj
+
+    for name, (scores, V, names) in problems().items():
+        m, n = scores.shape
+        tables = price_tables(names) if name != "builtin" else {"leader at 10x": _leader_10x(scores)}
+        for table, cost in tables.items():
+            key = f"core | {name} | {table}"
+            if key in done:
+                continue
+            full = float(np.nansum(np.where(np.isnan(scores), 0.0, 1.0) * cost[:, None]))
+            core = tight_core(np.nanmean(scores, 1), cost)
+            if len(core) < 2:        # no tight relation: nothing the rule must pay for
+                done[key] = {"reps": reps, "models": [], "median_money_share": 0.0, "cells": []}
+                save()
+                continue
+            sub, sub_cost = scores[core], cost[core]
+            res = pj.simulate(sub, select_config(len(core), n, stop=pj.cost_front(0.01), rule="focus"), "pulse_hedged",
+                              V=V, reps=reps, seed=0, cost=sub_cost, params={"cs_simultaneous": 1.0}, progress=False)
+            done[key] = {"reps": reps, "models": [names[i] for i in core],
+                         "stopped_fraction": res.claims()["stopped_fraction"],
+                         "median_money_share": float(np.median(res.money[:, -1]) / full),
+                         "cells": [float(c) for c in res.n_obs.mean(0)]}
+            save()
+            print(f"{key}: {done[key]}", file=sys.stderr)
+
+
 def _leader_10x(scores):
     cost = np.ones(scores.shape[0])
     cost[int(np.argmax(np.nanmean(scores, 1)))] = 10.0
     return cost
 
 
-PARTS = {"exact": part_exact, "floor": part_floor, "tables": part_tables, "cost": part_cost}
+PARTS = {"exact": part_exact, "floor": part_floor, "tables": part_tables, "cost": part_cost, "core": part_core}
 
 
 def _amount(x: float) -> str:
@@ -250,6 +302,14 @@ def table(done: dict) -> str:
             _, problem, prices, stop = (part.strip() for part in key.split("|"))
             lines.append(f"| {problem} | {prices} | {stop} | {row['stopped_fraction']:.0%} | "
                          f"{row['median_money_share']:.1%} | {row['max_money_share']:.1%} | {row['errors']} |")
+    cores = [(k, r) for k, r in done.items() if k.startswith("core")]
+    if cores:
+        lines += ["", "`cost_front(0.01)` on its tight relations alone (each model and the best model at most as "
+                  f"expensive, when that pair lies within {TIGHT} of the epsilon line), as a share of the whole "
+                  "matrix's money:", "", "| problem | prices | models | median share |", "|---|---|---|---:|"]
+        for key, row in cores:
+            _, problem, prices = (part.strip() for part in key.split("|"))
+            lines.append(f"| {problem} | {prices} | {', '.join(row['models'])} | {row['median_money_share']:.1%} |")
     return "\n".join(lines)
 
 
