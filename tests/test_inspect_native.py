@@ -288,6 +288,7 @@ def test_a_refusal_under_inspect_eval_is_said_once_without_a_traceback(tmp_path,
     assert out.count("pulse-jax: error:") == 1 and needle in out, out[-3000:]
 
 
+@pytest.mark.integration   # two evals (~14 s): the second test command
 def test_a_finished_selection_run_again_writes_its_certificate_into_every_log(tmp_path, monkeypatch):
     """Inspect gives a log results (and the early-stopping summary in them) only when the eval scored a
     sample; run again, a finished selection scores none, and each model's log still carries the
