@@ -39,6 +39,8 @@ def test_blocked_run_equals_the_scan_on_every_repetition(method, rule):
     np.testing.assert_array_equal(certified, np.asarray(blocked.certified.spent))
 
 
+@pytest.mark.integration   # two compilations with a host callback (~16 s): the second test command; the default
+# run keeps the blocked path's equality with the scan (test_blocked_run_equals_the_scan_on_every_repetition)
 def test_simulate_certified_stops_computing_and_agrees(monkeypatch):
     """``simulate(stop="certified")`` takes the blocked path: the steps it computes end with the block in
     which the batch's last repetition stopped (each computed step reports its t through a callback), and
