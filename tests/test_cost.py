@@ -44,14 +44,18 @@ def _configurations(m=3, grid=(0.0, 0.25, 0.5, 0.75, 1.0)):
         yield (low + high) / 2, low, high
 
 
-def _evaluate(rule, eps, cost):
+def _on_every_configuration(fns, eps, cost):
+    """Every configuration of `_configurations` and each of ``fns`` (a rule's ``done``, ``claim``,
+    ``focus``) on all of them at once."""
     configurations = list(_configurations())
     inputs = _batch(configurations, cost)
     params = stopping.EpsilonParams(eps)
     in_axes = (StopInputs(0, 0, None, 0, 0, 0, 0, 0, 0), None)
-    done = np.asarray(jax.vmap(rule.done, in_axes=in_axes)(inputs, params))
-    claim = np.asarray(jax.vmap(rule.claim, in_axes=in_axes)(inputs, params))
-    return configurations, done, claim
+    return configurations, *(np.asarray(jax.vmap(fn, in_axes=in_axes)(inputs, params)) for fn in fns)
+
+
+def _evaluate(rule, eps, cost):
+    return _on_every_configuration((rule.done, rule.claim), eps, cost)
 
 
 @pytest.mark.parametrize("eps", [0.0, 0.25])
@@ -94,10 +98,7 @@ def test_front_focus_is_the_cheapest_open_model_and_what_decides_it(eps):
     the one with the largest upper bound (the threat it must clear); nothing once all are placed."""
     rule = stopping.cost_front()
     for cost in COSTS:
-        configurations = list(_configurations())
-        inputs = _batch(configurations, cost)
-        in_axes = (StopInputs(0, 0, None, 0, 0, 0, 0, 0, 0), None)
-        focus = np.asarray(jax.vmap(rule.focus, in_axes=in_axes)(inputs, stopping.EpsilonParams(eps)))
+        configurations, focus = _on_every_configuration((rule.focus,), eps, cost)
         c = np.asarray(cost)
         for (est, low, high), got in zip(configurations, focus):
             rivals = [np.array([j != i and c[j] <= c[i] for j in range(3)]) for i in range(3)]
@@ -123,10 +124,7 @@ def test_cheapest_focus_is_the_candidate_and_what_decides_it(eps):
     the candidate looks good enough, else the best-estimated other model."""
     rule = stopping.cheapest_within()
     for cost in COSTS:
-        configurations = list(_configurations())
-        inputs = _batch(configurations, cost)
-        in_axes = (StopInputs(0, 0, None, 0, 0, 0, 0, 0, 0), None)
-        focus = np.asarray(jax.vmap(rule.focus, in_axes=in_axes)(inputs, stopping.EpsilonParams(eps)))
+        configurations, focus = _on_every_configuration((rule.focus,), eps, cost)
         c = np.asarray(cost)
         for (est, low, high), got in zip(configurations, focus):
             open_ = [i for i in range(3) if not high[i] < low.max() - eps]

@@ -184,31 +184,39 @@ def part_tables(reps: int, done: dict, save) -> None:
             print(f"{key}: saving {done[key]['saving_pct']:+.1f}%", file=sys.stderr)
 
 
-def part_cost(reps: int, done: dict, save) -> None:
-    import pulse_jax as pj
-
+def priced_problems():
+    """``(name, table, scores, V, names, cost, full)`` for every problem and price table of the
+    certificates about cost: the real matrices' `price_tables`, the built-in benchmark's leader at
+    10x; ``full`` is the money of evaluating every observed cell."""
     for name, (scores, V, names) in problems().items():
-        m, n = scores.shape
         tables = price_tables(names) if name != "builtin" else {"leader at 10x": _leader_10x(scores)}
         for table, cost in tables.items():
             full = float(np.nansum(np.where(np.isnan(scores), 0.0, 1.0) * cost[:, None]))
-            for stop in ("cheapest_within", "cost_front", "certified"):
-                key = f"cost | {name} | {table} | {stop}"
-                if key in done:
-                    continue
-                rule = getattr(pj, stop)(0.01) if stop != "certified" else "certified"
-                start = time.perf_counter()
-                res = pj.simulate(scores, select_config(m, n, stop=rule, rule="focus" if stop != "certified"
-                                                        else "top_two_interval"),
-                                  "pulse_hedged", V=V, reps=reps, seed=0, cost=cost, params={"cs_simultaneous": 1.0},
-                                  progress=False)
-                claims = res.claims()
-                money = res.money[:, -1]
-                done[key] = {"reps": reps, "stopped_fraction": claims["stopped_fraction"], "errors": claims["errors"],
-                             "median_money_share": float(np.median(money) / full),
-                             "max_money_share": float(money.max() / full), "seconds": round(time.perf_counter() - start, 1)}
-                save()
-                print(f"{key}: {done[key]}", file=sys.stderr)
+            yield name, table, scores, V, names, cost, full
+
+
+def part_cost(reps: int, done: dict, save) -> None:
+    import pulse_jax as pj
+
+    for name, table, scores, V, _, cost, full in priced_problems():
+        m, n = scores.shape
+        for stop in ("cheapest_within", "cost_front", "certified"):
+            key = f"cost | {name} | {table} | {stop}"
+            if key in done:
+                continue
+            rule = getattr(pj, stop)(0.01) if stop != "certified" else "certified"
+            start = time.perf_counter()
+            res = pj.simulate(scores, select_config(m, n, stop=rule, rule="focus" if stop != "certified"
+                                                    else "top_two_interval"),
+                              "pulse_hedged", V=V, reps=reps, seed=0, cost=cost, params={"cs_simultaneous": 1.0},
+                              progress=False)
+            claims = res.claims()
+            money = res.money[:, -1]
+            done[key] = {"reps": reps, "stopped_fraction": claims["stopped_fraction"], "errors": claims["errors"],
+                         "median_money_share": float(np.median(money) / full),
+                         "max_money_share": float(money.max() / full), "seconds": round(time.perf_counter() - start, 1)}
+            save()
+            print(f"{key}: {done[key]}", file=sys.stderr)
 
 
 #: A front relation closer than this to the epsilon line counts as tight (``part_core``).
@@ -237,28 +245,25 @@ def part_core(reps: int, done: dict, save) -> None:
     its money is what the rule cannot avoid paying on the whole matrix."""
     import pulse_jax as pj
 
-    for name, (scores, V, names) in problems().items():
-        m, n = scores.shape
-        tables = price_tables(names) if name != "builtin" else {"leader at 10x": _leader_10x(scores)}
-        for table, cost in tables.items():
-            key = f"core | {name} | {table}"
-            if key in done:
-                continue
-            full = float(np.nansum(np.where(np.isnan(scores), 0.0, 1.0) * cost[:, None]))
-            core = tight_core(np.nanmean(scores, 1), cost)
-            if len(core) < 2:        # no tight relation: nothing the rule must pay for
-                done[key] = {"reps": reps, "models": [], "median_money_share": 0.0, "cells": []}
-                save()
-                continue
-            sub, sub_cost = scores[core], cost[core]
-            res = pj.simulate(sub, select_config(len(core), n, stop=pj.cost_front(0.01), rule="focus"), "pulse_hedged",
-                              V=V, reps=reps, seed=0, cost=sub_cost, params={"cs_simultaneous": 1.0}, progress=False)
-            done[key] = {"reps": reps, "models": [names[i] for i in core],
-                         "stopped_fraction": res.claims()["stopped_fraction"],
-                         "median_money_share": float(np.median(res.money[:, -1]) / full),
-                         "cells": [float(c) for c in res.n_obs.mean(0)]}
+    for name, table, scores, V, names, cost, full in priced_problems():
+        n = scores.shape[1]
+        key = f"core | {name} | {table}"
+        if key in done:
+            continue
+        core = tight_core(np.nanmean(scores, 1), cost)
+        if len(core) < 2:        # no tight relation: nothing the rule must pay for
+            done[key] = {"reps": reps, "models": [], "median_money_share": 0.0, "cells": []}
             save()
-            print(f"{key}: {done[key]}", file=sys.stderr)
+            continue
+        sub, sub_cost = scores[core], cost[core]
+        res = pj.simulate(sub, select_config(len(core), n, stop=pj.cost_front(0.01), rule="focus"), "pulse_hedged",
+                          V=V, reps=reps, seed=0, cost=sub_cost, params={"cs_simultaneous": 1.0}, progress=False)
+        done[key] = {"reps": reps, "models": [names[i] for i in core],
+                     "stopped_fraction": res.claims()["stopped_fraction"],
+                     "median_money_share": float(np.median(res.money[:, -1]) / full),
+                     "cells": [float(c) for c in res.n_obs.mean(0)]}
+        save()
+        print(f"{key}: {done[key]}", file=sys.stderr)
 
 
 def _leader_10x(scores):
