@@ -263,8 +263,13 @@ def test_prices_and_the_meter():
     meter = money.Meter(models, flat, money.expected_cost_per_cell(models, flat), budget_usd=3.0)
     assert meter.update({"a": [1, 2], "b": [1]}) == 1.5
     assert meter.update({"a": [1, 2, 3], "b": [1]}) == 2.0          # only the new cell is added
-    assert meter.allows({"a": [1, 2, 3], "b": [1]}, 2) and not meter.allows({"a": [1, 2, 3], "b": [1]}, 3)
-    assert meter.stopped and "stopped" in meter.line()
+    told = {"a": [1, 2, 3], "b": [1]}
+    assert meter.fits("a", 2, told) and not meter.fits("a", 3, told)
+    assert meter.stopped and "stopped: the next batch, a at $1.50, does not fit in the $1.00 left" in meter.line()
+    assert meter.fits("b", 1, told) and not meter.stopped                  # a refusal is not final
+    # cells paid for and not returned (in flight, or lost at a kill) count at their own model's price
+    assert meter.update(told, {"a": 5, "b": 1}) == 3.0 and meter.cells == 6
+    assert not meter.fits("b", 1, told)
     with pytest.raises(PulseInputError, match="needs a token history"):
         money.expected_cost_per_cell(models, prices)
 

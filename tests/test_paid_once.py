@@ -231,7 +231,8 @@ def test_the_command_line_after_a_keyboard_interrupt_in_the_scorer(tmp_path, mon
 
     assert cli.main(argv) == 0
     line = capsys.readouterr().out.split("\n")[0]
-    assert "batch(es) paid before are told from the log" in line, line              # the others in flight
+    # the others in flight were logged as paid; the interrupted call's 16 cells are asked again
+    assert "48 cells paid for before are told from the log; 16 cells paid for whose calls never came back" in line, line
     assert not [r for r in log_records(tmp_path / "run.db") if r["type"] == "paid"]
     returned = [c for k, c in enumerate(kiscore.CALLS) if k != 8]
     cells = [(m, i) for m, ids in returned for i in ids]

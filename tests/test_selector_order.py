@@ -44,8 +44,8 @@ def test_draw_order_is_the_selector_s_own_draws():
         assert seen[i] == live.draw_order(7, i, N, 4).tolist()      # every example, in the order drawn
 
 
-def test_a_partly_returned_batch_is_asked_again_as_it_was_with_its_scores_from_the_log(tmp_path):
-    log = tmp_path / "p.db"
+def _partly_returned(log):
+    """A selection that dies with a batch in flight, two of its four cells logged as paid."""
     sel = _selector(log, _orders(0))
     for _ in range(4):                      # the first look, then one bandit batch
         r = sel.ask()
@@ -54,15 +54,44 @@ def test_a_partly_returned_batch_is_asked_again_as_it_was_with_its_scores_from_t
     partial = [_truth(r.model, e) if k < 2 else None for k, e in enumerate(r.example_ids)]
     sel.log_partial(r, partial)
     sel.close()                             # the process dies with the batch in flight
-    again = _selector(log, _orders(99))     # a fresh order after the restart: the batch is still the one asked
+    return r
+
+
+def test_a_partly_returned_batch_is_asked_again_as_it_was_with_its_scores_from_the_log(tmp_path):
+    log = tmp_path / "p.db"
+    r = _partly_returned(log)
+    again = _selector(log, _orders(0))      # the same orders (Inspect's: fixed by the seed)
     r2 = again.ask()
     assert (r2.model, r2.example_ids) == (r.model, r.example_ids)
     assert again.paid_cells(r2) == {e: _truth(r.model, e) for e in r.example_ids[:2]}
     again.tell(r2, [_truth(r.model, e) for e in r2.example_ids])
     again.close()
     third = _selector(log, _orders(5))      # told batches replay whatever the new order
-    assert third.spent == 5 * 4 and third.paid_cells(r2) == {}
+    assert third.spent == 5 * 4 and third.paid_cells(r2) == {} and third.paid_held == 0
     third.close()
+
+
+def test_paid_cells_are_matched_by_model_and_example_whichever_batch_asks_them(tmp_path):
+    """A fresh order after the restart asks other batches (and other tickets): the logged cells are told from
+    the log when a batch asks them, never evaluated again, and their row survives the run's own writes."""
+    log = tmp_path / "q.db"
+    r = _partly_returned(log)
+    known = {e: _truth(r.model, e) for e in r.example_ids[:2]}
+    again = _selector(log, _orders(99))
+    assert again.paid_held == 2
+    evaluated = []
+    while (req := again.ask()) is not None:
+        cached = again.paid_cells(req)
+        assert all(cached[e] == known[e] for e in cached)
+        new = [e for e in req.example_ids if e not in cached]
+        evaluated += [(req.model, e) for e in new]
+        if req.model == r.model and len(evaluated) > 6:
+            again.log_partial(req, [cached.get(e) for e in req.example_ids])   # rows under this run's tickets
+        again.tell(req, [cached.get(e, _truth(req.model, e)) for e in req.example_ids])
+    told = again.evaluated()
+    again.close()
+    assert not set(evaluated) & {(r.model, e) for e in known}                 # never evaluated twice
+    assert set(known) <= set(told[r.model])                                  # ... and told from the log
 
 
 def test_bad_orders_and_a_drawn_log_are_refused_in_one_line(tmp_path):

@@ -131,7 +131,7 @@ def run(args) -> None:
     selector = plan.selector(models, examples, where=f"in {args.models}",
                              cost=None if meter is None else meter.expected)
     if meter is not None:
-        meter.update(selector.evaluated())
+        meter.update(selector.evaluated(), selector.asked_cells())
         print(meter.cost_line(selector.config.budget, len(models) * plan.batch_size * plan.init_batches)
               + (f"; {meter.line()} before this run" if selector.spent else ""))
     try:
@@ -139,7 +139,7 @@ def run(args) -> None:
     finally:
         selector.close()
     if meter is not None:
-        meter.update(selector.evaluated())
+        meter.update(selector.evaluated(), selector.asked_cells())
         report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
                                      finished=report.finished or meter.stopped)   # the money budget ended it
     out = plan.write_report(report, selector, inputs=inputs)
@@ -153,7 +153,8 @@ def _drive(args, plan, selector, evaluate, meter):
     from pulse_jax import live
 
     allow = None if meter is None or meter.budget_usd is None else \
-        (lambda cells: meter.allows(selector.evaluated(), cells))
+        (lambda request: meter.fits(request.model, len(request.example_ids), selector.evaluated(),
+                                    selector.asked_cells()))
     if selector.spent:
         _say_resume(selector, args.log)
     try:
@@ -196,13 +197,9 @@ def check_concurrency(args) -> None:
 def _say_resume(selector, log) -> None:
     """What a resumed run starts from: the cells in the log, the paid batches it tells from the log, and
     the batches that were in flight, which it asks again."""
-    kept = selector.paid_batches
-    again = sum(selector.paid_scores(r) is None for r in selector.pending() if r.example_ids)
-    print(f"resuming {log}: {selector.spent:,} cells already evaluated"
-          + (f"; {kept} batch(es) paid before are told from the log" if kept else "")
-          + (f"; {again} batch(es) ({selector.in_flight_cells:,} cells) that were in flight when the last run "
-             "stopped will be asked again" if again else "")
-          + ("; batches asked after the last logged one (in flight at a kill) are asked again" if not kept else ""))
+    print(f"resuming {log}: {selector.spent:,} cells already evaluated; {selector.paid_held:,} cells paid for "
+          f"before are told from the log; {selector.unreturned_cells():,} cells paid for whose calls never came "
+          "back (in flight when the last run ended) are asked again")
 
 
 def _live_progress(args):

@@ -218,7 +218,7 @@ class _Selection:
         self.examples = None        # the samples' ids in the task's own order (select_best(task)), else sorted
         self.lanes: dict[str, _Lane] = {}
         self.batches: dict[str, list[_Batch]] = {}   # per model, its batches in flight in ask order
-        self.selector = self.meter = None
+        self.selector = self.meter = self.waiting = None
         self.error: str | None = None
         self.done = self.over = False
         self.final: dict | None = None
@@ -312,32 +312,37 @@ class _Selection:
         # select's --concurrency (default 16): each ask counts the batches in flight, so many at once cost
         # few extra samples; which ones are asked then depends on the order Inspect finishes samples in.
         # One batch at a time (concurrency=1) asks exactly what a plain ask/tell loop asks.
-        while len(selector.pending()) < selector.config.concurrency:
-            if self.meter is not None and not self.meter.allows(selector.evaluated(), self._cells_ahead()):
-                request = None
+        while len(selector.pending()) - (self.waiting is not None) < selector.config.concurrency:
+            if self.waiting is not None:
+                request, self.waiting = self.waiting, None
             else:
                 start = time.perf_counter()
                 request = selector.ask()
                 self.selector_seconds += time.perf_counter() - start
-            if request is None:
+                if request is None:
+                    break
+            if self.meter is not None and request.example_ids and not self.meter.fits(
+                    request.model, len(request.example_ids) - len(selector.paid_cells(request)),
+                    selector.evaluated(), selector.asked_cells()):
+                # Not paid for: it waits for the batches in flight (`pulse_jax.live.run` does the same), and
+                # the selection ends for its money budget if it still does not fit with nothing in flight.
+                self.waiting = request
                 break
             self._release(request)
-        if not selector.pending():
+        if len(selector.pending()) == (self.waiting is not None):
             self._finish()
             self.wake()
 
     def _release(self, request) -> None:
         """Let ``request``'s samples be evaluated (those the log holds as paid are told from it)."""
         known = self.selector.paid_cells(request)
+        self.selector.record_asked(request, len(request.example_ids) - len(known))   # before any is generated
         self.batches.setdefault(request.model, []).append(_Batch(request, dict(known)))
         lane = self.lanes[request.model]
         lane.scored.update(str(e) for e in known)
         lane.released.update(str(e) for e in request.example_ids if e not in known)
         self.wake(request.model)
         self._tell_if_complete(request.model)
-
-    def _cells_ahead(self) -> int:
-        return sum(len(r.example_ids) for r in self.selector.pending()) + self.selector.config.batch_size
 
     def _tell_if_complete(self, model: str) -> bool:
         """Tell ``model``'s oldest batches that are whole, in ask order (a model's batches are told in the
@@ -380,7 +385,7 @@ class _Selection:
         report = self.selector.result()
         self.selector_seconds += time.perf_counter() - start
         if self.meter is not None:
-            self.meter.update(self.selector.evaluated())
+            self.meter.update(self.selector.evaluated(), self.selector.asked_cells())
             report = dataclasses.replace(report, spend=self.meter.summary(), spend_line=self.meter.line(),
                                          finished=True)
         self.final = _metadata(report, self)

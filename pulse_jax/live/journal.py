@@ -403,10 +403,11 @@ class Journal(LogReader):
         self._conn, self.path = conn, now
         return True
 
-    def append(self, record: dict, synced: bool = True) -> None:
+    def append(self, record: dict, synced: bool = True, drop_paid: tuple = ()) -> None:
         """Commit one record (the header, a told batch or a paid batch) in one transaction.
 
-        A told batch's row and the removal of its paid row (if any) are one transaction. Raises
+        A told batch's row and the removal of its paid row (if any) are one transaction (with the rows
+        of ``drop_paid``: tickets of paid rows whose cells are all told by then). Raises
         `LogFull` when the commit fails (nothing of it is saved). ``synced=False`` (the samples of a
         batch in flight, as they come back) commits without waiting for the disk: the row outlives the
         process (a ``kill -9``), not the machine (a power cut), after which those samples are asked
@@ -429,6 +430,7 @@ class Journal(LogReader):
             self._commit(("INSERT INTO told(ticket, step, asks_issued, model, examples, scores, crc) "
                           "VALUES (?, ?, ?, ?, ?, ?, ?)", (*row, crc)),
                          ("DELETE FROM paid WHERE ticket = ?", (body["ticket"],)),
+                         *[("DELETE FROM paid WHERE ticket = ?", (t,)) for t in drop_paid],
                          (CHECK_TAIL, (self._previous_told(),)), tally_sql(crc))
             self._previous = crc
         elif kind == "paid":
@@ -443,6 +445,49 @@ class Journal(LogReader):
                     self._conn.execute("PRAGMA synchronous = FULL")
         else:
             raise ValueError(f"unknown record type {kind!r}")
+
+    def asked(self) -> dict | None:
+        """``{model: cells}`` sent to the scorer over every run of the log (`add_asked`), or None for a log
+        written before the ledger was kept."""
+        rows = dict(self._conn.execute("SELECT key, value FROM meta WHERE key = 'asked_kept' OR key LIKE 'asked:%'"))
+        if "asked_kept" not in rows:
+            return None
+        try:
+            return {key[len("asked:"):]: int(value) for key, value in rows.items() if key.startswith("asked:")}
+        except ValueError:
+            raise PulseInputError(f"{self.path}: the log's ledger of paid cells is not a count (was the log "
+                                  "edited?). Restore it from a copy") from None
+
+    def start_asked(self, counts: dict) -> None:
+        """Start the ledger of cells sent to the scorer at ``counts`` (``{model: cells}``)."""
+        self._commit(*[("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"asked:{m}", str(int(c))))
+                       for m, c in counts.items()], ("INSERT OR REPLACE INTO meta VALUES ('asked_kept', '1')", ()))
+
+    def add_asked(self, model: str, cells: int) -> None:
+        """Add ``cells`` of ``model`` to the ledger before they are sent to the scorer. Committed without
+        waiting for the disk, like a partly returned batch: the row outlives a ``kill -9``."""
+        self._conn.execute("PRAGMA synchronous = OFF")
+        try:
+            self._commit(("INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                          "value = CAST(CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER) AS TEXT)",
+                          (f"asked:{model}", str(int(cells)))))
+        finally:
+            self._conn.execute("PRAGMA synchronous = FULL")
+
+    def paid_rows(self) -> int:
+        """Rows in the ``paid`` table."""
+        return self._conn.execute("SELECT count(*) FROM paid").fetchone()[0]
+
+    def replace_paid(self, records: list) -> None:
+        """Replace every paid row by ``records`` (paid records) in one transaction (`LogFull` if it fails)."""
+        statements = [("DELETE FROM paid", ())]
+        for record in records:
+            body = {k: v for k, v in record.items() if k != "crc"}
+            statements.append(("INSERT INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)",
+                               (body["ticket"], body["step"], body["asks_issued"], body["model"],
+                                json.dumps(body["examples"]), json.dumps(body["scores"]),
+                                checksum(body, self._run_crc))))
+        self._commit(*statements, (CHECK_TAIL, (self._previous_told(),)), tally_sql(self._previous_told()))
 
     def _check_tail(self, tail: str) -> None:
         """Inside a commit: the log's last told checksum is still the one this run committed last; a copy

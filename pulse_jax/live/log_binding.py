@@ -57,6 +57,7 @@ class LogBinding:
             self._journal.claim()
             self._journal.append({**self._header, "train": self._train_fingerprint,
                                   **({} if self.plan is None else {"plan": self.plan})})
+            self._journal.start_asked({m: 0 for m in self.models})
             return
         self.plan = header.get("plan", self.plan)
         self._failures = list(self._journal.failures())
@@ -71,6 +72,8 @@ class LogBinding:
                                             f"evaluated cells; give --budget {held:,} or more to continue it")
         self._replay(records)
         self._journal.claim()          # accepted: only now is anything written to it
+        self._pool_paid_rows()
+        self._load_asked()
 
     def _grown_budget(self, logged: dict) -> dict:
         """A log continues with a larger budget: the requests of a rule that does not plan on the budget
@@ -95,7 +98,7 @@ class LogBinding:
         for where, record in records:
             log_schema.check_record_fields(where, record)
             if record.get("type") == "paid":
-                self._paid[record["ticket"]] = record
+                self._keep_paid(record)
                 continue
             require(record["ticket"] not in told_on, f"{where}: ticket {record['ticket']} was already told in "
                                                      f"{told_on.get(record['ticket'])} (a duplicated batch)")
@@ -131,34 +134,115 @@ class LogBinding:
         self._pending[request.ticket] = logged
         return logged
 
+    # ------------------------------------------------------------------ the ledger of paid cells
+
+    def _load_asked(self) -> None:
+        """The ledger of cells sent to the scorer, as the log keeps it; a log written before it was kept
+        starts it at the cells it holds (told or paid)."""
+        counts = self._journal.asked()
+        if counts is None:
+            counts = {m: len(self._told[i]) + len(self._paid.get(m, {})) for i, m in enumerate(self.models)}
+            self._journal.start_asked(counts)
+        self._asked = {m: int(counts.get(m, 0)) for m in self.models}
+
+    def record_asked(self, request: Request, cells: int | None = None) -> None:
+        """Count ``cells`` of ``request`` (default: all of them, unless the log holds their scores as paid)
+        as paid, in the log, *before* they are sent to the scorer: a run killed with calls in flight
+        still counts what it paid for them (`asked_cells`)."""
+        if cells is None:
+            cells = 0 if self.paid_scores(request) is not None else len(request.example_ids)
+        if not cells:
+            return
+        if self._journal is not None:
+            try:
+                self._journal.add_asked(request.model, cells)
+            except journal.LogFull as err:
+                raise LogWriteError(f"{self.log_path}: cannot write the log ({err.strerror}): the {cells} cells of "
+                                    f"model {request.model!r} (request {request.ticket}) were not sent. To go on, "
+                                    f"{journal.fix_for(err)}") from None
+        self._asked[request.model] += int(cells)
+
+    def asked_cells(self) -> dict:
+        """``{model: cells}`` sent to the scorer over every run of the log: what was paid for, returned or
+        not (a failed attempt that was retried counts once: the retry's call is the one paid)."""
+        return dict(self._asked)
+
+    def unreturned_cells(self) -> int:
+        """Cells paid for whose scores are neither told nor logged as paid, including this run's calls in
+        flight; at a resume, the cells of calls that never came back (asked again)."""
+        return max(0, sum(self._asked.values()) - self.spent - self.paid_held)
+
+    # ------------------------------------------------------------------ paid, not yet told
+
+    def _keep_paid(self, record: dict) -> None:
+        """Add a paid record's returned cells to the pool of paid cells: ``{model: {str(example id): score}}``."""
+        pool = self._paid.setdefault(record["model"], {})
+        for e, x in zip(record["examples"], record["scores"]):
+            if x is not None:
+                pool[str(e)] = float(x)
+
+    def _pool_paid_rows(self) -> None:
+        """Rewrite a resumed log's paid rows as one row per model holding its paid cells not yet told
+        (tickets ``-1, -2, ...``, which no request of this run has): a request of this run may be told
+        them whatever its ticket (its asks need not repeat the earlier run's tickets, e.g. under Inspect,
+        where batches are told as samples finish), and the rows this run writes under its own tickets
+        never replace them."""
+        if self._journal is None or not self._journal.paid_rows():
+            return
+        records = []
+        for i, model in enumerate(self.models):
+            told = {str(self.example_ids[j]) for j in self._told[i]}
+            cells = {e: x for e, x in self._paid.get(model, {}).items() if e not in told}
+            self._paid[model] = cells
+            if cells:
+                column = {str(e): e for e in self.example_ids}
+                records.append({"type": "paid", "ticket": -(i + 1), "step": 0, "asks_issued": 0, "model": model,
+                                "examples": [column[e] for e in cells], "scores": list(cells.values())})
+        try:
+            self._journal.replace_paid(records)
+        except journal.LogFull as err:
+            raise LogWriteError(f"{self.log_path}: cannot write the log ({err.strerror}); nothing was asked. To go "
+                                f"on, {journal.fix_for(err)}") from None
+
+    def paid_cells(self, request: Request) -> dict:
+        """``{example id: score}`` of ``request``'s cells that the log holds as paid and not yet told, from
+        any batch of any run (matched by model and example, not by ticket: the cell's score is the same
+        whichever batch asks it)."""
+        pool = self._paid.get(request.model)
+        if not pool:
+            return {}
+        told = self._told[request.model_index]
+        return {e: pool[str(e)] for e, j in zip(request.example_ids, request.example_index)
+                if str(e) in pool and j not in told}
+
     def paid_scores(self, request: Request):
-        """The scores of ``request`` if they were paid for and logged before the run stopped (else None):
-        a resumed run tells them without asking the scorer again."""
-        record = self._paid.get(request.ticket)
-        if (record is None or record["model"] != request.model or record["examples"] != list(request.example_ids)
-                or any(x is None for x in record["scores"])):
+        """The scores of ``request`` if the log holds every one of its cells as paid (`paid_cells`), else
+        None: the run tells them without asking the scorer again."""
+        known = self.paid_cells(request)
+        if not request.example_ids or len(known) < len(request.example_ids):
             return None
-        return check_scores(request, record["scores"], f"{self.log_path}: paid batch {request.ticket}")
+        return check_scores(request, [known[e] for e in request.example_ids],
+                            f"{self.log_path}: paid batch {request.ticket}")
 
     @property
-    def paid_batches(self) -> int:
-        """Batches paid for and logged but not yet told (a resumed run tells them without paying again)."""
-        return len(self._paid)
+    def paid_held(self) -> int:
+        """Cells paid for and logged but not yet told (a resumed run tells them without paying again)."""
+        return sum(len(cells) for cells in self._paid.values())
 
     def log_paid(self, request: Request, scores) -> None:
         """Log the scores of a batch in flight as paid (not told): a resumed run tells them where an
         uninterrupted run would have, without paying for them again."""
         self._check_request(request)
         scores = check_scores(request, scores)
+        record = {"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
+                  "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()}
         if self.log_path is not None:
-            self._write({"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
-                         "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
-        self._paid[request.ticket] = {"model": request.model, "examples": list(request.example_ids),
-                                      "scores": scores.tolist()}
+            self._write(record)
+        self._keep_paid(record)
 
     def log_partial(self, request: Request, scores) -> None:
         """Log the scores that have come back of a batch in flight (None for the others) as paid: a resumed
-        run asks the same batch again (with given orders) and is told these without evaluating them again."""
+        run is told these without evaluating them again, whichever of its batches asks them."""
         self._check_request(request)
         values = [None if x is None else x for x in scores]
         require(len(values) == len(request.example_ids), f"log_partial: {len(values)} scores for "
@@ -168,21 +252,14 @@ class LogBinding:
                                  [values[k] for k in known]) if known else []
         for k, x in zip(known, checked):
             values[k] = float(x)
-        record = {"model": request.model, "examples": list(request.example_ids), "scores": values}
+        record = {"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
+                  "model": request.model, "examples": list(request.example_ids), "scores": values}
         if self.log_path is not None:
             # not synced to the disk: it outlives a killed process; a power cut re-asks these samples
-            self._write({"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
-                         **record}, synced=False)
-        self._paid[request.ticket] = record
+            self._write(record, synced=False)
+        self._keep_paid(record)
 
-    def paid_cells(self, request: Request) -> dict:
-        """``{example id: score}`` of ``request``'s cells already logged as paid (`log_partial`)."""
-        record = self._paid.get(request.ticket)
-        if record is None or record["model"] != request.model or record["examples"] != list(request.example_ids):
-            return {}
-        return {e: float(x) for e, x in zip(request.example_ids, record["scores"]) if x is not None}
-
-    def _write(self, record: dict, synced: bool = True) -> None:
+    def _write(self, record: dict, synced: bool = True, drop_paid: tuple = ()) -> None:
         """Commit ``record`` to the log, retrying a failed commit (each failure is rolled back whole).
 
         If it still fails, the log's reserve is freed and the record committed into it: the selector is
@@ -193,7 +270,7 @@ class LogBinding:
         failure = None
         for attempt in range(WRITE_RETRIES + 1):
             try:
-                self._journal.append(record, synced)
+                self._journal.append(record, synced, drop_paid)
                 return
             except journal.LogFull as err:
                 failure = err
@@ -202,7 +279,7 @@ class LogBinding:
                 time.sleep(WRITE_RETRY_WAIT * 2**attempt)
         if failure.errno != errno.ENOENT and self._journal.release_reserve():
             try:
-                self._journal.append(record)
+                self._journal.append(record, drop_paid=drop_paid)
                 self._log_full = True
                 return
             except journal.LogFull as err:

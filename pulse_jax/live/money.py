@@ -7,9 +7,10 @@ the same task): each candidate's mean tokens per cell where the history has the 
 history's mean over its models otherwise. What a run *has* spent is measured: the tokens each
 evaluated cell used (an Inspect scorer records them), or the flat ``per_call`` price.
 
-`Meter` keeps the tally for a live run; its ``allows`` is the gate `pulse_jax.live.run` asks
-before each batch, so a ``budget_usd`` is never exceeded by more than the batches' deviation
-from their expected cost.
+`Meter` keeps the tally for a live run; its ``fits`` is the gate `pulse_jax.live.run` asks
+for each batch before paying for it, counting every batch in flight at its own model's price, so
+a ``budget_usd`` is never exceeded by more than the batches' deviation from their expected cost
+(none with a price per call).
 """
 from __future__ import annotations
 
@@ -134,36 +135,56 @@ class Meter:
         require(budget_usd is None or budget_usd > 0, f"--budget-usd must be positive, got {budget_usd}")
         self.budget_usd, self._tokens = budget_usd, tokens
         self._counted: dict[str, set] = {m: set() for m in self.models}
-        self.usd = self.expected_usd = self.input_tokens = self.output_tokens = 0.0
+        self._asked: dict[str, int] = {}
+        self._told_usd = self._told_expected = self.input_tokens = self.output_tokens = 0.0
+        self._told_cells = 0
+        self.usd = self.expected_usd = 0.0
         self.cells = 0
-        self.stopped = False      # the gate refused a batch
+        self.stopped = False      # the gate refused the last batch asked: the run ended for its money budget
+        self.refused: tuple | None = None   # (model, dollars) of that batch
 
-    def update(self, evaluated: Mapping[str, Sequence]) -> float:
-        """Add the cells of ``evaluated`` (``{model: example ids told}``) not counted yet; the spend so far."""
+    def update(self, evaluated: Mapping[str, Sequence], asked: Mapping[str, int] | None = None) -> float:
+        """Add the cells of ``evaluated`` (``{model: example ids told}``) not counted yet, and take ``asked``
+        (``{model: cells sent to the scorer}``, returned or not: `pulse_jax.live.Selector.asked_cells`) as
+        the ledger of what was paid; the spend so far.
+
+        Told cells cost what they measured (their tokens) or their expected cost; cells paid for and not
+        told (in flight, or lost at a kill) cost their expected cost."""
         for k, m in enumerate(self.models):
             new = [e for e in evaluated.get(m, ()) if e not in self._counted[m]]
             if not new:
                 continue
             self._counted[m].update(new)
-            self.cells += len(new)
-            self.expected_usd += float(self.expected[k]) * len(new)
+            self._told_cells += len(new)
+            self._told_expected += float(self.expected[k]) * len(new)
             if self._tokens is not None:
                 t_in, t_out = self._tokens(m, new)
                 self.input_tokens += t_in
                 self.output_tokens += t_out
                 p = self.prices[m]
-                self.usd += p.per_call * len(new) + (t_in * p.input_per_million + t_out * p.output_per_million) / 1e6
+                self._told_usd += p.per_call * len(new) + (t_in * p.input_per_million + t_out * p.output_per_million) / 1e6
             else:
-                self.usd += float(self.expected[k]) * len(new)
+                self._told_usd += float(self.expected[k]) * len(new)
+        if asked is not None:
+            self._asked = dict(asked)
+        extra = np.array([max(0, int(self._asked.get(m, 0)) - len(self._counted[m])) for m in self.models], float)
+        self.cells = self._told_cells + int(extra.sum())
+        self.usd = self._told_usd + float(extra @ self.expected)
+        self.expected_usd = self._told_expected + float(extra @ self.expected)
         return self.usd
 
-    def allows(self, evaluated: Mapping[str, Sequence], cells_ahead: int) -> bool:
-        """Whether ``cells_ahead`` more cells (in flight and the next batch), each at the dearest model's
-        expected cost, keep the spend within the budget."""
+    def fits(self, model: str, cells: int, evaluated: Mapping[str, Sequence],
+             asked: Mapping[str, int] | None = None) -> bool:
+        """Whether a batch of ``cells`` cells of ``model``, at that model's expected cost, keeps the spend
+        (told cells, and every cell paid for and not yet returned, each at its own model's price) within
+        the budget. A refusal is not final: the run waits for its batches in flight, asks again, and ends
+        for its budget only when the batch still does not fit with nothing in flight (``stopped``)."""
         if self.budget_usd is None:
             return True
-        ok = self.update(evaluated) + cells_ahead * float(self.expected.max()) <= self.budget_usd
-        self.stopped |= not ok
+        need = float(self.expected[self.models.index(model)]) * int(cells)
+        # A relative slack of 1e-9 absorbs the rounding of a sum of prices, never a whole cell.
+        ok = self.update(evaluated, asked) + need <= self.budget_usd * (1 + 1e-9)
+        self.stopped, self.refused = (not ok), (None if ok else (model, need))
         return ok
 
     def cost_line(self, budget_cells: int, first_look_cells: int) -> str:
@@ -191,5 +212,9 @@ class Meter:
         tokens = (f", {int(self.input_tokens):,} input + {int(self.output_tokens):,} output tokens"
                   if self._tokens is not None else "")
         tail = f" of {money(self.budget_usd)}" if self.budget_usd is not None else ""
-        return f"spent: {self.cells:,} cells{tokens}, {money(self.usd)}{tail}" + \
-            (" (stopped: the next batch could pass the money budget)" if self.stopped else "")
+        why = ""
+        if self.stopped and self.refused is not None:
+            model, need = self.refused
+            why = (f" (stopped: the next batch, {model} at {money(need)}, does not fit in the "
+                   f"{money(max(0.0, self.budget_usd - self.usd))} left)")
+        return f"spent: {self.cells:,} cells{tokens}, {money(self.usd)}{tail}" + why

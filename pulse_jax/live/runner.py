@@ -109,9 +109,12 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     ``progress``: True for a status line on stderr (a terminal's), or ``progress(selector, in_flight,
     seconds)`` called after every told batch.
 
-    ``allow(cells)``, if given, is asked before each batch with the cells still in flight plus
-    the next batch's; once it says no, the run asks nothing more and ends when the batches in
-    flight are told (a money budget: `pulse_jax.live.money.Meter.allows`).
+    ``allow(request)``, if given, is asked for each batch before it is paid for (a money budget:
+    `pulse_jax.live.money.Meter.fits`, which counts the batches in flight at their own prices). A
+    batch it refuses waits, nothing more is asked, until the batches in flight have returned; the
+    run ends when it is refused with nothing in flight. Every batch paid for is counted in the log
+    before the call (`pulse_jax.live.Selector.record_asked`), so a run killed with calls in flight
+    still counts what they cost.
 
     A full disk (`Selector.log_full`): the run stops asking, logs the
     batches in flight the same way, and raises
@@ -132,14 +135,14 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if install else {}
     workers = _Workers(concurrency)
     in_flight: deque = deque((request, workers.submit(call, request)) for request in selector.pending())
-    logged_before = selector.spent
+    logged_before, kept = selector.spent, set()
     try:
         try:
-            _drive(selector, workers, call, in_flight, concurrency, stop, progress=progress, allow=allow)
+            _drive(selector, workers, call, in_flight, concurrency, stop, progress=progress, allow=allow, kept=kept)
         except Exception as err:   # noqa: BLE001 -- whatever broke, the batches in flight are still logged
             stop.fail(err)
         if stop.halted or selector.log_full:
-            raise _stopped_early(selector, in_flight, stop, grace, logged_before)
+            raise _stopped_early(selector, in_flight, stop, grace, logged_before, kept)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
@@ -171,11 +174,12 @@ def _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call
     require(grace is None or grace >= 0, f"grace must be >= 0 seconds, got {grace}")
 
 
-def _stopped_early(selector: Selector, in_flight: deque, stop: "_Stop", grace, logged_before: int) -> BaseException:
+def _stopped_early(selector: Selector, in_flight: deque, stop: "_Stop", grace, logged_before: int,
+                   kept: set = frozenset()) -> BaseException:
     """Log the batches still in flight as they return (`_settle_in_flight`), then the error that ends the run,
     with what was logged and what the next run asks again."""
     stop.halt()
-    kept, abandoned = _settle_in_flight(selector, in_flight, stop, grace)
+    kept, abandoned = _settle_in_flight(selector, in_flight, stop, grace, kept)
     again = abandoned + stop.lost
     if stop.signal is not None:
         logged = selector.spent - logged_before + kept
@@ -238,23 +242,37 @@ _POLL = 0.05   # seconds between checks for a signal while waiting on the scorer
 
 
 def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: _Stop, *, progress,
-           allow=None):
+           allow=None, kept: set | None = None):
     """Ask, evaluate and tell in ask order until the selector asks nothing more (or ``allow`` refuses
-    the next batch), or something stops the run (``stop``; ``in_flight`` keeps what is still out)."""
+    the next batch), or something stops the run (``stop``; ``in_flight`` keeps what is still out).
+
+    A batch that returns while an older one is still out is committed to the log as *paid* at once
+    (`_keep_returned`; its ticket goes into ``kept``) and told when its turn comes: a ``kill -9`` loses
+    only the calls still running."""
+    kept = set() if kept is None else kept
     start = time.perf_counter()
-    largest = selector.config.batch_size * max(1, selector.config.init_batches)
-    refused = False
+    waiting = None       # a batch asked but not paid for: ``allow`` refused it while others were in flight
     while not stop.halted and not selector.log_full:
-        while len(in_flight) < concurrency and not stop.halted and not refused:
-            if allow is not None and not allow(sum(len(r.example_ids) for r, _ in in_flight) + largest):
-                refused = True
+        while len(in_flight) < concurrency and not stop.halted:
+            if waiting is None:
+                if not selector.can_pay():      # no room kept for the scores: pay for nothing more
+                    stop.halt()
+                    return
+                request = selector.ask()
+                if request is None:
+                    break
+            else:
+                request, waiting = waiting, None
+            if allow is not None and request.example_ids and not allow(request):
+                # Not paid for: it waits for the batches in flight to return (their measured cost may be
+                # less than expected), and ends the run if it still does not fit with nothing in flight.
+                # It stays asked and untold, like a batch in flight at a kill: a run with a larger budget
+                # asks it again.
+                waiting = request
+                if not in_flight:
+                    return
                 break
-            if not selector.can_pay():      # no room kept for the scores: pay for nothing more
-                stop.halt()
-                return
-            request = selector.ask()
-            if request is None:
-                break
+            selector.record_asked(request)      # the ledger counts it before the scorer is called
             in_flight.append((request, workers.submit(call, request)))
         if stop.halted:
             # The asks were cut short: telling now would tell a batch before asks an uninterrupted run
@@ -264,9 +282,10 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
         if not in_flight:
             return
         request, future = in_flight[0]
-        if not _wait_unless_stopped(future, stop, request if progress is True else None):
-            return                          # a signal while waiting: the batch stays in flight
+        if not _wait_unless_stopped(in_flight, stop, selector, kept, request if progress is True else None):
+            return                          # a signal (or a returned batch that failed) while waiting
         in_flight.popleft()
+        kept.discard(request.ticket)
         error = future.exception()
         if error is None:
             try:
@@ -283,13 +302,21 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
             _progress(selector, len(in_flight), time.perf_counter() - start)
 
 
-def _wait_unless_stopped(future, stop: _Stop, request: Request | None = None) -> bool:
-    """Wait for ``future``; False as soon as a signal has arrived first (the call keeps running). Given
-    ``request``, a wait longer than `SLOW_CALL` seconds is named on the status line."""
+def _wait_unless_stopped(in_flight: deque, stop: _Stop, selector: Selector, kept: set,
+                         request: Request | None = None) -> bool:
+    """Wait for the oldest batch in flight, committing every younger one that returns meanwhile
+    (`_keep_returned`); False as soon as a signal has arrived first (the call keeps running) or a
+    returned batch stopped the run (an invalid answer, a failed write). Given ``request``, a wait
+    longer than `SLOW_CALL` seconds is named on the status line."""
     start = time.monotonic()
+    head = in_flight[0][1]
     while True:
-        done, _ = futures_wait([future], timeout=_POLL)
-        if done:
+        running = [future for _, future in in_flight if not future.done()]
+        if running:
+            futures_wait(running, timeout=_POLL, return_when=FIRST_COMPLETED)
+        if not _keep_returned(selector, in_flight, kept, stop):
+            return False
+        if head.done():
             return True
         if stop.signal is not None:
             return False
@@ -298,6 +325,30 @@ def _wait_unless_stopped(future, stop: _Stop, request: Request | None = None) ->
             sys.stderr.write(f"\r  waiting {waited:.0f} s for model {request.model!r} (request {request.ticket}, "
                              f"{len(request.example_ids)} examples)   ")
             sys.stderr.flush()
+
+
+def _keep_returned(selector: Selector, in_flight: deque, kept: set, stop: _Stop) -> bool:
+    """Commit each batch behind the oldest one that has returned and is not yet in the log as *paid*
+    (``kept`` holds their tickets): durable the moment it returns, told in ask order later (the
+    transaction that tells it removes the paid row). False where one cannot be kept (an invalid
+    answer, a failed write): the run stops for it and only that batch is asked again."""
+    if selector.log_path is None:
+        return True
+    for item in list(in_flight)[1:]:
+        request, future = item
+        if (request.ticket in kept or not request.example_ids or not future.done()
+                or future.exception() is not None):
+            continue
+        if selector.paid_scores(request) is None:     # not already in the log as paid
+            try:
+                selector.log_paid(request, future.result())
+            except PulseInputError as err:   # an invalid answer, or scores that cannot be logged
+                in_flight.remove(item)
+                stop.lost += len(request.example_ids)
+                stop.fail(err)
+                return False
+        kept.add(request.ticket)
+    return True
 
 
 class _Backoff:
@@ -455,12 +506,13 @@ class _Workers:
             self._queue.put(None)
 
 
-def _settle_in_flight(selector: Selector, in_flight: deque, stop: _Stop, grace) -> tuple[int, int]:
+def _settle_in_flight(selector: Selector, in_flight: deque, stop: _Stop, grace,
+                      kept: frozenset | set = frozenset()) -> tuple[int, int]:
     """Log the batches in flight as paid as their results arrive, until all have, a second signal, or
     ``grace`` seconds; returns ``(cells logged, cells abandoned)``. Results that arrived are always logged;
     only calls still running (or failed, or whose scores cannot be logged) are abandoned."""
     deadline = None if grace is None else time.monotonic() + grace
-    remaining, kept, again = list(in_flight), 0, 0
+    remaining, logged, again = list(in_flight), 0, 0
     while remaining:
         for item in [item for item in remaining if item[1].done()]:
             remaining.remove(item)
@@ -468,9 +520,12 @@ def _settle_in_flight(selector: Selector, in_flight: deque, stop: _Stop, grace) 
             if future.exception() is not None:
                 again += len(request.example_ids)
                 continue
+            if request.ticket in kept:          # committed the moment it returned
+                logged += len(request.example_ids)
+                continue
             try:
                 selector.log_paid(request, future.result())
-                kept += len(request.example_ids)
+                logged += len(request.example_ids)
             except (LogWriteError, PulseInputError):
                 again += len(request.example_ids)
         if not remaining or stop.abandon or (deadline is not None and time.monotonic() >= deadline):
@@ -479,7 +534,7 @@ def _settle_in_flight(selector: Selector, in_flight: deque, stop: _Stop, grace) 
     for request, future in remaining:
         future.cancel()
         again += len(request.example_ids)
-    return kept, again
+    return logged, again
 
 
 def _progress(selector: Selector, in_flight: int, seconds: float):

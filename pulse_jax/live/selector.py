@@ -166,13 +166,14 @@ class Selector(LogBinding, SideInformation):
         self._asks = 0              # requests issued
         self._t = 1                 # next bandit step
         self._pending: dict[int, Request] = {}
-        self._paid: dict[int, dict] = {}   # ticket -> a paid record (model, examples, scores), not yet told
+        self._paid: dict[str, dict] = {}   # model -> {str(example id): score} paid for and logged, not yet told
         self._finished = False
         self._stopped = False       # the stopping rule fired (final, like a simulated run's stop)
         self._after_stop = 0        # cells told after the stop fired (asked before it, in flight)
         self._replaying = False
         self._compile()
         self._failures = [0, 0]
+        self._asked = {name: 0 for name in self.models}   # cells sent to the scorer (`record_asked`)
         self._logged_holds: set = set()
         if self.log_path is not None:
             self._replaying = True
@@ -350,14 +351,8 @@ class Selector(LogBinding, SideInformation):
         return request
 
     def _next_in_order(self, i: int, size: int) -> np.ndarray:
-        """The examples of model ``i``'s next batch in its given order: the batch of a partly logged
-        request with this ticket, as it was asked, else its next ``size`` unseen examples."""
-        record = self._paid.get(self._asks)
-        if record is not None and record["model"] == self.models[i] and len(record["examples"]) == size:
-            column = {str(e): j for j, e in enumerate(self.example_ids)}
-            index = [column.get(str(e)) for e in record["examples"]]
-            if None not in index and not set(index) & set(self._told[i]):
-                return np.asarray(index)
+        """The examples of model ``i``'s next batch in its given order: its next ``size`` examples neither
+        told nor in flight (cells logged as paid are among them, and told from the log)."""
         asked = {j for r in self._pending.values() if r.model_index == i for j in r.example_index}
         return np.asarray([j for j in self._order[i] if j not in self._told[i] and j not in asked][:size])
 
@@ -365,10 +360,16 @@ class Selector(LogBinding, SideInformation):
         """Record the scores of ``request`` (one per example, in [0, 1]); logged before it counts."""
         self._check_request(request)
         scores = check_scores(request, scores)
+        pool = self._paid.get(request.model, {})
+        rest = {e: x for e, x in pool.items() if e not in set(map(str, request.example_ids))}
         if self.log_path is not None:
+            # The model's pooled paid row (`_pool_paid_rows`) goes with its last cell.
+            drop = (-(request.model_index + 1),) if pool and not rest else ()
             self._write({"type": "tell", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
-                         "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()})
-        self._paid.pop(request.ticket, None)
+                         "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()},
+                        drop_paid=drop)
+        if pool:
+            self._paid[request.model] = rest
         self._apply(request, scores)
 
     def _check_request(self, request) -> None:
