@@ -51,6 +51,7 @@ import os
 import socket
 import sqlite3
 import stat
+import tempfile
 import sys
 from pathlib import Path
 
@@ -60,13 +61,24 @@ from pulse_jax.live import legacy_jsonl
 from pulse_jax.live.chain import canonical, checksum
 from pulse_jax.live.log_reader import CHECK_TAIL, LogReader, check_tally_kept
 from pulse_jax.live.log_schema import (APPLICATION_ID, LOG_VERSION, MAGIC, READ_VERSIONS, RESERVE_BYTES, TALLY_VERSION,
-                                       build_database, check_schema, connect, create_log_file, fsync_folder,
+                                       build_database, create_tables, check_schema, connect, create_log_file, fsync_folder,
                                        read_file_header, tally_sql)
 
 try:   # POSIX; elsewhere the log is not locked (said in the README)
     import fcntl
 except ImportError:   # pragma: no cover -- Windows
     fcntl = None
+
+def _row(record: dict) -> tuple:
+    """A told or paid record as its table's columns before the checksum."""
+    return (record["ticket"], record["step"], record["asks_issued"], record["model"], json.dumps(record["examples"]),
+            json.dumps(record["scores"]))
+
+
+#: Add a number to a counter in ``meta`` (created at that number).
+_ADD_TO_COUNTER = ("INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
+                   "value = CAST(CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER) AS TEXT)")
+
 
 class LogFull(OSError):
     """A commit failed (a full disk, an I/O error); SQLite rolled it back, so nothing of it was saved."""
@@ -89,6 +101,13 @@ class Journal(LogReader):
     def __init__(self, path):
         super().__init__(path, None)
         self._lock_fd, self._owned = None, False
+        # What this run knows the log holds (read or written): a copy written over the log under the
+        # run is detected at the next commit (`_check_file`) and this is saved whole beside it.
+        self._header: dict | None = None
+        self._told_records: list = []
+        self._paid_records: dict = {}
+        self._changes: int | None = None      # SQLite's file change counter after this run's last commit
+        self.replaced: str = ""               # the one line saying the log was replaced, once it was
         self._check_path()
         self._acquire()
         try:
@@ -179,13 +198,27 @@ class Journal(LogReader):
             self._check_format()
             self._conn.execute("PRAGMA journal_mode = PERSIST")
 
+    def open(self):
+        """`LogReader.open`, keeping what the log holds for `_rescue`."""
+        header, records = super().open()
+        self._header = header
+
+        def kept():
+            for where, record in records:
+                if record["type"] == "tell":
+                    self._told_records.append(record)
+                else:
+                    self._paid_records[record["ticket"]] = record
+                yield where, record
+
+        return header, kept()
+
     def add_failures(self, failed_attempts: int, retries: int) -> None:
         """Add a run's scorer failures to the log's counts (one transaction; a failure to write them is
         not an error: they are a report, not a score)."""
         if not (failed_attempts or retries):
             return
-        sql = ("INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-               "value = CAST(CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER) AS TEXT)")
+        sql = _ADD_TO_COUNTER
         try:
             self._commit((sql, ("failed_attempts", str(int(failed_attempts)))), (sql, ("retries", str(int(retries)))))
         except LogFull:
@@ -341,7 +374,82 @@ class Journal(LogReader):
                 if attempt or not self._follow():
                     raise
 
-    def _transaction(self, statements) -> None:
+    def _file_changes(self) -> int | None:
+        """SQLite's file change counter (bytes 24-27 of the database, one more at every commit), read
+        from the open file; None where the file is shorter than its header (being overwritten)."""
+        head = os.pread(self._lock_fd, 4, 24) if self._lock_fd is not None else b""
+        return int.from_bytes(head, "big") if len(head) == 4 else None
+
+    def _check_file(self, before: bool) -> bool:
+        """Nobody but this run wrote the log since its last commit (``before``), and its commit moved the
+        counter by one (after). Another file copied over the running log (``cp backup.db run.db``)
+        changes it: this run's log is then saved whole beside it (`_rescue`) and the commit goes there."""
+        now = self._file_changes()
+        if self._changes is None or self._lock_fd is None:
+            self._changes = now
+            return True
+        expected = self._changes if before else (self._changes + 1) % 2**32
+        if now == expected:
+            self._changes = now
+            return True
+        return False
+
+    def _rescue(self) -> None:
+        """Save what this run knows the log holds as a new log beside it, carry on there, and say so once."""
+        if self.replaced:
+            return
+        kept = self._free_name(self.path.name + ".kept")
+        self._write_copy(kept)
+        if self._conn is not None:
+            self._conn.close()
+        old_fd = self._lock_fd
+        fd = os.open(kept, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        info = os.fstat(fd)
+        _HELD.pop(self._key, None)
+        self._lock_fd, self._key = fd, (info.st_dev, info.st_ino)
+        _HELD[self._key] = self
+        os.close(old_fd)
+        replaced = self.path
+        self.path = kept
+        self._conn = self._sqlite(kept)
+        self._conn.execute("PRAGMA journal_mode = PERSIST")
+        self._changes = self._file_changes()
+        self.replaced = (f"{replaced}: the log was replaced while this run was writing it (another file copied "
+                         f"over it?); every batch this run knew of is saved in {kept}, where this run goes on, and "
+                         f"the file now at {replaced.name} is left as it is. Stopped asking: keep the log you mean "
+                         f"to continue as {replaced.name}, then run the same command again")
+
+    def _write_copy(self, path: Path) -> None:
+        """A new log at ``path`` holding what this run knows this log holds, with the same checksums (the
+        chain goes on there as it would have here), built under a temporary name and linked into place."""
+        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+        os.close(fd)
+        conn = connect(Path(temporary))
+        try:
+            create_tables(conn)
+            conn.execute("BEGIN")
+            conn.execute("INSERT INTO run VALUES (1, ?, ?)", (canonical(self._header), self._run_crc))
+            previous = ""
+            for record in self._told_records:
+                previous = checksum(record, previous or self._run_crc)
+                conn.execute("INSERT INTO told(ticket, step, asks_issued, model, examples, scores, crc) VALUES "
+                             "(?, ?, ?, ?, ?, ?, ?)", (*_row(record), previous))
+            for record in self._paid_records.values():
+                conn.execute("INSERT INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)", (*_row(record),
+                                                                               checksum(record, self._run_crc)))
+            conn.execute(*tally_sql(previous))
+            conn.execute("COMMIT")
+        finally:
+            conn.close()
+        os.link(temporary, path)
+        os.unlink(temporary)
+        fsync_folder(path.parent)
+
+    def _transaction(self, statements, again: bool = False) -> None:
+        if not self._check_file(before=True):
+            self._replaced_now(again)
         conn = self._conn
         try:
             conn.execute("BEGIN IMMEDIATE")
@@ -351,16 +459,37 @@ class Journal(LogReader):
                 else:
                     conn.execute(sql, args)
             conn.execute("COMMIT")
-        except sqlite3.OperationalError as err:
-            try:
+        except sqlite3.DatabaseError as err:
+            if isinstance(err, sqlite3.OperationalError):
+                raise self._failed(conn, err) from None
+            try:       # pages that are not SQLite's: the file is being overwritten
                 conn.execute("ROLLBACK")
             except sqlite3.Error:
                 pass
-            gone = self._gone()
-            if gone:
-                raise LogFull(errno.ENOENT, gone) from None
-            raise LogFull(errno.ENOSPC if _full(err) else errno.EIO,
-                          "No space left on device" if _full(err) else f"SQLite: {err}") from None
+            self._replaced_now(again)
+            return self._transaction(statements, again=True)
+        if not self._check_file(before=False):     # overwritten while committing: commit again in the copy
+            self._replaced_now(again)
+            return self._transaction(statements, again=True)
+
+    def _replaced_now(self, again: bool) -> None:
+        """The log was overwritten under this run: save what it holds beside it and go on there (`_rescue`);
+        a copy overwritten in turn ends the run."""
+        if again or self.replaced:
+            raise LogFull(errno.EIO, "the log was overwritten again while this run was writing it")
+        self._rescue()
+
+    def _failed(self, conn, err) -> "LogFull":
+        """A failed commit, rolled back, as `LogFull` (its errno says why)."""
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+        gone = self._gone()
+        if gone:
+            return LogFull(errno.ENOENT, gone)
+        return LogFull(errno.ENOSPC if _full(err) else errno.EIO,
+                       "No space left on device" if _full(err) else f"SQLite: {err}")
 
     def _where_now(self) -> Path | None:
         """The path of the open log file now (Linux: ``/proc/self/fd``), or None where that cannot be told."""
@@ -403,11 +532,12 @@ class Journal(LogReader):
         self._conn, self.path = conn, now
         return True
 
-    def append(self, record: dict, synced: bool = True, drop_paid: tuple = ()) -> None:
+    def append(self, record: dict, synced: bool = True, drop_paid: tuple = (), counts: dict | None = None) -> None:
         """Commit one record (the header, a told batch or a paid batch) in one transaction.
 
         A told batch's row and the removal of its paid row (if any) are one transaction (with the rows
-        of ``drop_paid``: tickets of paid rows whose cells are all told by then). Raises
+        of ``drop_paid``: tickets of paid rows whose cells are all told by then, and ``counts`` added to
+        the log's counters in ``meta``, e.g. ``{"after_stop": 16}``). Raises
         `LogFull` when the commit fails (nothing of it is saved). ``synced=False`` (the samples of a
         batch in flight, as they come back) commits without waiting for the disk: the row outlives the
         process (a ``kill -9``), not the machine (a power cut), after which those samples are asked
@@ -422,6 +552,7 @@ class Journal(LogReader):
             crc = checksum(body, "")
             self._commit(("INSERT INTO run VALUES (1, ?, ?)", (canonical(body), crc)))
             self._previous = self._run_crc = crc
+            self._header = body
             return
         row = (body["ticket"], body["step"], body["asks_issued"], body["model"], json.dumps(body["examples"]),
                json.dumps(body["scores"]))
@@ -431,8 +562,12 @@ class Journal(LogReader):
                           "VALUES (?, ?, ?, ?, ?, ?, ?)", (*row, crc)),
                          ("DELETE FROM paid WHERE ticket = ?", (body["ticket"],)),
                          *[("DELETE FROM paid WHERE ticket = ?", (t,)) for t in drop_paid],
+                         *[(_ADD_TO_COUNTER, (key, str(int(n)))) for key, n in (counts or {}).items()],
                          (CHECK_TAIL, (self._previous_told(),)), tally_sql(crc))
             self._previous = crc
+            self._told_records.append(body)
+            for ticket in (body["ticket"], *drop_paid):
+                self._paid_records.pop(ticket, None)
         elif kind == "paid":
             if not synced:
                 self._conn.execute("PRAGMA synchronous = OFF")
@@ -443,6 +578,7 @@ class Journal(LogReader):
             finally:
                 if not synced:
                     self._conn.execute("PRAGMA synchronous = FULL")
+            self._paid_records[body["ticket"]] = body
         else:
             raise ValueError(f"unknown record type {kind!r}")
 
@@ -468,11 +604,17 @@ class Journal(LogReader):
         waiting for the disk, like a partly returned batch: the row outlives a ``kill -9``."""
         self._conn.execute("PRAGMA synchronous = OFF")
         try:
-            self._commit(("INSERT INTO meta VALUES (?, ?) ON CONFLICT(key) DO UPDATE SET "
-                          "value = CAST(CAST(value AS INTEGER) + CAST(excluded.value AS INTEGER) AS TEXT)",
-                          (f"asked:{model}", str(int(cells)))))
+            self._commit((_ADD_TO_COUNTER, (f"asked:{model}", str(int(cells)))))
         finally:
             self._conn.execute("PRAGMA synchronous = FULL")
+
+    def counter(self, key: str) -> int:
+        """A counter the log keeps in ``meta`` (0 where it has none)."""
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
+        try:
+            return int(row[0]) if row else 0
+        except ValueError:
+            return 0
 
     def paid_rows(self) -> int:
         """Rows in the ``paid`` table."""
@@ -488,6 +630,7 @@ class Journal(LogReader):
                                 json.dumps(body["examples"]), json.dumps(body["scores"]),
                                 checksum(body, self._run_crc))))
         self._commit(*statements, (CHECK_TAIL, (self._previous_told(),)), tally_sql(self._previous_told()))
+        self._paid_records = {r["ticket"]: r for r in records}
 
     def _check_tail(self, tail: str) -> None:
         """Inside a commit: the log's last told checksum is still the one this run committed last; a copy

@@ -74,6 +74,7 @@ class LogBinding:
         self._journal.claim()          # accepted: only now is anything written to it
         self._pool_paid_rows()
         self._load_asked()
+        self._after_stop = self._journal.counter("after_stop")   # told after an earlier run's stop fired
 
     def _grown_budget(self, logged: dict) -> dict:
         """A log continues with a larger budget: the requests of a rule that does not plan on the budget
@@ -259,7 +260,7 @@ class LogBinding:
             self._write(record, synced=False)
         self._keep_paid(record)
 
-    def _write(self, record: dict, synced: bool = True, drop_paid: tuple = ()) -> None:
+    def _write(self, record: dict, synced: bool = True, drop_paid: tuple = (), counts: dict | None = None) -> None:
         """Commit ``record`` to the log, retrying a failed commit (each failure is rolled back whole).
 
         If it still fails, the log's reserve is freed and the record committed into it: the selector is
@@ -270,7 +271,7 @@ class LogBinding:
         failure = None
         for attempt in range(WRITE_RETRIES + 1):
             try:
-                self._journal.append(record, synced, drop_paid)
+                self._journal.append(record, synced, drop_paid, counts)
                 return
             except journal.LogFull as err:
                 failure = err
@@ -279,7 +280,7 @@ class LogBinding:
                 time.sleep(WRITE_RETRY_WAIT * 2**attempt)
         if failure.errno != errno.ENOENT and self._journal.release_reserve():
             try:
-                self._journal.append(record, drop_paid=drop_paid)
+                self._journal.append(record, drop_paid=drop_paid, counts=counts)
                 self._log_full = True
                 return
             except journal.LogFull as err:
@@ -294,6 +295,8 @@ class LogBinding:
         too full to put it back), the selector is *log full*: nothing more is asked."""
         if self._log_full:
             return False
+        if self._journal is not None and self._journal.replaced:     # saved beside it: stop asking, say why
+            raise LogWriteError(self._journal.replaced)
         try:
             if self._journal is None or self._journal.has_reserve() or self._journal.keep_reserve():
                 return True

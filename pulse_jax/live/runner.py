@@ -134,11 +134,13 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     install = handle_signals and threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if install else {}
     workers = _Workers(concurrency)
-    in_flight: deque = deque((request, workers.submit(call, request)) for request in selector.pending())
+    in_flight: deque = deque()
     logged_before, kept = selector.spent, set()
     try:
         try:
-            _drive(selector, workers, call, in_flight, concurrency, stop, progress=progress, allow=allow, kept=kept)
+            # A resumed log's requests asked and never told go first, through the same gate as new ones.
+            _drive(selector, workers, call, in_flight, concurrency, stop, progress=progress, allow=allow, kept=kept,
+                   queued=deque(selector.pending()))
         except Exception as err:   # noqa: BLE001 -- whatever broke, the batches in flight are still logged
             stop.fail(err)
         if stop.halted or selector.log_full:
@@ -242,7 +244,7 @@ _POLL = 0.05   # seconds between checks for a signal while waiting on the scorer
 
 
 def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: _Stop, *, progress,
-           allow=None, kept: set | None = None):
+           allow=None, kept: set | None = None, queued: deque | None = None):
     """Ask, evaluate and tell in ask order until the selector asks nothing more (or ``allow`` refuses
     the next batch), or something stops the run (``stop``; ``in_flight`` keeps what is still out).
 
@@ -250,28 +252,29 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
     (`_keep_returned`; its ticket goes into ``kept``) and told when its turn comes: a ``kill -9`` loses
     only the calls still running."""
     kept = set() if kept is None else kept
+    queued = deque() if queued is None else queued    # asked, not yet paid for: these go before any new ask
     start = time.perf_counter()
-    waiting = None       # a batch asked but not paid for: ``allow`` refused it while others were in flight
     while not stop.halted and not selector.log_full:
         while len(in_flight) < concurrency and not stop.halted:
-            if waiting is None:
-                if not selector.can_pay():      # no room kept for the scores: pay for nothing more
-                    stop.halt()
-                    return
+            if not selector.can_pay():      # no room kept for the scores: pay for nothing more
+                stop.halt()
+                return
+            if not queued:
                 request = selector.ask()
                 if request is None:
                     break
-            else:
-                request, waiting = waiting, None
-            if allow is not None and request.example_ids and not allow(request):
+                queued.append(request)
+            request = queued[0]
+            if allow is not None and request.example_ids and selector.paid_scores(request) is None \
+                    and not allow(request):
                 # Not paid for: it waits for the batches in flight to return (their measured cost may be
                 # less than expected), and ends the run if it still does not fit with nothing in flight.
                 # It stays asked and untold, like a batch in flight at a kill: a run with a larger budget
                 # asks it again.
-                waiting = request
                 if not in_flight:
                     return
                 break
+            queued.popleft()
             selector.record_asked(request)      # the ledger counts it before the scorer is called
             in_flight.append((request, workers.submit(call, request)))
         if stop.halted:

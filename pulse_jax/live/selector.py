@@ -367,7 +367,7 @@ class Selector(LogBinding, SideInformation):
             drop = (-(request.model_index + 1),) if pool and not rest else ()
             self._write({"type": "tell", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
                          "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()},
-                        drop_paid=drop)
+                        drop_paid=drop, counts={"after_stop": len(request.example_ids)} if self._stopped else None)
         if pool:
             self._paid[request.model] = rest
         self._apply(request, scores)

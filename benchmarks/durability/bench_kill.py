@@ -1,0 +1,234 @@
+"""What a live selection pays for across ``kill -9``, and what a money budget buys, at any concurrency.
+
+Every trial runs the real command line (``python -m pulse_jax.cli select``) on a 24 x 300 slice of the
+built-in benchmark with a *recording* scorer: it appends ``paid,model,example`` for every cell before
+it evaluates it and ``returned,model,example`` once its scores are on their way back, so what was paid
+for and what had returned are counted, not inferred. Each call takes a random 20-80 ms, so batches
+return out of the order they were asked in.
+
+1. **kill -9** (``--kills`` random moments at each concurrency, default 10 at 16 and at 64), each
+   resumed to the end. Counted per trial: cells paid twice, cells paid and not yet returned at the
+   kill (target: paid twice <= that, in every trial), and whether the resumed report equals the
+   uninterrupted run's (target: always).
+2. **Money** (``--price <6th model>=0.05 --price '*=0.01'``, budgets $5 and $15): the spend at one batch in
+   flight, 16 and 64 (target: >= 0.9x one batch at a time, never over the budget), ``report.json``'s
+   spend against the recorded payments (target: equal), and ``--kills`` kill -9 trials at 16 with a
+   resume (target: the spend over both runs never over the budget, the report's spend equal to the
+   payments).
+
+    python benchmarks/durability/bench_kill.py --out docs/benchmarks/kill.json
+
+Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
+
+SCORER = """import os, random, time
+from pulse_jax import stand_in
+_FD = os.open(os.environ["LEDGER"], os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+def _note(kind, model, ids):
+    os.write(_FD, "".join(f"{kind},{model},{i}\\n" for i in ids).encode())
+def score(model, ids):
+    _note("paid", model, ids)
+    time.sleep(random.uniform(0.02, 0.08))
+    out = stand_in.score(model, ids)
+    _note("returned", model, ids)
+    return out
+"""
+MODELS, EXAMPLES, BATCH = 24, 300, 16
+
+
+def prepare(folder: Path) -> list[str]:
+    """The scorer module and the candidates' file in ``folder``; the candidates."""
+    from pulse_jax import stand_in
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "recscore.py").write_text(SCORER)
+    models = list(stand_in.models()[:MODELS])
+    (folder / "models.txt").write_text("\n".join(models) + "\n")
+    return models
+
+
+def command(folder: Path, log: Path, concurrency: int, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "pulse_jax.cli", "select", "--models", str(folder / "models.txt"), "--examples",
+            str(EXAMPLES), "--budget", str(MODELS * EXAMPLES), "--batch-size", str(BATCH), "--evaluate",
+            "recscore:score", "--quiet", "--concurrency", str(concurrency), "--log", str(log),
+            "--report", str(log.with_suffix("")) + "_report", *extra]
+
+
+def env(folder: Path, ledger: Path) -> dict:
+    return dict(os.environ, PYTHONPATH=str(folder), LEDGER=str(ledger))
+
+
+def ledger_counts(ledger: Path) -> tuple[collections.Counter, collections.Counter]:
+    """``(paid, returned)``: how many times each ``(model, example)`` was paid for and came back."""
+    paid, returned = collections.Counter(), collections.Counter()
+    if ledger.exists():
+        for line in ledger.read_text().splitlines():
+            kind, model, example = line.split(",")
+            (paid if kind == "paid" else returned)[(model, example)] += 1
+    return paid, returned
+
+
+def report(log: Path) -> dict:
+    return json.loads((Path(str(log.with_suffix("")) + "_report") / "report.json").read_text())
+
+
+def same(a: dict, b: dict) -> bool:
+    return a["evaluated"] == b["evaluated"] and a["ranking"] == b["ranking"] and a["leader"] == b["leader"]
+
+
+def clean(folder: Path, concurrency: int, *extra: str, name: str = "clean") -> tuple[dict, Path]:
+    ledger, log = folder / f"{name}{concurrency}.txt", folder / f"{name}{concurrency}.db"
+    subprocess.run(command(folder, log, concurrency, *extra), env=env(folder, ledger), check=True,
+                   capture_output=True)
+    return report(log), ledger
+
+
+def kill_trial(folder: Path, name: str, concurrency: int, rng: random.Random, *extra: str) -> dict:
+    """Run, kill -9 after a random number of returned cells, resume to the end; what was paid for."""
+    ledger, log = folder / f"{name}.txt", folder / f"{name}.db"
+    proc = subprocess.Popen(command(folder, log, concurrency, *extra), env=env(folder, ledger),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    target = rng.randrange(BATCH * MODELS, 3000)      # after the first look, anywhere in the run
+    while proc.poll() is None:
+        if ledger.exists() and ledger.stat().st_size > target * 12:
+            _, returned = ledger_counts(ledger)
+            if sum(returned.values()) >= target:
+                break
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    paid, returned = ledger_counts(ledger)
+    out_at_kill = sum((paid - returned).values())
+    done = subprocess.run(command(folder, log, concurrency, *extra), env=env(folder, ledger), capture_output=True,
+                          text=True)
+    paid_after, _ = ledger_counts(ledger)
+    return {"returned_at_kill": sum(returned.values()), "out_at_kill": out_at_kill,
+            "paid_twice": sum(paid_after.values()) - len(paid_after), "exit": done.returncode,
+            "stderr": done.stderr[-300:] if done.returncode else "", "log": log, "ledger": ledger}
+
+
+def kills(root: Path, count: int, concurrencies, seed: int) -> list[dict]:
+    folder = root / "kill"
+    prepare(folder)
+    rows = []
+    for concurrency in concurrencies:
+        reference, _ = clean(folder, concurrency)
+        rng = random.Random(seed + concurrency)
+        trials = []
+        for k in range(count):
+            trial = kill_trial(folder, f"kill{concurrency}_{k}", concurrency, rng)
+            trial["exact"] = trial["exit"] == 0 and same(report(trial["log"]), reference)
+            trials.append({key: v for key, v in trial.items() if key not in ("log", "ledger")})
+            print(f"  c={concurrency} kill {k + 1}/{count}: {trial['returned_at_kill']} returned, "
+                  f"{trial['out_at_kill']} out at the kill, {trial['paid_twice']} paid twice, "
+                  f"{'exact' if trial['exact'] else 'NOT EXACT ' + trial['stderr']}", file=sys.stderr, flush=True)
+        rows.append({"concurrency": concurrency, "trials": trials,
+                     "within": sum(t["paid_twice"] <= t["out_at_kill"] for t in trials),
+                     "exact": sum(t["exact"] for t in trials),
+                     "paid_twice": sum(t["paid_twice"] for t in trials),
+                     "out_at_kill": sum(t["out_at_kill"] for t in trials)})
+    return rows
+
+
+def _usd(paid: collections.Counter, dear: str) -> float:
+    return round(sum(n * (0.05 if model == dear else 0.01) for (model, _), n in paid.items()), 6)
+
+
+def money(root: Path, count: int, concurrencies, seed: int) -> dict:
+    folder = root / "money"
+    models = prepare(folder)
+    dear = models[5]
+    rows = []
+    for budget in (5, 15):
+        extra = ("--price", f"{dear}=0.05", "--price", "*=0.01", "--budget-usd", str(budget), "--stop", "budget")
+        for concurrency in concurrencies:
+            rep, ledger = clean(folder, concurrency, *extra, name=f"usd{budget}_")
+            paid = _usd(ledger_counts(ledger)[0], dear)
+            rows.append({"budget_usd": budget, "concurrency": concurrency, "paid_usd": paid,
+                         "report_usd": rep["spend"]["usd"], "cells": rep["spend"]["cells"],
+                         "line": rep.get("spend_line", "")})
+            print(f"  ${budget} c={concurrency}: paid ${paid}, report ${rep['spend']['usd']}", file=sys.stderr,
+                  flush=True)
+    rng = random.Random(seed)
+    extra = ("--price", f"{dear}=0.05", "--price", "*=0.01", "--budget-usd", "5", "--stop", "budget")
+    kill_rows = []
+    for k in range(count):
+        trial = kill_trial(folder, f"usdkill{k}", 16, rng, *extra)
+        rep = report(trial["log"]) if trial["exit"] == 0 else {"spend": {"usd": None}}
+        paid = _usd(ledger_counts(trial["ledger"])[0], dear)
+        kill_rows.append({"paid_usd": paid, "report_usd": rep["spend"]["usd"], "exit": trial["exit"],
+                          "paid_twice": trial["paid_twice"], "out_at_kill": trial["out_at_kill"]})
+        print(f"  $5 c=16 kill {k + 1}/{count}: paid ${paid}, report ${rep['spend']['usd']}", file=sys.stderr,
+              flush=True)
+    return {"runs": rows, "kills": kill_rows}
+
+
+def markdown(result: dict) -> str:
+    lines = [f"# kill -9 and money budgets at any concurrency", "", f"`{result['command']}` ({result['machine']})", ""]
+    if "kills" in result:
+        lines += ["## kill -9", "", "| concurrency | trials | paid twice <= out at the kill | resumed report exact | "
+                  "cells paid twice | cells out at the kills |", "|---:|---:|---:|---:|---:|---:|"]
+        for r in result["kills"]:
+            lines.append(f"| {r['concurrency']} | {len(r['trials'])} | {r['within']} | {r['exact']} | "
+                         f"{r['paid_twice']:,} | {r['out_at_kill']:,} |")
+    if "money" in result:
+        lines += ["", "## Money budgets", "", "| budget | concurrency | paid (recorded) | report.json | cells |",
+                  "|---:|---:|---:|---:|---:|"]
+        for r in result["money"]["runs"]:
+            lines.append(f"| ${r['budget_usd']} | {r['concurrency']} | ${r['paid_usd']:.2f} | ${r['report_usd']:.2f} | "
+                         f"{r['cells']:,} |")
+        kills_ = result["money"]["kills"]
+        if kills_:
+            over = sum(1 for r in kills_ if r["paid_usd"] > 5 + 1e-9)
+            equal = sum(1 for r in kills_ if r["report_usd"] is not None and abs(r["report_usd"] - r["paid_usd"]) < 1e-6)
+            lines += ["", f"$5 at concurrency 16, {len(kills_)} kill -9 trials each resumed: paid "
+                          f"${min(r['paid_usd'] for r in kills_):.2f}-${max(r['paid_usd'] for r in kills_):.2f}, "
+                          f"{over} over the budget, report equal to the payments in {equal}."]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = common.parser(__doc__, seed=0, out=None)
+    parser.add_argument("--kills", type=int, default=10)
+    parser.add_argument("--concurrency", default="16,64", help="comma-separated concurrencies for the kills")
+    parser.add_argument("--only", default=None, choices=["kills", "money"])
+    args = parser.parse_args(argv)
+    root = Path(tempfile.mkdtemp(prefix="pulse-kill-"))
+    result = {"command": "python benchmarks/durability/bench_kill.py " + " ".join(argv or sys.argv[1:]),
+              "machine": f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"}
+    concurrencies = [int(c) for c in args.concurrency.split(",")]
+    try:
+        if args.only in (None, "kills"):
+            result["kills"] = kills(root, args.kills, concurrencies, args.seed)
+        if args.only in (None, "money"):
+            result["money"] = money(root, args.kills, [1, *concurrencies], args.seed)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    text = markdown(result)
+    print(text)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2))
+        Path(args.out).with_suffix(".md").write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,132 @@
+"""Every returned result is kept at any concurrency: durable the moment it returns (whatever the order the
+batches are told in), a ledger of what was paid written before each call, money counted at each model's
+own price, and what an earlier run counted (``after_stop``) kept by a rerun."""
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from pulse_jax.live import Selector, journal, money, run
+
+BUDGET = 6 * 8 + 8 * 30
+
+
+def _scores(bench):
+    def scorer(model, ids):
+        return bench.scores[bench.models.index(model), ids].tolist()
+    return scorer
+
+
+def test_a_batch_that_returns_behind_an_older_one_is_in_the_log_at_once(small_bench, tmp_path):
+    """The oldest batch in flight hangs while the three asked after it return: their scores are committed
+    (as paid) before it returns, so a kill -9 then would re-pay the hung call's cells alone."""
+    b, V = small_bench
+    log = tmp_path / "run.db"
+    sel = Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=0, log=log, stop="budget",
+                   concurrency=4)
+    release, calls, returned, lock = threading.Event(), [], [], threading.Lock()
+
+    def scorer(model, ids):
+        with lock:
+            calls.append((model, tuple(ids)))
+            number = len(calls)
+        if number == 10:                 # a bandit batch, oldest in flight from here on
+            release.wait(30)
+        else:
+            time.sleep(0.002)
+        with lock:
+            returned.append((model, tuple(ids)))
+        return b.scores[b.models.index(model), list(ids)].tolist()
+
+    done = {}
+    worker = threading.Thread(target=lambda: done.update(report=run(scorer, sel, handle_signals=False)))
+    worker.start()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with lock:
+            if len(calls) >= 13 and len(returned) >= 12:     # all but the hung call are back
+                break
+        time.sleep(0.01)
+    time.sleep(0.2)        # the runner commits a return within its 50 ms poll
+    _, records = journal.snapshot(log)
+    with lock:
+        back = {(m, e) for m, ids in returned for e in ids}
+        hung, asked_then = calls[9], len(calls)
+    in_log = {(r["model"], e) for r in records for e in r["examples"]}
+    release.set()
+    worker.join(60)
+    sel.close()
+    assert asked_then == 13 and len(back) == 12 * 8                         # 3 returned behind the hung one
+    assert back <= in_log and not {(hung[0], e) for e in hung[1]} & in_log   # every returned cell, durable
+    clean = Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=0, stop="budget", concurrency=4)
+    assert done["report"].evaluated == run(_scores(b), clean, handle_signals=False).evaluated   # told in ask order
+
+
+def test_the_ledger_counts_what_was_in_flight_at_a_kill(small_bench, tmp_path):
+    b, V = small_bench
+    log = tmp_path / "run.db"
+    sel = Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=0, log=log, stop="budget",
+                   concurrency=4)
+    asked = [sel.ask() for _ in range(3)]
+    for r in asked:
+        sel.record_asked(r)                       # before the call, as the runner does
+    sel.tell(asked[0], _scores(b)(asked[0].model, list(asked[0].example_index)))
+    sel.log_paid(asked[1], _scores(b)(asked[1].model, list(asked[1].example_index)))
+    sel._journal.close()                          # killed with asked[2]'s call out
+    again = Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=0, log=log, stop="budget",
+                     concurrency=4)
+    assert sum(again.asked_cells().values()) == 24 and again.unreturned_cells() == 8
+    assert again.spent == 8 and again.paid_held == 8
+    prices = money.parse_prices([f"{b.models[0]}=0.5", "*=0.1"], list(b.models))
+    meter = money.Meter(list(b.models), prices, money.expected_cost_per_cell(list(b.models), prices))
+    expected = sum(8 * (0.5 if r.model == b.models[0] else 0.1) for r in asked)
+    assert meter.update(again.evaluated(), again.asked_cells()) == pytest.approx(expected) and meter.cells == 24
+    again.close()
+
+
+@pytest.mark.parametrize("budget_usd", [3.0, 9.0])
+def test_a_money_budget_at_any_concurrency_spends_what_one_batch_at_a_time_spends(small_bench, budget_usd):
+    """Every batch in flight at its own model's price: 8 in flight spend at least 0.9x what one at a time
+    spends, never more than the budget, and the meter's spend is what the scorer was paid."""
+    b, V = small_bench
+    models = list(b.models)
+    prices = money.parse_prices([f"{models[2]}=0.05", "*=0.01"], models)
+    spend = {}
+    for concurrency in (1, 8):
+        sel = Selector(models, 200, 6 * 200, batch_size=8, V=V, seed=5, refit_every=0, stop="budget",
+                       concurrency=concurrency)
+        meter = money.Meter(models, prices, money.expected_cost_per_cell(models, prices), budget_usd=budget_usd)
+        paid, lock = [], threading.Lock()
+
+        def scorer(model, ids):
+            with lock:
+                paid.append(prices[model].per_call * len(ids))
+            time.sleep(np.random.default_rng(len(paid)).uniform(0, 0.004))
+            return b.scores[models.index(model), ids].tolist()
+
+        run(scorer, sel, handle_signals=False,
+            allow=lambda r: meter.fits(r.model, len(r.example_ids), sel.evaluated(), sel.asked_cells()))
+        meter.update(sel.evaluated(), sel.asked_cells())
+        assert meter.usd == pytest.approx(sum(paid)) and sum(paid) <= budget_usd + 1e-9
+        assert meter.stopped and "does not fit in the" in meter.line()
+        spend[concurrency] = sum(paid)
+    assert spend[8] >= 0.9 * spend[1]
+
+
+def test_after_stop_survives_a_rerun_of_a_finished_log(small_bench, tmp_path):
+    b, V = small_bench
+    log = tmp_path / "run.db"
+
+    def selector():
+        return Selector(b.models, 200, 6 * 200, batch_size=8, V=V, seed=5, refit_every=4, method="pulse_hedged",
+                        rule="top_two_interval", cs_grid=200, stop="certified", concurrency=1, log=log)
+
+    sel = selector()
+    first = run(_scores(b), sel, concurrency=8, handle_signals=False)
+    sel.close()
+    assert first.stopped and first.after_stop > 0
+    again = selector()
+    rerun = run(_scores(b), again, concurrency=8, handle_signals=False)
+    again.close()
+    assert rerun.after_stop == first.after_stop and rerun.evaluated == first.evaluated
