@@ -444,7 +444,7 @@ def test_a_backup_copied_over_a_running_log_is_refused_before_anything_is_writte
     for _ in range(3):
         step()
     (tmp_path / "run.db").write_bytes(backup)       # in place, as cp does: the same file, older contents
-    with pytest.raises(PulseInputError, match="the log changed under this run"):
+    with pytest.raises(PulseInputError, match="the log was replaced while this run was writing it"):
         for _ in range(3):
             step()
     sel.close()

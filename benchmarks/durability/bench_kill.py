@@ -86,6 +86,20 @@ def ledger_counts(ledger: Path) -> tuple[collections.Counter, collections.Counte
     return paid, returned
 
 
+def logged_cells(log: Path) -> set:
+    """The ``(model, example)`` cells a killed run's log holds, told or paid (opened for writing, so SQLite
+    rolls a commit cut by the kill back first)."""
+    from pulse_jax.live import journal
+
+    j = journal.Journal(log)
+    try:
+        _, records = j.open()
+        return {(r["model"], str(e)) for _, r in records
+                for e, x in zip(r["examples"], r["scores"]) if x is not None}
+    finally:
+        j.close()
+
+
 def report(log: Path) -> dict:
     return json.loads((Path(str(log.with_suffix("")) + "_report") / "report.json").read_text())
 
@@ -113,14 +127,19 @@ def kill_trial(folder: Path, name: str, concurrency: int, rng: random.Random, *e
             if sum(returned.values()) >= target:
                 break
         time.sleep(0.005)
+    time.sleep(rng.uniform(0, 0.05))                 # anywhere in the calls that follow
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     paid, returned = ledger_counts(ledger)
     out_at_kill = sum((paid - returned).values())
+    in_log = logged_cells(log)
+    # Returned to the runner but not yet committed when the kill came: the moment between a scorer's
+    # return and its commit (a commit without waiting for the disk), which no log can close.
+    committing = sum(n for cell, n in (returned - collections.Counter(in_log)).items())
     done = subprocess.run(command(folder, log, concurrency, *extra), env=env(folder, ledger), capture_output=True,
                           text=True)
     paid_after, _ = ledger_counts(ledger)
-    return {"returned_at_kill": sum(returned.values()), "out_at_kill": out_at_kill,
+    return {"returned_at_kill": sum(returned.values()), "out_at_kill": out_at_kill, "committing_at_kill": committing,
             "paid_twice": sum(paid_after.values()) - len(paid_after), "exit": done.returncode,
             "stderr": done.stderr[-300:] if done.returncode else "", "log": log, "ledger": ledger}
 
@@ -142,6 +161,9 @@ def kills(root: Path, count: int, concurrencies, seed: int) -> list[dict]:
                   f"{'exact' if trial['exact'] else 'NOT EXACT ' + trial['stderr']}", file=sys.stderr, flush=True)
         rows.append({"concurrency": concurrency, "trials": trials,
                      "within": sum(t["paid_twice"] <= t["out_at_kill"] for t in trials),
+                     "within_committing": sum(t["paid_twice"] <= t["out_at_kill"] + t["committing_at_kill"]
+                                              for t in trials),
+                     "committing": sum(t["committing_at_kill"] for t in trials),
                      "exact": sum(t["exact"] for t in trials),
                      "paid_twice": sum(t["paid_twice"] for t in trials),
                      "out_at_kill": sum(t["out_at_kill"] for t in trials)})
@@ -184,11 +206,14 @@ def money(root: Path, count: int, concurrencies, seed: int) -> dict:
 def markdown(result: dict) -> str:
     lines = [f"# kill -9 and money budgets at any concurrency", "", f"`{result['command']}` ({result['machine']})", ""]
     if "kills" in result:
-        lines += ["## kill -9", "", "| concurrency | trials | paid twice <= out at the kill | resumed report exact | "
-                  "cells paid twice | cells out at the kills |", "|---:|---:|---:|---:|---:|---:|"]
+        lines += ["## kill -9", "", "*Out*: cells paid for whose calls had not returned at the kill. *Committing*: "
+                  "cells whose call had returned but whose commit had not finished (the moment between a return "
+                  "and its commit).", "",
+                  "| concurrency | trials | paid twice <= out | paid twice <= out + committing | resumed report "
+                  "exact | cells paid twice | cells out | cells committing |", "|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for r in result["kills"]:
-            lines.append(f"| {r['concurrency']} | {len(r['trials'])} | {r['within']} | {r['exact']} | "
-                         f"{r['paid_twice']:,} | {r['out_at_kill']:,} |")
+            lines.append(f"| {r['concurrency']} | {len(r['trials'])} | {r['within']} | {r['within_committing']} | "
+                         f"{r['exact']} | {r['paid_twice']:,} | {r['out_at_kill']:,} | {r['committing']:,} |")
     if "money" in result:
         lines += ["", "## Money budgets", "", "| budget | concurrency | paid (recorded) | report.json | cells |",
                   "|---:|---:|---:|---:|---:|"]

@@ -230,15 +230,16 @@ class LogBinding:
         """Cells paid for and logged but not yet told (a resumed run tells them without paying again)."""
         return sum(len(cells) for cells in self._paid.values())
 
-    def log_paid(self, request: Request, scores) -> None:
+    def log_paid(self, request: Request, scores, synced: bool = True) -> None:
         """Log the scores of a batch in flight as paid (not told): a resumed run tells them where an
-        uninterrupted run would have, without paying for them again."""
+        uninterrupted run would have, without paying for them again. ``synced=False`` commits without
+        waiting for the disk (the row outlives a ``kill -9``, not a power cut)."""
         self._check_request(request)
         scores = check_scores(request, scores)
         record = {"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
                   "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()}
         if self.log_path is not None:
-            self._write(record)
+            self._write(record, synced)
         self._keep_paid(record)
 
     def log_partial(self, request: Request, scores) -> None:

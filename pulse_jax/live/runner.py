@@ -288,6 +288,7 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
         if not _wait_unless_stopped(in_flight, stop, selector, kept, request if progress is True else None):
             return                          # a signal (or a returned batch that failed) while waiting
         in_flight.popleft()
+        was_kept = request.ticket in kept       # its scores are in the log as paid already
         kept.discard(request.ticket)
         error = future.exception()
         if error is None:
@@ -296,7 +297,7 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
             except PulseInputError as err:  # an invalid answer, or scores that cannot be logged: asked again
                 error = err
         if error is not None:           # the worker has stopped the run (`_caller`); a failed write, here
-            stop.lost += len(request.example_ids)
+            stop.lost += 0 if was_kept else len(request.example_ids)
             stop.fail(error)
             return
         if callable(progress):
@@ -344,7 +345,9 @@ def _keep_returned(selector: Selector, in_flight: deque, kept: set, stop: _Stop)
             continue
         if selector.paid_scores(request) is None:     # not already in the log as paid
             try:
-                selector.log_paid(request, future.result())
+                # Not waiting for the disk keeps the moment between a return and its commit short (a kill
+                # -9 then loses it); the next told batch's commit syncs it (a power cut re-asks it).
+                selector.log_paid(request, future.result(), synced=False)
             except PulseInputError as err:   # an invalid answer, or scores that cannot be logged
                 in_flight.remove(item)
                 stop.lost += len(request.example_ids)

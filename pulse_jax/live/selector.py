@@ -51,7 +51,7 @@ from pulse_jax.engine.params import BanditParams, declared_params
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live import journal
 from pulse_jax.live.compiled import Asked, compiled
-from pulse_jax.live.log_binding import LogBinding
+from pulse_jax.live.log_binding import LogBinding, LogWriteError as journal_error
 from pulse_jax.fileio.jsonable import plain_number
 from pulse_jax.live.report import Report
 from pulse_jax.live.request import Request, check_scores
@@ -304,6 +304,8 @@ class Selector(LogBinding, SideInformation):
         """
         if self._log_full:
             raise self.log_full_error()
+        if self._journal is not None and self._journal.replaced:   # saved beside it (`Journal._rescue`)
+            raise journal_error(self._journal.replaced)
         if self._finished:
             return None
         config = self.config
