@@ -183,7 +183,7 @@ def test_a_log_without_room_for_its_reserve_pays_for_nothing(small_bench, tmp_pa
 def test_a_log_that_cannot_be_written_says_exactly_what_is_asked_again(small_bench, tmp_path, monkeypatch):
     """Every commit fails from the 6th write on (an I/O error; freeing the reserve does not help): the run
     stops asking, tries to log the batches in flight, and the error's count of cells asked again is the
-    count of returned cells the log does not hold (none: each was committed as it returned)."""
+    count of returned cells the log does not hold."""
     b, _ = small_bench
     scorer = _Scorer(b, delay=0.01)
     original, state = journal.Journal._commit, {"writes": 0}
@@ -203,8 +203,7 @@ def test_a_log_that_cannot_be_written_says_exactly_what_is_asked_again(small_ben
     monkeypatch.undo()
     logged = sum(len(r["examples"]) for r in log_records(tmp_path / "run.db"))
     again = int(str(info.value).rsplit("; ", 1)[1].split(" cells")[0].replace(",", ""))
-    # every batch that returned was committed the moment it did, so nothing returned is asked again
-    assert again == len(scorer.returned) - logged == 0, str(info.value)
+    assert again == len(scorer.returned) - logged > 0, str(info.value)
 
 
 def test_the_command_line_after_a_keyboard_interrupt_in_the_scorer(tmp_path, monkeypatch, capsys):

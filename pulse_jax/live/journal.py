@@ -46,12 +46,14 @@ from __future__ import annotations
 import contextlib
 import datetime
 import errno
+import functools
 import json
 import os
 import socket
 import sqlite3
 import stat
 import tempfile
+import threading
 import sys
 from pathlib import Path
 
@@ -68,6 +70,15 @@ try:   # POSIX; elsewhere the log is not locked (said in the README)
     import fcntl
 except ImportError:   # pragma: no cover -- Windows
     fcntl = None
+
+def _locked(method):
+    """``method`` holding the journal's lock (one transaction at a time on its connection)."""
+    @functools.wraps(method)
+    def locked(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return locked
+
 
 def _row(record: dict) -> tuple:
     """A told or paid record as its table's columns before the checksum."""
@@ -108,6 +119,9 @@ class Journal(LogReader):
         self._paid_records: dict = {}
         self._changes: int | None = None      # SQLite's file change counter after this run's last commit
         self.replaced: str = ""               # the one line saying the log was replaced, once it was
+        # One transaction at a time on the connection: the runner's workers commit returned batches while
+        # the main thread tells and asks.
+        self._lock = threading.RLock()
         self._check_path()
         self._acquire()
         try:
@@ -280,6 +294,7 @@ class Journal(LogReader):
                      ("UPDATE meta SET value = ? WHERE key = 'version'", (str(TALLY_VERSION),)),
                      (f"PRAGMA user_version = {TALLY_VERSION}", ()))
 
+    @_locked
     def has_reserve(self) -> bool:
         """Whether the space kept for a full disk is there."""
         try:
@@ -363,6 +378,7 @@ class Journal(LogReader):
 
     # ------------------------------------------------------------------ write
 
+    @_locked
     def _commit(self, *statements) -> None:
         """Run ``statements`` (``(sql, args)`` pairs) as one transaction; a failure rolls it back and raises
         `LogFull` (with ``errno`` ENOSPC for a full disk). A log whose folder was renamed meanwhile is
@@ -532,6 +548,7 @@ class Journal(LogReader):
         self._conn, self.path = conn, now
         return True
 
+    @_locked
     def append(self, record: dict, synced: bool = True, drop_paid: tuple = (), counts: dict | None = None) -> None:
         """Commit one record (the header, a told batch or a paid batch) in one transaction.
 
@@ -599,6 +616,7 @@ class Journal(LogReader):
         self._commit(*[("INSERT OR REPLACE INTO meta VALUES (?, ?)", (f"asked:{m}", str(int(c))))
                        for m, c in counts.items()], ("INSERT OR REPLACE INTO meta VALUES ('asked_kept', '1')", ()))
 
+    @_locked
     def add_asked(self, model: str, cells: int) -> None:
         """Add ``cells`` of ``model`` to the ledger before they are sent to the scorer. Committed without
         waiting for the disk, like a partly returned batch: the row outlives a ``kill -9``."""

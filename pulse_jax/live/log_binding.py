@@ -177,10 +177,11 @@ class LogBinding:
 
     def _keep_paid(self, record: dict) -> None:
         """Add a paid record's returned cells to the pool of paid cells: ``{model: {str(example id): score}}``."""
-        pool = self._paid.setdefault(record["model"], {})
-        for e, x in zip(record["examples"], record["scores"]):
-            if x is not None:
-                pool[str(e)] = float(x)
+        with self._pool_lock:
+            pool = self._paid.setdefault(record["model"], {})
+            for e, x in zip(record["examples"], record["scores"]):
+                if x is not None:
+                    pool[str(e)] = float(x)
 
     def _pool_paid_rows(self) -> None:
         """Rewrite a resumed log's paid rows as one row per model holding its paid cells not yet told
@@ -269,6 +270,10 @@ class LogBinding:
         (into the reserve), and the run stops with one line naming the log and the fix, no cell paid
         twice. When even that fails, `LogWriteError` names the cells that will be asked again.
         """
+        with self._write_lock:      # one write (with its retries and the reserve) at a time
+            self._write_once(record, synced, drop_paid, counts)
+
+    def _write_once(self, record: dict, synced: bool, drop_paid: tuple, counts: dict | None) -> None:
         failure = None
         for attempt in range(WRITE_RETRIES + 1):
             try:

@@ -125,7 +125,8 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     concurrency = _concurrency_for(evaluate, selector, concurrency)
     _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call_timeout)
     stop = _Stop()
-    call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop, call_timeout)
+    kept: set = set()       # tickets whose scores their worker committed to the log as paid
+    call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop, call_timeout, kept)
 
     def on_signal(signum, frame):
         del frame
@@ -135,7 +136,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if install else {}
     workers = _Workers(concurrency)
     in_flight: deque = deque()
-    logged_before, kept = selector.spent, set()
+    logged_before = selector.spent
     try:
         try:
             # A resumed log's requests asked and never told go first, through the same gate as new ones.
@@ -248,9 +249,9 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
     """Ask, evaluate and tell in ask order until the selector asks nothing more (or ``allow`` refuses
     the next batch), or something stops the run (``stop``; ``in_flight`` keeps what is still out).
 
-    A batch that returns while an older one is still out is committed to the log as *paid* at once
-    (`_keep_returned`; its ticket goes into ``kept``) and told when its turn comes: a ``kill -9`` loses
-    only the calls still running."""
+    Each batch is committed to the log as *paid* by its worker the moment it returns (`_caller`; its
+    ticket goes into ``kept``) and told when its turn comes: a ``kill -9`` loses only the calls still
+    running."""
     kept = set() if kept is None else kept
     queued = deque() if queued is None else queued    # asked, not yet paid for: these go before any new ask
     start = time.perf_counter()
@@ -285,8 +286,8 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
         if not in_flight:
             return
         request, future = in_flight[0]
-        if not _wait_unless_stopped(in_flight, stop, selector, kept, request if progress is True else None):
-            return                          # a signal (or a returned batch that failed) while waiting
+        if not _wait_unless_stopped(future, stop, request if progress is True else None):
+            return                          # a signal while waiting: the batch stays in flight
         in_flight.popleft()
         was_kept = request.ticket in kept       # its scores are in the log as paid already
         kept.discard(request.ticket)
@@ -306,21 +307,13 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
             _progress(selector, len(in_flight), time.perf_counter() - start)
 
 
-def _wait_unless_stopped(in_flight: deque, stop: _Stop, selector: Selector, kept: set,
-                         request: Request | None = None) -> bool:
-    """Wait for the oldest batch in flight, committing every younger one that returns meanwhile
-    (`_keep_returned`); False as soon as a signal has arrived first (the call keeps running) or a
-    returned batch stopped the run (an invalid answer, a failed write). Given ``request``, a wait
-    longer than `SLOW_CALL` seconds is named on the status line."""
+def _wait_unless_stopped(future, stop: _Stop, request: Request | None = None) -> bool:
+    """Wait for ``future``; False as soon as a signal has arrived first (the call keeps running). Given
+    ``request``, a wait longer than `SLOW_CALL` seconds is named on the status line."""
     start = time.monotonic()
-    head = in_flight[0][1]
     while True:
-        running = [future for _, future in in_flight if not future.done()]
-        if running:
-            futures_wait(running, timeout=_POLL, return_when=FIRST_COMPLETED)
-        if not _keep_returned(selector, in_flight, kept, stop):
-            return False
-        if head.done():
+        done, _ = futures_wait([future], timeout=_POLL)
+        if done:
             return True
         if stop.signal is not None:
             return False
@@ -329,32 +322,6 @@ def _wait_unless_stopped(in_flight: deque, stop: _Stop, selector: Selector, kept
             sys.stderr.write(f"\r  waiting {waited:.0f} s for model {request.model!r} (request {request.ticket}, "
                              f"{len(request.example_ids)} examples)   ")
             sys.stderr.flush()
-
-
-def _keep_returned(selector: Selector, in_flight: deque, kept: set, stop: _Stop) -> bool:
-    """Commit each batch behind the oldest one that has returned and is not yet in the log as *paid*
-    (``kept`` holds their tickets): durable the moment it returns, told in ask order later (the
-    transaction that tells it removes the paid row). False where one cannot be kept (an invalid
-    answer, a failed write): the run stops for it and only that batch is asked again."""
-    if selector.log_path is None:
-        return True
-    for item in list(in_flight)[1:]:
-        request, future = item
-        if (request.ticket in kept or not request.example_ids or not future.done()
-                or future.exception() is not None):
-            continue
-        if selector.paid_scores(request) is None:     # not already in the log as paid
-            try:
-                # Not waiting for the disk keeps the moment between a return and its commit short (a kill
-                # -9 then loses it); the next told batch's commit syncs it (a power cut re-asks it).
-                selector.log_paid(request, future.result(), synced=False)
-            except PulseInputError as err:   # an invalid answer, or scores that cannot be logged
-                in_flight.remove(item)
-                stop.lost += len(request.example_ids)
-                stop.fail(err)
-                return False
-        kept.add(request.ticket)
-    return True
 
 
 class _Backoff:
@@ -429,19 +396,34 @@ def _describe(err: BaseException) -> str:
     return f"{type(err).__name__}: {text}" if text else f"{type(err).__name__} (no message)"
 
 
-def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop, call_timeout: float | None = None):
+def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop, call_timeout: float | None = None,
+            kept: set | None = None):
     """``call(request) -> scores``: the scores logged as paid if there are any (never asked again), else
-    ``evaluate`` with retries (none once the run is stopping); counts the cells sent to the scorer. A
+    ``evaluate`` with retries (none once the run is stopping), its scores committed to the log as paid
+    before the call returns (``kept`` gets the ticket); counts the cells sent to the scorer. A
     cancelled call (``asyncio.CancelledError``, which is no ``Exception``) and a call past
     ``call_timeout`` are failures like any other."""
     evaluate = _timed(evaluate, call_timeout)
+    kept = set() if kept is None else kept
 
     def call(request: Request):
         if not request.example_ids:     # a hold (`Selector.ask`): nothing to evaluate
             return []
         known = selector.paid_scores(request)
         if known is not None:
+            kept.add(request.ticket)
             return known
+        scores = attempts(request)
+        if selector.log_path is not None:
+            # Durable the moment it returns, whatever order the batches are told in (the transaction that
+            # tells it removes the row). Not waiting for the disk keeps this short; the next told batch's
+            # commit syncs it (a power cut asks it again). An invalid answer raises here, and stops the
+            # run when its batch's turn comes.
+            selector.log_paid(request, scores, synced=False)
+            kept.add(request.ticket)
+        return scores
+
+    def attempts(request: Request):
         attempt = 0
         while True:
             try:

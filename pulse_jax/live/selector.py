@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
+import threading
 from pathlib import Path
 from typing import Sequence
 
@@ -167,6 +168,7 @@ class Selector(LogBinding, SideInformation):
         self._t = 1                 # next bandit step
         self._pending: dict[int, Request] = {}
         self._paid: dict[str, dict] = {}   # model -> {str(example id): score} paid for and logged, not yet told
+        self._pool_lock, self._write_lock = threading.Lock(), threading.RLock()
         self._finished = False
         self._stopped = False       # the stopping rule fired (final, like a simulated run's stop)
         self._after_stop = 0        # cells told after the stop fired (asked before it, in flight)
@@ -362,16 +364,18 @@ class Selector(LogBinding, SideInformation):
         """Record the scores of ``request`` (one per example, in [0, 1]); logged before it counts."""
         self._check_request(request)
         scores = check_scores(request, scores)
-        pool = self._paid.get(request.model, {})
-        rest = {e: x for e, x in pool.items() if e not in set(map(str, request.example_ids))}
+        with self._pool_lock:       # workers add to the pool as their batches return (`log_paid`)
+            pool = self._paid.get(request.model, {})
+            rest = {e: x for e, x in pool.items() if e not in set(map(str, request.example_ids))}
         if self.log_path is not None:
             # The model's pooled paid row (`_pool_paid_rows`) goes with its last cell.
             drop = (-(request.model_index + 1),) if pool and not rest else ()
             self._write({"type": "tell", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
                          "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()},
                         drop_paid=drop, counts={"after_stop": len(request.example_ids)} if self._stopped else None)
-        if pool:
-            self._paid[request.model] = rest
+        with self._pool_lock:
+            for e in request.example_ids if pool else ():
+                pool.pop(str(e), None)
         self._apply(request, scores)
 
     def _check_request(self, request) -> None:
