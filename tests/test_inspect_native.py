@@ -309,3 +309,44 @@ def test_a_finished_selection_run_again_writes_its_certificate_into_every_log(tm
         assert summary.metadata["evaluated"] == {m: len(v) for m, v in expected.evaluated.items()}
         assert sorted(int(x.id) for x in summary.early_stops) == list(range(1, N + 1))
         assert on_disk.results.total_samples == N and not [s for s in on_disk.samples or [] if s.scores]
+
+
+def _scored(logs) -> set:
+    """``(model name, sample id)`` of every sample an eval's logs hold a score for."""
+    from inspect_ai.log import read_eval_log
+
+    out = set()
+    for log in logs:
+        full = read_eval_log(log.location)
+        out |= {(full.eval.model.split("/")[1], str(s.id)) for s in full.samples or () if s.scores}
+    return out
+
+
+def _called(lines) -> list:
+    """``(model name, sample id)`` of each finished toy call (``name,What is k times 7? ...``)."""
+    return [(name, prompt.split()[2]) for name, prompt in (line.split(",", 1) for line in lines)]
+
+
+@pytest.mark.integration   # six evals with a compilation each: the second test command
+@pytest.mark.parametrize("fail_on", [3, 9, 17])
+def test_a_rerun_after_a_model_failure_generates_no_scored_sample_again(tmp_path, monkeypatch, fail_on):
+    """16 batches in flight (select_best's default), one model failing from its ``fail_on``-th call: the
+    rerun generates none of the samples the failed eval scored (they are told from the log, matched by
+    model and sample id whatever the order they finished in) and certifies."""
+    calls = tmp_path / "calls.txt"
+    monkeypatch.setenv("INSPECT_TOY_CALLS", str(calls))
+    monkeypatch.setenv("INSPECT_TOY_FAIL", f"m60:{fail_on}")
+    monkeypatch.setenv("INSPECT_TOY_LATENCY", "0.01")       # samples finish out of the order they were asked
+    inspect_toy.CALLS_BY_MODEL.clear()
+    first = run_managed(tmp_path, concurrency=0)
+    assert "error" in [l.status for l in first]
+    scored = _scored(first)
+    assert scored
+    before = len(calls.read_text().splitlines())
+    monkeypatch.delenv("INSPECT_TOY_FAIL")
+    second = run_managed(tmp_path, concurrency=0)
+    assert [l.status for l in second] == ["success"] * 3, [l.error for l in second]
+    again = _called(calls.read_text().splitlines()[before:])
+    assert not set(again) & scored, sorted(set(again) & scored)[:5]
+    report = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    assert report["separated"] and report["leader"] == "toy/m90"

@@ -44,12 +44,27 @@ def watch_selections() -> None:
         async def on_sample_end(self, data) -> None:
             entry = _TASKS.get(getattr(data, "eval_id", None))
             error = getattr(getattr(data, "sample", None), "error", None)
-            if entry is None or error is None:
+            if entry is None:
                 return
             selection, model = entry
+            if error is None:
+                # A scored sample whose score the manager's complete_sample did not get (Inspect ended the
+                # task in between, e.g. as another model failed): committed here all the same.
+                scores = getattr(data.sample, "scores", None)
+                if scores:
+                    selection.scored(model, data.sample.id, scores)
+                return
             sample = getattr(data.sample, "id", "?")
             message = str(getattr(error, "message", "") or error).strip().splitlines()
             selection.model_failed(model, sample, message[0] if message else type(error).__name__)
+
+        async def on_run_end(self, data) -> None:
+            # Every eval's log, a failed one's too (Inspect ends a failed task without on_task_end): a
+            # rerun of the selection reads the samples they scored.
+            for log in getattr(data, "logs", None) or ():
+                entry = _TASKS.get(getattr(log.eval, "eval_id", None))
+                if entry is not None and getattr(log, "location", None):
+                    entry[0].remember_inspect_log(log.location)
 
         async def on_task_end(self, data) -> None:
             ended = _ENDED.pop(getattr(data, "eval_id", None), None)

@@ -52,7 +52,7 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.harnesses import inspect_logs
-from pulse_jax.harnesses.inspect_hooks import MANAGER, task_ended, task_started
+from pulse_jax.harnesses.inspect_hooks import MANAGER, task_ended, task_started, watch_selections
 from pulse_jax.fileio.jsonable import plain_float32
 
 _WAIT = object()      # schedule_sample's "not yet"
@@ -97,6 +97,9 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
     without ids): a `PulseInputError` that ``inspect eval`` prints as its own prerequisite errors,
     once and without a traceback.
     """
+    # Inspect collects its hooks when an eval starts: registered here, as the task is made, they serve
+    # this eval already (a scored sample reaches the log even when its task ends before complete_sample).
+    watch_selections()
     try:
         return _select_best(task, log, models=models, scorer=scorer, metric=metric, value_map=value_map,
                             report=report, options=options)
@@ -298,6 +301,7 @@ class _Selection:
         self.selector = self.plan.selector(self.expected, examples, order={m: self.lanes[m].order for m in self.expected},
                                            where="under Inspect",
                                            cost=None if self.meter is None else self.meter.expected)
+        self._pool_inspect_logs()
         for m, cells in self.selector.evaluated().items():     # a resumed run's samples, told already
             self.lanes[m].scored.update(str(e) for e in cells)
         for request in self.selector.pending():   # a resumed log: the batches in flight when it stopped
@@ -376,6 +380,67 @@ class _Selection:
             self.selector.log_partial(batch.request, [batch.scores.get(e) for e in batch.request.example_ids])
             return
         self.advance()
+
+    # ------------------------------------------------------------------ Inspect's own logs
+
+    @property
+    def _inspect_logs_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".inspect-logs")
+
+    def remember_inspect_log(self, location: str) -> None:
+        """Note an eval's Inspect log beside the selection's log: a rerun reads its scored samples."""
+        with open(self._inspect_logs_path, "a", encoding="utf-8") as fh:
+            fh.write(str(location) + "\n")
+
+    def _pool_inspect_logs(self) -> None:
+        """Every sample that an earlier eval of this selection scored in Inspect's own logs, and that the
+        selection's log holds neither as told nor as paid (Inspect can end a task between scoring a
+        sample and handing the score to the manager), is committed to the log as paid: no scored sample
+        is generated again, whichever batch asks it."""
+        if not self._inspect_logs_path.is_file():
+            return
+        from inspect_ai.log import read_eval_log
+
+        locations = dict.fromkeys(self._inspect_logs_path.read_text(encoding="utf-8").splitlines())
+        found: dict = {}
+        for location in filter(None, locations):
+            try:
+                log = read_eval_log(location)
+            except Exception:   # noqa: BLE001 -- a log moved or removed since: its samples are asked again
+                continue
+            model = str(log.eval.model)
+            if model not in self.expected:
+                continue
+            for sample in log.samples or ():
+                if sample.error is not None or not sample.scores:
+                    continue
+                chosen = self.scorer or next(iter(sample.scores))
+                if chosen not in sample.scores:
+                    continue
+                where = f"select_best: {location}, {model}, sample {sample.id}"
+                try:
+                    value = inspect_logs.score_value(sample.scores[chosen].value, self.value_map, where, self.metric)
+                except PulseInputError:
+                    continue
+                found.setdefault(model, {})[str(sample.id)] = value
+                if str(sample.id) not in self.tokens.get(model, {}):
+                    self._keep_tokens(model, str(sample.id), *inspect_logs.usage_tokens(sample.model_usage))
+        for model, cells in found.items():
+            self.selector.log_scored(model, cells)
+
+    def scored(self, model: str, sample_id, scores) -> None:
+        """A sample Inspect scored (its ``on_sample_end``): recorded unless the manager has it already."""
+        if self.selector is None or self.over or model not in self.lanes:
+            return
+        for batch in self.batches.get(model, []):
+            key = next((e for e in batch.request.example_ids if str(e) == str(sample_id)), None)
+            if key is not None:
+                if key not in batch.scores:
+                    try:
+                        self.record(model, sample_id, scores)
+                    except PulseInputError:     # a score it cannot read: complete_sample says so
+                        pass
+                return
 
     def _finish(self) -> None:
         if self.done:

@@ -243,6 +243,28 @@ class LogBinding:
             self._write(record, synced)
         self._keep_paid(record)
 
+    def log_scored(self, model: str, cells: dict) -> int:
+        """Commit ``{example id: score}`` of ``model``, scored outside any request of this selector (an
+        earlier eval's own logs), as paid: told from the log whichever batch asks them. Cells already
+        told or held are left out; returns how many were added."""
+        i = self.models.index(model)
+        column = {str(e): j for j, e in enumerate(self.example_ids)}
+        with self._pool_lock:
+            pool = dict(self._paid.get(model, {}))
+        new = {str(e): x for e, x in cells.items()
+               if str(e) in column and column[str(e)] not in self._told[i] and str(e) not in pool}
+        if not new:
+            return 0
+        checked = check_scores(Request(-(i + 1), 0, model, i, tuple(new), tuple(column[e] for e in new), ""),
+                               list(new.values()), f"{model}: scores from earlier evals")
+        merged = {**pool, **dict(zip(new, map(float, checked)))}
+        record = {"type": "paid", "ticket": -(i + 1), "step": 0, "asks_issued": 0, "model": model,
+                  "examples": [self.example_ids[column[e]] for e in merged], "scores": list(merged.values())}
+        if self.log_path is not None:
+            self._write(record)
+        self._keep_paid(record)
+        return len(new)
+
     def log_partial(self, request: Request, scores) -> None:
         """Log the scores that have come back of a batch in flight (None for the others) as paid: a resumed
         run is told these without evaluating them again, whichever of its batches asks them."""
