@@ -130,3 +130,17 @@ def test_after_stop_survives_a_rerun_of_a_finished_log(small_bench, tmp_path):
     rerun = run(_scores(b), again, concurrency=8, handle_signals=False)
     again.close()
     assert rerun.after_stop == first.after_stop and rerun.evaluated == first.evaluated
+
+
+def test_a_keyword_given_beside_params_is_refused_not_dropped(small_bench):
+    from pulse_jax.errors import PulseInputError
+
+    b, V = small_bench
+    for extra, needle in [({"delta": 0.1}, "delta given beside params="),
+                          ({"exploration": 2.0}, "exploration given beside params="),
+                          ({"delta": 0.1, "exploration": 2.0}, "delta and exploration given beside params=")]:
+        with pytest.raises(PulseInputError, match=needle) as err:
+            Selector(b.models, 200, 400, V=V, params={"delta": 0.05}, **extra)
+        assert "\n" not in str(err.value)
+    with Selector(b.models, 200, 400, V=V, params={"delta": 0.1}) as sel:
+        assert sel.delta == pytest.approx(0.1)

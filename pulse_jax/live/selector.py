@@ -88,9 +88,11 @@ class Selector(LogBinding, SideInformation):
         (default), "ucbe", "naive", "package.module:attribute".
       batch_size: examples per batch, as in `pulse_jax.BanditConfig`.
       init_batches: batches per model in the first look.
-      exploration: the index rule's ``exploration`` (``rule.exploration``; None: the rule's default).
+      exploration: the index rule's ``exploration`` (``rule.exploration``; None: the rule's default; refused
+        beside ``params``).
       refit_every: bandit steps between refits of the factorization (0: none after the first).
-      delta: every interval holds with probability at least ``1 - delta``.
+      delta: every interval holds with probability at least ``1 - delta`` (None: 0.05; refused beside ``params``,
+        which then holds it).
       seed: the run's seed (the same as ``simulate(..., seed)``'s first repetition).
       train: side information, a (n_train, n) matrix with NaN for missing cells (or a ``ScoreMatrix``
         whose examples are aligned by id).
@@ -126,7 +128,7 @@ class Selector(LogBinding, SideInformation):
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
                  batch_size: int = 8, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
-                 delta: float = 0.05, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
+                 delta: float | None = None, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
                  log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None,
                  order=None, concurrency: int | None = None, plan: dict | None = None, cost=None):
         self.models, self.example_ids = _names(models, examples)
@@ -138,7 +140,13 @@ class Selector(LogBinding, SideInformation):
                                    init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid,
                                    stop=stop, concurrency=CONCURRENCY if concurrency is None else concurrency)
         if params is None:
-            params = {"delta": delta, **({} if exploration is None else {"exploration": exploration})}
+            params = {"delta": 0.05 if delta is None else delta,
+                      **({} if exploration is None else {"exploration": exploration})}
+        else:       # one owner per number: the params, or the keywords, never both (nothing dropped)
+            given = [name for name, value in (("delta", delta), ("exploration", exploration)) if value is not None]
+            require(not given, f"Selector: {' and '.join(given)} given beside params=; give "
+                               f"{'them' if len(given) > 1 else 'it'} in params (e.g. params={{'{given[0]}': ...}})"
+                    if given else "")
         engine.check_compatible(self.config, self.estimator)
         self.cost = self._check_cost(cost, m)
         self.params = engine.resolve_params(params, engine.plugins_of(self.config, self.estimator))
