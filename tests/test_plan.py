@@ -93,7 +93,7 @@ def test_report_json_records_the_plan(tmp_path, monkeypatch):
     ({"retries": -1}, "retries must be >= 0"),
     ({"call_timeout": 0}, "call_timeout must be a number of seconds > 0"),
     ({"grace": float("nan")}, "grace must be a number of seconds >= 0"),
-    ({"budget_usd": 1.0}, "budget_usd needs prices: price MODEL=IN/OUT"),
+    ({"budget_usd": 1.0}, "budget_usd needs prices: price MODEL=DOLLARS"),
     ({"method": "ucbe,pulse"}, "method: a selection runs one method"),
     ({"method": "nonesuch"}, "method: unknown method (estimator) 'nonesuch'"),
     ({"rule": "os:system"}, "rule: 'os:system' is a function that needs arguments"),
@@ -120,7 +120,7 @@ def test_every_choice_is_checked_when_the_plan_is_made(values, needle):
 def test_the_command_line_spells_choices_as_flags(tmp_path):
     with pytest.raises(PulseInputError, match="--batch-size must be >= 1, got 0"):
         Plan.from_dict({"log": "run.db", "batch_size": 0}, spell=choices.flag)
-    with pytest.raises(PulseInputError, match="--budget-usd needs prices: --price MODEL=IN/OUT"):
+    with pytest.raises(PulseInputError, match="--budget-usd needs prices: --price MODEL=DOLLARS"):
         Plan.from_dict({"log": "run.db", "budget_usd": 1.0}, spell=choices.flag)
 
 

@@ -236,14 +236,24 @@ def test_a_history_that_cannot_fit_embeddings_is_refused(tmp_path, capsys, rows,
     assert needle in err and err.count("\n") == 1, err
 
 
-@pytest.mark.parametrize("value, needle", [('"1"', 'score "1" is text, not a number'),
-                                           ("true", "score true is true/false, not a number")])
-def test_a_jsonl_score_written_as_text_or_true_is_refused(tmp_path, capsys, value, needle):
+def test_a_jsonl_score_written_as_text_is_refused(tmp_path, capsys):
     path = tmp_path / "long.jsonl"
-    path.write_text('{"model": "a", "example": "q0", "score": 0}\n'
-                    f'{{"model": "b", "example": "q0", "score": {value}}}\n')
+    path.write_text('{"model": "a", "example": "q0", "score": 0}\n{"model": "b", "example": "q0", "score": "1"}\n')
     assert cli.main(["import", "long", str(path), "--out", str(tmp_path / "w.csv")]) == 2
-    assert needle in capsys.readouterr().err
+    assert 'score "1" is text, not a number' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name, text", [
+    ("long.csv", "model,example,score\na,q0,True\nb,q0,False\na,q1,true\nb,q1,0.5\n"),     # pandas' to_csv
+    ("long.jsonl", '{"model": "a", "example": "q0", "score": true}\n{"model": "b", "example": "q0", "score": false}\n'
+                   '{"model": "a", "example": "q1", "score": true}\n{"model": "b", "example": "q1", "score": 0.5}\n')])
+def test_a_boolean_score_column_reads_as_one_and_zero(tmp_path, name, text):
+    from pulse_jax.harnesses.lm_evaluation import read_long
+
+    path = tmp_path / name
+    path.write_text(text)
+    matrix = read_long(path)
+    assert matrix.models == ("a", "b") and matrix.scores.tolist() == [[1.0, 1.0], [0.0, 0.5]]
 
 
 def test_a_jsonl_log_header_without_the_runs_identity_is_refused(tmp_path, capsys):

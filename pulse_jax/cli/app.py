@@ -53,6 +53,9 @@ def main(argv=None) -> int:
     enable_compilation_cache()
     try:
         COMMANDS[args.command].run(args)
+    except BrokenPipeError:    # the reader went away (``| head``): what it wanted was written; end quietly
+        _quiet_stdout()
+        return 0
     except PulseInputError as err:
         print(f"pulse-jax: error: {err}", file=sys.stderr)
         return 2
@@ -74,6 +77,16 @@ def main(argv=None) -> int:
         print("pulse-jax: interrupted", file=sys.stderr)
         return _exit_now(130) if argv is None else 130
     return 0
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's own flush at exit meets no closed pipe."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
 
 
 def _exit_now(code: int) -> int:

@@ -33,11 +33,14 @@ def _add_scoring_options(sel) -> None:
                      help="where Inspect writes its logs (default: <log>.inspect beside the log)")
     sel.add_argument("--value-map", action="append", default=[], metavar="VALUE=NUMBER",
                      help="an Inspect score value as a number in [0, 1] (defaults: C=1, I=0, P=0.5, N=0)")
-    sel.add_argument("--price", action="append", default=[], metavar="MODEL=IN/OUT",
-                     help="dollars per million input/output tokens of a model (*=IN/OUT: every other model)")
-    sel.add_argument("--cost-per-call", type=float, default=None, help="dollars per cell (added to --price)")
+    sel.add_argument("--price", action="append", default=[], metavar="MODEL=DOLLARS|MODEL=IN/OUT",
+                     help="a model's price: MODEL=DOLLARS per call (e.g. gpt-x=0.002), or MODEL=IN/OUT dollars per "
+                          "million input/output tokens (e.g. gpt-x=0.15/0.60; needs a scorer that reports tokens); "
+                          "* for every other model")
     sel.add_argument("--budget-usd", type=float, default=None,
-                     help="stop asking before a batch that could take the spend past this many dollars")
+                     help="the most the run may spend, in dollars: a batch that does not fit, at its model's price, "
+                          "is not paid for")
+    sel.add_argument("--cost-per-call", type=float, default=None, help="dollars per cell (added to --price)")
     sel.add_argument("--usage", action="append", default=[], metavar="LOGS",
                      help="Inspect logs (files or folders) of the task whose token counts estimate the cost")
 
@@ -127,6 +130,9 @@ def run(args) -> None:
     plan.check_models(len(models), args.budget, f"in {args.models}")
     plan.side_information(plan.plugins()[0])   # the log's folder and the side information, before the scorer
     evaluate, examples = scorer_of(args, models)
+    check = getattr(evaluate, "check", None)     # a scorer that can refuse its models or examples up front
+    if callable(check):
+        check(models, examples)
     meter = plan.meter(models, getattr(evaluate, "tokens", None), history=_usage(args, plan))
     selector = plan.selector(models, examples, where=f"in {args.models}",
                              cost=None if meter is None else meter.expected)

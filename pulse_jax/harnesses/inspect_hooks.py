@@ -6,6 +6,8 @@ Inspect's eval id; the hooks (``inspect_ai.hooks``, registered once per process)
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 #: The early-stopping manager's name in Inspect's logs.
 MANAGER = "pulse-jax select_best"
 _TASKS: dict = {}     # Inspect eval id -> (the `_Selection`, the model) of a task the manager runs
@@ -64,7 +66,7 @@ def watch_selections() -> None:
             for log in getattr(data, "logs", None) or ():
                 entry = _TASKS.get(getattr(log.eval, "eval_id", None))
                 if entry is not None and getattr(log, "location", None):
-                    entry[0].remember_inspect_log(log.location)
+                    note_inspect_log(entry[0].path, log.location)
 
         async def on_task_end(self, data) -> None:
             ended = _ENDED.pop(getattr(data, "eval_id", None), None)
@@ -90,3 +92,51 @@ async def _write_certificate(location: str, early_stops: list, metadata: dict):
                                                                   metadata=metadata))
     await write_eval_log_async(log, location)
     return log.results
+
+
+def _noted(selection_log) -> Path:
+    return Path(selection_log).with_name(Path(selection_log).name + ".inspect-logs")
+
+
+def note_inspect_log(selection_log, location: str) -> None:
+    """Note an eval's Inspect log beside the selection's log (``run.db.inspect-logs``): a rerun reads the
+    samples it scored (`scored_samples`)."""
+    with open(_noted(selection_log), "a", encoding="utf-8") as fh:
+        fh.write(str(location) + "\n")
+
+
+def noted_inspect_logs(selection_log) -> list:
+    """The Inspect logs noted beside the selection's log, oldest first."""
+    path = _noted(selection_log)
+    return path.read_text(encoding="utf-8").splitlines() if path.is_file() else []
+
+
+def scored_samples(locations, models, scorer: str | None, metric: str | None, value_map) -> dict:
+    """``{model: {sample id: (score, (input, output tokens))}}`` of the samples that the Inspect logs at
+    ``locations`` scored without error, for the ``models`` of a selection (a log moved or removed since
+    is passed over: its samples are asked again)."""
+    from inspect_ai.log import read_eval_log
+
+    from pulse_jax.errors import PulseInputError
+    from pulse_jax.harnesses import inspect_logs
+
+    found: dict = {}
+    for location in dict.fromkeys(filter(None, locations)):
+        try:
+            log = read_eval_log(location)
+        except Exception:   # noqa: BLE001 -- moved, removed or unreadable: nothing to reuse from it
+            continue
+        model = str(log.eval.model)
+        if model not in models:
+            continue
+        for sample in log.samples or ():
+            chosen = scorer or next(iter(sample.scores or {}), None)
+            if sample.error is not None or not sample.scores or chosen not in sample.scores:
+                continue
+            where = f"select_best: {location}, {model}, sample {sample.id}"
+            try:
+                value = inspect_logs.score_value(sample.scores[chosen].value, value_map, where, metric)
+            except PulseInputError:
+                continue
+            found.setdefault(model, {})[str(sample.id)] = (value, inspect_logs.usage_tokens(sample.model_usage))
+    return found

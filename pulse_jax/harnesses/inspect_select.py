@@ -52,7 +52,8 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.harnesses import inspect_logs
-from pulse_jax.harnesses.inspect_hooks import MANAGER, task_ended, task_started, watch_selections
+from pulse_jax.harnesses.inspect_hooks import (MANAGER, noted_inspect_logs, scored_samples, task_ended, task_started,
+                                               watch_selections)
 from pulse_jax.fileio.jsonable import plain_float32
 
 _WAIT = object()      # schedule_sample's "not yet"
@@ -381,66 +382,26 @@ class _Selection:
             return
         self.advance()
 
-    # ------------------------------------------------------------------ Inspect's own logs
-
-    @property
-    def _inspect_logs_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".inspect-logs")
-
-    def remember_inspect_log(self, location: str) -> None:
-        """Note an eval's Inspect log beside the selection's log: a rerun reads its scored samples."""
-        with open(self._inspect_logs_path, "a", encoding="utf-8") as fh:
-            fh.write(str(location) + "\n")
-
     def _pool_inspect_logs(self) -> None:
         """Every sample that an earlier eval of this selection scored in Inspect's own logs, and that the
         selection's log holds neither as told nor as paid (Inspect can end a task between scoring a
         sample and handing the score to the manager), is committed to the log as paid: no scored sample
         is generated again, whichever batch asks it."""
-        if not self._inspect_logs_path.is_file():
-            return
-        from inspect_ai.log import read_eval_log
-
-        locations = dict.fromkeys(self._inspect_logs_path.read_text(encoding="utf-8").splitlines())
-        found: dict = {}
-        for location in filter(None, locations):
-            try:
-                log = read_eval_log(location)
-            except Exception:   # noqa: BLE001 -- a log moved or removed since: its samples are asked again
-                continue
-            model = str(log.eval.model)
-            if model not in self.expected:
-                continue
-            for sample in log.samples or ():
-                if sample.error is not None or not sample.scores:
-                    continue
-                chosen = self.scorer or next(iter(sample.scores))
-                if chosen not in sample.scores:
-                    continue
-                where = f"select_best: {location}, {model}, sample {sample.id}"
-                try:
-                    value = inspect_logs.score_value(sample.scores[chosen].value, self.value_map, where, self.metric)
-                except PulseInputError:
-                    continue
-                found.setdefault(model, {})[str(sample.id)] = value
-                if str(sample.id) not in self.tokens.get(model, {}):
-                    self._keep_tokens(model, str(sample.id), *inspect_logs.usage_tokens(sample.model_usage))
+        found = scored_samples(noted_inspect_logs(self.path), self.expected, self.scorer, self.metric, self.value_map)
         for model, cells in found.items():
-            self.selector.log_scored(model, cells)
+            for sample, (_, tokens) in cells.items():
+                if sample not in self.tokens.get(model, {}):
+                    self._keep_tokens(model, sample, *tokens)
+            self.selector.log_scored(model, {sample: value for sample, (value, _) in cells.items()})
 
     def scored(self, model: str, sample_id, scores) -> None:
         """A sample Inspect scored (its ``on_sample_end``): recorded unless the manager has it already."""
         if self.selector is None or self.over or model not in self.lanes:
             return
-        for batch in self.batches.get(model, []):
-            key = next((e for e in batch.request.example_ids if str(e) == str(sample_id)), None)
-            if key is not None:
-                if key not in batch.scores:
-                    try:
-                        self.record(model, sample_id, scores)
-                    except PulseInputError:     # a score it cannot read: complete_sample says so
-                        pass
-                return
+        batch = next((b for b in self.batches.get(model, []) if str(sample_id) in map(str, b.request.example_ids)), None)
+        if batch is not None and str(sample_id) not in map(str, batch.scores):
+            with contextlib.suppress(PulseInputError):      # a score it cannot read: complete_sample says so
+                self.record(model, sample_id, scores)
 
     def _finish(self) -> None:
         if self.done:

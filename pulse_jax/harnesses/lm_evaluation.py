@@ -87,10 +87,11 @@ def _long_rows(path: Path, columns: tuple[str, str, str]):
         for k, row in _json_lines(path):
             _require_columns(columns, list(row), f"{path}, line {k}: no field")
             value = row[columns[2]]
-            # JSON has numbers: a score written as text or true/false is a producer's mistake, not a number
-            require(not isinstance(value, (str, bool)),
-                    f"{path}, line {k}: score {json.dumps(value)} is {'text' if isinstance(value, str) else 'true/false'}, "
-                    "not a number; write it as a JSON number (1, 0, 0.5)")
+            # JSON has numbers: a score written as text is a producer's mistake, not a number; true/false
+            # is a boolean column (pandas writes one so) and reads as 1/0
+            require(not isinstance(value, str),
+                    f"{path}, line {k}: score {json.dumps(value)} is text, not a number; write it as a JSON "
+                    "number (1, 0, 0.5) or true/false")
             yield k, row[columns[0]], row[columns[1]], value
         return
     with open(path, newline="", encoding="utf-8-sig") as handle:   # a byte-order mark is not part of a name
@@ -105,9 +106,15 @@ def _long_rows(path: Path, columns: tuple[str, str, str]):
             yield reader.line_num, row[columns[0]], row[columns[1]], row[columns[2]]
 
 
+#: A boolean column as pandas writes it to CSV (``True``/``False``), and as other tools spell it.
+_BOOLEAN_TEXT = {"true": 1.0, "false": 0.0}
+
+
 def _score(value, where: str) -> float:
     if isinstance(value, bool):
         return float(value)
+    if isinstance(value, str) and value.strip().lower() in _BOOLEAN_TEXT:
+        return _BOOLEAN_TEXT[value.strip().lower()]
     try:
         x = float(value)
     except (TypeError, ValueError):

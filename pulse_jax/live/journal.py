@@ -51,25 +51,20 @@ import json
 import os
 import socket
 import sqlite3
-import stat
-import tempfile
 import threading
 import sys
 from pathlib import Path
 
 
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.live import legacy_jsonl
+from pulse_jax.live import legacy_jsonl, log_file
 from pulse_jax.live.chain import canonical, checksum
-from pulse_jax.live.log_reader import CHECK_TAIL, LogReader, check_tally_kept
+from pulse_jax.live.log_reader import CHECK_TAIL, LogReader, check_tally_kept, snapshot  # noqa: F401 -- snapshot: journal.snapshot
 from pulse_jax.live.log_schema import (APPLICATION_ID, LOG_VERSION, MAGIC, READ_VERSIONS, RESERVE_BYTES, TALLY_VERSION,
-                                       build_database, create_tables, check_schema, connect, create_log_file, fsync_folder,
-                                       read_file_header, tally_sql)
+                                       build_database, check_schema, connect, copy_database,
+                                       fsync_folder, read_file_header, tally_sql)
 
-try:   # POSIX; elsewhere the log is not locked (said in the README)
-    import fcntl
-except ImportError:   # pragma: no cover -- Windows
-    fcntl = None
+from pulse_jax.live.log_file import fcntl
 
 def _locked(method):
     """``method`` holding the journal's lock (one transaction at a time on its connection)."""
@@ -78,12 +73,6 @@ def _locked(method):
         with self._lock:
             return method(self, *args, **kwargs)
     return locked
-
-
-def _row(record: dict) -> tuple:
-    """A told or paid record as its table's columns before the checksum."""
-    return (record["ticket"], record["step"], record["asks_issued"], record["model"], json.dumps(record["examples"]),
-            json.dumps(record["scores"]))
 
 
 #: Add a number to a counter in ``meta`` (created at that number).
@@ -96,14 +85,6 @@ class LogFull(OSError):
 
 
 _HELD: dict = {}   # (device, inode) -> the Journal of this process that holds that database
-
-
-def _where_kind(mode: int) -> str:
-    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK,
-                       "a block device"), (stat.S_ISSOCK, "a socket")):
-        if test(mode):
-            return name
-    return "not a regular file"
 
 
 class Journal(LogReader):
@@ -133,61 +114,13 @@ class Journal(LogReader):
     # ------------------------------------------------------------------ open
 
     def _check_path(self) -> None:
-        p = self.path
-        require(not p.is_dir(), f"--log {p}: is a directory; give a file name")
-        if p.is_symlink() and not p.exists():
-            raise PulseInputError(f"--log {p}: is a symbolic link to a missing file ({os.readlink(p)}); give the "
-                                  "log's own path or a new file name")
-        if p.exists():
-            mode = p.stat().st_mode
-            require(stat.S_ISREG(mode), f"--log {p}: is {_where_kind(mode)}, not a file; give a file name for the log")
-        side = p.with_name(p.name + "-journal")
-        if os.path.lexists(side):
-            require(not side.is_symlink() and side.is_file(),
-                    f"--log {p}: its rollback journal {side.name} is {'a symbolic link' if side.is_symlink() else 'not a file'}; "
-                    "SQLite would write the log's journal through it: remove it (a log's journal is a plain file "
-                    "beside it)")
-        p.parent.mkdir(parents=True, exist_ok=True)
+        log_file.check_path(self.path)
 
     def _acquire(self) -> None:
-        """Open the file for its lock (a new log is first created whole, under a temporary name, and linked
-        into place) and take the lock, or refuse naming the holder."""
-        if not os.path.lexists(self.path):
-            create_log_file(self.path)
-        try:
-            fd = os.open(self.path, os.O_RDWR | getattr(os, "O_CLOEXEC", 0))
-        except OSError as err:
-            raise PulseInputError(f"--log {self.path}: cannot open the log: {err.strerror}") from None
-        info = os.fstat(fd)
-        key = (info.st_dev, info.st_ino)
-        older = _HELD.get(key)
-        if older is not None:        # same process: an abandoned selector's log is taken over
-            older.close()
-        if fcntl is not None:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                raise PulseInputError(f"{self.path} is in use by {self._holder()}; wait for it to finish (or stop "
-                                      "it) before running on the same log") from None
-        if info.st_nlink > 1:
-            os.close(fd)
-            raise PulseInputError(f"{self.path}: the log has {info.st_nlink} names (hard links); SQLite keeps its "
-                                  "journal beside the name in use, so a log must have one name: remove the other links")
-        self._lock_fd, self._key = fd, key
-        _HELD[key] = self
-
-    def _holder(self) -> str:
-        """'process PID on HOST (since ...)' as the holder wrote it, read without disturbing it."""
-        try:
-            conn = sqlite3.connect(f"file:{self.path.resolve()}?mode=ro", uri=True, timeout=2)
-            try:
-                row = conn.execute("SELECT pid, host, since FROM holder WHERE id = 1").fetchone()
-            finally:
-                conn.close()
-        except sqlite3.Error:
-            row = None
-        return f"process {row[0]} on {row[1]} (since {row[2]})" if row else "another process"
+        """Open the file and take its lock (`pulse_jax.live.log_file.open_locked`); an abandoned journal of
+        this process on the same file is closed first (its log is taken over)."""
+        self._lock_fd, self._key = log_file.open_locked(self.path, _HELD)
+        _HELD[self._key] = self
 
     def _connect(self) -> None:
         size = os.fstat(self._lock_fd).st_size
@@ -438,30 +371,8 @@ class Journal(LogReader):
                          f"to continue as {replaced.name}, then run the same command again")
 
     def _write_copy(self, path: Path) -> None:
-        """A new log at ``path`` holding what this run knows this log holds, with the same checksums (the
-        chain goes on there as it would have here), built under a temporary name and linked into place."""
-        fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
-        os.close(fd)
-        conn = connect(Path(temporary))
-        try:
-            create_tables(conn)
-            conn.execute("BEGIN")
-            conn.execute("INSERT INTO run VALUES (1, ?, ?)", (canonical(self._header), self._run_crc))
-            previous = ""
-            for record in self._told_records:
-                previous = checksum(record, previous or self._run_crc)
-                conn.execute("INSERT INTO told(ticket, step, asks_issued, model, examples, scores, crc) VALUES "
-                             "(?, ?, ?, ?, ?, ?, ?)", (*_row(record), previous))
-            for record in self._paid_records.values():
-                conn.execute("INSERT INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)", (*_row(record),
-                                                                               checksum(record, self._run_crc)))
-            conn.execute(*tally_sql(previous))
-            conn.execute("COMMIT")
-        finally:
-            conn.close()
-        os.link(temporary, path)
-        os.unlink(temporary)
-        fsync_folder(path.parent)
+        """A new log at ``path`` holding what this run knows this log holds, with the same checksums."""
+        copy_database(path, self._header, self._run_crc, self._told_records, self._paid_records.values())
 
     def _transaction(self, statements, again: bool = False) -> None:
         if not self._check_file(before=True):
@@ -686,37 +597,3 @@ def fix_for(err: OSError) -> str:
     if err.errno == errno.ENOENT:
         return "put the log back where it was (or give --log its new path), then run the same command again"
     return "check the log's folder (permissions, the file system), then run the same command again"
-
-
-
-def snapshot(path) -> tuple[dict | None, list[dict]]:
-    """``(header, records)`` of the log at ``path`` as it is now, verified, read-only and without taking
-    it (a running log can be read; its open transaction, if any, is not seen). A JSONL log of an earlier
-    version is read as it is, unconverted."""
-    path = Path(path)
-    require(path.is_file(), f"{path}: no such log file")
-    require(path.stat().st_size > 0, f"{path}: an empty file (0 bytes), not a pulse-jax log")
-    head, app, version = read_file_header(path)
-    if head != MAGIC:
-        require(legacy_jsonl.looks_like_log(path), f"{path}: not a pulse-jax log (neither its database nor a JSONL log)")
-        header, records, _ = legacy_jsonl.read(path)
-        return header, [r for _, r in records]
-    require(app == APPLICATION_ID, f"{path}: an SQLite database but not a pulse-jax log")
-    require(version in READ_VERSIONS, f"{path}: a pulse-jax log of format version {version}, which this pulse-jax "
-                                      f"(formats {', '.join(map(str, READ_VERSIONS))}) does not read")
-    try:
-        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=5)
-    except sqlite3.Error as err:
-        raise PulseInputError(f"{path}: cannot open the log: {err}") from None
-    try:
-        check_schema(path, conn)
-        header, records = LogReader(path, conn).open()
-        return header, [r for _, r in records]
-    except sqlite3.DatabaseError as err:
-        if "readonly" in str(err):     # a hot rollback journal: the writer died mid-commit
-            raise PulseInputError(f"{path}: a run stopped in the middle of a commit; open the log once to finish it "
-                                  "(run the same command again) before reading it") from None
-        raise PulseInputError(f"{path}: the log database cannot be read ({err}): it is damaged; restore it from a "
-                              "copy") from None
-    finally:
-        conn.close()

@@ -9,7 +9,9 @@ from typing import Iterator
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.chain import checksum
-from pulse_jax.live.log_schema import FIELDS, READ_VERSIONS, TALLY, TALLY_VERSION, cannot_read
+from pulse_jax.live import legacy_jsonl
+from pulse_jax.live.log_schema import (APPLICATION_ID, FIELDS, MAGIC, READ_VERSIONS, TALLY, TALLY_VERSION, cannot_read,
+                                       check_schema, read_file_header)
 
 
 #: A commit's pseudo-statement: check, before the tally moves, that the log's last told batch is still
@@ -128,3 +130,36 @@ class LogReader:
             return json.loads(text)
         except (TypeError, ValueError, RecursionError):
             raise PulseInputError(f"{what} are not valid JSON (was the log edited?)") from None
+
+
+def snapshot(path) -> tuple[dict | None, list[dict]]:
+    """``(header, records)`` of the log at ``path`` as it is now, verified, read-only and without taking
+    it (a running log can be read; its open transaction, if any, is not seen). A JSONL log of an earlier
+    version is read as it is, unconverted."""
+    path = Path(path)
+    require(path.is_file(), f"{path}: no such log file")
+    require(path.stat().st_size > 0, f"{path}: an empty file (0 bytes), not a pulse-jax log")
+    head, app, version = read_file_header(path)
+    if head != MAGIC:
+        require(legacy_jsonl.looks_like_log(path), f"{path}: not a pulse-jax log (neither its database nor a JSONL log)")
+        header, records, _ = legacy_jsonl.read(path)
+        return header, [r for _, r in records]
+    require(app == APPLICATION_ID, f"{path}: an SQLite database but not a pulse-jax log")
+    require(version in READ_VERSIONS, f"{path}: a pulse-jax log of format version {version}, which this pulse-jax "
+                                      f"(formats {', '.join(map(str, READ_VERSIONS))}) does not read")
+    try:
+        conn = sqlite3.connect(f"file:{path.resolve()}?mode=ro", uri=True, timeout=5)
+    except sqlite3.Error as err:
+        raise PulseInputError(f"{path}: cannot open the log: {err}") from None
+    try:
+        check_schema(path, conn)
+        header, records = LogReader(path, conn).open()
+        return header, [r for _, r in records]
+    except sqlite3.DatabaseError as err:
+        if "readonly" in str(err):     # a hot rollback journal: the writer died mid-commit
+            raise PulseInputError(f"{path}: a run stopped in the middle of a commit; open the log once to finish it "
+                                  "(run the same command again) before reading it") from None
+        raise PulseInputError(f"{path}: the log database cannot be read ({err}): it is damaged; restore it from a "
+                              "copy") from None
+    finally:
+        conn.close()

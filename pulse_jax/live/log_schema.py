@@ -288,3 +288,36 @@ def check_record_fields(where: str, record: dict) -> None:
         number = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value <= 1
         require(number or (value is None and not told),
                 f"{where}: score {value!r} is not a number in [0, 1] (was the log edited?)")
+
+
+def _row(record: dict) -> tuple:
+    """A told or paid record as its table's columns before the checksum."""
+    return (record["ticket"], record["step"], record["asks_issued"], record["model"], json.dumps(record["examples"]),
+            json.dumps(record["scores"]))
+
+
+def copy_database(path: Path, header: dict, run_crc: str, told, paid) -> None:
+    """A new log at ``path`` holding ``header`` and the ``told`` and ``paid`` records with the checksums
+    they have in the log they come from (the chain goes on in the copy as it would have there), built
+    under a temporary name and linked into place."""
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    os.close(fd)
+    conn = connect(Path(temporary))
+    try:
+        create_tables(conn)
+        conn.execute("BEGIN")
+        conn.execute("INSERT INTO run VALUES (1, ?, ?)", (canonical(header), run_crc))
+        previous = ""
+        for record in told:
+            previous = checksum(record, previous or run_crc)
+            conn.execute("INSERT INTO told(ticket, step, asks_issued, model, examples, scores, crc) VALUES "
+                         "(?, ?, ?, ?, ?, ?, ?)", (*_row(record), previous))
+        for record in paid:
+            conn.execute("INSERT INTO paid VALUES (?, ?, ?, ?, ?, ?, ?)", (*_row(record), checksum(record, run_crc)))
+        conn.execute(*tally_sql(previous))
+        conn.execute("COMMIT")
+    finally:
+        conn.close()
+    os.link(temporary, path)
+    os.unlink(temporary)
+    fsync_folder(path.parent)

@@ -119,7 +119,8 @@ class Plan:
         self.certificate()                 # one certificate, not beside a stopping rule
         require(self.cheapest is None and self.front is None or self.price or self.cost_per_call is not None,
                 f"{spell('cheapest' if self.cheapest is not None else 'front')} ranks the models by price: give "
-                f"{spell('price')} MODEL=IN/OUT for each model (or {spell('cost_per_call')})")
+                f"{spell('price')} MODEL=DOLLARS (per call) or MODEL=IN/OUT (per million tokens) for each model, "
+                f"or {spell('cost_per_call')}")
         # every name resolves now, once (its notes said once): the plan's plug-ins for its whole life
         object.__setattr__(self, "_plugins", self._resolve_plugins())
         choices.check_param_paths(dict(self.param), [self._plugins], spell)   # each --param path names a number
@@ -149,11 +150,13 @@ class Plan:
         if self.call_timeout is not None:
             seconds("call_timeout", self.call_timeout, strict=True)
         for name in ("cost_per_call", "budget_usd"):
-            value = getattr(self, name)
-            require(value is None or (isinstance(value, (int, float)) and math.isfinite(value) and value >= 0),
-                    f"{spell(name)} must be a number of dollars >= 0, got {value!r}")
+            value, least = getattr(self, name), (">= 0" if name == "cost_per_call" else "> 0")
+            require(value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                                      and math.isfinite(value) and (value >= 0 if least == ">= 0" else value > 0)),
+                    f"{spell(name)} must be a number of dollars {least}, got {value!r}")
         require(self.budget_usd is None or self.price or self.cost_per_call is not None,
-                f"{spell('budget_usd')} needs prices: {spell('price')} MODEL=IN/OUT (dollars per million tokens) "
+                f"{spell('budget_usd')} needs prices: {spell('price')} MODEL=DOLLARS (per call) or MODEL=IN/OUT "
+                "(dollars per million tokens) "
                 f"or {spell('cost_per_call')}")
         require(isinstance(self.force, bool), f"{spell('force')} must be True or False, got {self.force!r}")
 

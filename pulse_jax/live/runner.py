@@ -433,6 +433,12 @@ def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop, call_t
                 interrupt = _ScorerInterrupt()
                 stop.fail(interrupt)
                 raise interrupt from None
+            except PulseInputError as err:   # the scorer refuses the request itself: no retry can change that
+                stop.count(failed_attempts=1)
+                failure = EvaluationError(f"evaluate refused model {request.model!r} on {len(request.example_ids)} "
+                                          f"examples (request {request.ticket}), not retried: {err}")
+                stop.fail(failure)
+                raise failure from None
             except (Exception, SystemExit, asyncio.CancelledError) as err:   # noqa: BLE001 -- user code
                 stop.count(failed_attempts=1)
                 what = (f"evaluate failed for model {request.model!r} on {len(request.example_ids)} examples (request "

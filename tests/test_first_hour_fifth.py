@@ -1,0 +1,77 @@
+"""What a newcomer meets on the command line: a pipe closed early, the help for prices, budgets refused
+when given."""
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pulse_jax import cli
+from pulse_jax.errors import PulseInputError
+from pulse_jax.live import Selector
+from pulse_jax.live.plan import Plan
+
+HERE = Path(__file__).parent
+
+
+def test_log_show_into_a_pipe_closed_early_ends_quietly(tmp_path):
+    log = tmp_path / "run.db"
+    with Selector(["a", "b", "c"], 60, 180, method="ucbe", batch_size=2, stop="budget", log=log,
+                  concurrency=1) as sel:
+        while (r := sel.ask()) is not None:
+            sel.tell(r, [float(int(e) % 3 == 0) for e in r.example_ids])
+    env = {**os.environ, "PYTHONPATH": str(HERE.parent)}
+    done = subprocess.run(f"{sys.executable} -m pulse_jax.cli log show {log} | head -3", shell=True, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and len(done.stdout.splitlines()) == 3
+    assert "Broken pipe" not in done.stderr and "Error" not in done.stderr, done.stderr
+
+
+def test_select_help_documents_both_price_forms(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["select", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "MODEL=DOLLARS per call" in text and "MODEL=IN/OUT dollars per million" in text
+
+
+@pytest.mark.parametrize("value", [0, -1.0, float("nan"), True])
+def test_a_money_budget_of_nothing_is_refused_when_the_plan_is_made(tmp_path, value):
+    with pytest.raises(PulseInputError, match="budget_usd must be a number of dollars > 0"):
+        Plan(log=str(tmp_path / "run.db"), price=("*=0.01",), budget_usd=value)
+
+
+@pytest.mark.parametrize("models, examples, needle", [
+    (["candidate-000", "gpt-9"], "100", "the stand-in scorer has no model 'gpt-9'"),
+    (["candidate-000", "candidate-001"], "2000", "example 1000 is not one of them (give --examples 1000 or fewer)")])
+def test_the_stand_in_scorer_refuses_what_it_lacks_before_anything_compiles(tmp_path, capsys, monkeypatch, models,
+                                                                          examples, needle):
+    import pulse_jax.live.selector as selector_module
+
+    def no_selector(*args, **kwargs):
+        raise AssertionError("a selector was made (and compiled) before the refusal")
+
+    monkeypatch.setattr(selector_module, "Selector", no_selector)
+    (tmp_path / "models.txt").write_text("\n".join(models) + "\n")
+    argv = ["select", "--models", str(tmp_path / "models.txt"), "--examples", examples, "--budget", "400", "--method", "ucbe",
+            "--evaluate", "pulse_jax.stand_in:score", "--log", str(tmp_path / "run.db"), "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert needle in err and err.count("\n") == 1, err
+
+
+def test_a_scorer_that_refuses_a_request_is_not_retried(tmp_path):
+    from pulse_jax.live import EvaluationError, run
+
+    calls = []
+
+    def scorer(model, ids):
+        calls.append(model)
+        if model == "c":
+            raise PulseInputError("no model 'c' here")
+        return [0.5] * len(ids)
+
+    with Selector(["a", "b", "c"], 60, 180, method="ucbe", batch_size=2, stop="budget", concurrency=1) as sel:
+        with pytest.raises(EvaluationError, match="evaluate refused model 'c' .* not retried: no model 'c' here"):
+            run(scorer, sel, retry_wait=0.0, handle_signals=False)
+    assert calls.count("c") == 1
