@@ -54,6 +54,14 @@ def accuracy_vs_budget(results, path, title: str = "", points: int = 60, bandit_
     return _save(fig, path)
 
 
+def interval_label(report) -> str:
+    """What the plotted intervals are: simultaneous confidence sequences, or, at certification levels,
+    intervals that each hold on their own (not all at once) and certify the best model."""
+    if getattr(report, "simultaneous", True):
+        return f"{1 - report.delta:.0%} confidence sequence (simultaneous, every look)"
+    return f"certification bounds: each holds alone, not all at once; a certified best is right w.p. {1 - report.delta:.0%}"
+
+
 def estimates_with_intervals(report, path):
     """A live selection's estimates with their intervals, best first (PNG or PDF by suffix)."""
     order = [report.models.index(name) for name in report.ranking][:40]
@@ -63,7 +71,7 @@ def estimates_with_intervals(report, path):
     # Lines, not error bars: PULSE's estimate (the mean of its one-step estimates) need not lie
     # inside the confidence sequence, whose centre is a different weighted mean.
     ax.hlines(y, report.low[order], report.high[order], color=COLORS["ucbe"], alpha=0.6, lw=4, zorder=0,
-              label=f"{1 - report.delta:.0%} confidence sequence (simultaneous, every look)")
+              label=interval_label(report))
     ax.plot(est, y, "o", color=COLORS["pulse"], label="estimate")
     ax.set_yticks(y, [report.models[i] for i in order], fontsize=8)
     ax.set_xlabel("estimated mean score")

@@ -103,13 +103,33 @@ class Report:
         return "\n".join(lines) + "\n"
 
     def _groups_line(self) -> str:
-        shown = " > ".join("{" + ", ".join(g) + "}" for g in self.groups)
-        return (f"Tie groups, best first (a group's first model is above every model of the later groups): "
-                f"{shown}. "
-                + (f"These orderings hold with probability at least {1 - self.delta:g} (every interval holds at "
-                   "once)." if self.simultaneous else
-                   "At certification levels only the first group is certified (the best model is in it); "
-                   "`--bounds all` certifies every group's place."))
+        """What the tie groups certify, as a statement true as written: the groups' first models in a
+        certified order (each above every model of the later groups), each group's other members said
+        to be *not separated* from its first model, and models whose interval still reaches past every
+        group's first model said apart, as too little evaluated to place."""
+        index = {m: i for i, m in enumerate(self.models)}
+        heads = [g[0] for g in self.groups]
+        spread = [index[h] for h in heads]
+        top, bottom = max(self.estimates[spread]), min(self.estimates[spread])
+        unplaced = [m for g in self.groups for m in g[1:]
+                    if self.low[index[m]] <= bottom and self.high[index[m]] >= top]
+        parts = []
+        for group in self.groups:
+            rest = [m for m in group[1:] if m not in unplaced]
+            if rest:
+                parts.append(f"not separated from {group[0]}: " + ", ".join(
+                    f"{m} ({_fmt(self.estimates[index[m]])})" for m in rest))
+        loose = ("; too little evaluated to place: " + ", ".join(
+            f"{m} [{_fmt(self.low[index[m]])}, {_fmt(self.high[index[m]])}]" for m in unplaced)) if unplaced else ""
+        if not self.simultaneous:
+            return (f"At certification levels one thing is certified about the order: the best model is "
+                    f"{heads[0]}" + (f" or one not separated from it ({', '.join(self.groups[0][1:])})"
+                                     if len(self.groups[0]) > 1 else "")
+                    + f". The groups' order ({' > '.join(heads)}) is not certified here (`--bounds all` certifies "
+                    "it)" + (": " + "; ".join(parts) + loose if parts or loose else "") + ".")
+        return (f"Certified order, with probability at least {1 - self.delta:g} (every interval holds at once): "
+                f"{' > '.join(heads)}, each above every model of the groups after its own"
+                + ("; " + "; ".join(parts) if parts else "") + loose + ". Nothing else about the order is certified.")
 
     def plot(self, path):
         from pulse_jax.analysis import plotting   # matplotlib only when a figure is asked for
