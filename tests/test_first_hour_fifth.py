@@ -75,3 +75,44 @@ def test_a_scorer_that_refuses_a_request_is_not_retried(tmp_path):
         with pytest.raises(EvaluationError, match="evaluate refused model 'c' .* not retried: no model 'c' here"):
             run(scorer, sel, retry_wait=0.0, handle_signals=False)
     assert calls.count("c") == 1
+
+
+@pytest.mark.parametrize("name, text", [
+    ("candidates.csv", "model,0,1,2\ncandidate-000,1,0,1\ncandidate-001,0,1,1\n"),
+    ("names.txt", "model,0,1,2\ncandidate-000,1,0,1\ncandidate-001,0,1,1\n"),
+    ("long.txt", "a\n" + "b" * 3000 + "\n")])
+def test_a_table_given_as_the_models_is_refused_before_anything_runs(tmp_path, capsys, name, text):
+    (tmp_path / name).write_text(text)
+    argv = ["select", "--models", str(tmp_path / name), "--examples", "100", "--budget", "400", "--method", "ucbe",
+            "--evaluate", "pulse_jax.stand_in:score", "--log", str(tmp_path / "run.db"), "--quiet"]
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and ("looks like a table" in err or "is no model name" in err), err
+    assert not (tmp_path / "run.db").exists()
+
+
+def test_progress_without_a_terminal_says_the_pace_and_what_is_left(tmp_path, monkeypatch):
+    """Without a terminal, select writes a line every 10 seconds with the cells left at the pace so far."""
+    import io
+
+    from pulse_jax.cli import output, selection
+
+    stream = io.StringIO()
+    monkeypatch.setattr("sys.stderr", stream)
+    clock = iter([0.0, 0.0, 11.0, 15.0, 22.0])
+    monkeypatch.setattr(output.time, "monotonic", lambda: next(clock))
+    report = selection._live_progress(type("Args", (), {"quiet": False})())
+
+    class FakeSelector:
+        spent = 100
+        config = type("Config", (), {"budget": 1000})()
+
+    selector = FakeSelector()
+    report(selector, 4, 1.0)                # within 10 s of the "started" line: not printed
+    selector.spent = 300
+    report(selector, 4, 11.0)               # 11 s after it: printed, with what is left at this pace
+    selector.spent = 350
+    report(selector, 4, 15.0)               # 4 s later: not printed
+    lines = stream.getvalue().splitlines()
+    assert len(lines) == 2 and lines[0] == "  select: started" and "300/1,000 cells" in lines[-1]
+    assert "at most 38 s left at this rate" in lines[-1]           # 700 cells at 200 cells / 11 s

@@ -1,4 +1,4 @@
-"""What the commands print and write: progress (bars on a terminal, a line a minute otherwise), the
+"""What the commands print and write: progress (bars on a terminal, a line every 10 seconds otherwise), the
 comparison table and results folder of a simulation, and the checks an output path passes first."""
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ def bars_wanted(args):
 
 
 #: Without a terminal, long work says how far it is at most this often (seconds).
-PROGRESS_LINE_EVERY = 60.0
+PROGRESS_LINE_EVERY = 10.0
 
 
 class Lines:
@@ -48,7 +48,7 @@ def simulation_progress(args, name: str):
         return False
     if sys.stderr.isatty():
         return True
-    lines = Lines(f"  {name}: compiling, then running (a line a minute without a terminal)")
+    lines = Lines(f"  {name}: compiling, then running (a line every 10 s without a terminal)")
     return lambda done, total, seconds: lines(f"  {name}: {done:,}/{total:,} repetitions, {seconds:.0f} s",
                                               done == total)
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from pathlib import Path
 
 from pulse_jax import choices
 from pulse_jax.cli.inputs import read_lines
@@ -216,15 +217,43 @@ def _live_progress(args):
         return True
     lines = Lines("  select: started")
 
+    start = {}
+
     def report(selector, in_flight: int, seconds: float):
-        lines(f"  select: {selector.spent:,}/{selector.config.budget:,} cells, {in_flight} in flight, {seconds:.0f} s")
+        start.setdefault("spent", selector.spent)          # a resumed run's cells came from the log
+        done, budget = selector.spent, selector.config.budget
+        rate = (done - start["spent"]) / seconds if seconds > 0 else 0.0
+        eta = f", at most {_duration((budget - done) / rate)} left at this rate (the budget; a stop comes sooner)" \
+            if rate > 0 and done < budget else ""
+        lines(f"  select: {done:,}/{budget:,} cells, {in_flight} in flight, {seconds:.0f} s{eta}")
 
     return report
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min" if seconds < 7200 else \
+        f"{seconds / 3600:.1f} h"
+
+
+def _not_a_table(path, lines) -> None:
+    """``--models`` is one name per line: a table (a score matrix's CSV, its header first) is refused
+    before anything runs, saying what to give instead."""
+    fields = [line.count(",") + 1 for line in lines[:50]]
+    if str(path).lower().endswith((".csv", ".tsv", ".npz", ".parquet", ".jsonl")) or (
+            len(lines) > 1 and min(fields) > 2 and len(set(fields)) == 1):
+        raise PulseInputError(f"--models {path}: looks like a table ({max(fields)} comma-separated fields on its "
+                              "first line), not a list of candidate names one per line; give a text file of names "
+                              "(a score matrix's first column without its header, e.g. `cut -d, -f1 "
+                              f"{Path(str(path)).name} | tail -n +2 > models.txt`)")
+    longest = max(lines, key=len)
+    require(len(longest) <= 500, f"--models {path}: a line of {len(longest):,} characters is no model name; give "
+                                 "one candidate name per line")
 
 
 def _read_models(args) -> list[str]:
     """``--models``: at least two names, none twice, more than a top-k or tie-group certificate names."""
     models = read_lines(args.models, "--models")
+    _not_a_table(args.models, models)
     repeated = sorted({m for m in models if models.count(m) > 1})
     require(not repeated, f"--models {args.models}: {len(repeated)} name(s) appear more than once: "
                           f"{', '.join(map(repr, repeated[:5]))}{', ...' if len(repeated) > 5 else ''}")
