@@ -116,3 +116,28 @@ def test_progress_without_a_terminal_says_the_pace_and_what_is_left(tmp_path, mo
     lines = stream.getvalue().splitlines()
     assert len(lines) == 2 and lines[0] == "  select: started" and "300/1,000 cells" in lines[-1]
     assert "at most 38 s left at this rate" in lines[-1]           # 700 cells at 200 cells / 11 s
+
+
+def test_the_same_command_on_a_finished_selection_says_so_without_compiling(tmp_path, capsys, monkeypatch):
+    from pulse_jax import stand_in
+
+    (tmp_path / "models.txt").write_text("\n".join(stand_in.models()[:3]) + "\n")
+    argv = ["select", "--models", str(tmp_path / "models.txt"), "--examples", "60", "--budget", "120",
+            "--batch-size", "4", "--method", "ucbe", "--stop", "budget", "--evaluate", "pulse_jax.stand_in:score",
+            "--log", str(tmp_path / "run.db"), "--quiet", "--concurrency", "1"]
+    assert cli.main(argv) == 0
+    first = capsys.readouterr().out
+    import pulse_jax.live.selector as selector_module
+
+    def no_selector(*args, **kwargs):
+        raise AssertionError("a selector was made (and compiled) for a finished selection")
+
+    monkeypatch.setattr(selector_module, "Selector", no_selector)
+    assert cli.main(argv) == 0
+    out, err = capsys.readouterr()
+    assert "this selection already finished" in err and err.count("\n") == 1
+    assert out.splitlines()[0] in first and "120/120" not in err
+    bigger = list(argv)
+    bigger[bigger.index("--budget") + 1] = "180"
+    with pytest.raises(AssertionError, match="a selector was made"):    # a larger budget goes on from the log
+        cli.main(bigger)

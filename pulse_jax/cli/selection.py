@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
 from pathlib import Path
 
@@ -128,6 +129,8 @@ def run(args) -> None:
     plan = plan_of(args)
     inputs = hash_inputs(args.models, args.examples, args.train)
     models = _read_models(args)
+    if _already_finished(args, plan, inputs, models):
+        return
     plan.check_models(len(models), args.budget, f"in {args.models}")
     plan.side_information(plan.plugins()[0])   # the log's folder and the side information, before the scorer
     evaluate, examples = scorer_of(args, models)
@@ -150,6 +153,10 @@ def run(args) -> None:
         report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
                                      finished=report.finished or meter.stopped)   # the money budget ended it
     out = plan.write_report(report, selector, inputs=inputs)
+    if report.finished:
+        from pulse_jax.live import log_file
+
+        log_file.mark_finished(plan.log, _finished_key(plan, inputs, models))
     print(report.to_markdown())
     figures = "estimates.png, cost_accuracy.png" if selector.cost is not None else "estimates.png"
     print(f"report: {out / 'report.md'} (+ report.json, {figures}, provenance.json)")
@@ -228,6 +235,29 @@ def _live_progress(args):
         lines(f"  select: {done:,}/{budget:,} cells, {in_flight} in flight, {seconds:.0f} s{eta}")
 
     return report
+
+
+def _finished_key(plan, inputs, models) -> dict:
+    """What a finished selection was: the same command run again finds it finished (`_already_finished`)."""
+    return {"plan": plan.to_dict(), "inputs": [list(i) if isinstance(i, tuple) else i for i in inputs],
+            "models": list(models)}
+
+
+def _already_finished(args, plan, inputs, models) -> bool:
+    """The same command again on a log whose selection finished: say so in one line and show its report,
+    without compiling or asking anything (a larger --budget or another --stop goes on instead)."""
+    from pulse_jax.live import log_file
+
+    report = plan.report_folder / "report.md"
+    if not (Path(plan.log).is_file() and report.is_file()):
+        return False
+    if log_file.finished_mark(plan.log) != json.loads(json.dumps(_finished_key(plan, inputs, models))):
+        return False
+    print(f"this selection already finished: {plan.log} holds every cell it asked for, and nothing more is "
+          f"asked (a larger --budget, or another --stop, goes on from it); its report, {report}:",
+          file=sys.stderr)
+    print(report.read_text(encoding="utf-8"), end="")
+    return True
 
 
 def _duration(seconds: float) -> str:

@@ -7,13 +7,15 @@ link is refused outright: SQLite keeps its rollback journal beside the name in u
 """
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import stat
 from pathlib import Path
 
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.live.log_schema import create_log_file
+from pulse_jax.live.chain import canonical
+from pulse_jax.live.log_schema import connect, create_log_file
 
 try:   # POSIX; elsewhere the log is not locked (said in the README)
     import fcntl
@@ -88,3 +90,30 @@ def holder(path: Path) -> str:
     except sqlite3.Error:
         row = None
     return f"process {row[0]} on {row[1]} (since {row[2]})" if row else "another process"
+
+
+def mark_finished(path, key: dict) -> None:
+    """Record in the log at ``path`` (not held by anyone) that its selection finished, as ``key`` says
+    (the command's plan and inputs): the same command run again says so instead of resuming. A log that
+    cannot take the mark is left as it is (the next run then replays it, as before)."""
+    try:
+        conn = connect(Path(path))
+        try:
+            conn.execute("INSERT OR REPLACE INTO meta VALUES ('finished', ?)", (canonical(key),))
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        pass
+
+
+def finished_mark(path) -> dict | None:
+    """The mark `mark_finished` left in the log at ``path``, read without taking the log (None if none)."""
+    try:
+        conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=2)
+        try:
+            row = conn.execute("SELECT value FROM meta WHERE key = 'finished'").fetchone()
+        finally:
+            conn.close()
+        return json.loads(row[0]) if row else None
+    except (sqlite3.Error, ValueError):
+        return None
