@@ -169,7 +169,8 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     params = engine.resolve_params(params, plugins)
     engine.check_levels(config, plugins, params)
     follow = None if follow is None else _check_follow(follow, reps, config)
-    start = start_rows(init_U, row_prior, config, estimator, V, params)._replace(cost=check_cost(cost, scores))
+    start = start_rows(init_U, row_prior, config, estimator, V, params)._replace(
+        cost=check_cost(cost, scores, stop=plugins.stop))
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
     out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed=seed,
                                             chunk_size=chunk_size, progress=progress, devices=devices, follow=follow,
@@ -183,13 +184,19 @@ def _count(value, name: str) -> int:
     return int(value)
 
 
-def check_cost(cost, scores: np.ndarray, where: str = "cost") -> np.ndarray | None:
+def check_cost(cost, scores: np.ndarray, where: str = "cost", stop=None) -> np.ndarray | None:
     """``cost`` (``(m,)`` per model or ``(m, n)`` per cell) as an ``(m, n)`` float32 matrix, 0 where a
     score is missing; or a one-line error naming the model (and example) that is wrong. Every cost must
-    be finite and >= 0, and every model's mean cost per cell > 0 (the rules weigh models by it)."""
+    be a real, finite number >= 0 small enough for a run's money to add up in float32, and every model's
+    mean cost per cell > 0 (the rules weigh models by it). ``stop``: a stopping rule that ranks the
+    models by cost (``uses_cost``) needs one."""
+    require(cost is not None or stop is None or not stop.uses_cost,
+            f"stopping rule {getattr(stop, 'name', stop)!r} ranks the models by cost, and no {where} was given: "
+            f"pass {where}= (each model's cost per cell), or another stopping rule")
     if cost is None:
         return None
     m, n = scores.shape
+    require(not np.iscomplexobj(np.asarray(cost)), f"{where} must be real numbers, got complex values")
     try:
         arr = np.asarray(cost, dtype=np.float64)
     except (TypeError, ValueError):
@@ -205,6 +212,11 @@ def check_cost(cost, scores: np.ndarray, where: str = "cost") -> np.ndarray | No
         at = f"model {r}" if np.ndim(cost) == 1 else f"row {r}, column {c}"
         raise PulseInputError(f"{where} must be finite and >= 0: {at} is {arr[r, c]}")
     arr = np.where(scored, arr, 0.0)
+    # money adds up cells x cost in float32: a run's whole spend must stay finite (and far from overflow)
+    with np.errstate(over="ignore"):
+        total = float(arr.sum())
+    require(total <= 1e30, f"{where} is too large to add up: the whole matrix costs {total:.3g} (float32 money "
+                           "would overflow); rescale the costs (e.g. to thousands)")
     mean = arr.sum(1) / np.maximum(scored.sum(1), 1)
     free = np.flatnonzero(mean <= 0)
     require(not len(free), f"{where}: model {free[0] if len(free) else 0} costs nothing per cell; give every model a "

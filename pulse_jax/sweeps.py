@@ -264,7 +264,8 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     P = len(points)
     rep_index = np.tile(np.arange(reps), P)
     stacked = jax.tree_util.tree_map(lambda *vs: np.repeat(np.asarray(vs, np.float32), reps), *points)
-    start = start_rows(None, row_prior, config, estimator, V, stacked)._replace(cost=check_cost(cost, scores))
+    start = start_rows(None, row_prior, config, estimator, V, stacked)._replace(
+        cost=check_cost(cost, scores, stop=plugins.stop))
     out, seconds, compile_seconds = execute(scores, config, estimator, V, rep_index, stacked, seed=seed,
                                             chunk_size=chunk_size, progress=progress, devices=devices, start=start)
     results = []

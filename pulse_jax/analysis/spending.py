@@ -72,7 +72,8 @@ def _median_interval(values: np.ndarray, n_boot: int, seed: int, level: float) -
     rng = np.random.default_rng(seed)
     boot = np.median(values[rng.integers(0, len(values), (n_boot, len(values)))], axis=1)
     alpha = (1 - level) / 2
-    lo, hi = np.quantile(boot, [alpha, 1 - alpha])
+    with np.errstate(invalid="ignore"):      # repetitions that never stopped are inf: inf - inf inside quantile
+        lo, hi = np.quantile(boot, [alpha, 1 - alpha])
     finite = lambda x: float(x) if np.isfinite(x) else float("nan")   # noqa: E731
     return {"median": finite(np.median(values)), "low": finite(lo), "high": finite(hi),
             "reached_fraction": float(np.isfinite(values).mean())}

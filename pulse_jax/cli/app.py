@@ -41,6 +41,11 @@ def parse(argv=None, parser=None):
 
 
 def main(argv=None) -> int:
+    words = sys.argv[1:] if argv is None else list(argv)
+    if "--version" in words and len(words) > 1:      # argparse would print it and drop the rest unread
+        print(f"pulse-jax: error: --version takes nothing else; got {' '.join(w for w in words if w != '--version')}",
+              file=sys.stderr)
+        return 2
     args, extra = parse(argv)
     if extra:       # name the command they were given to, not the top level
         command = " ".join([args.command] + [getattr(args, name) for name in ("source", "action")

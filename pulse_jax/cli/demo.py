@@ -24,7 +24,7 @@ def run(args) -> None:
     check_run_args(args)
     resolve_defaults(args, "built-in")
     check_out_dir(args.out, args.force)
-    methods = parse_methods(args.method)
+    methods = parse_methods(args.method, args)
     bench = synthetic.make_benchmark(seed=args.seed)
     m, n = bench.scores.shape
     config = bandit_config(args, m, n, default_budget=m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS)

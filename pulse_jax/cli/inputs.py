@@ -105,6 +105,9 @@ def costs_of(args, models, examples, scores):
 
     wants = [flag for flag, name in (("--cheapest", "cheapest"), ("--front", "front"))
              if getattr(args, name, None) is not None]
+    stop = getattr(args, "stop", None)
+    if isinstance(stop, str) and stop.split("(")[0] in ("cheapest_within", "cost_front"):
+        wants.append(f"--stop {stop}")
     if getattr(args, "cost", None) is None:
         require(not wants, f"{wants[0] if wants else ''} ranks the models by cost: pass --cost FILE ('model,cost' rows)")
         return None

@@ -13,9 +13,16 @@ from pulse_jax.errors import require
 PLUGIN_HELP = "a registered name or package.module:attribute (a plug-in of your own)"
 
 
-def parse_methods(text: str) -> dict:
-    """``--method``: comma-separated estimators (names or ``module:attribute``) as ``{name: Estimator}``."""
-    return choices.methods(text, "--method")
+def parse_methods(text: str, args=None) -> dict:
+    """``--method``: comma-separated estimators (names or ``module:attribute``) as ``{name: Estimator}``.
+    Given ``args``, a ``--rank`` that no method would use is refused (it would be ignored)."""
+    methods = choices.methods(text, "--method")
+    rank_given = args is not None and getattr(args, "rank", None) is not None \
+        and "rank" not in getattr(args, "defaulted", ("rank",))
+    require(not rank_given or uses_predictions(methods),
+            f"--rank {getattr(args, 'rank', '')}: --method {text} makes no predictions, so no embeddings are fitted "
+            "and --rank would be ignored; leave it out (or add a method that uses predictions, e.g. pulse)")
+    return methods
 
 
 def plugin_option(kind: str, value: str, option: str):

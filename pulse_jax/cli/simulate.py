@@ -26,7 +26,7 @@ def run(args) -> None:
     check_run_args(args)
     resolve_defaults(args, "file")
     check_out_dir(args.out, args.force)
-    methods = parse_methods(args.method)
+    methods = parse_methods(args.method, args)
     one_side_information(args)
     inputs = hash_inputs(args.scores, args.train, args.embeddings, args.hparams)
     cand = data.handle_missing(data.load(args.scores), args.missing)

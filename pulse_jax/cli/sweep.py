@@ -42,7 +42,7 @@ def run(args) -> None:
     require(0 < args.target < 1, f"--target must lie in (0, 1), got {args.target}")
     resolve_defaults(args, "built-in" if args.scores is None else "file")
     check_out_dir(args.out, args.force)
-    methods = parse_methods(args.method)
+    methods = parse_methods(args.method, args)
     require(len(methods) == 1, f"--method: a sweep runs one method, got {', '.join(methods)}")
     (method, estimator), = methods.items()
     plugins = (estimator, plugin_option("sampling rule", args.rule, "--rule"), plugin_option("stopping rule", args.stop, "--stop"))

@@ -36,6 +36,7 @@ def run(args) -> None:
     check_writable_file(args.out, "--out")
     require(args.force or not files.exists(args.out), f"--out {args.out}: exists; pass --force to write over it")
     train = data.load(args.train)
+    data.check_history(train)       # two models at least, none without a score
     grid = {"rank": number_list(args.ranks, "ranks", int), "lam": number_list(args.lams, "lams"),
             "lr": number_list(args.lrs, "lrs"), "epochs": number_list(args.epochs, "epochs", int)}
 

@@ -20,6 +20,10 @@ import numpy as np
 from pulse_jax.errors import PulseInputError, require
 
 
+#: The largest cost per cell read: a whole run's money (cells x cost, float32 in the engine) stays finite.
+MAX_COST = 1e24
+
+
 def _number(text: str, source: str, line: int, column: str) -> float:
     try:
         value = float(text)
@@ -27,6 +31,8 @@ def _number(text: str, source: str, line: int, column: str) -> float:
         raise PulseInputError(f"{source}: line {line}, column {column}: {text!r} is not a number") from None
     require(math.isfinite(value) and value >= 0,
             f"{source}: line {line}, column {column}: a cost must be a finite number >= 0, got {text}")
+    require(value <= MAX_COST, f"{source}: line {line}, column {column}: a cost of {text} is too large to add up "
+                               f"(money over a run would overflow); rescale the costs to at most {MAX_COST:g}")
     return value
 
 
@@ -75,7 +81,11 @@ def load_costs(path, models, examples, scores=None) -> np.ndarray:
         _check_positive(out, models, lines, source)
         return out
     ids = [str(e) for e in examples]
-    columns = {h: k for k, h in enumerate(header[1:], start=1)}
+    columns = {}
+    for k, h in enumerate(header[1:], start=1):
+        require(h not in columns, f"{source}: line 1: example column {h!r} appears twice (columns {columns.get(h)} "
+                                  f"and {k}); give each example one column")
+        columns[h] = k
     absent = [e for e in ids if e not in columns]
     require(not absent, f"{source}: no column for example {absent[0]!r} ({len(absent)} of the {len(ids)} examples "
                         "missing); a per-model file has the header 'model,cost'" if absent else "")

@@ -47,6 +47,8 @@ def _number(text: str, item: str, option: str) -> float:
     except ValueError:
         raise PulseInputError(f"{option} {item!r}: {text!r} is not a number") from None
     require(math.isfinite(x) and x >= 0, f"{option} {item!r}: {text} must be a non-negative number")
+    require(x <= 1e12, f"{option} {item!r}: {text} dollars is no price (at most 1e12 per call or per million "
+                       "tokens)")
     return x
 
 

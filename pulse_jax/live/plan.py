@@ -111,6 +111,10 @@ class Plan:
         choices.check_counts({name: getattr(self, name) for name in ("budget", "batch_size", "init_batches",
                                                                      "refit_every", "rank")}, spell)
         choices.check_delta(self.delta, spell)
+        require(self.exploration is None or (isinstance(self.exploration, (int, float))
+                                             and not isinstance(self.exploration, bool)
+                                             and math.isfinite(self.exploration) and self.exploration >= 0),
+                f"{spell('exploration')} must be a number >= 0, got {self.exploration!r}")
         self._check_live_numbers()
         params = self.param.items() if isinstance(self.param, Mapping) else self.param
         set_("param", tuple(choices.param_values(params, self._shorthands_given(), spell).items()))

@@ -70,6 +70,8 @@ CONCURRENCY = 16
 def _names(models, examples) -> tuple[tuple, tuple]:
     """The models' names and the example ids, none twice."""
     names = tuple(str(m) for m in models)
+    empty = [k for k, name in enumerate(names) if not name.strip()]
+    require(not empty, f"models: model {empty[0] if empty else 0} has an empty name; give every candidate a name")
     require(len(set(names)) == len(names), "models: duplicate model names")
     ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
     require(len(set(map(str, ids))) == len(ids), "examples: duplicate example ids")

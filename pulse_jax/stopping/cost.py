@@ -112,6 +112,7 @@ def _cheapest_holds(claimed, true_means, params, cost):
 def cheapest_within(epsilon: float = 0.01) -> StoppingRule:
     """Stop once the cheapest model within ``stop.epsilon`` of the best is certified (needs an interval
     and bounds on every model: ``cs_simultaneous = 1``)."""
+    _check_epsilon(epsilon, "cheapest_within")
     return StoppingRule("cheapest_within", _cheapest_done, needs_interval=True, claim=_cheapest_claim,
                         statement=_cheapest_statement, params=EpsilonParams(float(epsilon)), holds=_cheapest_holds,
                         upper_models=EVERY_MODEL, uses_cost=True, focus=_cheapest_focus)
@@ -190,9 +191,18 @@ def _front_holds(claimed, true_means, params, cost):
 def cost_front(epsilon: float = 0.01) -> StoppingRule:
     """Stop once every model is certified on the cost-accuracy front (within ``stop.epsilon``) or
     dominated by one at most as expensive (needs an interval and bounds on every model)."""
+    _check_epsilon(epsilon, "cost_front")
     return StoppingRule("cost_front", _front_done, needs_interval=True, claim=_front_claim,
                         statement=_front_statement, params=EpsilonParams(float(epsilon)), holds=_front_holds,
                         upper_models=EVERY_MODEL, uses_cost=True, focus=_front_focus)
+
+
+def _check_epsilon(epsilon, name: str) -> None:
+    """``epsilon`` a number in [0, 1], refused in one line naming the rule when the rule is made."""
+    from pulse_jax.errors import require
+
+    ok = isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and 0 <= epsilon <= 1
+    require(ok, f"{name}(epsilon={epsilon!r}): epsilon must be a number in [0, 1] (a gap in mean score)")
 
 
 BUILT_IN["cheapest_within"] = cheapest_within
