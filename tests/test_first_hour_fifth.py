@@ -141,3 +141,23 @@ def test_the_same_command_on_a_finished_selection_says_so_without_compiling(tmp_
     bigger[bigger.index("--budget") + 1] = "180"
     with pytest.raises(AssertionError, match="a selector was made"):    # a larger budget goes on from the log
         cli.main(bigger)
+
+
+def test_a_hung_call_is_said_once_even_without_progress(monkeypatch, capsys):
+    from pulse_jax.live import run, runner
+
+    monkeypatch.setattr(runner, "HUNG_CALL", 0.2)
+    calls = []
+
+    def scorer(model, ids):
+        calls.append(model)
+        if len(calls) == 4:
+            import time
+
+            time.sleep(0.6)
+        return [0.5] * len(ids)
+
+    with Selector(["a", "b", "c"], 30, 60, method="ucbe", batch_size=2, stop="budget", concurrency=1) as sel:
+        run(scorer, sel, handle_signals=False, progress=False)
+    err = capsys.readouterr().err
+    assert err.count("has run for") == 1 and "no --call-timeout" in err, err

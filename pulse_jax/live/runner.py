@@ -82,6 +82,8 @@ RETRIES, RETRY_WAIT, RETRY_MAX_WAIT = 3, 1.0, 60.0
 RETRY_AFTER_CAP = 3600.0
 #: A call still running after this many seconds is named on the status line (``progress=True``).
 SLOW_CALL = 10.0
+#: A call still running after this many seconds, with no ``call_timeout``, is said once on stderr.
+HUNG_CALL = 120.0
 
 
 class CallTimeout(TimeoutError):
@@ -91,7 +93,7 @@ class CallTimeout(TimeoutError):
 def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int | None = None,
         retries: int = RETRIES, retry_wait: float = RETRY_WAIT, retry_max_wait: float = RETRY_MAX_WAIT,
         progress: bool | Callable = False, grace: float | None = None,
-        handle_signals: bool = True, allow: Callable[[int], bool] | None = None,
+        handle_signals: bool = True, allow: Callable[[Request], bool] | None = None,
         call_timeout: float | None = None) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
@@ -110,17 +112,13 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     seconds)`` called after every told batch.
 
     ``allow(request)``, if given, is asked for each batch before it is paid for (a money budget:
-    `pulse_jax.live.money.Meter.fits`, which counts the batches in flight at their own prices). A
-    batch it refuses waits, nothing more is asked, until the batches in flight have returned; the
-    run ends when it is refused with nothing in flight. Every batch paid for is counted in the log
-    before the call (`pulse_jax.live.Selector.record_asked`), so a run killed with calls in flight
-    still counts what they cost.
+    `pulse_jax.live.money.Meter.fits`); a batch it refuses waits for the batches in flight, and the
+    run ends when it is refused with nothing in flight (`_next_to_pay`). Every batch paid for is
+    counted in the log before the call (`pulse_jax.live.Selector.record_asked`).
 
-    A full disk (`Selector.log_full`): the run stops asking, logs the
-    batches in flight the same way, and raises
-    `pulse_jax.live.LogWriteError` saying every paid cell is in the log.
-    A log without its reserve asks nothing (`Selector.can_pay`): a cell is
-    paid for only while the log has room for its score.
+    A full disk (`Selector.log_full`): the run stops asking, logs the batches in flight the same way,
+    and raises `pulse_jax.live.LogWriteError` saying every paid cell is in the log; a log without its
+    reserve asks nothing (`Selector.can_pay`).
     """
     concurrency = _concurrency_for(evaluate, selector, concurrency)
     _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call_timeout)
@@ -128,12 +126,9 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     kept: set = set()       # tickets whose scores their worker committed to the log as paid
     call = _caller(evaluate, selector, _Backoff(retries, retry_wait, retry_max_wait), stop, call_timeout, kept)
 
-    def on_signal(signum, frame):
-        del frame
-        stop.signalled(signum)
-
     install = handle_signals and threading.current_thread() is threading.main_thread()
-    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)} if install else {}
+    previous = {s: signal.signal(s, lambda signum, frame: stop.signalled(signum))
+                for s in (signal.SIGINT, signal.SIGTERM)} if install else {}
     workers = _Workers(concurrency)
     in_flight: deque = deque()
     logged_before = selector.spent
@@ -141,7 +136,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
         try:
             # A resumed log's requests asked and never told go first, through the same gate as new ones.
             _drive(selector, workers, call, in_flight, concurrency, stop, progress=progress, allow=allow, kept=kept,
-                   queued=deque(selector.pending()))
+                   queued=deque(selector.pending()), call_timeout=call_timeout)
         except Exception as err:   # noqa: BLE001 -- whatever broke, the batches in flight are still logged
             stop.fail(err)
         if stop.halted or selector.log_full:
@@ -245,7 +240,7 @@ _POLL = 0.05   # seconds between checks for a signal while waiting on the scorer
 
 
 def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int, stop: _Stop, *, progress,
-           allow=None, kept: set | None = None, queued: deque | None = None):
+           allow=None, kept: set | None = None, queued: deque | None = None, call_timeout: float | None = None):
     """Ask, evaluate and tell in ask order until the selector asks nothing more (or ``allow`` refuses
     the next batch), or something stops the run (``stop``; ``in_flight`` keeps what is still out).
 
@@ -260,22 +255,11 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
             if not selector.can_pay():      # no room kept for the scores: pay for nothing more
                 stop.halt()
                 return
-            if not queued:
-                request = selector.ask()
-                if request is None:
-                    break
-                queued.append(request)
-            request = queued[0]
-            if allow is not None and request.example_ids and selector.paid_scores(request) is None \
-                    and not allow(request):
-                # Not paid for: it waits for the batches in flight to return (their measured cost may be
-                # less than expected), and ends the run if it still does not fit with nothing in flight.
-                # It stays asked and untold, like a batch in flight at a kill: a run with a larger budget
-                # asks it again.
-                if not in_flight:
-                    return
+            request = _next_to_pay(selector, queued, allow)
+            if request is None:
+                if allow is not None and queued and not in_flight:
+                    return                  # refused with nothing in flight: the budget ends the run
                 break
-            queued.popleft()
             selector.record_asked(request)      # the ledger counts it before the scorer is called
             in_flight.append((request, workers.submit(call, request)))
         if stop.halted:
@@ -286,7 +270,8 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
         if not in_flight:
             return
         request, future = in_flight[0]
-        if not _wait_unless_stopped(future, stop, request if progress is True else None):
+        if not _wait_unless_stopped(future, stop, request if progress is True else None,
+                                    hung=None if call_timeout is not None else request):
             return                          # a signal while waiting: the batch stays in flight
         in_flight.popleft()
         was_kept = request.ticket in kept       # its scores are in the log as paid already
@@ -307,10 +292,28 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
             _progress(selector, len(in_flight), time.perf_counter() - start)
 
 
-def _wait_unless_stopped(future, stop: _Stop, request: Request | None = None) -> bool:
+def _next_to_pay(selector: Selector, queued: deque, allow) -> Request | None:
+    """The next batch to pay for: the oldest asked and not yet paid for (``queued``), else a new ask;
+    None when nothing can be asked now, or ``allow`` refuses it. A refused batch stays first in
+    ``queued``, asked and unpaid: it waits for the batches in flight to return (their measured cost
+    may be less than expected), and if it still does not fit with nothing in flight the run ends, the
+    batch untold like one in flight at a kill (a run with a larger budget asks it again)."""
+    if not queued:
+        request = selector.ask()
+        if request is None:
+            return None
+        queued.append(request)
+    request = queued[0]
+    if allow is not None and request.example_ids and selector.paid_scores(request) is None and not allow(request):
+        return None
+    return queued.popleft()
+
+
+def _wait_unless_stopped(future, stop: _Stop, request: Request | None = None, hung: Request | None = None) -> bool:
     """Wait for ``future``; False as soon as a signal has arrived first (the call keeps running). Given
-    ``request``, a wait longer than `SLOW_CALL` seconds is named on the status line."""
-    start = time.monotonic()
+    ``request``, a wait longer than `SLOW_CALL` seconds is named on the status line; given ``hung`` (no
+    ``call_timeout``), a wait longer than `HUNG_CALL` seconds is said once on stderr, progress or not."""
+    start, said = time.monotonic(), False
     while True:
         done, _ = futures_wait([future], timeout=_POLL)
         if done:
@@ -318,6 +321,12 @@ def _wait_unless_stopped(future, stop: _Stop, request: Request | None = None) ->
         if stop.signal is not None:
             return False
         waited = time.monotonic() - start
+        if hung is not None and not said and waited >= HUNG_CALL:
+            said = True
+            sys.stderr.write(f"\npulse-jax: the oldest call, model {hung.model!r} (request {hung.ticket}), has run for "
+                             f"{waited:.0f} s with no answer and no --call-timeout: the run waits for it (Ctrl-C "
+                             "stops it, keeping what was paid; --call-timeout SECONDS retries such calls)\n")
+            sys.stderr.flush()
         if request is not None and waited >= SLOW_CALL:
             sys.stderr.write(f"\r  waiting {waited:.0f} s for model {request.model!r} (request {request.ticket}, "
                              f"{len(request.example_ids)} examples)   ")

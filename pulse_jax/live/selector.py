@@ -78,6 +78,17 @@ def _names(models, examples) -> tuple[tuple, tuple]:
     return names, tuple(ids)
 
 
+def _params_of(params, delta, exploration):
+    """``params``, or the numbers of ``delta`` and ``exploration``: one owner per number, never both
+    (a keyword beside ``params`` is refused, not dropped)."""
+    if params is None:
+        return {"delta": 0.05 if delta is None else delta, **({} if exploration is None else {"exploration": exploration})}
+    given = [name for name, value in (("delta", delta), ("exploration", exploration)) if value is not None]
+    require(not given, f"Selector: {' and '.join(given)} given beside params=; give {'them' if len(given) > 1 else 'it'} "
+                       f"in params (e.g. params={{'{given[0] if given else ''}': ...}})")
+    return params
+
+
 class Selector(LogBinding, SideInformation):
     """Ask/tell best-model identification with PULSE, UCB-E or Naive-Pooling.
 
@@ -141,14 +152,7 @@ class Selector(LogBinding, SideInformation):
         self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
                                    init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid,
                                    stop=stop, concurrency=CONCURRENCY if concurrency is None else concurrency)
-        if params is None:
-            params = {"delta": 0.05 if delta is None else delta,
-                      **({} if exploration is None else {"exploration": exploration})}
-        else:       # one owner per number: the params, or the keywords, never both (nothing dropped)
-            given = [name for name, value in (("delta", delta), ("exploration", exploration)) if value is not None]
-            require(not given, f"Selector: {' and '.join(given)} given beside params=; give "
-                               f"{'them' if len(given) > 1 else 'it'} in params (e.g. params={{'{given[0]}': ...}})"
-                    if given else "")
+        params = _params_of(params, delta, exploration)
         engine.check_compatible(self.config, self.estimator)
         self.cost = self._check_cost(cost, m)
         self.params = engine.resolve_params(params, engine.plugins_of(self.config, self.estimator))
