@@ -53,3 +53,47 @@ def test_the_figure_legend_names_the_intervals_drawn():
     assert "simultaneous" not in label and "not all at once" in label
     assert "At certification levels one thing is certified" in _report(
         [0.6, 0.5, 0.4], [0.55, 0.2, 0.35], [0.65, 0.9, 0.45], simultaneous=False)._groups_line()
+
+
+@pytest.mark.parametrize("m", [40, 200])
+def test_cost_accuracy_names_fit_without_overlap_and_the_claimed_ones_are_always_named(m):
+    import matplotlib.pyplot as plt
+
+    from pulse_jax.analysis import plotting
+
+    rng = np.random.default_rng(m)
+    cost = 10 ** rng.uniform(-4, -1, m)
+    cost[: m // 5] = 0.002                           # a block of models at one price
+    est = rng.uniform(0.3, 0.8, m)
+    claimed = np.zeros(m)
+    claimed[[1, m // 2, m - 1]] = 1.0
+    names = [f"candidate-{i:03d}" for i in range(m)]
+    fig, ax = plt.subplots(figsize=(7.2, 4.8), dpi=120)
+    ax.plot(cost, est, "o")
+    ax.set_xscale("log")
+    plotting._labels(fig, ax, cost, est, names, claimed)
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in ax.texts]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    shown = {t.get_text() for t in texts}
+    assert {names[1], names[m // 2], names[m - 1]} <= shown
+    assert 10 <= len(texts) < m
+    for k, a in enumerate(boxes):
+        assert not any(a.overlaps(b) for b in boxes[k + 1:]), texts[k].get_text()
+    plt.close(fig)
+
+
+def test_the_cost_report_has_prices_spend_and_a_title_that_says_the_question():
+    from types import SimpleNamespace
+
+    from pulse_jax.live.plan import Plan
+
+    r = _report([0.6, 0.5], [0.55, 0.45], [0.65, 0.55])
+    r = __import__("dataclasses").replace(r, prices=(0.05, 0.01), spent_by_model=(1.25, 0.5), stop="cheapest_within",
+                                           claimed=("m1",), spend={"usd": 1.75})
+    table = r.to_markdown()
+    assert "| price per cell | spent |" in table and "| $0.0500 | $1.25 |" in table
+    assert r.to_dict()["ranking"][0]["spent_usd"] == 1.25
+    selector = SimpleNamespace(params=SimpleNamespace(stop=SimpleNamespace(epsilon=0.02)))
+    title = Plan.cost_title(r, selector)
+    assert title.startswith("the cheapest model within epsilon 0.02 of the best") and "$1.75 spent" in title

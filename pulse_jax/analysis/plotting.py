@@ -84,34 +84,65 @@ def estimates_with_intervals(report, path):
 
 
 def cost_accuracy(path, cost, estimates, names, *, low=None, high=None, claimed=None, title: str = "",
-                  label: str = "estimate"):
+                  label: str = "estimate", unit: str = ""):
     """Mean score against cost per cell (log axis): each model's estimate with its interval when given,
     the models a certificate claims marked (``claimed``: booleans, or the share of repetitions that
-    claimed each model), and the claimed front joined by a line from the cheapest."""
+    claimed each model), and the claimed front joined by a line from the cheapest. Names are written
+    where they fit (`_labels`: the claimed models first, then by estimate), so 40-200 models stay
+    readable; with one price for every model the x axis is the rank by estimate instead (a cost axis
+    would stack every model on one line). ``unit``: the costs' unit for the axis (e.g. "$")."""
     cost, est = np.asarray(cost, float), np.asarray(estimates, float)
-    fig, ax = plt.subplots(figsize=(6.4, 4.4), dpi=120)
+    share = np.zeros(len(est)) if claimed is None else np.asarray(claimed, float)
+    one_price = bool(np.ptp(cost) == 0)
+    x = (np.argsort(np.argsort(-est, kind="stable"), kind="stable") + 1.0) if one_price else cost
+    fig, ax = plt.subplots(figsize=(7.2, 4.8), dpi=120)
     if low is not None and high is not None:
-        ax.vlines(cost, low, high, color=COLORS["ucbe"], alpha=0.5, lw=3, zorder=0, label="confidence sequence")
-    ax.plot(cost, est, "o", color=COLORS["pulse"], ms=5, label=label)
-    if claimed is not None:
-        share = np.asarray(claimed, float)
-        hit = share > 0
-        ax.scatter(cost[hit], est[hit], s=40 + 160 * share[hit], facecolors="none", edgecolors="black", lw=1.5,
+        ax.vlines(x, low, high, color=COLORS["ucbe"], alpha=0.5, lw=3, zorder=0, label="confidence sequence")
+    ax.plot(x, est, "o", color=COLORS["pulse"], ms=4 if len(est) > 60 else 5, label=label)
+    hit = share > 0
+    if hit.any():
+        ax.scatter(x[hit], est[hit], s=40 + 160 * share[hit], facecolors="none", edgecolors="black", lw=1.5,
                    zorder=3, label="claimed by the certificate" + (" (size: share of repetitions)"
                                                                     if share.max() < 1 or share.min() > 0 else ""))
-        if hit.sum() > 1:
+        if hit.sum() > 1 and not one_price:
             order = np.argsort(cost[hit], kind="stable")
             ax.plot(cost[hit][order], est[hit][order], "-", color="black", lw=0.8, alpha=0.6)
-    for x, y, name in list(zip(cost, est, names))[:60]:
-        ax.annotate(str(name)[:24], (x, y), fontsize=6, xytext=(3, 2), textcoords="offset points")
-    ax.set_xscale("log")
-    ax.set_xlabel("cost per cell (log scale)")
+    if one_price:
+        ax.set_xlabel(f"rank by estimate (every model costs {unit}{cost[0]:g} per cell)")
+    else:
+        ax.set_xscale("log")
+        ax.set_xlabel(f"cost per cell{f' ({unit})' if unit else ''}, log scale")
+        ax.margins(x=0.08)
     ax.set_ylabel("mean score")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
     ax.set_title(title or "cost and accuracy", fontsize=9)
     fig.tight_layout()
+    _labels(fig, ax, x, est, names, share)
     return _save(fig, path)
+
+
+def _labels(fig, ax, x, y, names, share) -> None:
+    """Write each model's name beside its point where it fits: the claimed models first, then by
+    estimate; a name that would overlap one already written, or leave the axes, is left out (a name
+    near the right edge is written to the left of its point)."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    placed = []
+    for i in sorted(range(len(y)), key=lambda k: (not share[k] > 0, -float(y[k]))):
+        px, py = ax.transData.transform((x[i], y[i]))
+        right = px > frame.x0 + 0.75 * frame.width
+        text = ax.annotate(str(names[i])[:24], (x[i], y[i]), fontsize=6, xytext=(-4 if right else 4, 2),
+                           textcoords="offset points", ha="right" if right else "left",
+                           fontweight="bold" if share[i] > 0 else "normal")
+        box = text.get_window_extent(renderer)
+        inside = frame.x0 <= box.x0 and box.x1 <= frame.x1 and frame.y0 <= box.y0 and box.y1 <= frame.y1
+        if (not inside and share[i] <= 0) or any(box.overlaps(other) for other in placed):
+            if share[i] <= 0:
+                text.remove()
+                continue
+        placed.append(box)
 
 
 def budget_to_target_bars(panels: dict, path, target: float = 0.95):

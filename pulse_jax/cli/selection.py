@@ -151,7 +151,8 @@ def run(args) -> None:
     if meter is not None:
         meter.update(selector.evaluated(), selector.asked_cells())
         report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
-                                     finished=report.finished or meter.stopped)   # the money budget ended it
+                                     finished=report.finished or meter.stopped,   # the money budget ended it
+                                     prices=tuple(meter.expected), spent_by_model=tuple(meter.by_model()))
     out = plan.write_report(report, selector, inputs=inputs)
     if report.finished:
         from pulse_jax.live import log_file

@@ -413,7 +413,8 @@ class _Selection:
         if self.meter is not None:
             self.meter.update(self.selector.evaluated(), self.selector.asked_cells())
             report = dataclasses.replace(report, spend=self.meter.summary(), spend_line=self.meter.line(),
-                                         finished=True)
+                                         finished=True, prices=tuple(self.meter.expected),
+                                         spent_by_model=tuple(self.meter.by_model()))
         self.final = _metadata(report, self)
         self._write_report(report)
 

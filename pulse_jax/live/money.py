@@ -139,6 +139,8 @@ class Meter:
         self._counted: dict[str, set] = {m: set() for m in self.models}
         self._asked: dict[str, int] = {}
         self._told_usd = self._told_expected = self.input_tokens = self.output_tokens = 0.0
+        self._told_usd_by = np.zeros(len(self.models))
+        self._extra_by = np.zeros(len(self.models))
         self._told_cells = 0
         self.usd = self.expected_usd = 0.0
         self.cells = 0
@@ -164,16 +166,23 @@ class Meter:
                 self.input_tokens += t_in
                 self.output_tokens += t_out
                 p = self.prices[m]
-                self._told_usd += p.per_call * len(new) + (t_in * p.input_per_million + t_out * p.output_per_million) / 1e6
+                usd = p.per_call * len(new) + (t_in * p.input_per_million + t_out * p.output_per_million) / 1e6
             else:
-                self._told_usd += float(self.expected[k]) * len(new)
+                usd = float(self.expected[k]) * len(new)
+            self._told_usd += usd
+            self._told_usd_by[k] += usd
         if asked is not None:
             self._asked = dict(asked)
         extra = np.array([max(0, int(self._asked.get(m, 0)) - len(self._counted[m])) for m in self.models], float)
+        self._extra_by = extra * self.expected
         self.cells = self._told_cells + int(extra.sum())
         self.usd = self._told_usd + float(extra @ self.expected)
         self.expected_usd = self._told_expected + float(extra @ self.expected)
         return self.usd
+
+    def by_model(self) -> np.ndarray:
+        """Each candidate's dollars so far (as `update` last counted them), in the candidates' order."""
+        return self._told_usd_by + self._extra_by
 
     def fits(self, model: str, cells: int, evaluated: Mapping[str, Sequence],
              asked: Mapping[str, int] | None = None) -> bool:

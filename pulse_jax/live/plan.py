@@ -296,6 +296,19 @@ class Plan:
                         cs_grid=choices.cs_grid(self.sequence, self.spell), stop=plugins[2], order=order,
                         concurrency=concurrency, plan=self.to_dict(), cost=self.selector_cost(cost))
 
+    @staticmethod
+    def cost_title(report, selector) -> str:
+        """``cost_accuracy.png``'s title: the question the stopping rule answers, its epsilon and the spend."""
+        question = {"cheapest_within": "the cheapest model within {eps} of the best",
+                    "cost_front": "the cost-accuracy front (within {eps})"}.get(report.stop, "cost and accuracy")
+        epsilon = getattr(selector.params.stop, "epsilon", None)
+        spend = report.spend or {}
+        paid = f"${spend['usd']:,.2f}" if "usd" in spend else ""
+        return (question.format(eps=f"epsilon {float(epsilon):g}" if epsilon is not None else "epsilon")
+                + f": {report.spent:,} cells" + (f", {paid} spent" if paid else "")
+                + (f"; claimed: {', '.join(report.claimed[:3])}{' ...' if len(report.claimed) > 3 else ''}"
+                   if report.claimed else ""))
+
     def selector_cost(self, cost):
         """``cost`` when every model has a positive one; None otherwise (refused when a certificate about
         cost needs it)."""
@@ -381,7 +394,7 @@ class Plan:
                 plotting.cost_accuracy(out / "cost_accuracy.png", selector.cost, report.estimates, report.models,
                                        low=report.low, high=report.high,
                                        claimed=np.isin(report.models, report.claimed),
-                                       title=f"{report.method}: {report.spent:,} cells; {report.stop}")
+                                       title=self.cost_title(report, selector), unit="$")
             provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=self.seed,
                                                      inputs=inputs or (), method=selector.method, extra={"log": log}),
                              files=["report.md", "report.json", "estimates.png"]

@@ -44,6 +44,8 @@ class Report:
                                   # that ended a run)
     retries: int = 0              # scorer calls made again after a failure, over every run of the log
     after_stop: int = 0           # cells asked before the stopping rule fired that returned after it (in flight)
+    prices: tuple | None = None   # each model's expected dollars per cell (a run with prices)
+    spent_by_model: tuple | None = None   # each model's dollars paid (pulse_jax.live.money.Meter.by_model)
 
     @property
     def ranking(self) -> list[str]:
@@ -55,7 +57,10 @@ class Report:
         for name in self.ranking:
             i = self.models.index(name)
             rows.append({"model": name, "estimate": plain_number(self.estimates[i]), "low": plain_number(self.low[i]),
-                         "high": plain_number(self.high[i]), "cells": int(self.n_obs[i]), "pulls": int(self.n_pulls[i])})
+                         "high": plain_number(self.high[i]), "cells": int(self.n_obs[i]), "pulls": int(self.n_pulls[i]),
+                         **({"price_per_cell": float(self.prices[i])} if self.prices is not None else {}),
+                         **({"spent_usd": round(float(self.spent_by_model[i]), 6)}
+                            if self.spent_by_model is not None else {})})
         return {"method": self.method, "seed": self.seed, "spent": self.spent, "budget": self.budget,
                 "delta": self.delta, "leader": self.leader, "separated": self.separated,
                 "tied_with_leader": list(self.tied_with_leader), "stop": self.stop, "stopped": self.stopped,
@@ -95,11 +100,14 @@ class Report:
                  *((f"The scorer failed {self.failed_attempts:,} time(s) over this log's runs; {self.retries:,} "
                     "call(s) were retried (a retried call is paid for once more; no cell whose scores came back is "
                     "asked again).", "") if self.failed_attempts else ()),
-                 f"| rank | model | estimate | {level} confidence sequence | cells |",
-                 "|---:|---|---:|---|---:|"]
+                 f"| rank | model | estimate | {level} confidence sequence | cells |"
+                 + (" price per cell | spent |" if self.prices is not None else ""),
+                 "|---:|---|---:|---|---:|" + ("---:|---:|" if self.prices is not None else "")]
         for k, row in enumerate(self.to_dict()["ranking"], start=1):
+            money_cells = (f" {_dollars(row['price_per_cell'])} | {_dollars(row.get('spent_usd'))} |"
+                           if self.prices is not None else "")
             lines.append(f"| {k} | {row['model']} | {_fmt(row['estimate'])} | [{_fmt(row['low'])}, "
-                         f"{_fmt(row['high'])}] | {row['cells']} |")
+                         f"{_fmt(row['high'])}] | {row['cells']} |" + money_cells)
         return "\n".join(lines) + "\n"
 
     def _groups_line(self) -> str:
@@ -135,6 +143,12 @@ class Report:
         from pulse_jax.analysis import plotting   # matplotlib only when a figure is asked for
 
         return plotting.estimates_with_intervals(self, path)
+
+
+def _dollars(x):
+    if x is None:
+        return "n/a"
+    return f"${x:,.2f}" if x >= 1 else f"${x:,.4f}" if x >= 1e-4 else f"${x:.2g}"
 
 
 def _fmt(x):
