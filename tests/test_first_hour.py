@@ -395,3 +395,12 @@ def test_the_notebooks_stored_outputs_come_from_this_version():
         text = "".join("".join(o.get("text", [])) for c in cells if c["cell_type"] == "code" for o in c.get("outputs", []))
         versions = re.findall(r"pulse-jax (\d+\.\d+\.\d+)", text)
         assert set(versions) <= {__version__}, (path.name, versions)
+
+
+@pytest.mark.integration   # the whole demo (300 repetitions of three methods): the second test command
+def test_the_readmes_demo_table_is_what_the_demo_prints(tmp_path, capsys):
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    table = readme.split("<!-- demo-table -->\n```text\n")[1].split("```")[0]
+    assert cli.main(["demo", "--out", str(tmp_path / "demo")]) == 0
+    printed = capsys.readouterr().out
+    assert table in printed, printed
