@@ -350,3 +350,21 @@ def test_a_rerun_after_a_model_failure_generates_no_scored_sample_again(tmp_path
     assert not set(again) & scored, sorted(set(again) & scored)[:5]
     report = json.loads((tmp_path / "run_report" / "report.json").read_text())
     assert report["separated"] and report["leader"] == "toy/m90"
+
+
+@pytest.mark.integration   # `inspect eval` in a subprocess with its own compilation: the second test command
+def test_the_offline_command_line_recipe_runs_as_written(tmp_path):
+    """docs/harness.md's "Offline, from the command line" block, run by bash as written: the `inspect`
+    command finds pulse-jax's stand-in provider through the entry point, with no network."""
+    import re
+
+    text = (HERE.parent / "docs" / "harness.md").read_text().split("### Offline, from the command line")[1]
+    block, = re.findall(r"```bash\n(.*?)```", text.split("\n## ")[0], re.S)
+    env = dict(os.environ, PATH=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", block], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    assert done.returncode == 0, (done.stdout[-2000:], done.stderr[-3000:])
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    report = json.loads((tmp_path / "run_report" / "report.json").read_text())
+    assert report["leader"] == "pulse-stand-in/candidate-023" and report["separated"]
+    assert report["spent"] < 4 * 400
