@@ -191,13 +191,21 @@ class Plan:
             choices.top_k_rule(self.top_k, spell)
             or choices.cost_rule({"cheapest": self.cheapest, "front": self.front}, spell))
         if rule is None and self.rule is None and not estimator.has_interval:
-            print(f"note: {spell('method')} {estimator.name} has no confidence interval, so it samples by the index "
-                  f"rule ucbe instead of the default {DEFAULT_RULE}", file=sys.stderr)
+            # said by whoever runs the plan (`notes`): making a plan prints nothing
+            object.__setattr__(self, "_notes", (f"note: {spell('method')} {estimator.name} has no confidence "
+                                                f"interval, so it samples by the index rule ucbe instead of the "
+                                                f"default {DEFAULT_RULE}",))
             rule = choices.plugin("sampling rule", "ucbe", spell("rule"))
         rule = rule or choices.plugin("sampling rule", self.rule or DEFAULT_RULE, spell("rule"))
         stop = self.certificate()[0] or choices.plugin(
             "stopping rule", self.stop or ("certified" if estimator.has_interval else "budget"), spell("stop"))
         return estimator, rule, stop
+
+    @property
+    def notes(self) -> tuple:
+        """What the plan chose on its own that its maker should be told (one line each); making a plan
+        prints nothing, so the command line, ``select_best`` and `selector` say these."""
+        return getattr(self, "_notes", ())
 
     def has_history(self) -> bool:
         """Whether there is side information: ``train``, or the embeddings a resumed log keeps beside it."""
@@ -284,6 +292,8 @@ class Plan:
                   f"{n_examples:,} examples; using {cells:,}", file=sys.stderr)
             budget = cells
         self.check_models(len(models), budget, where)
+        for note in self.notes:
+            print(note, file=sys.stderr)
         self.say_method()
         plugins = self.plugins()
         numbers = self.numbers(plugins, len(models))
