@@ -384,7 +384,7 @@ def test_select_certifies_the_cheapest_good_enough_model_with_per_call_prices(tm
     argv = ["select", "--models", "models.txt", "--examples", "300", "--budget", "2400", "--batch-size", "8",
             "--method", "ucbe", "--evaluate", "cheap_scorer:score", "--log", "run.db", "--quiet", *prices]
     assert cli.main(argv[:-16] + ["--cheapest", "0.02"]) == 2
-    assert "--cheapest ranks the models by price: give --price MODEL=IN/OUT" in capsys.readouterr().err
+    assert "--cheapest ranks the models by price: give --price MODEL=DOLLARS (per call) or MODEL=IN/OUT" in capsys.readouterr().err
     assert cli.main(argv + ["--cheapest", "0.05"]) == 0
     report = __import__("json").loads((tmp_path / "run_report" / "report.json").read_text())
     assert report["stop"] == "cheapest_within" and report["stopped"]

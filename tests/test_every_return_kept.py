@@ -144,3 +144,32 @@ def test_a_keyword_given_beside_params_is_refused_not_dropped(small_bench):
         assert "\n" not in str(err.value)
     with Selector(b.models, 200, 400, V=V, params={"delta": 0.1}) as sel:
         assert sel.delta == pytest.approx(0.1)
+
+
+def test_a_selection_through_selector_and_through_plan_is_the_same_selection(tmp_path):
+    """One configuration, two doors: the plan's choices passed to `Selector` by hand make the same requests,
+    told the same scores, as `Plan.selector`, and end with the same report."""
+    from pulse_jax import choices
+    from pulse_jax.live import Plan
+
+    models, n = ["a", "b", "c", "d"], 40
+
+    def score(model, example):
+        return float((int(example) * (3 + models.index(model))) % 7 < 2 + models.index(model))
+
+    plan = Plan(log=str(tmp_path / "plan.db"), budget=120, method="ucbe", batch_size=4, seed=3, concurrency=1,
+                refit_every=0)
+    estimator, rule, stop = plan.plugins()
+    doors = [plan.selector(models, n),
+             Selector(models, n, 120, method=estimator, rule=rule, stop=stop, batch_size=4, seed=3, refit_every=0,
+                      cs_grid=choices.cs_grid(plan.sequence, choices.keyword), params=plan.numbers(plan.plugins(), 4),
+                      concurrency=1, log=tmp_path / "hand.db")]
+    asked = []
+    for sel in doors:
+        requests = []
+        while (r := sel.ask()) is not None:
+            requests.append((r.model, r.example_ids))
+            sel.tell(r, [score(r.model, e) for e in r.example_ids])
+        asked.append((requests, sel.result().ranking, sel.result().certificate))
+        sel.close()
+    assert asked[0] == asked[1] and len(asked[0][0]) > 4

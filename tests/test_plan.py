@@ -105,7 +105,7 @@ def test_report_json_records_the_plan(tmp_path, monkeypatch):
     ({"price": 5}, "price must be text or a list of texts, got 5"),
     ({"train": 5}, "train must be a file name, got 5"),
     ({"param": ["nosuch=1"]}, "param nosuch: not a number of this run"),
-    ({"cheapest": 0.01}, "cheapest ranks the models by price: give price MODEL=IN/OUT"),
+    ({"cheapest": 0.01}, "cheapest ranks the models by price: give price MODEL=DOLLARS"),
     ({"front": 0.01, "price": ["*=0.001"], "epsilon": 0.01}, "epsilon and front: give one certificate"),
     ({"price": [3]}, "price must be text or a list of texts"),
     ({"force": "yes"}, "force must be True or False"),

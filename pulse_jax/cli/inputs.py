@@ -27,7 +27,12 @@ def check_side_information(args, cand, n) -> None:
     if args.embeddings:
         load_embeddings(args.embeddings, cand, n)
     if args.train:
-        data.align_train(cand, data.load(args.train))
+        train = data.align_train(cand, data.load(args.train))
+        rank = getattr(args, "rank", None)
+        given = rank is not None and "rank" not in getattr(args, "defaulted", ("rank",))
+        require(not given or rank <= min(train.scores.shape),
+                f"--rank {rank}: --train {args.train} has {train.scores.shape[0]} models x {train.scores.shape[1]} "
+                f"examples, so the rank is at most {min(train.scores.shape)}")
 
 
 def load_embeddings(path, cand, n):

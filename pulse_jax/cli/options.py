@@ -19,9 +19,12 @@ def parse_methods(text: str, args=None) -> dict:
     methods = choices.methods(text, "--method")
     rank_given = args is not None and getattr(args, "rank", None) is not None \
         and "rank" not in getattr(args, "defaulted", ("rank",))
-    require(not rank_given or uses_predictions(methods),
-            f"--rank {getattr(args, 'rank', '')}: --method {text} makes no predictions, so no embeddings are fitted "
-            "and --rank would be ignored; leave it out (or add a method that uses predictions, e.g. pulse)")
+    # a rank beside a history is checked against it, used or not (`check_side_information`); alone, it is
+    # a number nothing would read
+    require(not rank_given or uses_predictions(methods) or getattr(args, "train", None),
+            f"--rank {getattr(args, 'rank', '')}: --method {text} makes no predictions and no --train is given, so no "
+            "embeddings are fitted and --rank would be ignored; leave it out (or add a method that uses "
+            "predictions, e.g. pulse)")
     return methods
 
 

@@ -136,6 +136,7 @@ def run(args) -> None:
     evaluate, examples = scorer_of(args, models)
     check = getattr(evaluate, "check", None)     # a scorer that can refuse its models or examples up front
     if callable(check):
+        plan.check_report_folder()                   # the plan's own checks first, in the order they are made
         check(models, examples)
     meter = plan.meter(models, getattr(evaluate, "tokens", None), history=_usage(args, plan))
     selector = plan.selector(models, examples, where=f"in {args.models}",
