@@ -251,8 +251,8 @@ def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     assert header["cs_simultaneous"] == 0.0 and "top_two" in json.dumps(header["rule"])
     assert header["cs_grid"] == 1000
     assert "certification levels" in out
-    assert cli.main(args) == 0                                # resuming a finished run evaluates nothing
-    assert "resuming run.db: 960 cells already evaluated" in capsys.readouterr().out
+    assert cli.main(args) == 0                                # the same command on a finished run: said, nothing run
+    assert "this selection already finished" in capsys.readouterr().err
     assert journal.snapshot(tmp_path / "run.db")[1] == records
     bad = args[:args.index("--budget") + 1] + ["500"] + args[args.index("--budget") + 2:]
     assert cli.main(bad) == 2

@@ -158,7 +158,7 @@ def run(args) -> None:
     if report.finished:
         from pulse_jax.live import log_file
 
-        log_file.mark_finished(plan.log, _finished_key(plan, inputs, models))
+        log_file.mark_finished(plan.log, _finished_key(args, plan, inputs, models))
     print(report.to_markdown())
     figures = "estimates.png, cost_accuracy.png" if selector.cost is not None else "estimates.png"
     print(f"report: {out / 'report.md'} (+ report.json, {figures}, provenance.json)")
@@ -239,10 +239,12 @@ def _live_progress(args):
     return report
 
 
-def _finished_key(plan, inputs, models) -> dict:
-    """What a finished selection was: the same command run again finds it finished (`_already_finished`)."""
+def _finished_key(args, plan, inputs, models) -> dict:
+    """What a finished selection was: the same command run again finds it finished (`_already_finished`);
+    any other plan, candidates, examples, scorer or input file goes on as a resume (which checks it)."""
     return {"plan": plan.to_dict(), "inputs": [list(i) if isinstance(i, tuple) else i for i in inputs],
-            "models": list(models)}
+            "models": list(models), "examples": str(args.examples),
+            "scorer": [str(getattr(args, k, None)) for k in ("evaluate", "inspect_task", "lm_eval_task")]}
 
 
 def _already_finished(args, plan, inputs, models) -> bool:
@@ -253,7 +255,7 @@ def _already_finished(args, plan, inputs, models) -> bool:
     report = plan.report_folder / "report.md"
     if not (Path(plan.log).is_file() and report.is_file()):
         return False
-    if log_file.finished_mark(plan.log) != json.loads(json.dumps(_finished_key(plan, inputs, models))):
+    if log_file.finished_mark(plan.log) != json.loads(json.dumps(_finished_key(args, plan, inputs, models))):
         return False
     print(f"this selection already finished: {plan.log} holds every cell it asked for, and nothing more is "
           f"asked (a larger --budget, or another --stop, goes on from it); its report, {report}:",
