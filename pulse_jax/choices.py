@@ -7,10 +7,9 @@ serves both and its message names what the user typed.
 from __future__ import annotations
 
 import math
-import sys
 from typing import Callable, Mapping
 
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax.errors import PulseInputError, note, require
 
 Spell = Callable[[str], str]
 
@@ -121,8 +120,8 @@ def cost_rule(given: Mapping[str, float | None], spell: Spell):
         return None
     from pulse_jax.rules import focus
 
-    print(f"note: {spell(named[0])} samples by focus (the widest interval per unit of cost among the models the "
-          f"certificate waits on); give {spell('rule')} to choose another", file=sys.stderr)
+    note(f"{spell(named[0])} samples by focus (the widest interval per unit of cost among the models the "
+         f"certificate waits on); give {spell('rule')} to choose another")
     return focus()
 
 
@@ -142,8 +141,8 @@ def top_k_rule(top_k: int | None, spell: Spell):
     from pulse_jax.rules import lucb_top_k
 
     rule = lucb_top_k(top_k)
-    print(f"note: {spell('top_k')} {top_k} samples by {rule.name} (the set's weakest member against the best "
-          f"outsider); give {spell('rule')} to choose another", file=sys.stderr)
+    note(f"{spell('top_k')} {top_k} samples by {rule.name} (the set's weakest member against the best "
+         f"outsider); give {spell('rule')} to choose another")
     return rule
 
 
@@ -153,9 +152,9 @@ def certificate_levels(numbers: dict, stop, n_models: int, spell: Spell) -> dict
     need = math.log(k) / math.log(n_models) if 1 < k <= n_models and n_models > 1 else 0.0
     if numbers["cs_simultaneous"] < need:
         what = f"{spell('top_k')} {k}" if stop.upper_models < n_models else f"the {stop.name} certificate"
-        print(f"note: {what} rests on {k} models' upper bounds at once, so their level is raised to "
-              f"cover {k} of the {n_models} together (cs_simultaneous {numbers['cs_simultaneous']:g} -> log {k} / "
-              f"log {n_models} = {need:.3f})", file=sys.stderr)
+        note(f"{what} rests on {k} models' upper bounds at once, so their level is raised to "
+             f"cover {k} of the {n_models} together (cs_simultaneous {numbers['cs_simultaneous']:g} -> log {k} / "
+             f"log {n_models} = {need:.3f})")
         numbers = {**numbers, "cs_simultaneous": need}
     return numbers
 

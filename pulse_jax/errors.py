@@ -15,3 +15,16 @@ def require(condition: bool, message: str) -> None:
     """Raise `PulseInputError` with ``message`` unless ``condition``."""
     if not condition:
         raise PulseInputError(message)
+
+
+class PulseNote(UserWarning):
+    """Something pulse-jax chose or did on its own that its user should be told (a default rule, a
+    raised level, a file converted): a warning, so a library prints nothing; the command line shows
+    each as one ``note:`` line."""
+
+
+def note(message: str) -> None:
+    """Tell the user ``message`` as a `PulseNote` warning."""
+    import warnings
+
+    warnings.warn(message, PulseNote, stacklevel=3)

@@ -217,8 +217,11 @@ def test_a_jsonl_log_is_converted_once_in_place_and_resumes_exactly(journal_benc
     log = tmp_path / "run.jsonl"
     log.write_text("\n".join(lines[:8]) + "\n")                       # a run stopped after 7 batches
     (tmp_path / "run.jsonl.embeddings.npy").write_bytes((tmp_path / "full.db.embeddings.npy").read_bytes())
-    sel = _selector(journal_bench, log, stop="budget")
-    message = capsys.readouterr().err
+    from pulse_jax.errors import PulseNote
+
+    with pytest.warns(PulseNote) as notes:
+        sel = _selector(journal_bench, log, stop="budget")
+    message = " ".join(str(n.message) for n in notes)
     assert "converted the version-3 JSONL log to an SQLite database in place (7 record(s)); the original is kept " \
            "as run.jsonl.v3.jsonl" in message
     assert (tmp_path / "run.jsonl.v3.jsonl").read_text() == "\n".join(lines[:8]) + "\n"
@@ -239,8 +242,10 @@ def test_a_torn_jsonl_tail_is_left_out_of_the_conversion(journal_bench, tmp_path
     log = tmp_path / "run.jsonl"
     log.write_bytes(data[:ends[5] - 7])                               # the 6th line torn
     (tmp_path / "run.jsonl.embeddings.npy").write_bytes((tmp_path / "full.db.embeddings.npy").read_bytes())
-    sel = _selector(journal_bench, log, stop="budget")
-    assert "left out a torn last record" in capsys.readouterr().err
+    from pulse_jax.errors import PulseNote
+
+    with pytest.warns(PulseNote, match="left out a torn last record"):
+        sel = _selector(journal_bench, log, stop="budget")
     assert sel.spent == 4 * B
     resumed = run(_oracle(journal_bench[0]), sel, concurrency=1)
     sel.close()

@@ -218,9 +218,14 @@ def _csv(path, header, rows):
 def test_a_first_column_not_named_model_is_read_with_a_note(tmp_path, capsys):
     from pulse_jax.fileio import data
 
+    from pulse_jax.errors import PulseNote
+
     path = _csv(tmp_path / "s.csv", ["name", "q0", "q1"], [["a", 1, 0], ["b", 0, 1]])
-    assert data.load(path).models == ("a", "b")
-    assert "the first column is named 'name'; it is read as the model names" in capsys.readouterr().err
+    with pytest.warns(PulseNote, match="the first column is named 'name'; it is read as the model names"):
+        assert data.load(path).models == ("a", "b")
+    assert cli.main(["simulate", "--scores", str(path), "--method", "ucbe", "--reps", "1", "--batch-size", "1",
+                     "--budget", "4", "--out", str(tmp_path / "o"), "--quiet"]) == 0
+    assert "note: " + str(path) + ": the first column is named" in capsys.readouterr().err   # one note line
 
 
 @pytest.mark.parametrize("rows, needle", [

@@ -7,10 +7,11 @@ import argparse
 import os
 import sqlite3
 import sys
+import warnings
 
 from pulse_jax.cli import demo, imports, log, selection, simulate, sweep, tune
 from pulse_jax.cli.options import HelpFormatter, Parser, fill_defaults
-from pulse_jax.errors import PulseInputError
+from pulse_jax.errors import PulseInputError, PulseNote
 
 #: Each subcommand's module: ``add(subparsers)`` declares its options, ``run(args)`` carries it out.
 COMMANDS = {"demo": demo, "simulate": simulate, "sweep": sweep, "tune": tune, "select": selection, "import": imports,
@@ -57,7 +58,11 @@ def main(argv=None) -> int:
 
     enable_compilation_cache()
     try:
-        COMMANDS[args.command].run(args)
+        with warnings.catch_warnings():
+            # a note (`pulse_jax.errors.PulseNote`) is one plain line on stderr, every time it is given
+            warnings.simplefilter("always", PulseNote)
+            warnings.showwarning = _show_note
+            COMMANDS[args.command].run(args)
     except BrokenPipeError:    # the reader went away (``| head``): what it wanted was written; end quietly
         _quiet_stdout()
         return 0
@@ -82,6 +87,16 @@ def main(argv=None) -> int:
         print("pulse-jax: interrupted", file=sys.stderr)
         return _exit_now(130) if argv is None else 130
     return 0
+
+
+_PYTHON_SHOWWARNING = warnings.showwarning
+
+
+def _show_note(message, category, filename, lineno, file=None, line=None) -> None:
+    if issubclass(category, PulseNote):
+        print(f"note: {message}", file=sys.stderr)
+    else:
+        _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)   # everything else as Python shows it
 
 
 def _quiet_stdout() -> None:

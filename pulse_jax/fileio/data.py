@@ -13,13 +13,12 @@ import csv
 import dataclasses
 import datetime as _dt
 import math
-import sys
 import zipfile
 from pathlib import Path
 
 import numpy as np
 
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax.errors import PulseInputError, note, require
 
 METADATA_COLUMNS = ("created_date", "sha")
 
@@ -131,8 +130,8 @@ def _read_csv(path: Path, source: str) -> ScoreMatrix:
         names = [h.strip() for h in header]
         _check_orientation(names, source)
         if names[0].lower() != "model":   # read as the model names all the same, but not without a word
-            print(f"note: {source}: the first column is named {names[0]!r}; it is read as the model names (the "
-                  "schema's header is 'model,<example id>,...')", file=sys.stderr)
+            note(f"{source}: the first column is named {names[0]!r}; it is read as the model names (the "
+                 "schema's header is 'model,<example id>,...')")
         meta_idx = [k for k, h in enumerate(names) if k > 0 and h in METADATA_COLUMNS]
         ex_idx = [k for k in range(1, len(names)) if k not in meta_idx]
         require(ex_idx, f"{source}: no example columns in the header")

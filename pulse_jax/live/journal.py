@@ -56,7 +56,7 @@ import sys
 from pathlib import Path
 
 
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax.errors import PulseInputError, note, require
 from pulse_jax.live import legacy_jsonl, log_file
 from pulse_jax.live.chain import canonical, checksum
 from pulse_jax.live.log_reader import CHECK_TAIL, LogReader, check_tally_kept, snapshot  # noqa: F401 -- snapshot: journal.snapshot
@@ -268,10 +268,10 @@ class Journal(LogReader):
         _HELD.pop(self._key, None)
         os.close(self._lock_fd)
         self._acquire()
-        for note in notes:
-            print(f"pulse-jax: {note}", file=sys.stderr)
-        print(f"pulse-jax: {self.path}: converted the version-{version} JSONL log to an SQLite database in place "
-              f"({len(records)} record(s)); the original is kept as {kept.name}", file=sys.stderr)
+        for text in notes:
+            note(text)
+        note(f"{self.path}: converted the version-{version} JSONL log to an SQLite database in place "
+             f"({len(records)} record(s)); the original is kept as {kept.name}")
 
     def _free_name(self, name: str) -> Path:
         candidate, k = self.path.with_name(name), 1
