@@ -141,3 +141,70 @@ def cli_fails(argv, capsys, needle):
     err = capsys.readouterr().err
     assert needle in err and "Traceback" not in err and len(err.strip().splitlines()) == 1, err
     return err
+
+
+#: Variants of parametrized tests that run in the integration command only (``-m integration``, which CI
+#: also runs). Each test keeps, in the default run, variants that cover every rule, estimator, case
+#: and claim it is parametrized over; the rest of its cross product -- the same property on more
+#: combinations, each a compilation of its own -- runs with the long tests. Measured with
+#: ``benchmarks/speed/bench_test_suite.py``: together these are about 28% of a cold default run.
+INTEGRATION_VARIANTS = {
+    "test_rules.py::test_rule_matches_the_numpy_reference_step_for_step": (
+        'exhausts-models-partial-batches-pulse-lucb_top_2', 'exhausts-models-partial-batches-pulse-top_two',
+        'exhausts-models-partial-batches-pulse-top_two_interval', 'exhausts-models-partial-batches-ucbe-lucb_top_2',
+        'exhausts-models-partial-batches-ucbe-successive_halving', 'exhausts-models-partial-batches-ucbe-top_two',
+        'exhausts-models-partial-batches-ucbe-top_two_interval', 'plain-pulse-lucb_top_2',
+        'plain-pulse-successive_halving', 'plain-pulse-top_two_interval', 'plain-ucbe-lucb_top_2',
+        'plain-ucbe-successive_halving', 'plain-ucbe-top_two', 'seven-models-pulse-lucb_top_2',
+        'seven-models-pulse-successive_halving', 'seven-models-pulse-top_two', 'seven-models-pulse-top_two_interval',
+        'seven-models-ucbe-successive_halving', 'seven-models-ucbe-top_two', 'seven-models-ucbe-top_two_interval'),
+    "test_engine.py::test_phased_scan_equals_the_step_scan_bit_for_bit": ('naive', 'pulse_hedged'),
+    "test_certificates.py::test_wrong_claims_are_at_most_delta": (
+        'epsilon_at_and_above-pulse', 'tie_group_of_2-pulse', 'top_3_near_tie-pulse'),
+    "test_stop_early.py::test_blocked_run_equals_the_scan_on_every_repetition": (
+        'pulse-lucb', 'pulse-successive_halving', 'pulse-top_two_interval'),
+    "test_engine.py::test_engine_matches_numpy_reference_step_for_step": (
+        'naive-budget-not-multiple-of-batch-ucbe-rule', 'naive-exhausts-models-partial-batches-ucbe-rule',
+        'pulse-budget-not-multiple-of-batch-ucbe-rule', 'pulse-exhausts-models-partial-batches-ucbe-rule',
+        'ucbe-exhausts-models-partial-batches-lucb-stop', 'ucbe-exhausts-models-partial-batches-ucbe-rule',
+        'ucbe-plain-ucbe-rule'),
+    "test_confidence.py::test_certified_stopping_is_wrong_at_most_delta": (
+        'pulse-lucb-1.0-0', 'pulse_adaptive-top_two_interval-0.0-201', 'pulse_hedged-top_two_interval-0.0-201',
+        'ucbe-lucb-1.0-0'),
+    "test_selector.py::test_ask_tell_replay_makes_the_simulation_engines_choices": ('naive', 'pulse_adaptive'),
+    "test_confidence.py::test_certification_levels_keep_their_guarantees": (
+        'pulse_adaptive_betting_adversarial', 'pulse_certify_betting_adversarial',
+        'pulse_hedged_betting_prior_adversarial', 'pulse_hedged_betting_useless'),
+    "test_confidence.py::test_coverage_at_every_look": (
+        'pulse_adaptive_good', 'pulse_adaptive_useless', 'pulse_certify_adversarial'),
+    "test_selector.py::test_simultaneous_bounds_hold_at_every_look": ('pulse',),
+    "test_stopping.py::test_live_selection_stops_where_the_simulation_stops": ('pulse',),
+    "test_stop_early.py::test_summary_only_runs_keep_one_record_and_the_same_results": ('certified',),
+    "test_rules.py::test_successive_halving_spends_exactly_its_schedule": ('2', '8'),
+    "test_sweep.py::test_each_sweep_point_equals_simulate_with_its_parameters": ('naive', 'ucbe'),
+    "test_missing_cells.py::test_engine_matches_numpy_reference_on_a_ragged_matrix": (
+        'False-naive', 'False-pulse', 'True-ucbe'),
+    "test_selector.py::test_early_stopping_stops_early_and_is_right": ('pulse',),
+    "test_concurrency.py::test_the_live_selector_makes_the_simulation_s_choices_with_batches_in_flight": (
+        'pulse_hedged-4',),
+    "test_sampling.py::test_kth_unobserved_and_unpack": ('100', '64'),
+    "test_cost.py::test_equal_costs_make_the_same_choices_as_no_costs": ('lucb',),
+    "test_runner.py::test_a_full_disk_pays_no_cell_twice": ('True-1',),
+}
+
+
+@pytest.hookimpl(tryfirst=True)     # before ``-m`` deselects by marker
+def pytest_collection_modifyitems(config, items):
+    """Mark the `INTEGRATION_VARIANTS` as integration tests; refuse a name there that matches no test
+    (a renamed test or variant must not slip back into the default run, or out of both)."""
+    wanted = {f"{test}[{variant}]" for test, variants in INTEGRATION_VARIANTS.items() for variant in variants}
+    seen = set()
+    for item in items:
+        name = f"{Path(str(item.fspath)).name}::{item.name}"
+        if name in wanted:
+            item.add_marker(pytest.mark.integration)
+            seen.add(name)
+    files = {Path(str(item.fspath)).name for item in items}
+    missing = sorted(n for n in wanted - seen if n.split("::")[0] in files)
+    if missing and len(files) > 1 and not config.option.keyword:
+        raise pytest.UsageError(f"conftest.INTEGRATION_VARIANTS names tests that do not exist: {missing[:3]}")

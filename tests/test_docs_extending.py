@@ -34,6 +34,8 @@ def test_the_extending_page_runs_as_written(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "mine:" in printed and "UCB-E:" in printed and "epsilon 0.1" in printed and "Leader:" in printed
     assert "stopped: True after" in printed and "is within 0.1 of the best model" in printed
+    # The cost-aware and the focus-aware examples run (inputs.cost and inputs.focus are filled in).
+    assert "cost-aware: median money spent" in printed and "focus-aware:" in printed, printed[-600:]
     # The stopping rule fires, and sooner for a larger epsilon (the sweep shows its effect).
     spent = [float(x.replace(",", "")) for x in re.findall(r"epsilon [\d.]+ +mean cells spent ([\d,]+)", printed)]
     assert len(spent) == 3 and spent[0] > spent[1] > spent[2] and spent[2] < 4000, spent

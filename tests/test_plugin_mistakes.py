@@ -39,6 +39,16 @@ class Misnamed(NamedTuple):
     RANGES = {"strenght": Range(0.0, 1.0)}
 
 
+class NanEnd(NamedTuple):
+    strength: float = 1.0
+    RANGES = {"strength": Range(float("nan"), 2.0)}
+
+
+class Upside(NamedTuple):
+    strength: float = 1.0
+    RANGES = {"strength": Range(2.0, 0.5)}
+
+
 def _state_estimator(**fields):
     """An estimator that keeps a per-model counter (so update / refresh have a state to get wrong)."""
     fields = {"update": lambda s, ledger, pull, n, params: (s.at[pull.model].add(pull.size > 0), ()), **fields}
@@ -107,6 +117,14 @@ CASES = [
     ("claim of the wrong shape", UCBE, INDEX, _stop(claim=lambda i, p: jnp.bool_(True), holds=best_claim_holds), "one flag per model"),
     ("statement raises", UCBE, INDEX, _stop(statement=lambda names, delta, p: names[3]), "statement fails for names="),
     ("statement not text", UCBE, INDEX, _stop(statement=lambda names, delta, p: 42), "statement returned int 42"),
+    # -- mistakes that ran silently with harm: each refused in one line naming the plug-in and the field
+    ("estimate not finite", UCBE._replace(name="e", estimate=lambda s, l, p: l.obs_sum * jnp.nan), INDEX, BUDGET, "'e': estimate returned nan for model 0"),
+    ("draw_weights negative", UCBE._replace(name="e", draw_weights=lambda preds, unseen, p: preds - 0.5), INDEX, BUDGET, "'e': draw_weights returned -"),
+    ("eligible leaves no model", UCBE, _rule(eligible=lambda s: jnp.zeros(M, bool)), BUDGET, "'my_rule': eligible leaves no model eligible"),
+    ("statement of three lines", UCBE, INDEX, _stop(statement=lambda names, delta, p: "one\ntwo\nthree"), "'my_stop': statement returned several lines"),
+    ("focus reads bounds it was not given", UCBE, INDEX, BUDGET._replace(name="my_stop", focus=lambda i, p: i.low > 0.5), "'my_stop': focus reads inputs.low / inputs.high without declaring needs_interval=True"),
+    ("Range with a NaN end", UCBE._replace(name="e", params=NanEnd()), INDEX, BUDGET, "'e': params RANGES['strength'] has a NaN end"),
+    ("Range low above high", UCBE._replace(name="e", params=Upside()), INDEX, BUDGET, "'e': params RANGES['strength'] has low 2 above high 0.5"),
 ]
 
 

@@ -66,6 +66,7 @@ def test_intervals_cover_at_least_at_the_nominal_rate(biased_setup, method):
     assert np.all(coverage >= 0.8 - 3 * np.sqrt(0.8 * 0.2 / 1000)), coverage
 
 
+@pytest.mark.integration   # two 200-repetition runs on the built-in benchmark (~60 s cold): the second test command
 def test_pulse_needs_fewer_cells_than_ucbe_on_the_builtin_benchmark():
     """Paired (common random numbers) comparison on the demo's default problem."""
     bench = synthetic.make_benchmark(seed=0)

@@ -136,11 +136,29 @@ def _check_params_field(kind: str, plugin) -> None:
     if unknown:
         _fail(kind, plugin, "params", f"RANGES names {unknown[0]!r}, which is not a field of "
                                       f"{type(params).__name__} (its fields: {', '.join(params._fields)})")
+    for field, limits in ranges.items():
+        _check_range(kind, plugin, field, limits)
     for field in params._fields:
         value = getattr(params, field)
         if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
             _fail(kind, plugin, "params", f"field {field!r} must be a number (its default), got "
                                           f"{type(value).__name__} {value!r}"[:300])
+
+
+def _check_range(kind: str, plugin, field: str, limits) -> None:
+    """A ``RANGES`` entry: a `pulse_jax.protocols.Range` (or its fields as a tuple) whose ends are numbers,
+    not NaN, the low one not above the high one."""
+    ends = tuple(limits)[:2] if isinstance(limits, tuple) else ()
+    where = f"RANGES[{field!r}]"
+    if len(ends) != 2 or any(isinstance(e, bool) or not isinstance(e, (int, float, np.integer, np.floating))
+                             for e in ends):
+        _fail(kind, plugin, "params", f"{where} must be Range(low, high, ...) with numbers at its ends, got {limits!r}"[:300])
+    low, high = (float(e) for e in ends)
+    if np.isnan(low) or np.isnan(high):
+        _fail(kind, plugin, "params", f"{where} has a NaN end ({limits!r}); give numbers (+-inf for no bound; "
+                                      "Range(..., nan=True) lets the value itself be NaN)"[:300])
+    if low > high:
+        _fail(kind, plugin, "params", f"{where} has low {low:g} above high {high:g}: no value fits")
 
 
 def _abstract_params(params):
@@ -205,7 +223,7 @@ def check_rule(rule, config, params) -> None:
     m = config.n_models
     vec_f, vec_i, vec_b = _struct((m,), _FLOAT), _struct((m,), _INT), _struct((m,), _BOOL)
     key = jax.eval_shape(lambda: jax.random.PRNGKey(0))
-    inputs = RuleInputs(_struct((), _INT), vec_f, vec_f, vec_f, vec_i, vec_i, vec_b, vec_b, vec_i, key, vec_f)
+    inputs = RuleInputs(_struct((), _INT), vec_f, vec_f, vec_f, vec_i, vec_i, vec_b, vec_b, vec_i, key, vec_f, vec_b)
     try:
         state = jax.eval_shape(lambda: rule.init(config))
     except Exception as err:   # noqa: BLE001
@@ -268,6 +286,9 @@ def _check_statement(kind, stop, params) -> None:
         if not isinstance(text, str):
             _fail(kind, stop, "statement", f"returned {type(text).__name__} {text!r} for names={names!r}; expected "
                                            "one line of text (str)"[:400])
+        if "\n" in text.strip() or not text.strip():
+            _fail(kind, stop, "statement", f"returned {'an empty line' if not text.strip() else 'several lines'} for "
+                                           f"names={names!r}: {text!r}; the report prints it as one line"[:400])
 
 
 @functools.lru_cache(maxsize=256)

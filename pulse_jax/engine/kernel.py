@@ -270,7 +270,7 @@ def _select(s: Static, episode: Episode, state: BanditState, params: RunParams, 
     low, high = looks.low, looks.high
     if in_flight is not None:
         low, high = _hallucinated(looks.estimates, low, high, ledger, n_alloc)
-    focus = None if stop.focus is None else stop.focus(looks, params.stop)
+    focus = jnp.ones(m, bool) if stop.focus is None else stop.focus(looks, params.stop)   # no focus: every model
     inputs = RuleInputs(t, looks.estimates, low, high, n_alloc, pulls, active, exhausted,
                         episode.model_order, episode.key, state.cost, focus)
     i, rule_state = rule.choose(state.rule, inputs, params.rule)

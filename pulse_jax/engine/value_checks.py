@@ -12,7 +12,11 @@ the function, what would otherwise be silent:
 * a sampling rule's ``choose`` naming a model that does not exist (``>= m`` or below ``-1``);
 * a sampling or stopping rule whose answer changes with ``inputs.low`` / ``inputs.high`` without
   declaring ``needs_interval``: it would read NaN bounds in every run;
-* a stopping rule's ``holds`` that raises or does not answer True or False.
+* a stopping rule's ``holds`` that raises or does not answer True or False;
+* an ``estimate`` that is not finite (the recommendation would be an arbitrary model), and
+  ``draw_weights`` that are negative or not finite (no draw design is behind them);
+* a sampling rule whose ``eligible`` leaves no model (the recommendation comes from that set);
+* a stopping rule's ``focus`` that reads the bounds without ``needs_interval`` (as ``done``).
 
 A check on a few concrete values cannot see every input; it catches the mistakes that show on
 any input, which is what the trials found.
@@ -106,6 +110,13 @@ def check_estimator_values(estimator, n_models: int, n_examples: int, batch_size
     if not _same(state, after):
         _fail(kind, estimator, "update", "changed the state on an empty pull (pull.size == 0, a step that spent "
                                          "nothing); mask its changes with pull.size > 0")
+    estimates = np.asarray(_run(kind, estimator, "estimate", estimator.estimate, state, ledger, params))
+    if not np.isfinite(estimates).all():
+        _fail(kind, estimator, "estimate", f"returned {estimates[~np.isfinite(estimates)][0]} for model "
+                                           f"{int(np.argmin(np.isfinite(estimates)))} after the first look; an estimate "
+                                           "that is not finite makes the recommendation arbitrary")
+    if with_design:
+        _check_draw_weights(estimator, n, B, params)
     if estimator.proxies is None:
         return
     _, pull = _ledger_and_pull(m, n, B, with_design, B)
@@ -127,6 +138,18 @@ def check_estimator_values(estimator, n_models: int, n_examples: int, batch_size
                                           "sequence would clip it and no longer hold. Declare a range that covers Y")
 
 
+def _check_draw_weights(estimator, n: int, seen: int, params) -> None:
+    """``draw_weights`` on plausible predictions (the first ``seen`` examples seen): finite and >= 0."""
+    rng = np.random.default_rng(1)
+    preds = jnp.asarray(rng.uniform(0.05, 0.95, n).astype(np.float32))
+    unseen = jnp.asarray(np.arange(n) >= seen)
+    weights = np.asarray(_run("estimator", estimator, "draw_weights", estimator.draw_weights, preds, unseen, params))
+    bad = ~np.isfinite(weights) | (weights < 0)
+    if bad.any():
+        _fail("estimator", estimator, "draw_weights", f"returned {weights[bad][0]:g} for example {int(np.argmax(bad))}; "
+                                                      "weights must be finite and >= 0 (a draw's probabilities)")
+
+
 def _rule_inputs(m: int, low, high, seed: int):
     from pulse_jax.rules.base import RuleInputs
 
@@ -135,7 +158,8 @@ def _rule_inputs(m: int, low, high, seed: int):
     key = np.array([0, seed], np.uint32)        # jax.random.PRNGKey(seed), without compiling it
     return RuleInputs(*(jnp.asarray(x) for x in (np.int32(3), estimates, low, high, np.full(m, 8, np.int32),
                                                   np.ones(m, np.int32), np.ones(m, bool), np.zeros(m, bool),
-                                                  np.arange(m, dtype=np.int32), key, np.ones(m, np.float32))))
+                                                  np.arange(m, dtype=np.int32), key, np.ones(m, np.float32),
+                                                  np.ones(m, bool))))
 
 
 def _bounds(m: int, seed: int):
@@ -156,6 +180,9 @@ def check_rule_values(rule, config, params) -> None:
         state = rule.init(config)
     except Exception as err:   # noqa: BLE001 -- checked by the conformance check first; here for safety
         _fail(kind, rule, "init", f"fails on this run's configuration: {type(err).__name__}: {err}")
+    if rule.eligible is not None and not np.asarray(_run(kind, rule, "eligible", rule.eligible, state)).any():
+        _fail(kind, rule, "eligible", "leaves no model eligible at the start; the recommendation is the best "
+                                      "eligible model, so at least one must be")
     nan = np.full(m, np.nan, np.float32)
     for seed in range(3):
         low, high = _bounds(m, seed)
@@ -181,12 +208,15 @@ def check_stop_values(stop, config, params) -> None:
         inputs = StopInputs(jnp.asarray(np.int32(3)), jnp.asarray(np.int32(config.budget // 2)), config.budget,
                             *(jnp.asarray(x) for x in ((low + high) / 2, low, high, np.bool_(seed == 1),
                                                         np.int32(0 if seed == 1 else -1), np.ones(m, np.float32))))
-        done = bool(np.asarray(_run(kind, stop, "done", stop.done, inputs, params, static=())))
-        if not stop.needs_interval:
-            blind = bool(np.asarray(_run(kind, stop, "done", stop.done, inputs._replace(low=nan, high=nan), params)))
-            if blind != done:
-                _fail(kind, stop, "done", "reads inputs.low / inputs.high without declaring needs_interval=True; "
-                                          "without it they are NaN in every run")
+        for function in ("done", "focus"):
+            fn = getattr(stop, function)
+            if fn is None or stop.needs_interval:
+                continue
+            given = np.asarray(_run(kind, stop, function, fn, inputs, params))
+            blind = np.asarray(_run(kind, stop, function, fn, inputs._replace(low=nan, high=nan), params))
+            if not np.array_equal(given, blind):
+                _fail(kind, stop, function, "reads inputs.low / inputs.high without declaring needs_interval=True; "
+                                            "without it they are NaN in every run")
     check_holds(stop, np.eye(m, dtype=bool)[0], np.linspace(0.9, 0.1, m), params)
 
 

@@ -32,10 +32,9 @@ seed, and a resumed run sees the same order. A task that uses the manager
 alone (``Task(early_stopping=select_best(...))``) must shuffle its dataset itself, for every model
 independently; an unshuffled dataset, or one order shared by the models, is refused in one line.
 
-Durability: the same SQLite log as ``pulse-jax select`` (one writer, every score committed before it
-counts); each finished sample is committed as it comes back (a partly told batch is resumed as it
-was asked), so running the same ``inspect eval`` again after a ``kill -9`` evaluates no finished
-sample twice: the log's samples are skipped (``EarlyStop``) and the selection goes on from them.
+Durability: the same SQLite log as ``pulse-jax select``; each finished sample is committed as it comes
+back, so the same ``inspect eval`` run again after a ``kill -9`` or a model's failure (only that model's
+log is an error; the others end early-stopped) generates no scored sample twice.
 """
 from __future__ import annotations
 
@@ -94,9 +93,8 @@ def select_best(task=None, *, log, models=None, scorer: str | None = None, metri
     Returns:
       ``task`` with the manager, or the manager (an ``inspect_ai.util.EarlyStopping``).
 
-    What can be refused when the task is made is refused then, in one line (options, epochs, samples
-    without ids): a `PulseInputError` that ``inspect eval`` prints as its own prerequisite errors,
-    once and without a traceback.
+    What can be refused when the task is made is refused then (options, epochs, samples without ids):
+    one `PulseInputError` line that ``inspect eval`` prints once, without a traceback.
     """
     # Inspect collects its hooks when an eval starts: registered here, as the task is made, they serve
     # this eval already (a scored sample reaches the log even when its task ends before complete_sample).
@@ -223,7 +221,7 @@ class _Selection:
         self.lanes: dict[str, _Lane] = {}
         self.batches: dict[str, list[_Batch]] = {}   # per model, its batches in flight in ask order
         self.selector = self.meter = self.waiting = None
-        self.error: str | None = None
+        self.error = self.failed_model = None   # failed_model: a model whose API failed (the others early-stop)
         self.done = self.over = False
         self.final: dict | None = None
         self.closed_tasks = 0
@@ -314,6 +312,8 @@ class _Selection:
     def advance(self) -> None:
         """Ask the batches that can be asked now; the run is over when nothing is in flight or askable."""
         selector = self.selector
+        if self.error:      # a stopped selection asks nothing more; what returns is still kept
+            return
         # select's --concurrency (default 16): each ask counts the batches in flight, so many at once cost
         # few extra samples; which ones are asked then depends on the order Inspect finishes samples in.
         # One batch at a time (concurrency=1) asks exactly what a plain ask/tell loop asks.
@@ -429,6 +429,7 @@ class _Selection:
         if self.done or self.error:
             return
         told = self.selector.spent if self.selector is not None else 0
+        self.failed_model = model
         self.fail(f"select_best: model {model} failed on sample {sample} (after Inspect's retries): {why}. The "
                   f"selection stopped; {told:,} cells are safe in {self.path.name}: fix the model and run the same "
                   "eval again to continue")
@@ -460,13 +461,13 @@ class _Selection:
         await lane.wake.wait()
 
     def time_split(self) -> dict:
-        """The manager's time so far, waits left out: its Inspect side (decisions, scores, commits, tokens),
-        the selector's asks, tells and result, and the start (orders, the selector's start and compilation)."""
+        """The manager's time so far, waits left out: its Inspect side, the selector's asks, tells and result,
+        and the start (orders, the selector's start and compilation)."""
         return {"manager": round(self.seconds - self.selector_seconds - self.start_seconds, 4),
                 "selector": round(self.selector_seconds, 4), "start": round(self.start_seconds, 4)}
 
     def close(self) -> None:
-        """End this selection for good (its eval failed): release the log for the next eval."""
+        """End this selection for good (its eval failed, or every task ended): release the log."""
         self.over = True
         if self.selector is not None:
             self.selector.close()
@@ -474,9 +475,7 @@ class _Selection:
     def task_done(self) -> None:
         self.closed_tasks += 1
         if self.closed_tasks >= len(self.lanes) and (self.done or self.error):
-            self.over = True
-            if self.selector is not None:
-                self.selector.close()
+            self.close()
 
     # ------------------------------------------------------------------ tokens and the report
 
@@ -524,9 +523,8 @@ def _metadata(report, selection: _Selection) -> dict:
 
 @contextlib.contextmanager
 def _guarded(selection):
-    """A manager callback: its time counts as the manager's, and an error in it fails the selection, so
-    every model's task ends with that one line and none waits for a selection that failed. A
-    cancellation passes through untouched (Inspect cancels tasks as it ends them)."""
+    """A manager callback: its time counts as the manager's; an error in it fails the selection (every task
+    ends with that one line, none waits); a cancellation passes through (Inspect cancels tasks it ends)."""
     start = time.perf_counter()
     try:
         yield
@@ -570,11 +568,13 @@ class SelectBest:
         from inspect_ai.util import EarlyStop
 
         selection = self.selection
-        if selection.error:
+        if selection.error and selection.failed_model in (None, self.model):
             raise PulseInputError(selection.error)
-        if key in selection.lanes[self.model].released:
+        if key in selection.lanes[self.model].released and not selection.error:
             return None
-        if selection.done:
+        if selection.error:     # another model failed: this model's log keeps what it scored, no error
+            stop = EarlyStop(id=id, epoch=epoch, reason=f"selection stopped: {selection.failed_model} failed")
+        elif selection.done:
             stop = EarlyStop(id=id, epoch=epoch, reason=f"selection over: {selection.final['certificate']}")
         elif key in selection.lanes[self.model].scored:
             stop = EarlyStop(id=id, epoch=epoch, reason=f"scored in an earlier run ({selection.path.name})")

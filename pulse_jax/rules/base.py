@@ -61,7 +61,7 @@ class RuleInputs(NamedTuple):
     model_order: chex.Array  # the repetition's shuffled model order (for random ties)
     tie_key: chex.PRNGKey    # the repetition's stream of per-step uniforms
     cost: chex.Array = None  # each model's mean cost per cell (ones when the run has no costs)
-    focus: chex.Array = None  # bool: the models the stopping rule's claim waits on (all, for a rule that does not say)
+    focus: chex.Array = None  # bool: the models the stopping rule's claim waits on (all when its rule has no focus)
 
 
 def no_state(config) -> tuple:

@@ -23,7 +23,7 @@ from pulse_jax.stats.ties import COIN, tie_uniform
 
 def _choose(state, inputs, params):
     fallback, _ = choose_by_index(state, inputs, params)
-    candidates = inputs.active if inputs.focus is None else inputs.active & inputs.focus
+    candidates = inputs.active & inputs.focus
     weight = jnp.where(candidates, cost_share(inputs), 0.0)
     total = jnp.cumsum(weight)
     u = tie_uniform(inputs.tie_key, inputs.t, COIN) * total[-1]
