@@ -10,7 +10,6 @@ import pytest
 from pulse_jax import estimators, registry
 from pulse_jax.stats import confidence
 from pulse_jax.estimators import Ledger, Pull
-from pulse_jax.engine.params import BanditParams
 
 
 def _enumerate_thetas(scores, observed, preds, batch_size, lam):

@@ -186,7 +186,6 @@ def test_paired_savings_in_both_metrics_on_a_real_pair():
     for metric in ("paper", "strict"):
         self_pair = metrics.paired_savings(same, ucbe, target=0.5, n_boot=200, metric=metric)
         assert self_pair["savings_pct"] == 0.0 and self_pair["low"] == self_pair["high"] == 0.0   # paired: exact 0
-    from pulse_jax.engine.params import BanditParams
 
     wide = simulate(bench.scores, config, "ucbe", reps=60, seed=0, params={"rule.exploration": 8.0})
     for metric in ("paper", "strict"):

@@ -12,7 +12,6 @@ import textwrap
 import threading
 import time
 
-import numpy as np
 import pytest
 
 from pulse_jax.errors import PulseInputError

@@ -12,8 +12,6 @@ import numpy as np
 import pytest
 
 from conftest import log_records, run_sql, write_slow_scorer
-from pulse_jax import synthetic
-from pulse_jax.stats import factorization
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import Selector, journal, run
 

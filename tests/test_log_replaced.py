@@ -2,7 +2,6 @@
 holds is saved whole beside it, the run stops asking with one line, and nothing told or paid is lost."""
 import shutil
 
-import numpy as np
 import pytest
 
 from pulse_jax import live
@@ -67,3 +66,27 @@ def test_a_backup_copied_over_a_running_log_is_detected_and_nothing_is_lost(tmp_
     nxt = again.ask()
     assert nxt.ticket == r.ticket and again.paid_scores(nxt) is not None   # told from the log, not paid again
     again.close()
+
+
+def test_a_backup_copied_over_after_the_last_commit_is_found_as_the_log_is_let_go(tmp_path):
+    """The copy lands after the run's last commit (it is writing its report): closing the log finds it,
+    saves what the run holds beside it and says so, instead of leaving the stale copy as the log."""
+    log = tmp_path / "run.db"
+    sel = _selector(log)
+    _tell(sel, 3)
+    shutil.copyfile(log, tmp_path / "backup.db")
+    _tell(sel, 2)
+    _copy_over(tmp_path / "backup.db", log)
+    backup_bytes = log.read_bytes()
+    sel.close()
+    assert "the log was replaced while this run was writing it" in sel.log_replaced
+    assert log.read_bytes() == backup_bytes
+    header, records = journal.snapshot(tmp_path / "run.db.kept")
+    assert sum(len(x["examples"]) for x in records if x["type"] == "tell") == 5 * 4
+
+
+def test_a_log_left_alone_is_let_go_without_a_word(tmp_path):
+    sel = _selector(tmp_path / "run.db")
+    _tell(sel, 5)
+    sel.close()
+    assert not sel.log_replaced and not (tmp_path / "run.db.kept").exists()

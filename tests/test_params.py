@@ -2,7 +2,6 @@
 recompiles), range-checked; the earlier BanditParams fields keep working with a DeprecationWarning."""
 import json
 import math
-import warnings
 from typing import NamedTuple
 
 import jax

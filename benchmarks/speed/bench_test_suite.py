@@ -46,11 +46,12 @@ def _timed(args: list[str], cache: Path) -> dict:
 def main() -> None:
     p = common.parser(__doc__, out=str(common.RESULTS / "test_suite.json"))
     p.add_argument("--integration", action="store_true", help="also time the integration command")
+    p.add_argument("--no-warm", action="store_true", help="time the default command cold only")
     args = p.parse_args()
     rows = []
     with tempfile.TemporaryDirectory(prefix="pulse-jax-cold-cache-") as folder:
         cache = Path(folder)
-        runs = [("default, cold", ["-q"]), ("default, warm", ["-q"])]
+        runs = [("default, cold", ["-q"])] + ([] if args.no_warm else [("default, warm", ["-q"])])
         if args.integration:
             runs.append(("integration, after the default run", ["-q", "-m", "integration"]))
         for label, pytest_args in runs:

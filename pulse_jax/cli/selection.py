@@ -147,18 +147,20 @@ def run(args) -> None:
               + (f"; {meter.line()} before this run" if selector.spent else ""))
     try:
         report = _drive(args, plan, selector, evaluate, meter)
+        if meter is not None:
+            meter.update(selector.evaluated(), selector.asked_cells())
+            report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
+                                         finished=report.finished or meter.stopped,   # the money budget ended it
+                                         prices=tuple(meter.expected), spent_by_model=tuple(meter.by_model()))
+        out = plan.write_report(report, selector, inputs=inputs)
+        if report.finished:     # in the log while the run holds it: a copy written over it is found at close
+            selector.mark_finished(_finished_key(args, plan, inputs, models))
     finally:
         selector.close()
-    if meter is not None:
-        meter.update(selector.evaluated(), selector.asked_cells())
-        report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
-                                     finished=report.finished or meter.stopped,   # the money budget ended it
-                                     prices=tuple(meter.expected), spent_by_model=tuple(meter.by_model()))
-    out = plan.write_report(report, selector, inputs=inputs)
-    if report.finished:
-        from pulse_jax.live import log_file
+    if selector.log_replaced:      # copied over after the last commit: found as the log is let go
+        from pulse_jax.live import LogWriteError
 
-        log_file.mark_finished(plan.log, _finished_key(args, plan, inputs, models))
+        raise LogWriteError(selector.log_replaced)
     print(report.to_markdown())
     figures = "estimates.png, cost_accuracy.png" if selector.cost is not None else "estimates.png"
     print(f"report: {out / 'report.md'} (+ report.json, {figures}, provenance.json)")

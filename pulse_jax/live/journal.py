@@ -283,9 +283,10 @@ class Journal(LogReader):
     # ------------------------------------------------------------------ close
 
     def close(self) -> None:
-        """Let go of the log (it is always consistent on disk); its rollback journal file is removed, also
-        when the log itself was deleted under the run (nothing is left at its path to own it)."""
+        """Let go of the log (always consistent on disk; its rollback journal goes, also for a deleted log)."""
         gone = self._lock_fd is not None and os.fstat(self._lock_fd).st_nlink == 0
+        if self._conn is not None and self._owned and not (gone or self.replaced or self._check_file(before=True)):
+            self._rescue()      # copied over after the last commit: what this run holds is saved beside it
         if self._conn is not None:
             try:
                 if self._owned:
@@ -528,9 +529,13 @@ class Journal(LogReader):
                        for m, c in counts.items()], ("INSERT OR REPLACE INTO meta VALUES ('asked_kept', '1')", ()))
 
     @_locked
+    def set_meta(self, key: str, value: str) -> None:
+        """``meta[key] = value`` in its own commit (checked like every commit: a log copied over is found)."""
+        self._commit(("INSERT OR REPLACE INTO meta VALUES (?, ?)", (key, value)))
+
+    @_locked
     def add_asked(self, model: str, cells: int) -> None:
-        """Add ``cells`` of ``model`` to the ledger before they are sent to the scorer. Committed without
-        waiting for the disk, like a partly returned batch: the row outlives a ``kill -9``."""
+        """Add ``cells`` of ``model`` to the ledger before they are sent (unsynced: it outlives a ``kill -9``)."""
         self._conn.execute("PRAGMA synchronous = OFF")
         try:
             self._commit((_ADD_TO_COUNTER, (f"asked:{model}", str(int(cells)))))
@@ -540,13 +545,9 @@ class Journal(LogReader):
     def counter(self, key: str) -> int:
         """A counter the log keeps in ``meta`` (0 where it has none)."""
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
-        try:
-            return int(row[0]) if row else 0
-        except ValueError:
-            return 0
+        return int(row[0]) if row and str(row[0]).isdigit() else 0
 
-    def paid_rows(self) -> int:
-        """Rows in the ``paid`` table."""
+    def paid_rows(self) -> int:    # rows in the ``paid`` table
         return self._conn.execute("SELECT count(*) FROM paid").fetchone()[0]
 
     def replace_paid(self, records: list) -> None:

@@ -3,14 +3,17 @@ decides the run's requests, the verified replay of a resumed log, batches logged
 survive a full disk, and the scorer's failures over every run of the log."""
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import errno
+import sqlite3
 import sys
 import time
 
 from pulse_jax import registry
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live import journal, log_schema
+from pulse_jax.live.chain import canonical
 from pulse_jax.live.request import Request, check_scores
 
 #: A failed log write is retried this many times, waiting ``WRITE_RETRY_WAIT * 2**k`` seconds.
@@ -362,9 +365,23 @@ class LogBinding:
             self._journal.add_failures(failed_attempts, retries)
 
     def close(self) -> None:
-        """Release the log's lock (a finished or abandoned run); the log stays resumable."""
+        """Release the log's lock (a finished or abandoned run); the log stays resumable. A log copied over
+        after the last commit is found here: `log_replaced` then says where this run's log is."""
         if getattr(self, "_journal", None) is not None:
             self._journal.close()
+
+    def mark_finished(self, key: dict) -> None:
+        """Record in the log, before it is let go, that its selection finished as ``key`` says (the command's
+        plan and inputs): the same command run again says so instead of resuming
+        (`pulse_jax.live.log_file.finished_mark`). A mark that cannot be written is left out."""
+        if self._journal is not None:
+            with contextlib.suppress(journal.LogFull, sqlite3.Error):
+                self._journal.set_meta("finished", canonical(key))
+
+    @property
+    def log_replaced(self) -> str | None:
+        """The line saying the log was replaced under this run and where its own log is saved (None: it was not)."""
+        return None if getattr(self, "_journal", None) is None else self._journal.replaced
 
     def __enter__(self):
         return self

@@ -14,8 +14,7 @@ import stat
 from pathlib import Path
 
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.live.chain import canonical
-from pulse_jax.live.log_schema import connect, create_log_file
+from pulse_jax.live.log_schema import create_log_file
 
 try:   # POSIX; elsewhere the log is not locked (said in the README)
     import fcntl
@@ -92,22 +91,8 @@ def holder(path: Path) -> str:
     return f"process {row[0]} on {row[1]} (since {row[2]})" if row else "another process"
 
 
-def mark_finished(path, key: dict) -> None:
-    """Record in the log at ``path`` (not held by anyone) that its selection finished, as ``key`` says
-    (the command's plan and inputs): the same command run again says so instead of resuming. A log that
-    cannot take the mark is left as it is (the next run then replays it, as before)."""
-    try:
-        conn = connect(Path(path))
-        try:
-            conn.execute("INSERT OR REPLACE INTO meta VALUES ('finished', ?)", (canonical(key),))
-        finally:
-            conn.close()
-    except sqlite3.Error:
-        pass
-
-
 def finished_mark(path) -> dict | None:
-    """The mark `mark_finished` left in the log at ``path``, read without taking the log (None if none)."""
+    """The mark `pulse_jax.live.log_binding.LogBinding.mark_finished` left in the log at ``path``, read without taking the log (None if none)."""
     try:
         conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=2)
         try:
