@@ -210,6 +210,7 @@ def backups(root: Path, count: int, seed: int) -> list[dict]:
         shutil.copyfile(log, folder / "backup.db")        # the backup, taken while the run writes
         running = _returned_reach(proc, ledger, first + rng.randrange(BATCH, reference["spent"] // 3))
         _copy_over(folder / "backup.db", log)
+        running = running and proc.poll() is None       # still running once the copy is in place
         paid_at_copy = sum(ledger_counts(ledger)[0].values())
         err = proc.communicate(timeout=600)[1]
         lines = [line for line in err.splitlines() if "replaced" in line]

@@ -64,7 +64,8 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=1) + "\n")
-    table = ["`python benchmarks/speed/bench_test_suite.py" + (" --integration" if args.integration else "") + "`",
+    flags = (" --integration" if args.integration else "") + (" --no-warm" if args.no_warm else "")
+    table = ["`python benchmarks/speed/bench_test_suite.py" + flags + "`",
              "", f"{os.cpu_count()} cores.", "", "| run | wall (min) | CPU (min) | pytest |", "|---|---|---|---|"]
     table += [f"| {r['run']} | {r['wall_s'] / 60:.1f} | {r['cpu_s'] / 60:.1f} | {r['summary']} |" for r in rows]
     out.with_suffix(".md").write_text("\n".join(table) + "\n")
