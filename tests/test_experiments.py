@@ -216,3 +216,14 @@ def test_paired_certify_savings():
     assert pair["low"] <= pair["savings_pct"] <= pair["high"] and pair["savings_pct"] > 0   # fewer cells
     never = simulate(bench.scores, dataclasses.replace(config, budget=m * 8), "ucbe", reps=40, seed=0)
     assert np.isnan(metrics.paired_certify_savings(never, all_bounds, n_boot=50)["savings_pct"])
+
+
+def test_the_compilation_cache_locks_its_entries():
+    """The cache has a size limit, which turns on JAX's file lock around every read and write: two
+    processes sharing it (pytest-xdist workers, two runs at once) never read an entry half written."""
+    import jax
+
+    from pulse_jax.engine import compilation_cache
+
+    assert compilation_cache.enable_compilation_cache() is not None      # the suite's cache, as conftest set it
+    assert jax.config.jax_compilation_cache_max_size == compilation_cache.CACHE_MAX_BYTES > 0

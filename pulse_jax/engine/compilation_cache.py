@@ -13,6 +13,8 @@ import jax
 #: Where compiled programs are kept unless ``$PULSE_JAX_CACHE`` says otherwise.
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "pulse-jax", "xla")
 _CACHE_OFF = ("off", "0", "false", "no", "none")
+#: The cache's size limit (least recently used programs go first): 8 GiB.
+CACHE_MAX_BYTES = 8 * 2**30
 _cache_checked = False
 
 
@@ -32,6 +34,10 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
     path = setting or DEFAULT_CACHE
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
+    # A size limit turns on JAX's file lock around every cache read and write. Without it an entry is
+    # written in place, and a second process (a pytest-xdist worker, two runs at once) can read it half
+    # written and abort while deserializing it.
+    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     return path
 
 
