@@ -148,9 +148,10 @@ def test_a_larger_budget_continues_a_spent_log(tmp_path, capsys):
         sel = selector(log, budget)
         run(score, sel, handle_signals=False)
         sel.close()
-    capsys.readouterr()
-    extended = selector(tmp_path / "a.db", 640)
-    assert "was started with a budget of 400 cells; it continues with 640" in capsys.readouterr().err   # said
+    from pulse_jax.errors import PulseNote
+
+    with pytest.warns(PulseNote, match="was started with a budget of 400 cells; it continues with 640"):   # said
+        extended = selector(tmp_path / "a.db", 640)
     report = run(score, extended, handle_signals=False)
     extended.close()
     clean = selector(tmp_path / "clean.db", 640)

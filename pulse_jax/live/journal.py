@@ -52,7 +52,6 @@ import os
 import socket
 import sqlite3
 import threading
-import sys
 from pathlib import Path
 
 
@@ -455,8 +454,8 @@ class Journal(LogReader):
         except (OSError, sqlite3.Error):
             return False
         self._conn.close()
-        print(f"pulse-jax: {self.path}: the log's folder was moved while the run was going; the log is now "
-              f"{now}, and the run goes on there", file=sys.stderr)
+        note(f"{self.path}: the log's folder was moved while the run was going; the log is now {now}, and the "
+             "run goes on there")
         self._conn, self.path = conn, now
         return True
 

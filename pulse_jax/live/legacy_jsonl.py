@@ -15,10 +15,9 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from pathlib import Path
 
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax.errors import PulseInputError, note as note_, require
 from pulse_jax.live.chain import checksum
 from pulse_jax.live.log_schema import build_database, check_record_fields
 
@@ -176,7 +175,7 @@ def import_jsonl(source, target) -> int:
                                          "write a log)")
     header, records, notes = read(source)
     for note in notes:
-        print(f"pulse-jax: {note}", file=sys.stderr)
+        note_(note)
     target.parent.mkdir(parents=True, exist_ok=True)
     temporary = build_database(target, header, records)
     try:

@@ -7,11 +7,10 @@ import contextlib
 import dataclasses
 import errno
 import sqlite3
-import sys
 import time
 
 from pulse_jax import registry
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax.errors import PulseInputError, note, require
 from pulse_jax.live import journal, log_schema
 from pulse_jax.live.chain import canonical
 from pulse_jax.live.request import Request, check_scores
@@ -92,8 +91,7 @@ class LogBinding:
         require(not rule.plans_on_budget,
                 f"--budget {want:,}: {self.log_path} was started with --budget {have:,}, and the sampling rule "
                 f"{rule.name!r} plans on the budget, so the log continues only with --budget {have:,}")
-        print(f"note: {self.log_path} was started with a budget of {have:,} cells; it continues with {want:,}",
-              file=sys.stderr)
+        note(f"{self.log_path} was started with a budget of {have:,} cells; it continues with {want:,}")
         return {**logged, "budget": want}
 
     def _replay(self, records):

@@ -20,7 +20,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import sys
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
 
@@ -28,7 +27,7 @@ import numpy as np
 
 from pulse_jax import choices
 from pulse_jax.live import money
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax.errors import PulseInputError, note, require
 
 #: ``select``'s defaults where the Plan leaves a choice out: certify with the fewest cells measured
 #: (docs/benchmarks/certify_betting.md): PULSE hedged, the interval Top-Two rule, certification bounds,
@@ -222,9 +221,9 @@ class Plan:
     def say_method(self) -> None:
         """A note when the plan chose UCB-E for want of history, saying how to give it for PULSE."""
         if self.method is None and not self.has_history():
-            print(f"note: no historical scores, so the selection runs UCB-E (observations alone); give "
-                  f"{self.spell('train')} (earlier models' scores on the same examples) for PULSE, which "
-                  "certifies with fewer cells", file=sys.stderr)
+            note(f"no historical scores, so the selection runs UCB-E (observations alone); give "
+                 f"{self.spell('train')} (earlier models' scores on the same examples) for PULSE, which "
+                 "certifies with fewer cells")
 
     # ------------------------------------------------------------------ into a selector
 
@@ -270,9 +269,9 @@ class Plan:
         data.check_history(train)
         limit = min(train.scores.shape)
         if self.rank is None and rank > limit:
-            print(f"pulse-jax: note: {spell('rank')} {rank} (the default) needs at least {rank} historical models; "
-                  f"{spell('train')} has {train.scores.shape[0]} models x {train.scores.shape[1]} examples, so rank "
-                  f"{limit} is used", file=sys.stderr)
+            note(f"{spell('rank')} {rank} (the default) needs at least {rank} historical models; "
+                 f"{spell('train')} has {train.scores.shape[0]} models x {train.scores.shape[1]} examples, so rank "
+                 f"{limit} is used")
             rank = limit
         return train, rank
 
@@ -288,12 +287,12 @@ class Plan:
         cells = len(models) * n_examples
         budget = cells if self.budget is None else self.budget
         if budget > cells:       # more than every cell: said in the plan's words, then every cell
-            print(f"note: {self.spell('budget')} {budget:,} is more than the {cells:,} cells of {len(models)} models x "
-                  f"{n_examples:,} examples; using {cells:,}", file=sys.stderr)
+            note(f"{self.spell('budget')} {budget:,} is more than the {cells:,} cells of {len(models)} models x "
+                 f"{n_examples:,} examples; using {cells:,}")
             budget = cells
         self.check_models(len(models), budget, where)
-        for note in self.notes:
-            print(note, file=sys.stderr)
+        for text in self.notes:
+            note(text.removeprefix("note: "))
         self.say_method()
         plugins = self.plugins()
         numbers = self.numbers(plugins, len(models))
