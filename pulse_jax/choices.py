@@ -57,6 +57,65 @@ def methods(text: str, where: str = "--method") -> dict:
     return out
 
 
+#: A live selection's defaults, the same through every door (`pulse_jax.live.Plan`, ``pulse-jax select``,
+#: Inspect's ``select_best`` and `pulse_jax.live.Selector`): certify with the fewest cells measured
+#: (docs/benchmarks/certify_betting.md): PULSE hedged when there is history (UCB-E without), the interval
+#: Top-Two rule, certification bounds, betting sequences.
+DEFAULT_METHOD, DEFAULT_RULE, DEFAULT_BOUNDS, DEFAULT_SEQUENCE = "pulse_hedged", "top_two_interval", "certification", \
+    "betting"
+DEFAULT_DELTA = 0.05
+
+
+def default_method(has_history: bool) -> str:
+    """The estimator when none is named: PULSE hedged with history, UCB-E (observations alone) without."""
+    return DEFAULT_METHOD if has_history else "ucbe"
+
+
+def default_stop(estimator):
+    """The stopping rule when none is named: certified with an interval, the whole budget without."""
+    return plugin("stopping rule", "certified" if estimator.has_interval else "budget", "stop")
+
+
+def certificate_words(given: Mapping[str, float | int | None], spell: Spell) -> str | None:
+    """How the caller named a top-k or cost certificate (``--top-k 2``, ``front``), for a note; None
+    without one."""
+    if given.get("top_k"):
+        return f"{spell('top_k')} {given['top_k']}"
+    named = [name for name in COST_CERTIFICATES if given.get(name) is not None]
+    return spell(named[0]) if named else None
+
+
+def certificate_rule(stop, spell: Spell, certificate: str | None = None):
+    """``(rule, notes)`` for a claim the default rules do not chase (``(None, ())`` otherwise): a top-k claim
+    (k > 1) samples by ``lucb_top_k(k)``, a claim about cost by ``focus``. ``certificate``: how the caller
+    named the claim (`certificate_words`), for the note."""
+    from pulse_jax.rules import focus, lucb_top_k
+
+    said = certificate or f"{spell('stop')} {getattr(stop, 'name', '')}"
+    k = getattr(stop, "upper_models", 1) if getattr(stop, "name", "") == "top_k" else 1
+    if k > 1:
+        rule = lucb_top_k(k)
+        return rule, (f"{said} samples by {rule.name} (the set's weakest member against the best outsider); give "
+                      f"{spell('rule')} to choose another",)
+    if getattr(stop, "uses_cost", False):
+        return focus(), (f"{said} samples by focus (the widest interval per unit of cost among the models the "
+                         f"certificate waits on); give {spell('rule')} to choose another",)
+    return None, ()
+
+
+def default_rule(estimator, stop, spell: Spell, certificate: str | None = None):
+    """``(rule, notes)``: a live selection's sampling rule when none is named: the certificate's
+    (`certificate_rule`), the index rule ``ucbe`` for a method without an interval, else `DEFAULT_RULE`."""
+    rule, notes = certificate_rule(stop, spell, certificate)
+    if rule is not None:
+        return rule, notes
+    if not estimator.has_interval:
+        return plugin("sampling rule", "ucbe", spell("rule")), (
+            f"{spell('method')} {estimator.name} has no confidence interval, so it samples by the index rule ucbe "
+            f"instead of the default {DEFAULT_RULE}",)
+    return plugin("sampling rule", DEFAULT_RULE, spell("rule")), ()
+
+
 def check_counts(values: Mapping[str, int | None], spell: Spell) -> None:
     """The counts every run shares: a budget >= 1, batch size, first-look batches and rank >= 1, steps
     between refits >= 0; each at most `LARGEST_COUNT`."""
@@ -112,38 +171,12 @@ EPSILON_CERTIFICATES = {"epsilon": "epsilon_good", "cheapest": "cheapest_within"
 COST_CERTIFICATES = ("cheapest", "front")
 
 
-def cost_rule(given: Mapping[str, float | None], spell: Spell):
-    """The ``focus`` rule when a certificate about cost is asked for without a rule (None otherwise): it
-    pulls where that certificate waits, by price."""
-    named = [name for name in COST_CERTIFICATES if given.get(name) is not None]
-    if not named:
-        return None
-    from pulse_jax.rules import focus
-
-    note(f"{spell(named[0])} samples by focus (the widest interval per unit of cost among the models the "
-         f"certificate waits on); give {spell('rule')} to choose another")
-    return focus()
-
-
 def check_certificate_size(given: Mapping[str, int | None], n_models: int, spell: Spell) -> None:
     """``top_k K`` and ``tie_group SIZE`` name fewer models than there are: a set of all certifies nothing."""
     for name, value in given.items():
         require(value is None or value < n_models,
                 f"{spell(name)} {value}: must be smaller than the number of models ({n_models}); {value} of "
                 f"{n_models} models certifies nothing")
-
-
-def top_k_rule(top_k: int | None, spell: Spell):
-    """LUCB for the top K when a top-k certificate (K > 1) is asked for without a rule (None otherwise):
-    the default rules chase the best model alone, which a top-k certificate does not wait on."""
-    if not top_k or top_k <= 1:
-        return None
-    from pulse_jax.rules import lucb_top_k
-
-    rule = lucb_top_k(top_k)
-    note(f"{spell('top_k')} {top_k} samples by {rule.name} (the set's weakest member against the best "
-         f"outsider); give {spell('rule')} to choose another")
-    return rule
 
 
 def certificate_levels(numbers: dict, stop, n_models: int, spell: Spell) -> dict:

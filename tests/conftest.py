@@ -65,6 +65,21 @@ def journal_bench():
     return b, factorization.fit_example_embeddings(b.train, rank=3)
 
 
+def as_simulated(**choices) -> dict:
+    """``Selector`` keywords with the simulation's defaults (`BanditConfig`'s rule ``ucbe`` and Bernstein
+    sequences, every bound at once) where ``choices`` leave them out: the live defaults differ (Top-Two,
+    betting, certification bounds), and a test that compares a selector with ``simulate(config)`` on a
+    default config needs the same choices on both sides."""
+    choices.setdefault("rule", "ucbe")
+    choices.setdefault("cs_grid", 0)
+    params = choices.get("params")
+    if params is None:
+        choices.setdefault("bounds", "all")
+    elif isinstance(params, dict) and not any(str(k).endswith("cs_simultaneous") for k in params):
+        choices["params"] = {**params, "cs_simultaneous": 1.0}
+    return choices
+
+
 def run_sql(path, *statements) -> None:
     """Run SQL statements on the database at ``path`` in autocommit (tests that edit a log by hand)."""
     import sqlite3

@@ -26,6 +26,7 @@ from pulse_jax import cli, stopping
 from pulse_jax.stats import factorization
 from pulse_jax.errors import PulseInputError
 from pulse_jax.stopping import StopInputs
+from conftest import as_simulated
 
 DELTA, REPS = 0.3, 1000
 SLACK = 3 * math.sqrt(DELTA * (1 - DELTA) / REPS)
@@ -207,8 +208,8 @@ def test_selector_stops_where_the_simulation_stops_and_says_what_it_certified():
         config = pj.BanditConfig(n_models=6, n_examples=120, budget=720, batch_size=4, rule="lucb", stop=stop)
         sim = pj.simulate(scores, config, "ucbe", reps=1, seed=9, params=numbers, progress=False,
                           model_names=models)
-        sel = pj.Selector(models, 120, 720, method="ucbe", batch_size=4, seed=9, rule="lucb", stop=stop, concurrency=1,
-                          params=numbers)
+        sel = pj.Selector(models, 120, 720, method="ucbe", batch_size=4, seed=9, stop=stop, concurrency=1,
+                          **as_simulated(rule="lucb", params=numbers))
         report = pj.run(lambda model, ids: scores[models.index(model), ids].tolist(), sel)
         assert report.stopped and report.spent == sim.spent[0, -1]
         assert list(report.claimed) == [models[i] for i in np.flatnonzero(sim.claimed[0])]

@@ -78,7 +78,7 @@ def test_the_live_selector_makes_the_simulation_s_choices_with_batches_in_flight
     sim = pj.simulate(scores, config, method, V=V, reps=1, seed=0, params=numbers)
     selector = live.Selector([f"m{i}" for i in range(m)], n, m * n, method=method, batch_size=8, refit_every=5,
                              seed=0, V=V, rule="top_two_interval", cs_grid=200, stop="certified",
-                             params={**numbers, "delta": 0.05})
+                             params={**numbers, "delta": 0.05}, concurrency=c)
     asked = _plain_loop(selector, scores, c)
     chosen = [int(x) for x in sim.chosen[0] if x >= 0]
     assert [r.model_index for r in asked if r.step > 0 and r.example_ids] == chosen   # holds ask nothing
@@ -90,8 +90,8 @@ def test_the_live_selector_makes_the_simulation_s_choices_with_batches_in_flight
     # the threaded runner tells in ask order too: the same run, whatever the timing
     threaded = live.Selector([f"m{i}" for i in range(m)], n, m * n, method=method, batch_size=8, refit_every=5,
                              seed=0, V=V, rule="top_two_interval", cs_grid=200, stop="certified",
-                             params={**numbers, "delta": 0.05})
-    out = live.run(lambda model, ids: scores[int(model[1:]), ids], threaded, concurrency=c)
+                             params={**numbers, "delta": 0.05}, concurrency=c)
+    out = live.run(lambda model, ids: scores[int(model[1:]), ids], threaded)
     assert out.evaluated == report.evaluated and out.after_stop == report.after_stop
 
 

@@ -25,6 +25,7 @@ import pulse_jax as pj
 from pulse_jax import stopping
 from pulse_jax.errors import PulseInputError
 from pulse_jax.stopping import StopInputs
+from conftest import as_simulated
 
 COSTS = ([1.0, 2.0, 3.0], [1.0, 1.0, 3.0], [3.0, 1.0, 1.0], [2.0, 2.0, 2.0])
 
@@ -419,8 +420,8 @@ def test_the_live_selector_with_costs_makes_the_simulations_choices():
 
     scores, cost = _cheap_matrix()
     m, n = scores.shape
-    sel = live.Selector([f"m{i}" for i in range(m)], n, 1600, method="ucbe", batch_size=8, rule="focus",
-                        stop=pj.cost_front(0.05), seed=3, cost=cost, concurrency=1, params={"delta": 0.3})
+    sel = live.Selector([f"m{i}" for i in range(m)], n, 1600, method="ucbe", batch_size=8, stop=pj.cost_front(0.05),
+                        seed=3, cost=cost, concurrency=1, **as_simulated(rule="focus", params={"delta": 0.3}))
     chosen = []
     while (request := sel.ask()) is not None:
         sel.tell(request, scores[request.model_index, list(request.example_index)])

@@ -114,8 +114,13 @@ def test_a_money_budget_at_any_concurrency_spends_what_one_batch_at_a_time_spend
     assert spend[8] >= 0.9 * spend[1]
 
 
-def test_after_stop_survives_a_rerun_of_a_finished_log(small_bench, tmp_path):
+def test_after_stop_survives_a_rerun_of_a_finished_log(small_bench, tmp_path, monkeypatch):
+    from pulse_jax.live import runner
+
     b, V = small_bench
+    # planned for one batch in flight (no holds) and run at 8, bypassing the runner's one owner of the
+    # concurrency, so that batches return after the stop
+    monkeypatch.setattr(runner, "_concurrency_for", lambda evaluate, selector: 8)
     log = tmp_path / "run.db"
 
     def selector():
@@ -123,11 +128,11 @@ def test_after_stop_survives_a_rerun_of_a_finished_log(small_bench, tmp_path):
                         rule="top_two_interval", cs_grid=200, stop="certified", concurrency=1, log=log)
 
     sel = selector()
-    first = run(_scores(b), sel, concurrency=8, handle_signals=False)
+    first = run(_scores(b), sel, handle_signals=False)
     sel.close()
     assert first.stopped and first.after_stop > 0
     again = selector()
-    rerun = run(_scores(b), again, concurrency=8, handle_signals=False)
+    rerun = run(_scores(b), again, handle_signals=False)
     again.close()
     assert rerun.after_stop == first.after_stop and rerun.evaluated == first.evaluated
 
@@ -173,3 +178,74 @@ def test_a_selection_through_selector_and_through_plan_is_the_same_selection(tmp
         asked.append((requests, sel.result().ranking, sel.result().certificate))
         sel.close()
     assert asked[0] == asked[1] and len(asked[0][0]) > 4
+
+
+_KILLED_IN_THE_COMMIT = r"""
+import os, signal, sys
+import numpy as np
+from pulse_jax import synthetic
+from pulse_jax.live import Selector, log_binding
+from pulse_jax.stats import factorization
+
+b = synthetic.make_benchmark(seed=0, n_models=6, n_examples=200, n_train=40)
+V = factorization.fit_example_embeddings(b.train, rank=3)
+sel = Selector(b.models, 200, {budget}, batch_size=8, V=V, seed=5, refit_every=0, log=sys.argv[1], stop="budget",
+               concurrency=4)
+for _ in range(6):                         # the first look, told
+    r = sel.ask()
+    sel.tell(r, b.scores[r.model_index, list(r.example_index)])
+r = sel.ask()
+print(r.model, ",".join(map(str, r.example_ids)), flush=True)
+# killed between the scorer's return and the commit (waiting for the log, as behind a synced tell)
+log_binding.LogBinding._write = lambda self, *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+sel.log_paid(r, b.scores[r.model_index, list(r.example_index)])
+"""
+
+
+def test_a_return_killed_before_its_commit_is_told_from_the_log_not_asked_again(small_bench, tmp_path):
+    """kill -9 after the scorer returned a batch and before its commit reached the log (the commit waits
+    behind another transaction): the resumed run holds the batch as paid, from ``<log>.returned``, and
+    asks the scorer for none of its cells; the run then ends as an uninterrupted one."""
+    import subprocess
+    import sys
+
+    b, V = small_bench
+    log = tmp_path / "run.db"
+    child = subprocess.run([sys.executable, "-c", _KILLED_IN_THE_COMMIT.format(budget=BUDGET), str(log)],
+                           capture_output=True, text=True, timeout=300)
+    assert child.returncode == -9, child.stderr[-2000:]
+    model, ids = child.stdout.split()
+    killed = {(model, int(e)) for e in ids.split(",")}
+    assert (tmp_path / "run.db.returned").stat().st_size > 0
+    asked = []
+
+    def scorer(m, examples):
+        asked.extend((m, int(e)) for e in examples)
+        return b.scores[b.models.index(m), list(examples)].tolist()
+
+    again = Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=0, log=log, stop="budget",
+                     concurrency=4)
+    assert again.paid_held == 8
+    report = run(scorer, again, handle_signals=False)
+    again.close()
+    assert not killed & set(asked)                                   # 0 returned cells paid twice
+    assert not (tmp_path / "run.db.returned").exists()              # let go cleanly: all of it is in the log
+    clean = Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=0, stop="budget", concurrency=4)
+    assert report.evaluated == run(_scores(b), clean, handle_signals=False).evaluated
+
+
+def test_returns_kept_for_another_log_of_the_same_name_are_ignored(small_bench, tmp_path):
+    """``<log>.returned`` lines name their log (its run checksum): a file left beside a new log of the same
+    name adds nothing to it, and is emptied."""
+    from pulse_jax.live import returned
+
+    b, V = small_bench
+    log = tmp_path / "run.db"
+    (tmp_path / "run.db.returned").write_bytes(returned.line("0123abcd", b.models[0], [0, 1], [1.0, 0.0]))
+    with Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, log=log, stop="budget") as sel:
+        assert sel.paid_held == 0
+        assert (tmp_path / "run.db.returned").stat().st_size == 0
+    assert returned.read(tmp_path / "missing.returned", "x") == []
+    torn = returned.line("abc", "m", [1], [0.5])
+    (tmp_path / "t.returned").write_bytes(torn + torn[:-9])          # a torn last line is left out
+    assert returned.read(tmp_path / "t.returned", "abc") == [("m", {1: 0.5})]

@@ -21,10 +21,10 @@ BUDGET = 6 * 8 + 8 * 40
 pytestmark = pytest.mark.xdist_group("failures_in_flight")
 
 
-def _selector(small_bench, log, stop="budget"):
+def _selector(small_bench, log, stop="budget", concurrency=16):
     b, V = small_bench
     return Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=4, log=log, stop=stop,
-                    method="ucbe" if stop == "budget" else "pulse_hedged")
+                    method="ucbe" if stop == "budget" else "pulse_hedged", concurrency=concurrency)
 
 
 class _Scorer:
@@ -57,15 +57,15 @@ def test_an_invalid_answer_logs_every_other_returned_batch(small_bench, tmp_path
     b, _ = small_bench
     log = tmp_path / "run.db"
     first = _Scorer(b, bad_on=9, bad=INVALID[kind])
-    sel = _selector(small_bench, log)
+    sel = _selector(small_bench, log, concurrency=concurrency)
     with pytest.raises(PulseInputError) as err:
-        run(first, sel, concurrency=concurrency, handle_signals=False)
+        run(first, sel, handle_signals=False)
     sel.close()
     message = str(err.value)
     assert "\n" not in message and "will be asked again" in message
     second = _Scorer(b)
-    sel = _selector(small_bench, log)
-    run(second, sel, concurrency=concurrency, handle_signals=False)
+    sel = _selector(small_bench, log, concurrency=concurrency)
+    run(second, sel, handle_signals=False)
     sel.close()
     paid_twice = set(first.returned) & set(second.returned)
     assert not paid_twice, f"{len(paid_twice)} returned cells paid twice"
@@ -82,8 +82,8 @@ def test_a_cancelled_call_is_retried_like_any_transient_failure(small_bench, tmp
             raise asyncio.CancelledError()
         return b.scores[b.models.index(model), ids].tolist()
 
-    sel = _selector(small_bench, None)
-    report = run(scorer, sel, concurrency=1, retry_wait=0.0, handle_signals=False)
+    sel = _selector(small_bench, None, concurrency=1)
+    report = run(scorer, sel, retry_wait=0.0, handle_signals=False)
     assert report.spent == BUDGET and report.failed_attempts == 2 and report.retries == 2
 
 
@@ -92,7 +92,7 @@ def test_a_cancelled_call_that_outlasts_its_retries_says_what_it_was(small_bench
         raise asyncio.CancelledError()
 
     with pytest.raises(Exception) as err:
-        run(scorer, _selector(small_bench, None), concurrency=2, retries=1, retry_wait=0.0, handle_signals=False)
+        run(scorer, _selector(small_bench, None, concurrency=2), retries=1, retry_wait=0.0, handle_signals=False)
     assert "CancelledError (no message)" in str(err.value)
 
 
@@ -102,17 +102,16 @@ def test_a_call_past_its_time_limit_fails_and_is_retried(small_bench):
 
     def scorer(model, ids):
         calls["n"] += 1
+        calls.setdefault("first", time.monotonic())   # after the compilation of the first ask
         if calls["n"] == 2:
             time.sleep(3)                       # hangs; abandoned after the time limit
         return b.scores[b.models.index(model), ids].tolist()
 
-    start = time.monotonic()
-    report = run(scorer, _selector(small_bench, None), concurrency=2, retry_wait=0.0, call_timeout=0.3,
-                 handle_signals=False)
-    assert time.monotonic() - start < 2.5
+    report = run(scorer, _selector(small_bench, None), retry_wait=0.0, call_timeout=0.3, handle_signals=False)
+    assert time.monotonic() - calls["first"] < 2.5
     assert report.spent == BUDGET and report.failed_attempts == 1 and report.retries == 1
     with pytest.raises(PulseInputError, match="call_timeout"):
-        run(scorer, _selector(small_bench, None), call_timeout=0)
+        run(scorer, _selector(small_bench, None, concurrency=2), call_timeout=0)
     assert issubclass(CallTimeout, TimeoutError)
 
 
@@ -129,14 +128,14 @@ def test_scorer_failures_are_counted_over_every_run_of_the_log(small_bench, tmp_
             raise KeyboardInterrupt
         return b.scores[b.models.index(model), ids].tolist()
 
-    sel = _selector(small_bench, log)
+    sel = _selector(small_bench, log, concurrency=1)
     with pytest.raises(KeyboardInterrupt):
-        run(flaky, sel, concurrency=1, retry_wait=0.0, handle_signals=False)
+        run(flaky, sel, retry_wait=0.0, handle_signals=False)
     sel.close()
     first = state["n"] // 5
-    sel = _selector(small_bench, log)
+    sel = _selector(small_bench, log, concurrency=1)
     assert sel.failures() == (first, first)
-    report = run(flaky, sel, concurrency=1, retry_wait=0.0, handle_signals=False)
+    report = run(flaky, sel, retry_wait=0.0, handle_signals=False)
     sel.close()
     total = (state["n"] // 5)
     assert report.failed_attempts == total and report.retries == total and total > first
@@ -144,20 +143,24 @@ def test_scorer_failures_are_counted_over_every_run_of_the_log(small_bench, tmp_
     assert "over this log's runs" in report.to_markdown()
 
 
-def test_batches_in_flight_at_the_stop_are_told_and_reported(small_bench, tmp_path):
+def test_batches_in_flight_at_the_stop_are_told_and_reported(small_bench, tmp_path, monkeypatch):
     """Nothing is asked once the stop fires; what was in flight returns, counts, and is reported."""
+    from pulse_jax.live import runner
+
     b, _ = small_bench
     reports = {}
     for holds in (False, True):
-        # A selector planned for one batch in flight has no spare steps to hold back with.
+        # A selector planned for one batch in flight has no spare steps to hold back with; the runner's one
+        # owner of the concurrency is bypassed here (8 in flight) to measure what planning for 8 buys.
         sel = Selector(b.models, 200, 6 * 200, batch_size=8, V=small_bench[1], seed=5, refit_every=4,
                        method="pulse_hedged", rule="top_two_interval", cs_grid=200, stop="certified",
                        concurrency=8 if holds else 1)
+        monkeypatch.setattr(runner, "_concurrency_for", lambda evaluate, selector: 8)
 
         def scorer(model, ids):
             return b.scores[b.models.index(model), ids].tolist()
 
-        reports[holds] = report = run(scorer, sel, concurrency=8, handle_signals=False)
+        reports[holds] = report = run(scorer, sel, handle_signals=False)
         assert report.stopped and report.separated
         assert report.to_dict()["after_stop"] == report.after_stop <= 7 * 8
     without = reports[False]

@@ -21,6 +21,7 @@ B = 8
 def _selector(journal_bench, log, **kw):
     b, V = journal_bench
     kw.setdefault("method", "pulse")
+    kw.setdefault("concurrency", 1)
     return Selector(b.models, 200, 6 * B + 8 * 10, batch_size=B, V=V, seed=5, refit_every=4, log=log, **kw)
 
 
@@ -31,7 +32,7 @@ def _oracle(b):
 def _finished_log(journal_bench, tmp_path, name="run.db"):
     log = tmp_path / name
     sel = _selector(journal_bench, log, stop="budget")
-    report = run(_oracle(journal_bench[0]), sel, concurrency=1)
+    report = run(_oracle(journal_bench[0]), sel)
     sel.close()
     return log, report
 
@@ -131,7 +132,7 @@ def test_a_resume_is_exact_and_a_second_resume_changes_nothing(journal_bench, tm
     sel.close()
     again = _selector(journal_bench, half, stop="budget")
     assert again.spent == sum(len(r["examples"]) for r in log_records(half))
-    resumed = run(oracle, again, concurrency=1)
+    resumed = run(oracle, again)
     again.close()
     assert resumed.evaluated == report.evaluated
     np.testing.assert_allclose(resumed.estimates, report.estimates, atol=1e-6)
@@ -224,7 +225,7 @@ def test_a_jsonl_log_is_converted_once_in_place_and_resumes_exactly(journal_benc
            "as run.jsonl.v3.jsonl" in message
     assert (tmp_path / "run.jsonl.v3.jsonl").read_text() == "\n".join(lines[:8]) + "\n"
     assert log.read_bytes()[:16] == b"SQLite format 3\x00"
-    resumed = run(_oracle(journal_bench[0]), sel, concurrency=1)
+    resumed = run(_oracle(journal_bench[0]), sel)
     sel.close()
     assert resumed.evaluated == report.evaluated
     again = _selector(journal_bench, log)
@@ -245,7 +246,7 @@ def test_a_torn_jsonl_tail_is_left_out_of_the_conversion(journal_bench, tmp_path
     with pytest.warns(PulseNote, match="left out a torn last record"):
         sel = _selector(journal_bench, log, stop="budget")
     assert sel.spent == 4 * B
-    resumed = run(_oracle(journal_bench[0]), sel, concurrency=1)
+    resumed = run(_oracle(journal_bench[0]), sel)
     sel.close()
     assert resumed.evaluated == report.evaluated
 

@@ -19,9 +19,10 @@ from conftest import log_records
 BUDGET = 6 * 8 + 8 * 30
 
 
-def _selector(small_bench, log):
+def _selector(small_bench, log, concurrency=16):
     b, V = small_bench
-    return Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=4, log=log, stop="budget")
+    return Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=4, log=log, stop="budget",
+                    concurrency=concurrency)
 
 
 class _Scorer:
@@ -56,8 +57,8 @@ class _Scorer:
 
 def _clean(small_bench, tmp_path, concurrency):
     b, _ = small_bench
-    sel = _selector(small_bench, tmp_path / "clean.db")
-    report = run(_Scorer(b), sel, concurrency=concurrency, handle_signals=False)
+    sel = _selector(small_bench, tmp_path / "clean.db", concurrency=concurrency)
+    report = run(_Scorer(b), sel, handle_signals=False)
     sel.close()
     return report
 
@@ -88,10 +89,10 @@ def test_a_failure_that_outlasts_its_retries_loses_no_returned_batch(small_bench
     error = RuntimeError("boom") if kind == "error" else KeyboardInterrupt()
     scorer = _Scorer(b, fail_on=12, error=error)
     log = tmp_path / "run.db"
-    sel = _selector(small_bench, log)
+    sel = _selector(small_bench, log, concurrency=concurrency)
     expected = Interrupted if kind == "keyboard" else EvaluationError
     with pytest.raises(expected) as info:
-        run(scorer, sel, concurrency=concurrency, retries=0, handle_signals=False)
+        run(scorer, sel, retries=0, handle_signals=False)
     sel.close()
     message = str(info.value)
     assert "8 cells will be asked again" in message or "8 will be asked again" in message, message
@@ -99,8 +100,8 @@ def test_a_failure_that_outlasts_its_retries_loses_no_returned_batch(small_bench
         assert info.value.exit_code == 130 and "KeyboardInterrupt in the scorer" in message
     logged = sum(len(r["examples"]) for r in log_records(log))
     assert logged == len(scorer.returned)                      # every batch that came back is in the log
-    again = _selector(small_bench, log)
-    report = run(scorer, again, concurrency=concurrency, handle_signals=False)
+    again = _selector(small_bench, log, concurrency=concurrency)
+    report = run(scorer, again, handle_signals=False)
     again.close()
     assert len(scorer.returned) == len(set(scorer.returned)) == report.spent   # 0 returned cells paid twice
     _same(report, _clean(small_bench, tmp_path, concurrency))
@@ -112,8 +113,8 @@ def test_transient_failures_are_retried_and_the_report_is_the_clean_one(small_be
     here), pays for no returned cell twice, reports equal to a run without failures, and counts them."""
     b, _ = small_bench
     scorer = _Scorer(b, failure_rate=0.10, seed=concurrency)
-    sel = _selector(small_bench, tmp_path / "run.db")
-    report = run(scorer, sel, concurrency=concurrency, retry_wait=0.0, handle_signals=False)
+    sel = _selector(small_bench, tmp_path / "run.db", concurrency=concurrency)
+    report = run(scorer, sel, retry_wait=0.0, handle_signals=False)
     sel.close()
     assert scorer.failed > 0 and report.failed_attempts == scorer.failed == report.retries
     assert len(scorer.returned) == len(set(scorer.returned)) == report.spent == BUDGET
@@ -155,8 +156,8 @@ def test_retry_after_hints_are_read_and_followed(small_bench, tmp_path):
             raise _RateLimited(retry_after=0.3)
         return b.scores[b.models.index(model), ids].tolist()
 
-    sel = _selector(small_bench, tmp_path / "hint.db")
-    report = run(scorer, sel, concurrency=1, retry_wait=0.0, handle_signals=False)
+    sel = _selector(small_bench, tmp_path / "hint.db", concurrency=1)
+    report = run(scorer, sel, retry_wait=0.0, handle_signals=False)
     sel.close()
     assert seen[3] - seen[2] >= 0.3 and report.retries == 1
 
@@ -167,15 +168,15 @@ def test_a_log_without_room_for_its_reserve_pays_for_nothing(small_bench, tmp_pa
     b, _ = small_bench
     scorer = _Scorer(b)
     monkeypatch.setattr(journal.Journal, "keep_reserve", lambda self: False)
-    sel = _selector(small_bench, tmp_path / "run.db")
+    sel = _selector(small_bench, tmp_path / "run.db", concurrency=4)
     with pytest.raises(LogWriteError, match=r"run.db: the disk is full: no room to keep the log's reserve of 512 KiB "
                                             r".*nothing more was asked, every cell paid for is in the log"):
-        run(scorer, sel, concurrency=4, handle_signals=False)
+        run(scorer, sel, handle_signals=False)
     sel.close()
     assert scorer.calls == 0
     monkeypatch.undo()
-    again = _selector(small_bench, tmp_path / "run.db")
-    report = run(scorer, again, concurrency=4, handle_signals=False)
+    again = _selector(small_bench, tmp_path / "run.db", concurrency=4)
+    report = run(scorer, again, handle_signals=False)
     again.close()
     _same(report, _clean(small_bench, tmp_path, 4))
 
@@ -196,9 +197,9 @@ def test_a_log_that_cannot_be_written_says_exactly_what_is_asked_again(small_ben
         return original(self, *statements)
 
     monkeypatch.setattr(journal.Journal, "_commit", commit)
-    sel = _selector(small_bench, tmp_path / "run.db")
+    sel = _selector(small_bench, tmp_path / "run.db", concurrency=4)
     with pytest.raises(LogWriteError) as info:
-        run(scorer, sel, concurrency=4, handle_signals=False)
+        run(scorer, sel, handle_signals=False)
     sel.close()
     monkeypatch.undo()
     logged = sum(len(r["examples"]) for r in log_records(tmp_path / "run.db"))
@@ -252,25 +253,25 @@ def test_a_stop_in_the_middle_of_the_asks_resumes_to_the_uninterrupted_run():
 
     bench = stand_in.benchmark()
 
-    def selector(log):
+    def selector(log, concurrency=16):
         return Selector(bench.models, 1000, 40 * 8 + 8 * 50, batch_size=8, method="ucbe", seed=3, log=log,
-                        stop="budget")
+                        stop="budget", concurrency=concurrency)
 
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        first = selector(root / "clean.db")
-        clean = run(_Scorer(bench, delay=0.0), first, concurrency=16, handle_signals=False)
+        first = selector(root / "clean.db", concurrency=16)
+        clean = run(_Scorer(bench, delay=0.0), first, handle_signals=False)
         first.close()
         differing = []
         for point in range(41, 89, 4):
             scorer = _Scorer(bench, fail_on=point, error=KeyboardInterrupt(), delay=0.001, fail_delay=0.0)
-            sel = selector(root / f"k{point}.db")
+            sel = selector(root / f"k{point}.db", concurrency=16)
             with pytest.raises(Interrupted):
-                run(scorer, sel, concurrency=16, handle_signals=False)
+                run(scorer, sel, handle_signals=False)
             sel.close()
             scorer.fail_on = None
-            again = selector(root / f"k{point}.db")
-            report = run(scorer, again, concurrency=16, handle_signals=False)
+            again = selector(root / f"k{point}.db", concurrency=16)
+            report = run(scorer, again, handle_signals=False)
             again.close()
             assert len(scorer.returned) == len(set(scorer.returned))
             if report.evaluated != clean.evaluated:

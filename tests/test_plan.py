@@ -134,7 +134,7 @@ def test_a_plan_runs_to_the_same_report_as_the_selector_it_builds(tmp_path):
     def evaluate(model, ids):
         return scores["abc".index(model), list(ids)]
 
-    report = live.run(evaluate, selector, concurrency=plan.concurrency, progress=False, **plan.run_options())
+    report = live.run(evaluate, selector, progress=False, **plan.run_options())
     out = plan.write_report(report, selector, figure=False)
     written = json.loads((out / "report.json").read_text())
     assert written["plan"] == plan.to_dict() and written["spent"] == report.to_dict()["spent"]
@@ -238,3 +238,58 @@ def test_a_dangling_link_as_the_report_folder_is_refused_before_anything_is_paid
                "--evaluate", "pulse_jax.stand_in:score", "--log", str(tmp_path / "run.db"), "--report",
                str(tmp_path / "gone")], capsys, "--report " + str(tmp_path / "gone") + ": a symbolic link to nothing")
     cli_fails(["demo", "--out", str(tmp_path / "gone"), "--reps", "2"], capsys, "a symbolic link to nothing")
+
+
+@pytest.mark.parametrize("history", [False, True])
+def test_a_selection_made_through_selector_and_through_plan_is_the_same_selection(tmp_path, history):
+    """One set of defaults (`pulse_jax.choices`) behind both doors: ``Selector(...)`` with every choice left
+    out and ``Plan(...).selector(...)`` make the same kernel (method, rules, sequences, numbers,
+    concurrency) and, on the same scores, the same selection."""
+    from pulse_jax import live
+    from pulse_jax.fileio import data
+
+    scores, train, _ = tiny_problem(seed=5, m=4, n=48)
+    models = ["a", "b", "c", "d"]
+    given = {}
+    if history:
+        data.save_csv(data.ScoreMatrix(train, tuple(f"h{i}" for i in range(len(train))), tuple(map(str, range(48)))),
+                      tmp_path / "history.csv")
+        given = {"train": str(tmp_path / "history.csv"), "rank": 3}
+    plan = Plan(log=str(tmp_path / "plan.db"), budget=160, batch_size=4, **given)
+    through_plan = plan.selector(models, 48)
+    direct = live.Selector(models, 48, 160, batch_size=4, log=tmp_path / "direct.db",
+                           **({"train": train, "rank": 3} if history else {}))
+    assert direct.method == through_plan.method == ("pulse_hedged" if history else "ucbe")
+    assert direct.config == through_plan.config
+    assert direct.params == through_plan.params
+
+    def evaluate(model, ids):
+        return scores[models.index(model), list(ids)]
+
+    reports = [live.run(evaluate, s, handle_signals=False) for s in (through_plan, direct)]
+    for s in (through_plan, direct):
+        s.close()
+    assert reports[0].evaluated == reports[1].evaluated and reports[0].claimed == reports[1].claimed
+    np.testing.assert_array_equal(reports[0].estimates, reports[1].estimates)
+
+
+def test_the_concurrency_has_one_owner_and_a_passed_keyword_is_never_ignored(small_bench):
+    """The selector's concurrency is the one the runner keeps in flight: ``run`` takes none of its own, and a
+    scorer that evaluates fewer batches at once is refused in one line, not run at another concurrency."""
+    from pulse_jax import live
+
+    b, V = small_bench
+    selector = live.Selector(b.models, 200, 400, V=V, concurrency=4)
+    with pytest.raises(TypeError, match="concurrency"):
+        live.run(lambda m, ids: [0.0] * len(ids), selector, concurrency=2)
+
+    def one_at_a_time(model, ids):
+        return b.scores[b.models.index(model), ids].tolist()
+
+    one_at_a_time.max_concurrency = 1
+    with pytest.raises(PulseInputError, match=r"^concurrency 4: this scorer evaluates at most 1 batch\(es\) at "
+                                              r"once; make the selector with concurrency=1"):
+        live.run(one_at_a_time, selector, handle_signals=False)
+    for keyword in ({"delta": 0.1}, {"bounds": "all"}, {"exploration": 2.0}):
+        with pytest.raises(PulseInputError, match=f"{next(iter(keyword))} given beside params="):
+            live.Selector(b.models, 200, 400, V=V, params={"delta": 0.05}, **keyword)

@@ -147,9 +147,9 @@ def test_selector_with_a_custom_rule_equals_simulate(bench):
 
 
 @pytest.mark.parametrize("change, needle", [
-    (dict(params=pj.BanditParams(refit_lr=0.2)), "refit_lr is 0.1 in the log, 0.2 here"),
+    (dict(params=pj.BanditParams(refit_lr=0.2, cs_simultaneous=0.0)), "refit_lr is 0.1 in the log, 0.2 here"),
     (dict(params={"estimator.fixed_lambda": 0.5}), "estimator.fixed_lambda is None in the log, 0.5 here"),
-    (dict(params=pj.BanditParams(init_refit_l2=0.02)), "init_refit_l2 is 0.01 in the log, 0.02 here"),
+    (dict(params=pj.BanditParams(init_refit_l2=0.02, cs_simultaneous=0.0)), "init_refit_l2 is 0.01 in the log, 0.02 here"),
     (dict(rule="top_two"), "rule is 'ucbe' in the log, 'top_two' here"),
     (dict(method=pj.pulse(variance_bound=2.0)), "method_settings"),
     (dict(refit_every=9), "refit_every is 7 in the log, 9 here"),
@@ -157,7 +157,7 @@ def test_selector_with_a_custom_rule_equals_simulate(bench):
 def test_resume_with_any_other_parameter_or_plugin_is_refused(bench, tmp_path, change, needle):
     b, V = bench
     log = tmp_path / "run.jsonl"
-    kw = dict(method="pulse", batch_size=8, seed=3, V=V, refit_every=7, log=log)
+    kw = dict(method="pulse", batch_size=8, seed=3, V=V, refit_every=7, log=log, rule="ucbe", cs_grid=0)
     first = pj.Selector(b.models, 300, 8 * 8 + 160, **kw)
     request = first.ask()
     first.tell(request, b.scores[request.model_index, list(request.example_index)])

@@ -112,24 +112,24 @@ def test_a_full_disk_pays_no_cell_twice(small_bench, tmp_path, monkeypatch, conc
 
     state = _full_disk(monkeypatch, float("inf") if lasting else 2)
     log = tmp_path / "run.db"
-    sel = _selector(small_bench, log, stop="budget")
+    sel = _selector(small_bench, log, stop="budget", concurrency=concurrency)
     if lasting:
         with pytest.raises(LogWriteError, match=r"run.db: the disk is full: stopped asking, every cell paid for is in "
                                                 r"the log \(\d+ told\). Free space there, then run the same command"):
-            run(scorer, sel, concurrency=concurrency)
+            run(scorer, sel)
         assert state["freed"]
         assert sum(len(r["examples"]) for r in log_records(log)) == len(calls)   # every paid cell is in the log
     else:
-        run(scorer, sel, concurrency=concurrency)
+        run(scorer, sel)
         assert not state["freed"]
     sel.close()
     monkeypatch.undo()                                                      # the space is back
-    again = _selector(small_bench, log, stop="budget")
-    report = run(scorer, again, concurrency=concurrency)
+    again = _selector(small_bench, log, stop="budget", concurrency=concurrency)
+    report = run(scorer, again)
     again.close()
     assert len(calls) == len(set(calls)) == report.spent                   # 0 cells paid twice
     clean = run(lambda m, ids: b.scores[b.models.index(m), ids].tolist(),
-                _selector(small_bench, tmp_path / "c.db", stop="budget"), concurrency=concurrency)
+                _selector(small_bench, tmp_path / "c.db", stop="budget", concurrency=concurrency))
     assert report.evaluated == clean.evaluated
     np.testing.assert_allclose(report.estimates, clean.estimates, atol=1e-6)
 

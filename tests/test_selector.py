@@ -15,6 +15,7 @@ from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import EvaluationError, Selector, run
 from pulse_jax.simulation import simulate
+from conftest import as_simulated
 
 B = 8
 
@@ -29,7 +30,8 @@ def _selector(bench, method="pulse", log=None, budget=None, **kw):
     b, V = bench
     m, n = b.scores.shape
     kw.setdefault("refit_every", 7)
-    return Selector(b.models, n, budget or m * B + 8 * 40, method=method, batch_size=B, V=V, seed=3, log=log, **kw)
+    return Selector(b.models, n, budget or m * B + 8 * 40, method=method, batch_size=B, V=V, seed=3, log=log,
+                    **as_simulated(**kw))
 
 
 def _oracle(b, calls=None, lock=None):
@@ -66,18 +68,18 @@ def test_ask_tell_replay_makes_the_simulation_engines_choices(bench, method):
 
 def test_resume_after_a_crash_at_every_point(bench, tmp_path):
     b, _ = bench
-    full = run(_oracle(b), _selector(bench, budget=8 * B + 8 * 12, stop="budget"), concurrency=1)
+    full = run(_oracle(b), _selector(bench, budget=8 * B + 8 * 12, stop="budget", concurrency=1))
     n_tells = 8 + 12
     for crash_after in range(n_tells + 1):
         log = tmp_path / f"run{crash_after}.db"
         calls, lock = [], threading.Lock()
-        first = _selector(bench, log=log, budget=8 * B + 8 * 12)
+        first = _selector(bench, log=log, budget=8 * B + 8 * 12, concurrency=1)
         for _ in range(crash_after):                         # the process dies after `crash_after` tells
             request = first.ask()
             first.tell(request, _oracle(b, calls, lock)(request.model, list(request.example_ids)))
         del first
-        resumed = _selector(bench, log=log, budget=8 * B + 8 * 12, stop="budget")
-        report = run(_oracle(b, calls, lock), resumed, concurrency=1)
+        resumed = _selector(bench, log=log, budget=8 * B + 8 * 12, stop="budget", concurrency=1)
+        report = run(_oracle(b, calls, lock), resumed)
         assert len(calls) == len(set(calls)) == report.spent  # no cell evaluated twice
         np.testing.assert_allclose(report.estimates, full.estimates, atol=1e-6)
         assert report.evaluated == full.evaluated
@@ -106,7 +108,7 @@ def test_concurrent_runs_are_valid_and_reproducible(bench):
         time.sleep(rng.random() * 0.01)                      # results come back out of order
         return b.scores[b.models.index(model), ids].tolist()
 
-    reports = [run(slow, _selector(bench, stop="budget"), concurrency=4) for _ in range(2)]
+    reports = [run(slow, _selector(bench, stop="budget", concurrency=4)) for _ in range(2)]
     assert reports[0].evaluated == reports[1].evaluated
     np.testing.assert_array_equal(reports[0].estimates, reports[1].estimates)
     assert reports[0].spent == reports[0].budget
@@ -297,7 +299,8 @@ def test_selector_with_swept_parameters_equals_simulate_and_writes_nothing_into_
     """The selector runs the simulation's kernel: non-default traced parameters give the same choices,
     and told scores live in the kernel's state, never in the (constant) episode."""
     b, V = bench
-    params = {"rule.exploration": 0.3, "delta": 0.1, "refit_lr": 0.05, "estimator.fixed_lambda": 0.7}
+    params = {"rule.exploration": 0.3, "delta": 0.1, "refit_lr": 0.05, "estimator.fixed_lambda": 0.7,
+              "cs_simultaneous": 1.0}      # the simulation's default bounds (a dict's other numbers: the live ones)
     sel = _selector(bench, "pulse", params=params)
     chosen = []
     episode = None

@@ -16,6 +16,7 @@ def _orders(seed: int) -> dict:
 
 
 def _selector(log, order, **kw):
+    kw.setdefault("rule", "ucbe")      # pulls every model in turn: each order is used as far as the budget goes
     return live.Selector(MODELS, [str(e) for e in range(N)], 60, method="ucbe", batch_size=4, seed=1,
                          refit_every=0, stop="budget", log=log, order=order, **kw)
 

@@ -9,6 +9,7 @@ from pulse_jax.stats import factorization
 from pulse_jax.engine import BanditConfig
 from pulse_jax.live import Selector, run
 from pulse_jax.simulation import simulate
+from conftest import as_simulated
 
 B = 8
 
@@ -27,7 +28,7 @@ def _after_spending(cells):
 def _live(bench, stop, method="pulse", budget=2000):
     b, V = bench
     sel = Selector(b.models, 400, budget, method=method, batch_size=B, V=V, seed=3, refit_every=7, stop=stop, concurrency=1,
-                   params=pj.BanditParams(delta=0.2))
+                   **as_simulated(params=pj.BanditParams(delta=0.2)))
     report = run(lambda model, ids: b.scores[b.models.index(model), ids].tolist(), sel)
     return sel, report
 

@@ -85,9 +85,10 @@ class Scorer:
                 self.running -= 1
 
 
-def _selector(log, budget, train):
+def _selector(log, budget, train, concurrency):
     return Selector(stand_in.models(), 1000, budget, method=METHOD, batch_size=BATCH, refit_every=REFIT_EVERY,
-                    train=train, log=log, stop="budget", seed=0)
+                    train=train, log=log, stop="budget", seed=0, rule="ucbe", cs_grid=0, bounds="all",
+                    concurrency=concurrency)
 
 
 def _same(a, b) -> bool:
@@ -97,14 +98,14 @@ def _same(a, b) -> bool:
 def transient(root: Path, budget: int, rate: float, wait: float, train) -> list[dict]:
     rows = []
     for concurrency in (1, 4, 16):
-        clean_sel = _selector(root / f"clean{concurrency}.db", budget, train)
-        clean = run(Scorer(), clean_sel, concurrency=concurrency, handle_signals=False)
+        clean_sel = _selector(root / f"clean{concurrency}.db", budget, train, concurrency)
+        clean = run(Scorer(), clean_sel, handle_signals=False)
         clean_sel.close()
         scorer = Scorer(lambda k, m, ids, rng: ConnectionError("503") if rng.random() < rate else None, seed=concurrency)
-        sel = _selector(root / f"transient{concurrency}.db", budget, train)
+        sel = _selector(root / f"transient{concurrency}.db", budget, train, concurrency)
         start = time.perf_counter()
         try:
-            report, finished = run(scorer, sel, concurrency=concurrency, retry_wait=wait, handle_signals=False), True
+            report, finished = run(scorer, sel, retry_wait=wait, handle_signals=False), True
         except EvaluationError:
             report, finished = None, False
         sel.close()
@@ -147,8 +148,8 @@ def outlasting(root: Path, budget: int, points: int, train, seed: int) -> list[d
     calls_per_run = len(stand_in.models()) + (budget - len(stand_in.models()) * BATCH) // BATCH
     rows = []
     for concurrency in (1, 4, 16):
-        clean_sel = _selector(root / f"base{concurrency}.db", budget, train)
-        clean = run(Scorer(), clean_sel, concurrency=concurrency, handle_signals=False)
+        clean_sel = _selector(root / f"base{concurrency}.db", budget, train, concurrency)
+        clean = run(Scorer(), clean_sel, handle_signals=False)
         clean_sel.close()
         for kind in ("scorer error", "KeyboardInterrupt", "full disk", "full disk, no reserve"):
             twice = lost = bad_resumes = running_total = asked_again = 0
@@ -167,9 +168,9 @@ def outlasting(root: Path, budget: int, points: int, train, seed: int) -> list[d
 
                 scorer = Scorer(fail, seed=trial)
                 undo = _full_disk(point, kind != "full disk, no reserve") if kind.startswith("full") else (lambda: None)
-                sel = _selector(log, budget, train)
+                sel = _selector(log, budget, train, concurrency)
                 try:
-                    run(scorer, sel, concurrency=concurrency, retry_wait=0.001, handle_signals=False)
+                    run(scorer, sel, retry_wait=0.001, handle_signals=False)
                 except (EvaluationError, Interrupted, LogWriteError) as err:
                     said = re.search(r"([\d,]+) (?:cells )?(?:in flight could not be saved and )?will be asked again",
                                      str(err))
@@ -179,8 +180,8 @@ def outlasting(root: Path, budget: int, points: int, train, seed: int) -> list[d
                     sel.close()
                 running_total += scorer.running
                 scorer.fail = None                  # the failure is over: resume
-                resumed = _selector(log, budget, train)
-                report = run(scorer, resumed, concurrency=concurrency, handle_signals=False)
+                resumed = _selector(log, budget, train, concurrency)
+                report = run(scorer, resumed, handle_signals=False)
                 resumed.close()
                 twice += len(scorer.returned) - len(set(scorer.returned))
                 lost += report.spent != budget
@@ -195,7 +196,7 @@ def outlasting(root: Path, budget: int, points: int, train, seed: int) -> list[d
 
 def _finished_log(folder: Path, train) -> tuple[Path, object]:
     log = folder / "base.db"
-    sel = _selector(log, len(stand_in.models()) * BATCH + 40 * BATCH, train)
+    sel = _selector(log, len(stand_in.models()) * BATCH + 40 * BATCH, train, 16)
     report = run(Scorer(), sel, handle_signals=False)
     sel.close()
     return log, report
@@ -314,7 +315,7 @@ def tampering(root: Path, train) -> dict:
 
 def _open_tampered(path: Path, report, train) -> tuple[str, str]:
     try:
-        sel = _selector(path, report.budget, train)
+        sel = _selector(path, report.budget, train, 16)
     except PulseInputError as err:
         line = str(err)
         return ("refused" if "\n" not in line else "traceback"), line

@@ -116,10 +116,10 @@ def part_live(done: dict, save) -> None:
             continue
         selector = live.Selector(bench.models, 1000, 40_000, method="pulse_hedged", batch_size=8, refit_every=1000,
                                  V=V, rule="top_two_interval", cs_grid=1000, stop="certified",
-                                 params={"cs_simultaneous": 0.0, "delta": 0.05})
+                                 params={"cs_simultaneous": 0.0, "delta": 0.05}, concurrency=c)
         scorer = _Slow(0.05)
         start = time.perf_counter()
-        report = live.run(scorer, selector, concurrency=c, handle_signals=False)
+        report = live.run(scorer, selector, handle_signals=False)
         done[key] = {"concurrency": c, "cells_paid": scorer.cells, "spent": report.spent,
                      "after_stop": report.after_stop, "seconds": round(time.perf_counter() - start, 1),
                      "certified": report.leader if report.separated else None}

@@ -7,7 +7,7 @@ import sys
 
 from pulse_jax import choices
 from pulse_jax.choices import at_most
-from pulse_jax.errors import require
+from pulse_jax.errors import note, require
 
 
 PLUGIN_HELP = "a registered name or package.module:attribute (a plug-in of your own)"
@@ -190,9 +190,12 @@ def check_certificate_size(args, n_models: int) -> None:
 def rule_option(args):
     """``--rule``'s plug-in; with ``--top-k K`` (K > 1) and no ``--rule``, LUCB for the top K."""
     if not getattr(args, "rule_given", True):
-        rule = choices.top_k_rule(getattr(args, "top_k", None), choices.flag) or \
-            choices.cost_rule(_certificates(args), choices.flag)
+        stop = certificate_of(args)[0]
+        rule, notes = choices.certificate_rule(stop, choices.flag,
+                                               choices.certificate_words(_certificates(args), choices.flag))
         if rule is not None:
+            for text in notes:
+                note(text)
             return rule
     return plugin_option("sampling rule", args.rule, "--rule")
 

@@ -176,7 +176,7 @@ def _drive(args, plan, selector, evaluate, meter):
     if selector.spent:
         _say_resume(selector, args.log)
     try:
-        return live.run(evaluate, selector, concurrency=plan.concurrency, progress=_live_progress(args),
+        return live.run(evaluate, selector, progress=_live_progress(args),
                         allow=allow, **plan.run_options())
     except live.EvaluationError as err:
         raise PulseInputError(f"{err}. The {selector.spent:,} cells told so far are safe in {args.log}; "

@@ -38,7 +38,27 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
     # written in place, and a second process (a pytest-xdist worker, two runs at once) can read it half
     # written and abort while deserializing it.
     jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
+    _add_missing_access_times(path)
     return path
+
+
+def _add_missing_access_times(path: str) -> None:
+    """Give every entry written without a size limit (no ``-atime`` file beside it) the oldest access time.
+
+    With a limit, JAX reads every entry's access time before each write, and one missing file fails
+    that write (a warning, and the program is compiled again in every later process): a cache filled
+    before the limit was set would never take a new entry."""
+    try:
+        names = set(os.listdir(path))
+    except OSError:
+        return      # no folder yet: JAX makes it
+    for name in names:
+        if name.endswith("-cache") and name.removesuffix("-cache") + "-atime" not in names:
+            try:
+                with open(os.path.join(path, name.removesuffix("-cache") + "-atime"), "xb") as handle:
+                    handle.write((0).to_bytes(8, "little"))
+            except OSError:
+                pass    # written by another process meanwhile, or a read-only cache: JAX reads it as is
 
 
 def use_compilation_cache() -> None:

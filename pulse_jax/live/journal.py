@@ -54,7 +54,6 @@ import sqlite3
 import threading
 from pathlib import Path
 
-
 from pulse_jax.errors import PulseInputError, note, require
 from pulse_jax.live import legacy_jsonl, log_file
 from pulse_jax.live.chain import canonical, checksum
@@ -540,6 +539,8 @@ class Journal(LogReader):
             self._commit((_ADD_TO_COUNTER, (f"asked:{model}", str(int(cells)))))
         finally:
             self._conn.execute("PRAGMA synchronous = FULL")
+
+    run_id = property(lambda self: self._run_crc, doc="The log's run checksum: names its lines in ``<log>.returned``.")
 
     def counter(self, key: str) -> int:
         """A counter the log keeps in ``meta`` (0 where it has none)."""

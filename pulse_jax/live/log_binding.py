@@ -11,7 +11,7 @@ import time
 
 from pulse_jax import registry
 from pulse_jax.errors import PulseInputError, note, require
-from pulse_jax.live import journal, log_schema
+from pulse_jax.live import journal, log_schema, returned
 from pulse_jax.live.chain import canonical
 from pulse_jax.live.request import Request, check_scores
 
@@ -60,6 +60,7 @@ class LogBinding:
             self._journal.append({**self._header, "train": self._train_fingerprint,
                                   **({} if self.plan is None else {"plan": self.plan})})
             self._journal.start_asked({m: 0 for m in self.models})
+            self._adopt_returned()       # a file left by another log of this name is ignored and emptied
             return
         self.plan = header.get("plan", self.plan)
         self._failures = list(self._journal.failures())
@@ -75,8 +76,19 @@ class LogBinding:
         self._replay(records)
         self._journal.claim()          # accepted: only now is anything written to it
         self._pool_paid_rows()
+        self._adopt_returned()
         self._load_asked()
         self._after_stop = self._journal.counter("after_stop")   # told after an earlier run's stop fired
+
+    def _adopt_returned(self) -> None:
+        """Add the batches kept in ``<log>.returned`` (`pulse_jax.live.returned`) that the log does not
+        hold as paid cells, then keep this run's returns there from an empty file."""
+        path, log_id = returned.path_of(self.log_path), self._journal.run_id
+        for model, cells in returned.read(path, log_id):
+            if model in self.models:
+                self.log_scored(model, cells)      # told or held cells are left out
+        self._spool = returned.Spool(path, log_id)
+        self._spool.clear()
 
     def _grown_budget(self, logged: dict) -> dict:
         """A log continues with a larger budget: the requests of a rule that does not plan on the budget
@@ -241,6 +253,8 @@ class LogBinding:
         record = {"type": "paid", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
                   "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()}
         if self.log_path is not None:
+            if self._spool is not None:      # kept before the commit, which may wait for the log
+                self._spool.keep(request.model, record["examples"], record["scores"])
             self._write(record, synced)
         self._keep_paid(record)
 
@@ -366,7 +380,10 @@ class LogBinding:
         """Release the log's lock (a finished or abandoned run); the log stays resumable. A log copied over
         after the last commit is found here: `log_replaced` then says where this run's log is."""
         if getattr(self, "_journal", None) is not None:
+            healthy = not (self._log_full or self._no_room or self._journal.replaced)
             self._journal.close()
+            if self._spool is not None:    # every line is in the log unless a write failed or it was replaced
+                self._spool.close(remove=healthy and not self._journal.replaced)
 
     def mark_finished(self, key: dict) -> None:
         """Record in the log, before it is let go, that its selection finished as ``key`` says (the command's

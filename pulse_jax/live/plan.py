@@ -26,15 +26,12 @@ from typing import Callable, Mapping, Sequence
 import numpy as np
 
 from pulse_jax import choices
-from pulse_jax.live import money
+from pulse_jax.choices import DEFAULT_BOUNDS, DEFAULT_DELTA, DEFAULT_METHOD, DEFAULT_SEQUENCE
 from pulse_jax.errors import PulseInputError, note, require
+from pulse_jax.live import money
 
-#: ``select``'s defaults where the Plan leaves a choice out: certify with the fewest cells measured
-#: (docs/benchmarks/certify_betting.md): PULSE hedged, the interval Top-Two rule, certification bounds,
-#: betting sequences, small batches.
-DEFAULT_METHOD, DEFAULT_RULE, DEFAULT_BOUNDS, DEFAULT_SEQUENCE = "pulse_hedged", "top_two_interval", "certification", \
-    "betting"
-DEFAULT_DELTA, DEFAULT_RANK = 0.05, 16
+#: The embeddings' rank when none is given (capped by the history's size).
+DEFAULT_RANK = 16
 
 
 def _tuple_of_strings(value, name: str, spell) -> tuple:
@@ -186,18 +183,14 @@ class Plan:
         estimators = choices.methods(self.method_name(), spell("method"))
         require(len(estimators) == 1, f"{spell('method')}: a selection runs one method, got {', '.join(estimators)}")
         (estimator,) = estimators.values()
-        rule = None if self.rule is not None else (
-            choices.top_k_rule(self.top_k, spell)
-            or choices.cost_rule({"cheapest": self.cheapest, "front": self.front}, spell))
-        if rule is None and self.rule is None and not estimator.has_interval:
-            # said by whoever runs the plan (`notes`): making a plan prints nothing
-            object.__setattr__(self, "_notes", (f"note: {spell('method')} {estimator.name} has no confidence "
-                                                f"interval, so it samples by the index rule ucbe instead of the "
-                                                f"default {DEFAULT_RULE}",))
-            rule = choices.plugin("sampling rule", "ucbe", spell("rule"))
-        rule = rule or choices.plugin("sampling rule", self.rule or DEFAULT_RULE, spell("rule"))
-        stop = self.certificate()[0] or choices.plugin(
-            "stopping rule", self.stop or ("certified" if estimator.has_interval else "budget"), spell("stop"))
+        stop = self.certificate()[0] or (choices.plugin("stopping rule", self.stop, spell("stop"))
+                                         if self.stop is not None else choices.default_stop(estimator))
+        if self.rule is not None:
+            return estimator, choices.plugin("sampling rule", self.rule, spell("rule")), stop
+        given = {"top_k": self.top_k, "cheapest": self.cheapest, "front": self.front}
+        rule, notes = choices.default_rule(estimator, stop, spell, choices.certificate_words(given, spell))
+        # said by whoever runs the plan (`notes`): making a plan prints nothing
+        object.__setattr__(self, "_notes", tuple(f"note: {text}" for text in notes))
         return estimator, rule, stop
 
     @property
@@ -214,9 +207,7 @@ class Plan:
     def method_name(self) -> str:
         """The estimator's name: the one given, else PULSE hedged with history and UCB-E without (a
         selection without historical scores runs, on the observations alone)."""
-        if self.method is not None:
-            return self.method
-        return DEFAULT_METHOD if self.has_history() else "ucbe"
+        return self.method if self.method is not None else choices.default_method(self.has_history())
 
     def say_method(self) -> None:
         """A note when the plan chose UCB-E for want of history, saying how to give it for PULSE."""
@@ -275,11 +266,9 @@ class Plan:
             rank = limit
         return train, rank
 
-    def selector(self, models: Sequence[str], examples, *, order=None, concurrency: int | None = None,
-                 where: str = "candidates", cost=None):
+    def selector(self, models: Sequence[str], examples, *, order=None, where: str = "candidates", cost=None):
         """The running `pulse_jax.live.Selector` of this plan on ``models`` and ``examples`` (a count or
-        ids); ``order``: per-model example orders (Inspect's); ``concurrency``: the scorer's own
-        (overrides the plan's default); ``cost``: each model's expected cost per cell (the `meter`'s
+        ids); ``order``: per-model example orders (Inspect's); ``cost``: each model's expected cost per cell (the `meter`'s
         ``expected``), which the rules spend by and the certificates about cost rank by."""
         from pulse_jax.live.selector import CONCURRENCY, Selector
 
@@ -298,12 +287,11 @@ class Plan:
         numbers = self.numbers(plugins, len(models))
         train, rank = self.side_information(plugins[0])
         self.check_report_folder()
-        concurrency = concurrency or self.concurrency or CONCURRENCY
         return Selector(models, examples, budget, method=plugins[0], batch_size=self.batch_size,
                         init_batches=self.init_batches, refit_every=self.refit_every, seed=self.seed, train=train,
                         rank=rank, log=self.log, rule=plugins[1], params=numbers,
                         cs_grid=choices.cs_grid(self.sequence, self.spell), stop=plugins[2], order=order,
-                        concurrency=concurrency, plan=self.to_dict(), cost=self.selector_cost(cost))
+                        concurrency=self.concurrency or CONCURRENCY, plan=self.to_dict(), cost=self.selector_cost(cost))
 
     @staticmethod
     def cost_title(report, selector) -> str:

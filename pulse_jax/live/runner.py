@@ -90,14 +90,15 @@ class CallTimeout(TimeoutError):
     """A scorer call ran past ``call_timeout``: counted as a failed attempt and retried."""
 
 
-def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *, concurrency: int | None = None,
+def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
         retries: int = RETRIES, retry_wait: float = RETRY_WAIT, retry_max_wait: float = RETRY_MAX_WAIT,
         progress: bool | Callable = False, grace: float | None = None,
         handle_signals: bool = True, allow: Callable[[Request], bool] | None = None,
         call_timeout: float | None = None) -> Report:
     """Drive ``selector`` with ``evaluate(model, example_ids) -> scores`` until done.
 
-    Up to ``concurrency`` batches (default: the selector's, `CONCURRENCY`) are evaluated at once, each in a daemon
+    Up to the selector's ``concurrency`` batches (its one owner: ``Selector(concurrency=)`` or
+    ``Plan(concurrency=)``, default `CONCURRENCY`) are evaluated at once, each in a daemon
     worker thread (a hung scorer never keeps the process alive once the run has given up on it);
     results are told in ask order, so the outcome does not depend on timing. Each ask counts the
     batches in flight (`pulse_jax.live.Selector.ask`); once the stopping rule fires nothing more is
@@ -120,7 +121,7 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     and raises `pulse_jax.live.LogWriteError` saying every paid cell is in the log; a log without its
     reserve asks nothing (`Selector.can_pay`).
     """
-    concurrency = _concurrency_for(evaluate, selector, concurrency)
+    concurrency = _concurrency_for(evaluate, selector)
     _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call_timeout)
     stop = _Stop()
     kept: set = set()       # tickets whose scores their worker committed to the log as paid
@@ -151,14 +152,13 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     return selector.result()
 
 
-def _concurrency_for(evaluate, selector: Selector, concurrency: int | None) -> int:
-    """The batches in flight: the selector's (None), at most what the scorer allows at once (a harness
-    scorer's ``max_concurrency``: its evals run one at a time); more, asked for, is refused in one line."""
-    limit = getattr(evaluate, "max_concurrency", None)
-    if concurrency is None:
-        return selector.config.concurrency if limit is None else min(selector.config.concurrency, int(limit))
-    require(limit is None or not isinstance(concurrency, int) or concurrency <= limit,
-            f"concurrency {concurrency}: this scorer evaluates at most {limit} batch(es) at once")
+def _concurrency_for(evaluate, selector: Selector) -> int:
+    """The batches in flight: the selector's, which its kernel plans its holds for; a scorer that evaluates
+    fewer at once (a harness scorer's ``max_concurrency``) is refused in one line, not run at another."""
+    concurrency, limit = selector.config.concurrency, getattr(evaluate, "max_concurrency", None)
+    require(limit is None or concurrency <= int(limit),
+            f"concurrency {concurrency}: this scorer evaluates at most {limit} batch(es) at once; make the selector "
+            f"with concurrency={limit} (Plan(concurrency={limit}), --concurrency {limit})")
     return concurrency
 
 

@@ -39,17 +39,17 @@ import dataclasses
 import secrets
 import threading
 from pathlib import Path
-from typing import Sequence
+from typing import Mapping, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax import engine, stopping
+from pulse_jax import choices, engine, stopping
 from pulse_jax.engine import BanditConfig
 from pulse_jax.engine.compilation_cache import use_compilation_cache
 from pulse_jax.engine.params import BanditParams, declared_params
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax.errors import PulseInputError, note, require
 from pulse_jax.live import journal
 from pulse_jax.live.compiled import Asked, compiled
 from pulse_jax.live.log_binding import LogBinding, LogWriteError as journal_error
@@ -78,34 +78,63 @@ def _names(models, examples) -> tuple[tuple, tuple]:
     return names, tuple(ids)
 
 
-def _params_of(params, delta, exploration):
-    """``params``, or the numbers of ``delta`` and ``exploration``: one owner per number, never both
-    (a keyword beside ``params`` is refused, not dropped)."""
-    if params is None:
-        return {"delta": 0.05 if delta is None else delta, **({} if exploration is None else {"exploration": exploration})}
-    given = [name for name, value in (("delta", delta), ("exploration", exploration)) if value is not None]
-    require(not given, f"Selector: {' and '.join(given)} given beside params=; give {'them' if len(given) > 1 else 'it'} "
-                       f"in params (e.g. params={{'{given[0] if given else ''}': ...}})")
-    return params
+def _params_of(params, delta, exploration, bounds, stop, n_models: int):
+    """The run's numbers: ``params`` (a whole `pulse_jax.RunParams` or `pulse_jax.BanditParams` as given; a
+    dict's numbers over the live defaults), or ``delta``, ``bounds`` and ``exploration`` (None: the live
+    default, `pulse_jax.choices`), with the upper bounds' level raised to what ``stop``'s claim needs, as a
+    `Plan` does. One owner per number: a keyword beside ``params`` is refused, not dropped."""
+    given = [name for name, value in (("delta", delta), ("bounds", bounds), ("exploration", exploration))
+             if value is not None]
+    require(params is None or not given,
+            f"Selector: {' and '.join(given)} given beside params=; give {'them' if len(given) > 1 else 'it'} "
+            f"in params (e.g. params={{'{given[0] if given else ''}': ...}})")
+    if params is not None and not isinstance(params, Mapping):
+        return params
+    numbers = choices.base_numbers(choices.DEFAULT_DELTA if delta is None else delta,
+                                   choices.DEFAULT_BOUNDS if bounds is None else bounds, exploration, choices.keyword)
+    named = {str(k).rsplit(".", 1)[-1] for k in params or {}}
+    numbers = {**{k: v for k, v in numbers.items() if k not in named}, **(params or {})}
+    return numbers if "cs_simultaneous" in named else choices.certificate_levels(numbers, stop, n_models,
+                                                                                 choices.keyword)
+
+
+def _plugins_of(method, rule, stop, has_history: bool):
+    """The estimator, sampling rule and stopping rule, each None replaced by the live default
+    (`pulse_jax.choices`: the same as a `pulse_jax.live.Plan`'s); the default's notes said as warnings."""
+    estimator = engine.get_estimator(choices.default_method(has_history) if method is None else method)
+    stop = choices.default_stop(estimator) if stop is None else choices.plugin("stopping rule", stop, "stop")
+    if rule is None:
+        rule, notes = choices.default_rule(estimator, stop, choices.keyword)
+        for text in notes:
+            note(text)
+    return estimator, rule, stop
 
 
 class Selector(LogBinding, SideInformation):
     """Ask/tell best-model identification with PULSE, UCB-E or Naive-Pooling.
 
+    Every choice left out takes the live default, the same as a `pulse_jax.live.Plan`'s and
+    ``pulse-jax select``'s (`pulse_jax.choices`): PULSE hedged with side information (UCB-E
+    without), the interval Top-Two rule, certification bounds, betting sequences, delta 0.05.
+    ``Plan(...).selector(models, examples)`` makes the same selector from a plan with a log.
+
     Args:
       models: candidate names (unique).
       examples: the number of examples, or their ids (unique).
       budget: total cells, initialization included.
-      method: the estimator: an `pulse_jax.Estimator` (e.g.
-        ``pulse(variance_bound=...)`` or your own) or its name, "pulse"
-        (default), "ucbe", "naive", "package.module:attribute".
+      method: the estimator: an `pulse_jax.Estimator` (e.g. ``pulse(variance_bound=...)`` or your own) or
+        its name, "pulse_hedged", "pulse", "ucbe", "naive", "package.module:attribute" (None: "pulse_hedged"
+        with ``train``, ``V`` or a log's saved embeddings, "ucbe" without).
       batch_size: examples per batch, as in `pulse_jax.BanditConfig`.
       init_batches: batches per model in the first look.
       exploration: the index rule's ``exploration`` (``rule.exploration``; None: the rule's default; refused
         beside ``params``).
       refit_every: bandit steps between refits of the factorization (0: none after the first).
-      delta: every interval holds with probability at least ``1 - delta`` (None: 0.05; refused beside ``params``,
-        which then holds it).
+      delta: a wrong certificate has chance at most ``delta`` (None: 0.05; refused beside ``params``, which then
+        holds it).
+      bounds: ``"certification"`` (None: the default; only the certificate's bounds hold at once, and certify
+        with fewer cells) or ``"all"`` (every model's interval holds at every look at once); refused beside
+        ``params``. A top-k or cost certificate raises the level its claim rests on, as a `Plan` does.
       seed: the run's seed (the same as ``simulate(..., seed)``'s first repetition).
       train: side information, a (n_train, n) matrix with NaN for missing cells (or a ``ScoreMatrix``
         whose examples are aligned by id).
@@ -113,11 +142,12 @@ class Selector(LogBinding, SideInformation):
       rank: the rank of the embeddings fitted on ``train``.
       log: path of the log (an SQLite database, `pulse_jax.live.journal`); an existing log is
         resumed (a JSONL log of an earlier version is converted in place first).
-      rule: a sampling rule or its name; ``"lucb"`` or ``"top_two"`` sample to certify the best model
-        sooner.
+      rule: a sampling rule or its name (None: ``top_two_interval``; ``lucb_top_k(k)`` for a top-k stop,
+        ``focus`` for a stop about cost, ``ucbe`` for a method without an interval).
       params: instead of ``exploration`` and ``delta``: a dict ``{name or path: value}``, a
         `pulse_jax.RunParams`, or a `pulse_jax.BanditParams`.
-      cs_grid: ``> 0``: betting confidence sequences on a grid of that many bets; 0: Bernstein.
+      cs_grid: ``> 0``: betting confidence sequences on a grid of that many bets; 0: Bernstein (None: betting on
+        `pulse_jax.stats.confidence.BETTING_GRID` bets).
       stop: the stopping rule (`pulse_jax.stopping.StoppingRule` or its name, as in
         `pulse_jax.BanditConfig`), checked before every ask: ``"certified"`` stops once a model
         is certified best; ``"budget"`` spends the whole budget. Default: ``"certified"`` for a method
@@ -139,20 +169,22 @@ class Selector(LogBinding, SideInformation):
         ``cost_front``) rank the models by it. None: every cell costs the same.
     """
 
-    def __init__(self, models: Sequence[str], examples, budget: int, *, method="pulse",
+    def __init__(self, models: Sequence[str], examples, budget: int, *, method=None,
                  batch_size: int = 8, init_batches: int = 1, exploration: float | None = None, refit_every: int = 1000,
-                 delta: float | None = None, seed: int = 0, train=None, V=None, rank: int = factorization.DEFAULT_RANK,
-                 log=None, rule="ucbe", params: BanditParams | None = None, cs_grid: int = 0, stop=None,
-                 order=None, concurrency: int | None = None, plan: dict | None = None, cost=None):
+                 delta: float | None = None, bounds: str | None = None, seed: int = 0, train=None, V=None,
+                 rank: int = factorization.DEFAULT_RANK, log=None, rule=None, params: BanditParams | None = None,
+                 cs_grid: int | None = None, stop=None, order=None, concurrency: int | None = None,
+                 plan: dict | None = None, cost=None):
         self.models, self.example_ids = _names(models, examples)
         m, n = len(self.models), len(self.example_ids)
-        self.estimator = engine.get_estimator(method)
-        if stop is None:
-            stop = "certified" if self.estimator.has_interval else "budget"
+        sidecar = None if log is None else Path(log).with_name(Path(log).name + ".embeddings.npy")
+        self.estimator, rule, stop = _plugins_of(method, rule, stop, train is not None or V is not None
+                                                 or (sidecar is not None and sidecar.exists()))
+        cs_grid = choices.cs_grid(choices.DEFAULT_SEQUENCE, choices.keyword) if cs_grid is None else cs_grid
         self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
                                    init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid,
                                    stop=stop, concurrency=CONCURRENCY if concurrency is None else concurrency)
-        params = _params_of(params, delta, exploration)
+        params = _params_of(params, delta, exploration, bounds, stop, m)
         engine.check_compatible(self.config, self.estimator)
         self.cost = self._check_cost(cost, m)
         self.params = engine.resolve_params(params, engine.plugins_of(self.config, self.estimator))
@@ -191,6 +223,7 @@ class Selector(LogBinding, SideInformation):
         self._failures = [0, 0]
         self._asked = {name: 0 for name in self.models}   # cells sent to the scorer (`record_asked`)
         self._logged_holds: set = set()
+        self._spool = None          # <log>.returned: each returned batch, kept before its commit (`returned`)
         if self.log_path is not None:
             self._replaying = True
             try:
