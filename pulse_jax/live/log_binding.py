@@ -34,9 +34,6 @@ def _plugin_numbers(numbers: dict) -> dict:
 class LogBinding:
     """The log side of `pulse_jax.live.Selector` (a base class: the selector's state is its own)."""
 
-    def _sidecar(self):
-        return None if self.log_path is None else self.log_path.with_name(self.log_path.name + ".embeddings.npy")
-
     def _make_header(self) -> dict:
         """Everything that decides the run's requests: a resume with any difference is refused, naming it."""
         c = self.config

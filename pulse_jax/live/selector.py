@@ -56,7 +56,7 @@ from pulse_jax.live.log_binding import LogBinding, LogWriteError as journal_erro
 from pulse_jax.fileio.jsonable import plain_number
 from pulse_jax.live.report import Report
 from pulse_jax.live.request import Request, check_scores
-from pulse_jax.live.side_information import SideInformation
+from pulse_jax.live import side_information
 from pulse_jax.stats import confidence, factorization
 from pulse_jax.stats.seeds import seed_key
 
@@ -110,7 +110,7 @@ def _plugins_of(method, rule, stop, has_history: bool):
     return estimator, rule, stop
 
 
-class Selector(LogBinding, SideInformation):
+class Selector(LogBinding):
     """Ask/tell best-model identification with PULSE, UCB-E or Naive-Pooling.
 
     Every choice left out takes the live default, the same as a `pulse_jax.live.Plan`'s and
@@ -198,15 +198,13 @@ class Selector(LogBinding, SideInformation):
         self._no_room = False       # ... or the reserve could not be put back: nothing more is paid for
         # Lock the log before reading anything of it (sidecar included): a second process stops here.
         self._journal = journal.Journal(self.log_path) if self.log_path is not None else None
-        self.V = self._side_information(train, V, rank)
+        self._train_fingerprint = side_information.fingerprint_of(train)
+        self.V = side_information.embeddings(self.estimator, self.example_ids,
+                                             side_information.Given(train, V, rank, self.seed), self.log_path,
+                                             self._journal is not None and self._journal.has_run())
         self._header = self._make_header()
-
         use_compilation_cache()
-        self._key = jax.random.fold_in(seed_key(self.seed), 0)   # = simulate()'s repetition 0
-        _, examples_key, _ = engine.draw_keys(self._key, m)
-        self._initial_examples = np.asarray(engine.initial_draws(examples_key, self.config)[0])
-        self._initial_scores = np.zeros((m, n), np.float32)   # the initial batches, until init runs
-        self._init_told = np.zeros(m, bool)
+        self._first_look(m, n)
         # model row -> {example column: score}, in evaluation order: the audit trail and paired differences
         self._told: dict[int, dict[int, float]] = {i: {} for i in range(m)}
         self._episode = self._state = None
@@ -230,6 +228,14 @@ class Selector(LogBinding, SideInformation):
                 self._open_log()
             finally:
                 self._replaying = False
+
+    def _first_look(self, m: int, n: int) -> None:
+        """The first look's draws, those of ``simulate(..., seed)``'s repetition 0; nothing told yet."""
+        self._key = jax.random.fold_in(seed_key(self.seed), 0)
+        _, examples_key, _ = engine.draw_keys(self._key, m)
+        self._initial_examples = np.asarray(engine.initial_draws(examples_key, self.config)[0])
+        self._initial_scores = np.zeros((m, n), np.float32)   # the initial batches, until init runs
+        self._init_told = np.zeros(m, bool)
 
     def _compile(self) -> None:
         (self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn,

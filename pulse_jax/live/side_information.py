@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -38,58 +39,76 @@ def save_atomically(path: Path, array) -> None:
 
 
 
-class SideInformation:
-    """The `pulse_jax.live.Selector`'s side information: fitted on ``train`` or given as ``V``, saved
-    beside the log, read back on resume."""
+def fingerprint_of(train) -> str | None:
+    """The fingerprint of ``train``'s scores the log header records (None: no usable ``train``; refused where
+    ``train`` is checked)."""
+    if train is None:
+        return None
+    try:
+        return log_schema.fingerprint(np.asarray(getattr(train, "scores", train), np.float32))
+    except (TypeError, ValueError):
+        return None
 
-    def _side_information(self, train, V, rank):
-        self._train_fingerprint = None
-        if train is not None:
-            raw = getattr(train, "scores", train)
-            try:
-                self._train_fingerprint = log_schema.fingerprint(np.asarray(raw, np.float32))
-            except (TypeError, ValueError):
-                pass                     # refused below, where train is checked
-        if not self.estimator.uses_predictions:
-            return np.zeros((self.config.n_examples, 1), np.float32)
-        sidecar = self._sidecar()
-        if sidecar is not None and sidecar.is_file() and self._journal.has_run():
-            # resume with exactly the embeddings of the first run; refuse settings that contradict them
-            try:
-                first = np.load(sidecar, allow_pickle=False)
-            except (OSError, ValueError) as err:
-                raise PulseInputError(f"{sidecar}: cannot read the embeddings saved with the log: {err}") from None
-            require(first.ndim != 2 or first.shape[0] == self.config.n_examples,
-                    f"examples: this run has {self.config.n_examples} examples, but {self.log_path} was started with "
-                    f"{first.shape[0]}; give the same examples (--examples) to resume, or a new log")
-            require(first.ndim == 2 and np.isfinite(first).all(),
-                    f"{sidecar}: not the (n_examples={self.config.n_examples}, rank) embeddings of this run")
-            if V is not None:
-                require(np.shape(V) == first.shape and np.allclose(np.asarray(V, np.float32), first),
-                        f"V differs from the embeddings {self.log_path} was started with ({sidecar})")
-            elif rank != first.shape[1]:
-                raise PulseInputError(f"rank {rank} differs from rank {first.shape[1]}, which {self.log_path} was "
-                                      f"started with ({sidecar}); use --rank {first.shape[1]} to resume")
-            return first.astype(np.float32)
-        require(train is not None or V is not None,
-                f"method {self.estimator.name!r} needs side information: pass train= (historical scores on "
-                "the same examples) or V= (example embeddings)")
-        if V is None:
-            from pulse_jax.fileio.data import ScoreMatrix
 
-            if isinstance(train, ScoreMatrix):
-                position = {str(e): k for k, e in enumerate(train.examples)}
-                missing = [e for e in self.example_ids if str(e) not in position]
-                require(not missing, f"{train.source}: no column for examples {missing[:3]} "
-                                     f"({len(missing)} missing)")
-                train = train.scores[:, [position[str(e)] for e in self.example_ids]]
-            train = np.asarray(train, np.float32)
-            require(train.ndim == 2 and train.shape[1] == self.config.n_examples,
-                    f"train must have one column per example ({self.config.n_examples}), got shape {train.shape}")
-            V = factorization.fit_example_embeddings(train, rank=rank, seed=self.seed)
-        V = np.asarray(V, np.float32)
-        require(V.ndim == 2 and V.shape[0] == self.config.n_examples and np.isfinite(V).all(),
-                f"V must be a finite (n_examples={self.config.n_examples}, rank) array, got shape {V.shape}")
-        if sidecar is not None:
-            save_atomically(sidecar, V)
-        return V
+class Given(NamedTuple):
+    """The side information a selector was given: historical scores (``train``) or embeddings (``V``), the
+    rank to fit, and the seed of the fit."""
+
+    train: object
+    V: object
+    rank: int
+    seed: int
+
+
+def embeddings(estimator, example_ids, given: Given, log_path: Path | None, resuming: bool):
+    """The example embeddings of a live selection: zeros for a method without predictions; a resumed log's,
+    saved beside it (``<log>.embeddings.npy``), refusing side information that contradicts them; else
+    ``V``, or fitted on ``train`` (columns aligned by example id), then saved beside the log."""
+    n, (train, V, rank, seed) = len(example_ids), given
+    if not estimator.uses_predictions:
+        return np.zeros((n, 1), np.float32)
+    sidecar = None if log_path is None else log_path.with_name(log_path.name + ".embeddings.npy")
+    if sidecar is not None and sidecar.is_file() and resuming:
+        return _saved(sidecar, n, V, rank, log_path)
+    require(train is not None or V is not None,
+            f"method {estimator.name!r} needs side information: pass train= (historical scores on "
+            "the same examples) or V= (example embeddings)")
+    if V is None:
+        from pulse_jax.fileio.data import ScoreMatrix
+
+        if isinstance(train, ScoreMatrix):
+            position = {str(e): k for k, e in enumerate(train.examples)}
+            missing = [e for e in example_ids if str(e) not in position]
+            require(not missing, f"{train.source}: no column for examples {missing[:3]} "
+                                 f"({len(missing)} missing)")
+            train = train.scores[:, [position[str(e)] for e in example_ids]]
+        train = np.asarray(train, np.float32)
+        require(train.ndim == 2 and train.shape[1] == n,
+                f"train must have one column per example ({n}), got shape {train.shape}")
+        V = factorization.fit_example_embeddings(train, rank=rank, seed=seed)
+    V = np.asarray(V, np.float32)
+    require(V.ndim == 2 and V.shape[0] == n and np.isfinite(V).all(),
+            f"V must be a finite (n_examples={n}, rank) array, got shape {V.shape}")
+    if sidecar is not None:
+        save_atomically(sidecar, V)
+    return V
+
+
+def _saved(sidecar: Path, n: int, V, rank: int, log_path: Path):
+    """A resumed log's embeddings, exactly those of its first run; settings that contradict them refused."""
+    try:
+        first = np.load(sidecar, allow_pickle=False)
+    except (OSError, ValueError) as err:
+        raise PulseInputError(f"{sidecar}: cannot read the embeddings saved with the log: {err}") from None
+    require(first.ndim != 2 or first.shape[0] == n,
+            f"examples: this run has {n} examples, but {log_path} was started with "
+            f"{first.shape[0]}; give the same examples (--examples) to resume, or a new log")
+    require(first.ndim == 2 and np.isfinite(first).all(),
+            f"{sidecar}: not the (n_examples={n}, rank) embeddings of this run")
+    if V is not None:
+        require(np.shape(V) == first.shape and np.allclose(np.asarray(V, np.float32), first),
+                f"V differs from the embeddings {log_path} was started with ({sidecar})")
+    elif rank != first.shape[1]:
+        raise PulseInputError(f"rank {rank} differs from rank {first.shape[1]}, which {log_path} was "
+                              f"started with ({sidecar}); use --rank {first.shape[1]} to resume")
+    return first.astype(np.float32)
