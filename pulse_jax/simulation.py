@@ -24,7 +24,7 @@ from pulse_jax.engine import BanditConfig
 from pulse_jax.engine.compilation_cache import use_compilation_cache
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.engine.params import BanditParams, RunParams, check_params
-from pulse_jax.stats.seeds import seed_key
+from pulse_jax.stats.seeds import check_seed, seed_key
 
 #: Memory the default chunk size aims to stay within (bytes).
 DEFAULT_MEMORY_BUDGET = 4 * 1024**3
@@ -162,7 +162,7 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
     """
     if isinstance(params, BanditParams):
         check_params(params)     # the engine's numbers, refused before anything else
-    seed_key(seed)   # refuses a bad seed before anything runs
+    check_seed(seed)   # refuses a bad seed before anything runs
     reps = _count(reps, "reps")
     config, estimator, scores, V = prepare_run(scores, config, method, V)
     plugins = engine.plugins_of(config, estimator)

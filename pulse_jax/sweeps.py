@@ -26,7 +26,7 @@ from pulse_jax.analysis import metrics
 from pulse_jax.engine import BanditConfig
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.engine.params import BanditParams, RunParams, as_number
-from pulse_jax.stats.seeds import seed_key
+from pulse_jax.stats.seeds import check_seed
 from pulse_jax.simulation import SimulationResult, check_cost, execute, is_count, prepare_run, result_from, start_rows
 
 
@@ -257,7 +257,7 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     axes, points = grid_points(grid, base, plugins)
     for k, point in enumerate(points):
         engine.check_levels(config, plugins, point, f"grid point {k}")
-    seed_key(seed)
+    check_seed(seed)
     require(is_count(reps), f"reps must be a positive integer, got {reps!r}")
     reps = int(reps)
     baseline = _baseline_index(baseline, axes, points)

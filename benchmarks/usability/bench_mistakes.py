@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -31,13 +32,13 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: E402
 
-S = "--scores cand.csv"
-SEL = "select --models models.txt --evaluate scorer:score --examples 40 --log run.db"
+S = "--scores cand.csv --out sim_out"
+SEL = "select --models models.txt --evaluate scorer:score --examples 40 --log run.db --budget 400"
 #: (what the newcomer did wrong, the command after ``pulse-jax``).
 MISTAKES = [
     # simulate
-    ("simulate without --scores", "simulate"),
-    ("a scores file that does not exist", "simulate --scores nofile.csv"),
+    ("simulate without --scores", "simulate --out sim_out"),
+    ("a scores file that does not exist", "simulate --scores nofile.csv --out sim_out"),
     ("PULSE without history", f"simulate {S} --method pulse"),
     ("an unknown method", f"simulate {S} --method pulsar"),
     ("a budget of 0", f"simulate {S} --method ucbe --budget 0"),
@@ -54,20 +55,20 @@ MISTAKES = [
     ("two certificates at once", f"simulate {S} --method ucbe --top-k 2 --tie-group 2"),
     ("an unknown --param", f"simulate {S} --method ucbe --param nosuch=1"),
     ("--param without a value", f"simulate {S} --method ucbe --param delta"),
-    ("a matrix with examples as rows", "simulate --scores transposed.csv --method ucbe"),
-    ("a text cell in the matrix", "simulate --scores text.csv --method ucbe"),
+    ("a matrix with examples as rows", "simulate --scores transposed.csv --method ucbe --out sim_out"),
+    ("a text cell in the matrix", "simulate --scores text.csv --method ucbe --out sim_out"),
     ("a cost file that does not exist", f"simulate {S} --method ucbe --cost nofile.csv"),
     ("--cheapest without prices", f"simulate {S} --method ucbe --cheapest 0.05"),
     ("rank 0", f"simulate {S} --train train.csv --rank 0"),
     ("a negative exploration", f"simulate {S} --method ucbe --exploration -1"),
     ("an unknown --bounds", f"simulate {S} --method ucbe --bounds some"),
     ("an unknown --sequence", f"simulate {S} --method ucbe --sequence gauss"),
-    ("an output folder holding another run", f"simulate {S} --method ucbe --out full_folder"),
+    ("an output folder holding another run", "simulate --scores cand.csv --method ucbe --out full_folder"),
     ("a negative seed", f"simulate {S} --method ucbe --seed -1"),
-    ("an .npz without a scores array", "simulate --scores wrong.npz --method ucbe"),
+    ("an .npz without a scores array", "simulate --scores wrong.npz --method ucbe --out sim_out"),
     ("concurrency 0", f"simulate {S} --method ucbe --concurrency 0"),
-    ("an empty scores file", "simulate --scores empty.csv --method ucbe"),
-    ("a score above 1", "simulate --scores above_one.csv --method ucbe"),
+    ("an empty scores file", "simulate --scores empty.csv --method ucbe --out sim_out"),
+    ("a score above 1", "simulate --scores above_one.csv --method ucbe --out sim_out"),
     ("history on other examples", f"simulate {S} --train other_train.csv"),
     ("--front without prices", f"simulate {S} --method ucbe --front 0.05"),
     # sweep
@@ -80,26 +81,26 @@ MISTAKES = [
     ("two methods in one sweep", f"sweep {S} --method ucbe,naive --grid delta=0.1,0.2"),
     ("a baseline outside the grid", f"sweep {S} --method ucbe --grid delta=0.1,0.2 --baseline nosuch=1"),
     # tune
-    ("tune without history", "tune"),
-    ("tune with rank 0", "tune --train train.csv --ranks 0"),
-    ("tune with ranks as words", "tune --train train.csv --ranks a"),
-    ("tune with one fold", "tune --train train.csv --folds 1"),
-    ("tune with a negative l2", "tune --train train.csv --lams -1"),
-    ("tune with 0 epochs", "tune --train train.csv --epochs 0"),
-    ("tune on a file that does not exist", "tune --train nofile.csv"),
+    ("tune without history", "tune --out tune_out"),
+    ("tune with rank 0", "tune --train train.csv --ranks 0 --out tune_out"),
+    ("tune with ranks as words", "tune --train train.csv --ranks a --out tune_out"),
+    ("tune with one fold", "tune --train train.csv --folds 1 --out tune_out"),
+    ("tune with a negative l2", "tune --train train.csv --lams -1 --out tune_out"),
+    ("tune with 0 epochs", "tune --train train.csv --epochs 0 --out tune_out"),
+    ("tune on a file that does not exist", "tune --train nofile.csv --out tune_out"),
     # select
-    ("select with nothing", "select"),
-    ("select without a scorer", "select --models models.txt --log run.db"),
-    ("a scorer module that does not exist", "select --models models.txt --evaluate nosuchmod:score --log run.db"),
-    ("a scorer without its function", "select --models models.txt --evaluate scorer --log run.db"),
-    ("a scorer function that does not exist", "select --models models.txt --evaluate scorer:nope --log run.db"),
-    ("a models file that does not exist", "select --models nofile.txt --evaluate scorer:score --log run.db"),
-    ("an empty models file", "select --models empty.txt --evaluate scorer:score --log run.db"),
-    ("a model named twice", "select --models dup.txt --evaluate scorer:score --log run.db"),
-    ("a score matrix as --models", "select --models cand.csv --evaluate scorer:score --log run.db"),
-    ("0 examples", "select --models models.txt --evaluate scorer:score --examples 0 --log run.db"),
-    ("examples as a word", "select --models models.txt --evaluate scorer:score --examples abc --log run.db"),
-    ("a budget below the first look", f"{SEL} --budget 5"),
+    ("select with nothing", "select --budget 400"),
+    ("select without a scorer", "select --models models.txt --examples 40 --log run.db --budget 400"),
+    ("a scorer module that does not exist", "select --models models.txt --evaluate nosuchmod:score --examples 40 --log run.db --budget 400"),
+    ("a scorer without its function", "select --models models.txt --evaluate scorer --examples 40 --log run.db --budget 400"),
+    ("a scorer function that does not exist", "select --models models.txt --evaluate scorer:nope --examples 40 --log run.db --budget 400"),
+    ("a models file that does not exist", "select --models nofile.txt --evaluate scorer:score --examples 40 --log run.db --budget 400"),
+    ("an empty models file", "select --models empty.txt --evaluate scorer:score --examples 40 --log run.db --budget 400"),
+    ("a model named twice", "select --models dup.txt --evaluate scorer:score --examples 40 --log run.db --budget 400"),
+    ("a score matrix as --models", "select --models cand.csv --evaluate scorer:score --examples 40 --log run.db --budget 400"),
+    ("0 examples", "select --models models.txt --evaluate scorer:score --examples 0 --log run.db --budget 400"),
+    ("examples as a word", "select --models models.txt --evaluate scorer:score --examples abc --log run.db --budget 400"),
+    ("a budget below the first look", "select --models models.txt --evaluate scorer:score --examples 40 --log run.db --budget 5"),
     ("concurrency 0 for select", f"{SEL} --concurrency 0"),
     ("negative retries", f"{SEL} --retries -1"),
     ("a call timeout of 0", f"{SEL} --call-timeout 0"),
@@ -108,8 +109,8 @@ MISTAKES = [
     ("a price without a model", f"{SEL} --price =1"),
     ("--cheapest in select without prices", f"{SEL} --cheapest 0.05"),
     ("a log in a folder that does not exist",
-     "select --models models.txt --evaluate scorer:score --examples 40 --log nodir/run.db"),
-    ("a folder as the log", "select --models models.txt --evaluate scorer:score --examples 40 --log full_folder"),
+     "select --models models.txt --evaluate scorer:score --examples 40 --log nodir/run.db --budget 400"),
+    ("a folder as the log", "select --models models.txt --evaluate scorer:score --examples 40 --log full_folder --budget 400"),
     ("history that does not exist", f"{SEL} --train nofile.csv"),
     ("Naive-Pooling without history", f"{SEL} --method naive"),
     ("top-k 0", f"{SEL} --top-k 0"),
@@ -130,7 +131,7 @@ MISTAKES = [
     ("demo with an unknown method", "demo --method pulsar"),
     ("demo with a budget below the first look", "demo --budget 1"),
     ("--version with an argument", "--version extra"),
-    ("a misspelt command", "simulat --scores cand.csv"),
+    ("a misspelt command", "simulat --scores cand.csv --out sim_out"),
     ("a misspelt option", f"simulate {S} --method ucbe --budgte 100"),
 ]
 
@@ -188,9 +189,11 @@ def run(out: Path) -> dict:
         env = {**os.environ, "JAX_LOG_COMPILES": "1", "PYTHONPATH": str(folder),
                "PULSE_JAX_CACHE": os.environ.get("PULSE_JAX_CACHE", "off")}
         for k, (what, command) in enumerate(MISTAKES, 1):
-            for leftover in ("run.db", "m.csv", "pulse_out"):      # each mistake on a fresh scratch folder
-                path = folder / leftover
-                if path.is_file():
+            for leftover in ("run.db", "run.db.embeddings.npy", "m.csv", "sim_out", "tune_out", "run_report"):
+                path = folder / leftover                  # each mistake on a fresh scratch folder
+                if path.is_dir():
+                    shutil.rmtree(path)
+                elif path.exists():
                     path.unlink()
             start = time.perf_counter()
             try:

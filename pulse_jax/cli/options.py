@@ -231,9 +231,9 @@ def resolve_defaults(args, source: str) -> None:
 
 def check_run_args(args) -> None:
     """Every number of a run, checked before anything is loaded or computed."""
-    from pulse_jax.stats.seeds import seed_key
+    from pulse_jax.stats.seeds import check_seed
 
-    seed_key(args.seed, "--seed")
+    check_seed(args.seed, "--seed")
     require(args.reps >= 1, f"--reps must be >= 1, got {args.reps}")
     require(args.chunk_size is None or args.chunk_size >= 1, f"--chunk-size must be >= 1, got {args.chunk_size}")
     at_most(args.reps, "--reps")

@@ -30,9 +30,9 @@ def run(args) -> None:
     from pulse_jax import tuning
     from pulse_jax.fileio import data
 
-    from pulse_jax.stats.seeds import seed_key
+    from pulse_jax.stats.seeds import check_seed
 
-    seed_key(args.seed, "--seed")
+    check_seed(args.seed, "--seed")
     check_writable_file(args.out, "--out")
     require(args.force or not files.exists(args.out), f"--out {args.out}: exists; pass --force to write over it")
     train = data.load(args.train)

@@ -101,9 +101,9 @@ class Plan:
         for name in ("sequence",) + tuple(n for n in ("method", "rule", "stop", "bounds") if getattr(self, n) is not None):
             require(isinstance(getattr(self, name), str), f"{spell(name)} must be a name (text), got "
                                                           f"{getattr(self, name)!r}")
-        from pulse_jax.stats.seeds import seed_key
+        from pulse_jax.stats.seeds import check_seed
 
-        seed_key(self.seed, spell("seed"))
+        check_seed(self.seed, spell("seed"))
         choices.check_counts({name: getattr(self, name) for name in ("budget", "batch_size", "init_batches",
                                                                      "refit_every", "rank")}, spell)
         choices.check_delta(self.delta, spell)

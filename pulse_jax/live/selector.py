@@ -58,7 +58,7 @@ from pulse_jax.live.report import Report
 from pulse_jax.live.request import Request, check_scores
 from pulse_jax.live import side_information
 from pulse_jax.stats import confidence, factorization
-from pulse_jax.stats.seeds import seed_key
+from pulse_jax.stats.seeds import check_seed, seed_key
 
 
 #: Batches in flight by default (`pulse_jax.live.run`, ``select``, ``select_best``): on the built-in
@@ -189,7 +189,7 @@ class Selector(LogBinding):
         self.cost = self._check_cost(cost, m)
         self.params = engine.resolve_params(params, engine.plugins_of(self.config, self.estimator))
         engine.check_levels(self.config, engine.plugins_of(self.config, self.estimator), self.params)
-        seed_key(seed)
+        check_seed(seed)
         self.method, self.seed = self.estimator.name, int(seed)
         self._order = self._check_order(order)
         self.log_path = Path(log) if log is not None else None
