@@ -249,6 +249,9 @@ def base_numbers(delta: float, bounds: str, exploration: float | None, spell: Sp
 
     require(bounds in ("all", "certification"), f"{spell('bounds')} must be 'all' or 'certification', got {bounds!r}")
     out = {"delta": check_value("delta", delta, spell("delta")), "cs_simultaneous": 1.0 if bounds == "all" else 0.0}
+    require(exploration is None or (isinstance(exploration, (int, float)) and not isinstance(exploration, bool)
+                                    and math.isfinite(exploration) and exploration >= 0),
+            f"{spell('exploration')} must be a number >= 0, got {exploration!r}")
     if exploration is not None:
         out["exploration"] = exploration
     return out

@@ -78,3 +78,51 @@ def test_simulate_with_costs_prints_no_numpy_warning(tmp_path, capsys):
         warnings.simplefilter("error", RuntimeWarning)
         assert cli.main(["simulate", "--scores", str(scores), "--cost", str(cost), "--method", "ucbe", "--reps", "4",
                          "--batch-size", "2", "--out", str(tmp_path / "o"), "--quiet"]) == 0
+
+
+def _write_matrix(path, rows: int, cols: int, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    body = (rng.random((rows, cols)) < 0.5).astype(int)
+    path.write_text("model," + ",".join(f"q{j}" for j in range(cols)) + "\n"
+                    + "".join(f"m{i}," + ",".join(map(str, r)) + "\n" for i, r in enumerate(body)))
+
+
+def test_mistakes_found_by_the_probe_are_refused_before_anything_runs(tmp_path, capsys, monkeypatch):
+    """From benchmarks/usability/bench_mistakes.py: a negative ``--exploration`` and a ``--baseline`` that
+    names no number are refused at the start, in one line (they were refused after the progress line),
+    and checking a seed compiles nothing (it made a PRNG key, so every refusal came after a compile)."""
+    from conftest import cli_fails
+
+    _write_matrix(tmp_path / "cand.csv", 6, 80, seed=1)
+    monkeypatch.chdir(tmp_path)
+    cli_fails(["simulate", "--scores", "cand.csv", "--method", "ucbe", "--exploration", "-1", "--out", "o"], capsys,
+              "--exploration must be a number >= 0, got -1.0")
+    cli_fails(["sweep", "--scores", "cand.csv", "--method", "ucbe", "--grid", "delta=0.1,0.2", "--baseline",
+               "nosuch=1", "--out", "o"], capsys, "--baseline nosuch: unknown parameter 'nosuch'")
+    import jax
+
+    from pulse_jax.stats.seeds import check_seed
+
+    def no_key(*args, **kwargs):
+        raise AssertionError("a key was made (a compile) to check a seed")
+
+    monkeypatch.setattr(jax.random, "PRNGKey", no_key)
+    assert check_seed(2**40 + 3) == 2**40 + 3
+    with pytest.raises(PulseInputError, match=r"seed must lie in \[0, 2\*\*64\), got -1"):
+        check_seed(-1)
+
+
+def test_tune_s_default_ranks_are_cut_to_what_the_history_allows(tmp_path, capsys):
+    """The default rank grid (4, 8, 16, 32) on a history of 12 models: ranks 4 and 8 are tried, with a note;
+    a rank given explicitly above the history is still refused."""
+    _write_matrix(tmp_path / "train.csv", 12, 60, seed=2)
+    out = tmp_path / "hp.json"
+    cli.main(["tune", "--train", str(tmp_path / "train.csv"), "--out", str(out), "--lams", "0.01", "--epochs", "20",
+              "--folds", "2"])
+    err = capsys.readouterr().err
+    assert "--ranks 4,8,16,32 (the default) needs at least 32" in err and "ranks 4,8 are tried" in err
+    assert out.is_file()
+    from conftest import cli_fails
+
+    cli_fails(["tune", "--train", str(tmp_path / "train.csv"), "--out", str(tmp_path / "x.json"), "--ranks", "16"],
+              capsys, "grid rank 16 is not allowed for a (12, 60) train matrix")

@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: E402
 
 S = "--scores cand.csv --out sim_out"
-SEL = "select --models models.txt --evaluate scorer:score --examples 40 --log run.db --budget 400"
+SEL = "select --models models.txt --evaluate scorer:score --examples 200 --log run.db --budget 400"
 #: (what the newcomer did wrong, the command after ``pulse-jax``).
 MISTAKES = [
     # simulate
@@ -90,17 +90,17 @@ MISTAKES = [
     ("tune on a file that does not exist", "tune --train nofile.csv --out tune_out"),
     # select
     ("select with nothing", "select --budget 400"),
-    ("select without a scorer", "select --models models.txt --examples 40 --log run.db --budget 400"),
-    ("a scorer module that does not exist", "select --models models.txt --evaluate nosuchmod:score --examples 40 --log run.db --budget 400"),
-    ("a scorer without its function", "select --models models.txt --evaluate scorer --examples 40 --log run.db --budget 400"),
-    ("a scorer function that does not exist", "select --models models.txt --evaluate scorer:nope --examples 40 --log run.db --budget 400"),
-    ("a models file that does not exist", "select --models nofile.txt --evaluate scorer:score --examples 40 --log run.db --budget 400"),
-    ("an empty models file", "select --models empty.txt --evaluate scorer:score --examples 40 --log run.db --budget 400"),
-    ("a model named twice", "select --models dup.txt --evaluate scorer:score --examples 40 --log run.db --budget 400"),
-    ("a score matrix as --models", "select --models cand.csv --evaluate scorer:score --examples 40 --log run.db --budget 400"),
+    ("select without a scorer", "select --models models.txt --examples 200 --log run.db --budget 400"),
+    ("a scorer module that does not exist", "select --models models.txt --evaluate nosuchmod:score --examples 200 --log run.db --budget 400"),
+    ("a scorer without its function", "select --models models.txt --evaluate scorer --examples 200 --log run.db --budget 400"),
+    ("a scorer function that does not exist", "select --models models.txt --evaluate scorer:nope --examples 200 --log run.db --budget 400"),
+    ("a models file that does not exist", "select --models nofile.txt --evaluate scorer:score --examples 200 --log run.db --budget 400"),
+    ("an empty models file", "select --models empty.txt --evaluate scorer:score --examples 200 --log run.db --budget 400"),
+    ("a model named twice", "select --models dup.txt --evaluate scorer:score --examples 200 --log run.db --budget 400"),
+    ("a score matrix as --models", "select --models cand.csv --evaluate scorer:score --examples 200 --log run.db --budget 400"),
     ("0 examples", "select --models models.txt --evaluate scorer:score --examples 0 --log run.db --budget 400"),
     ("examples as a word", "select --models models.txt --evaluate scorer:score --examples abc --log run.db --budget 400"),
-    ("a budget below the first look", "select --models models.txt --evaluate scorer:score --examples 40 --log run.db --budget 5"),
+    ("a budget below the first look", "select --models models.txt --evaluate scorer:score --examples 200 --log run.db --budget 5"),
     ("concurrency 0 for select", f"{SEL} --concurrency 0"),
     ("negative retries", f"{SEL} --retries -1"),
     ("a call timeout of 0", f"{SEL} --call-timeout 0"),
@@ -109,8 +109,8 @@ MISTAKES = [
     ("a price without a model", f"{SEL} --price =1"),
     ("--cheapest in select without prices", f"{SEL} --cheapest 0.05"),
     ("a log in a folder that does not exist",
-     "select --models models.txt --evaluate scorer:score --examples 40 --log nodir/run.db --budget 400"),
-    ("a folder as the log", "select --models models.txt --evaluate scorer:score --examples 40 --log full_folder --budget 400"),
+     "select --models models.txt --evaluate scorer:score --examples 200 --log nodir/run.db --budget 400"),
+    ("a folder as the log", "select --models models.txt --evaluate scorer:score --examples 200 --log full_folder --budget 400"),
     ("history that does not exist", f"{SEL} --train nofile.csv"),
     ("Naive-Pooling without history", f"{SEL} --method naive"),
     ("top-k 0", f"{SEL} --top-k 0"),
@@ -138,17 +138,18 @@ MISTAKES = [
 
 def _write_files(folder: Path) -> None:
     rng = np.random.default_rng(0)
-    cand = (rng.random((6, 40)) < np.linspace(0.3, 0.8, 6)[:, None]).astype(int)
-    train = (rng.random((12, 40)) < 0.5).astype(int)
+    n = 200        # room for simulate's default batch (64) and tune's default ranks (up to 16)
+    cand = (rng.random((6, n)) < np.linspace(0.3, 0.8, 6)[:, None]).astype(int)
+    train = (rng.random((24, n)) < 0.5).astype(int)
 
     def csv(path, matrix, models, examples):
         rows = ["model," + ",".join(examples)] + [f"{m}," + ",".join(map(str, r)) for m, r in zip(models, matrix)]
         (folder / path).write_text("\n".join(rows) + "\n")
 
-    examples = [f"q{j}" for j in range(40)]
+    examples = [f"q{j}" for j in range(n)]
     csv("cand.csv", cand, [f"m{i}" for i in range(6)], examples)
-    csv("train.csv", train, [f"h{i}" for i in range(12)], examples)
-    csv("other_train.csv", train, [f"h{i}" for i in range(12)], [f"z{j}" for j in range(40)])
+    csv("train.csv", train, [f"h{i}" for i in range(24)], examples)
+    csv("other_train.csv", train, [f"h{i}" for i in range(24)], [f"z{j}" for j in range(n)])
     csv("transposed.csv", cand.T, examples, [f"m{i}" for i in range(6)])
     text = cand.astype(str)
     text[2, 5] = "yes"

@@ -104,6 +104,7 @@ def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
         require(sep, f"--baseline: expected NAME=VALUE[,NAME=VALUE], got {args.baseline!r}")
         name = name.strip()
         baseline[name] = float(parse_grid_option(f"{name}={value}")[1][0])
+        run_params(plugins, {name: baseline[name]}, f"--baseline {name}")   # a number of this run, in range
     return grid, baseline
 
 

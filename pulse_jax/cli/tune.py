@@ -9,6 +9,8 @@ from pulse_jax.cli.output import Lines, bars_wanted, check_writable_file
 from pulse_jax.errors import require
 from pulse_jax.fileio import files
 
+DEFAULT_RANKS = "4,8,16,32"
+
 
 def add(sub) -> None:
     tune = sub.add_parser("tune", formatter_class=HelpFormatter,
@@ -18,7 +20,8 @@ def add(sub) -> None:
     tune.add_argument("--train", required=True, help="historical models' scores (CSV/NPZ, missing cells allowed)")
     tune.add_argument("--out", required=True, help="JSON file for `simulate --hparams`")
     tune.add_argument("--force", action="store_true", help="write over an existing --out file")
-    tune.add_argument("--ranks", default="4,8,16,32", help="comma-separated ranks to try")
+    tune.add_argument("--ranks", default=DEFAULT_RANKS, help="comma-separated ranks to try (the default: those the "
+                                                              "history allows)")
     tune.add_argument("--lams", default="0.001,0.01,0.1", help="comma-separated L2 weights to try")
     tune.add_argument("--lrs", default="0.05", help="comma-separated Adam learning rates to try")
     tune.add_argument("--epochs", default="150,300", help="comma-separated numbers of full-batch Adam steps")
@@ -39,6 +42,13 @@ def run(args) -> None:
     data.check_history(train)       # two models at least, none without a score
     grid = {"rank": number_list(args.ranks, "ranks", int), "lam": number_list(args.lams, "lams"),
             "lr": number_list(args.lrs, "lrs"), "epochs": number_list(args.epochs, "epochs", int)}
+    limit = min(train.scores.shape)
+    if args.ranks == DEFAULT_RANKS and max(grid["rank"]) > limit:   # the default grid, cut to what the history allows
+        kept = [r for r in grid["rank"] if r <= limit] or [limit]
+        print(f"note: --ranks {DEFAULT_RANKS} (the default) needs at least {max(grid['rank'])} historical models and "
+              f"examples; --train has {train.scores.shape[0]} x {train.scores.shape[1]}, so ranks "
+              f"{','.join(map(str, kept))} are tried", file=sys.stderr)
+        grid["rank"] = kept
 
     lines = None if getattr(args, "quiet", False) or sys.stderr.isatty() else Lines()
 

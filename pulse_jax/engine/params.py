@@ -193,11 +193,11 @@ class RunParams(NamedTuple):
         part, _, field = self.path_of(name).partition(".")
         return _get(getattr(self, part), field)
 
-    def replace(self, values: Mapping) -> "RunParams":
-        """A copy with ``values`` (``{name or path: value}``) set."""
+    def replace(self, values: Mapping, where: str = "params") -> "RunParams":
+        """A copy with ``values`` (``{name or path: value}``) set; ``where`` names them in an error."""
         out = self
         for name, value in values.items():
-            part, _, field = out.path_of(name).partition(".")
+            part, _, field = out.path_of(name, where).partition(".")
             out = out._replace(**{part: _set(getattr(out, part), field, value)})
         return out
 
@@ -242,7 +242,7 @@ def run_params(plugins, params=None, where: str = "params") -> RunParams:
     if params is None:
         params = defaults
     elif isinstance(params, Mapping):
-        params = defaults.replace({str(k): v for k, v in params.items()})
+        params = defaults.replace({str(k): v for k, v in params.items()}, where)
     elif isinstance(params, BanditParams):
         params = defaults._replace(engine=params)
     require(isinstance(params, RunParams), f"{where} must be a pulse_jax.RunParams, a BanditParams or a dict "
