@@ -211,7 +211,9 @@ def run(out: Path) -> dict:
     result = {"mistakes": len(rows), **counts, "rows": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
-    out.with_suffix(".md").write_text(table(result) + "\n")
+    out.with_suffix(".md").write_text("# A newcomer's mistakes at the command line\n\n`python benchmarks/usability/"
+                                      "bench_mistakes.py --out docs/benchmarks/mistakes.json` (each command its own "
+                                      "process, `JAX_LOG_COMPILES=1`)\n\n" + table(result) + "\n")
     return result
 
 
