@@ -301,6 +301,17 @@ TINY_HF = textwrap.dedent("""
 """)
 
 
+LIVE_HF = textwrap.dedent("""
+    import json
+    from pulse_jax.harnesses import lm_evaluation
+    scorer = lm_evaluation.LmEvalScorer("pulse_arith", {specs!r}, include_path={task_dir!r})
+    scores = {{spec: [float(x) for x in scorer(spec, {ids!r})] for spec in {specs!r}}}
+    loaded = len(scorer._models)
+    scorer({specs!r}[0], [1, 2])
+    print(json.dumps({{"scores": scores, "loaded": loaded, "after": len(scorer._models)}}))
+""")
+
+
 @pytest.mark.slow
 @pytest.mark.integration   # minutes of real harness subprocesses: the second test command
 def test_tiny_hugging_face_models_through_lm_eval_logs_and_live(lm_eval_run, tmp_path):
@@ -321,10 +332,14 @@ def test_tiny_hugging_face_models_through_lm_eval_logs_and_live(lm_eval_run, tmp
     assert done.returncode == 0, done.stderr[-3000:]
     matrix = lm_evaluation.read_lm_eval([tmp_path / "logs"], "pulse_arith", "acc")
     assert sorted(matrix.models) == sorted(specs) and matrix.scores.shape == (2, N_DOCS)
-    scorer = lm_evaluation.LmEvalScorer("pulse_arith", specs, include_path=lm_eval_run["task_dir"])
     ids = [0, 5, 11, 23, 38]
+    # The live scorer runs in its own process: torch loaded into this test worker shares it with every
+    # later JAX test there (a worker that had loaded it crashed in XLA's loading of a cached program).
+    live = subprocess.run([sys.executable, "-c", LIVE_HF.format(specs=specs, task_dir=str(lm_eval_run["task_dir"]),
+                                                                ids=ids)],
+                          env=_env(), capture_output=True, text=True, timeout=600)
+    assert live.returncode == 0, live.stderr[-3000:]
+    out = json.loads(live.stdout.splitlines()[-1])
     for spec in specs:
-        np.testing.assert_array_equal(scorer(spec, ids), matrix.scores[matrix.models.index(spec), ids])
-    assert len(scorer._models) == 2        # each model loaded once
-    scorer(specs[0], [1, 2])
-    assert len(scorer._models) == 2
+        np.testing.assert_array_equal(out["scores"][spec], matrix.scores[matrix.models.index(spec), ids])
+    assert out["loaded"] == out["after"] == 2        # each model loaded once

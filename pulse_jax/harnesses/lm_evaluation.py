@@ -466,7 +466,7 @@ class LmEvalScorer:
             except ValueError:
                 raise PulseInputError(f"model spec {kind}:{args}: lm-eval has no model type {kind!r} (a type of "
                                       "your own needs --lm-eval-plugin MODULE)") from None
-            device = self.device or _default_device()
+            device = self.device or _default_device(kind)
             lm = get_model(kind).create_from_arg_string(args, {"batch_size": 1, "device": device})
             self._models[name] = _timed(lm, self)
         return self._models[name]
@@ -506,8 +506,19 @@ class LmEvalScorer:
         return [found[i] for i in ids]
 
 
-def _default_device() -> str | None:
-    """A GPU when torch sees one, else the CPU (None without torch: the model type decides)."""
+#: lm-eval model types that run on torch (the device matters to them).
+TORCH_MODEL_TYPES = ("hf", "hf-auto", "huggingface", "hf-multimodal", "hf-audiolm-qwen", "mamba_ssm", "neuronx",
+                     "sparseml", "deepsparse", "vllm", "vllm-vlm", "steered")
+
+
+def _default_device(kind: str) -> str | None:
+    """A GPU when torch sees one, else the CPU, for a model type that runs on torch (`TORCH_MODEL_TYPES`, or
+    torch already loaded); None otherwise: the model type decides, and torch is not loaded into this
+    process for a model that does not use it."""
+    import sys
+
+    if kind not in TORCH_MODEL_TYPES and "torch" not in sys.modules:
+        return None
     try:
         import torch
     except ImportError:
