@@ -333,8 +333,8 @@ def test_tiny_hugging_face_models_through_lm_eval_logs_and_live(lm_eval_run, tmp
     matrix = lm_evaluation.read_lm_eval([tmp_path / "logs"], "pulse_arith", "acc")
     assert sorted(matrix.models) == sorted(specs) and matrix.scores.shape == (2, N_DOCS)
     ids = [0, 5, 11, 23, 38]
-    # The live scorer runs in its own process: torch loaded into this test worker shares it with every
-    # later JAX test there (a worker that had loaded it crashed in XLA's loading of a cached program).
+    # The live scorer runs in its own process: torch stays out of this test worker, which runs JAX tests
+    # after this one (a worker that had loaded torch crashed in XLA's loading of a cached program).
     live = subprocess.run([sys.executable, "-c", LIVE_HF.format(specs=specs, task_dir=str(lm_eval_run["task_dir"]),
                                                                 ids=ids)],
                           env=_env(), capture_output=True, text=True, timeout=600)
