@@ -10,7 +10,8 @@ Parts (``--parts``, default all; each is kept in ``--out`` as it finishes, so a 
   the MMLU-Pro factor file (candidates from its second half, embeddings from 400 of its first half):
   mean cells, their ratio to c = 1 (targets 1.03, 1.10, 1.25) and wrong certificates.
 * ``live``: the live example through `pulse_jax.live.run` with a scorer that sleeps 50 ms, then
-  returns ``stand_in.score``: cells and wall time at c = 1, 4, 16 (the default) and 64, each selector planned for its own c (its programs compiled by an untimed first run).
+  returns ``stand_in.score``: cells and wall time at c = 1, 4, 16 (the default) and 64, each selector
+  planned for its own c (its programs compiled by an untimed first run).
 * ``inspect``: ``select_best`` on the toy task (8 models x 400 samples, a mock model with 50 ms
   latency): the default concurrency against one batch in flight, samples and wall time.
 * ``invalid``: ``select --concurrency C`` whose scorer answers NaN at a random call (20 points at
