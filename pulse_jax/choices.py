@@ -86,20 +86,23 @@ def certificate_words(given: Mapping[str, float | int | None], spell: Spell) -> 
 
 
 def certificate_rule(stop, spell: Spell, certificate: str | None = None):
-    """``(rule, notes)`` for a claim the default rules do not chase (``(None, ())`` otherwise): a top-k claim
-    (k > 1) samples by ``lucb_top_k(k)``, a claim about cost by ``focus``. ``certificate``: how the caller
+    """``(rule, notes)`` for a claim the default rules do not chase (``(None, ())`` otherwise), from what the
+    stopping rule declares: a claim about cost (``uses_cost``) samples by ``focus``, a claim resting on the
+    upper bounds of k models, 1 < k < every model (``upper_models``: a top-k set), by ``lucb_top_k(k)``. ``certificate``: how the caller
     named the claim (`certificate_words`), for the note."""
     from pulse_jax.rules import focus, lucb_top_k
+    from pulse_jax.stopping.base import EVERY_MODEL
 
-    said = certificate or f"{spell('stop')} {getattr(stop, 'name', '')}"
-    k = getattr(stop, "upper_models", 1) if getattr(stop, "name", "") == "top_k" else 1
-    if k > 1:
-        rule = lucb_top_k(k)
-        return rule, (f"{said} samples by {rule.name} (the set's weakest member against the best outsider); give "
-                      f"{spell('rule')} to choose another",)
-    if getattr(stop, "uses_cost", False):
+    if stop is None:
+        return None, ()
+    said = certificate or f"{spell('stop')} {stop.name}"
+    if stop.uses_cost:
         return focus(), (f"{said} samples by focus (the widest interval per unit of cost among the models the "
                          f"certificate waits on); give {spell('rule')} to choose another",)
+    if 1 < stop.upper_models < EVERY_MODEL:      # a claim about a set of k models (its declared capability)
+        rule = lucb_top_k(stop.upper_models)
+        return rule, (f"{said} samples by {rule.name} (the set's weakest member against the best outsider); give "
+                      f"{spell('rule')} to choose another",)
     return None, ()
 
 

@@ -12,7 +12,6 @@ would. Offline and instant, so the live-selection example runs anywhere::
 from __future__ import annotations
 
 import functools
-import sys
 
 import numpy as np
 
@@ -58,24 +57,3 @@ def score(model: str, example_ids) -> list[float]:
 
 #: Called by ``select`` on the candidates and examples before anything compiles.
 score.check = check
-
-
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["models"]:
-        print("\n".join(models()))
-        return 0
-    if argv[:1] in (["train"], ["candidates"]) and len(argv) == 2:
-        from pulse_jax.fileio.data import ScoreMatrix, save_csv
-
-        bench = benchmark()
-        matrix, names = (bench.train, bench.train_models) if argv[0] == "train" else (bench.scores, bench.models)
-        save_csv(ScoreMatrix(matrix.astype(float), tuple(names), tuple(str(j) for j in range(matrix.shape[1]))),
-                 argv[1])
-        return 0
-    print("usage: python -m pulse_jax.stand_in models | train FILE.csv | candidates FILE.csv", file=sys.stderr)
-    return 2
-
-
-if __name__ == "__main__":
-    sys.exit(main())

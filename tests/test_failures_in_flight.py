@@ -201,7 +201,7 @@ def test_an_invalid_answer_at_concurrency_16_exits_cleanly_in_one_line(tmp_path)
                 return [float("nan")] * len(ids)
             return stand_in.score(model, ids)
     """))
-    models = subprocess.run([sys.executable, "-m", "pulse_jax.stand_in", "models"], capture_output=True, text=True,
+    models = subprocess.run([sys.executable, "-m", "pulse_jax.cli.stand_in", "models"], capture_output=True, text=True,
                             check=True).stdout
     (tmp_path / "models.txt").write_text(models)
     for attempt in range(3):

@@ -267,6 +267,7 @@ def test_select_errors_speak_in_options(tmp_path, capsys, monkeypatch, extra, ne
 @pytest.mark.integration   # a long end-to-end run: the second test command
 def test_one_model_and_another_examples_count_name_their_option(tmp_path, capsys, monkeypatch):
     from pulse_jax import stand_in
+    from pulse_jax.cli import stand_in as stand_in_cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "one.txt").write_text("only\n")
@@ -274,7 +275,7 @@ def test_one_model_and_another_examples_count_name_their_option(tmp_path, capsys
         capsys, ["select", "--models", "one.txt", "--examples", "50", "--budget", "100", "--evaluate",
                  "pulse_jax.stand_in:score", "--method", "ucbe", "--log", "run.db"])
     (tmp_path / "models.txt").write_text("\n".join(stand_in.models()[:4]) + "\n")
-    stand_in.main(["train", str(tmp_path / "history.csv")])
+    stand_in_cli.main(["train", str(tmp_path / "history.csv")])
     argv = ["select", "--models", "models.txt", "--budget", "64", "--batch-size", "8", "--rank", "3", "--evaluate",
             "pulse_jax.stand_in:score", "--method", "pulse", "--train", "history.csv", "--log", "p.db", "--quiet"]
     assert cli.main(argv + ["--examples", "200"]) == 0
@@ -312,7 +313,7 @@ def test_the_readmes_command_line_block_runs_top_to_bottom_in_an_empty_folder(tm
     import re
     import shlex
 
-    from pulse_jax import stand_in
+    from pulse_jax.cli import stand_in as stand_in_cli
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
     block = readme.split("## The command line in 12 lines")[1].split("```bash\n")[1].split("```")[0]
@@ -321,13 +322,13 @@ def test_the_readmes_command_line_block_runs_top_to_bottom_in_an_empty_folder(tm
     for line in lines:
         for command in line.split(";"):
             argv = shlex.split(re.sub(r"--reps \d+", "--reps 4", command))
-            if argv[:3] == ["python", "-m", "pulse_jax.stand_in"]:
+            if argv[:3] == ["python", "-m", "pulse_jax.cli.stand_in"]:
                 out = argv.index(">") if ">" in argv else None
                 if out is not None:
-                    assert stand_in.main(argv[3:out]) == 0
+                    assert stand_in_cli.main(argv[3:out]) == 0
                     (tmp_path / argv[out + 1]).write_text(capsys.readouterr().out)
                 else:
-                    assert stand_in.main(argv[3:]) == 0
+                    assert stand_in_cli.main(argv[3:]) == 0
                 continue
             assert argv[0] == "pulse-jax", command
             if argv[1] == "sweep":

@@ -3,6 +3,7 @@ no folder created by mistake, a method without an interval under the live defaul
 import pytest
 
 from pulse_jax import cli, stand_in
+from pulse_jax.cli import stand_in as stand_in_cli
 
 
 @pytest.mark.parametrize("argv, needle", [
@@ -41,7 +42,7 @@ def test_a_method_without_an_interval_selects_with_the_index_rule(tmp_path, monk
     rule instead, with a note; an explicit --rule still has to fit."""
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models.txt").write_text("\n".join(stand_in.models()[:4]) + "\n")
-    assert stand_in.main(["train", "history.csv"]) == 0
+    assert stand_in_cli.main(["train", "history.csv"]) == 0
     argv = ["select", "--models", "models.txt", "--examples", "1000", "--budget", "160", "--batch-size", "16",
             "--evaluate", "pulse_jax.stand_in:score", "--train", "history.csv", "--rank", "4", "--method", "naive",
             "--quiet", "--log", "run.db"]

@@ -235,10 +235,11 @@ def test_budget_already_spent_and_unknown_model(bench, tmp_path):
 @pytest.mark.integration   # a long end-to-end run: the second test command
 def test_cli_select_runs_and_resumes(tmp_path, capsys, monkeypatch):
     from pulse_jax import stand_in
+    from pulse_jax.cli import stand_in as stand_in_cli
 
     monkeypatch.chdir(tmp_path)
     (tmp_path / "models.txt").write_text("\n".join(stand_in.models()[:10]) + "\n")
-    stand_in.main(["train", str(tmp_path / "history.csv")])
+    stand_in_cli.main(["train", str(tmp_path / "history.csv")])
     args = ["select", "--models", "models.txt", "--examples", "1000", "--budget", "960", "--batch-size", "16",
             "--refit-every", "10", "--rank", "4", "--evaluate", "pulse_jax.stand_in:score", "--train",
             "history.csv", "--log", "run.db", "--quiet", "--stop", "budget"]

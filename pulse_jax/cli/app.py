@@ -64,7 +64,7 @@ def main(argv=None) -> int:
             warnings.showwarning = _show_note
             COMMANDS[args.command].run(args)
     except BrokenPipeError:    # the reader went away (``| head``): what it wanted was written; end quietly
-        _quiet_stdout()
+        quiet_stdout()
         return 0
     except PulseInputError as err:
         print(f"pulse-jax: error: {err}", file=sys.stderr)
@@ -99,7 +99,7 @@ def _show_note(message, category, filename, lineno, file=None, line=None) -> Non
         _PYTHON_SHOWWARNING(message, category, filename, lineno, file, line)   # everything else as Python shows it
 
 
-def _quiet_stdout() -> None:
+def quiet_stdout() -> None:
     """Point stdout at /dev/null, so that the interpreter's own flush at exit meets no closed pipe."""
     try:
         devnull = os.open(os.devnull, os.O_WRONLY)

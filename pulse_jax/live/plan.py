@@ -28,7 +28,7 @@ import numpy as np
 from pulse_jax import choices
 from pulse_jax.choices import DEFAULT_BOUNDS, DEFAULT_DELTA, DEFAULT_METHOD, DEFAULT_SEQUENCE
 from pulse_jax.errors import PulseInputError, note, require
-from pulse_jax.live import money
+from pulse_jax.live import money, side_information
 
 #: The embeddings' rank when none is given (capped by the history's size).
 DEFAULT_RANK = 16
@@ -202,7 +202,7 @@ class Plan:
     def has_history(self) -> bool:
         """Whether there is side information: ``train``, or the embeddings a resumed log keeps beside it."""
         log = Path(self.log)
-        return bool(self.train) or log.with_name(log.name + ".embeddings.npy").exists()
+        return bool(self.train) or side_information.saved_path(log).exists()
 
     def method_name(self) -> str:
         """The estimator's name: the one given, else PULSE hedged with history and UCB-E without (a
@@ -241,7 +241,7 @@ class Plan:
         require(not log.is_dir(), f"{spell('log')} {self.log}: is a directory; give a file name")
         require(log.parent.is_dir(), f"{spell('log')} {self.log}: its folder {log.parent} does not exist; create "
                                      "it first (a misspelt folder would otherwise start a new log)")
-        saved = log.with_name(log.name + ".embeddings.npy")   # a resumed run's side information
+        saved = side_information.saved_path(log)   # a resumed run's side information
         require(self.train or saved.exists() or not estimator.uses_predictions,
                 f"{spell('method')} {estimator.name} needs side information: pass {spell('train')}"
                 f"{' FILE' if spell('train').startswith('-') else '='} (historical models' scores on the same "

@@ -177,9 +177,8 @@ class Selector(LogBinding):
                  plan: dict | None = None, cost=None):
         self.models, self.example_ids = _names(models, examples)
         m, n = len(self.models), len(self.example_ids)
-        sidecar = None if log is None else Path(log).with_name(Path(log).name + ".embeddings.npy")
         self.estimator, rule, stop = _plugins_of(method, rule, stop, train is not None or V is not None
-                                                 or (sidecar is not None and sidecar.exists()))
+                                                 or (log is not None and side_information.saved_path(log).exists()))
         cs_grid = choices.cs_grid(choices.DEFAULT_SEQUENCE, choices.keyword) if cs_grid is None else cs_grid
         self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
                                    init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid,

@@ -39,6 +39,12 @@ def save_atomically(path: Path, array) -> None:
 
 
 
+def saved_path(log) -> Path:
+    """Where the embeddings of the log at ``log`` are kept: ``<log>.embeddings.npy`` beside it."""
+    log = Path(log)
+    return log.with_name(log.name + ".embeddings.npy")
+
+
 def fingerprint_of(train) -> str | None:
     """The fingerprint of ``train``'s scores the log header records (None: no usable ``train``; refused where
     ``train`` is checked)."""
@@ -67,7 +73,7 @@ def embeddings(estimator, example_ids, given: Given, log_path: Path | None, resu
     n, (train, V, rank, seed) = len(example_ids), given
     if not estimator.uses_predictions:
         return np.zeros((n, 1), np.float32)
-    sidecar = None if log_path is None else log_path.with_name(log_path.name + ".embeddings.npy")
+    sidecar = None if log_path is None else saved_path(log_path)
     if sidecar is not None and sidecar.is_file() and resuming:
         return _saved(sidecar, n, V, rank, log_path)
     require(train is not None or V is not None,
