@@ -70,18 +70,18 @@ def test_the_ledger_counts_what_was_in_flight_at_a_kill(small_bench, tmp_path):
                    concurrency=4)
     asked = [sel.ask() for _ in range(3)]
     for r in asked:
-        sel.record_asked(r)                       # before the call, as the runner does
+        sel.ledger.record_asked(r)                       # before the call, as the runner does
     sel.tell(asked[0], _scores(b)(asked[0].model, list(asked[0].example_index)))
     sel.log_paid(asked[1], _scores(b)(asked[1].model, list(asked[1].example_index)))
-    sel._journal.close()                          # killed with asked[2]'s call out
+    sel.ledger._journal.close()                   # killed with asked[2]'s call out
     again = Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=0, log=log, stop="budget",
                      concurrency=4)
-    assert sum(again.asked_cells().values()) == 24 and again.unreturned_cells() == 8
-    assert again.spent == 8 and again.paid_held == 8
+    assert sum(again.ledger.asked_cells().values()) == 24 and again.ledger.unreturned_cells(again.spent) == 8
+    assert again.spent == 8 and again.ledger.paid_held == 8
     prices = money.parse_prices([f"{b.models[0]}=0.5", "*=0.1"], list(b.models))
     meter = money.Meter(list(b.models), prices, money.expected_cost_per_cell(list(b.models), prices))
     expected = sum(8 * (0.5 if r.model == b.models[0] else 0.1) for r in asked)
-    assert meter.update(again.evaluated(), again.asked_cells()) == pytest.approx(expected) and meter.cells == 24
+    assert meter.update(again.evaluated(), again.ledger.asked_cells()) == pytest.approx(expected) and meter.cells == 24
     again.close()
 
 
@@ -106,8 +106,8 @@ def test_a_money_budget_at_any_concurrency_spends_what_one_batch_at_a_time_spend
             return b.scores[models.index(model), ids].tolist()
 
         run(scorer, sel, handle_signals=False,
-            allow=lambda r: meter.fits(r.model, len(r.example_ids), sel.evaluated(), sel.asked_cells()))
-        meter.update(sel.evaluated(), sel.asked_cells())
+            allow=lambda r: meter.fits(r.model, len(r.example_ids), sel.evaluated(), sel.ledger.asked_cells()))
+        meter.update(sel.evaluated(), sel.ledger.asked_cells())
         assert meter.usd == pytest.approx(sum(paid)) and sum(paid) <= budget_usd + 1e-9
         assert meter.stopped and "does not fit in the" in meter.line()
         spend[concurrency] = sum(paid)
@@ -184,7 +184,7 @@ _KILLED_IN_THE_COMMIT = r"""
 import os, signal, sys
 import numpy as np
 from pulse_jax import synthetic
-from pulse_jax.live import Selector, log_binding
+from pulse_jax.live import Selector, ledger
 from pulse_jax.stats import factorization
 
 b = synthetic.make_benchmark(seed=0, n_models=6, n_examples=200, n_train=40)
@@ -197,7 +197,7 @@ for _ in range(6):                         # the first look, told
 r = sel.ask()
 print(r.model, ",".join(map(str, r.example_ids)), flush=True)
 # killed between the scorer's return and the commit (waiting for the log, as behind a synced tell)
-log_binding.LogBinding._write = lambda self, *a, **k: os.kill(os.getpid(), signal.SIGKILL)
+ledger.Ledger._write = lambda self, *a, **k: os.kill(os.getpid(), signal.SIGKILL)
 sel.log_paid(r, b.scores[r.model_index, list(r.example_index)])
 """
 
@@ -225,7 +225,7 @@ def test_a_return_killed_before_its_commit_is_told_from_the_log_not_asked_again(
 
     again = Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, refit_every=0, log=log, stop="budget",
                      concurrency=4)
-    assert again.paid_held == 8
+    assert again.ledger.paid_held == 8
     report = run(scorer, again, handle_signals=False)
     again.close()
     assert not killed & set(asked)                                   # 0 returned cells paid twice
@@ -243,7 +243,7 @@ def test_returns_kept_for_another_log_of_the_same_name_are_ignored(small_bench, 
     log = tmp_path / "run.db"
     (tmp_path / "run.db.returned").write_bytes(returned.line("0123abcd", b.models[0], [0, 1], [1.0, 0.0]))
     with Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, log=log, stop="budget") as sel:
-        assert sel.paid_held == 0
+        assert sel.ledger.paid_held == 0
         assert (tmp_path / "run.db.returned").stat().st_size == 0
     assert returned.read(tmp_path / "missing.returned", "x") == []
     torn = returned.line("abc", "m", [1], [0.5])

@@ -134,7 +134,7 @@ def test_scorer_failures_are_counted_over_every_run_of_the_log(small_bench, tmp_
     sel.close()
     first = state["n"] // 5
     sel = _selector(small_bench, log, concurrency=1)
-    assert sel.failures() == (first, first)
+    assert sel.ledger.failures() == (first, first)
     report = run(flaky, sel, retry_wait=0.0, handle_signals=False)
     sel.close()
     total = (state["n"] // 5)

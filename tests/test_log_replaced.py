@@ -49,7 +49,7 @@ def test_a_backup_copied_over_a_running_log_is_detected_and_nothing_is_lost(tmp_
     backup_bytes = log.read_bytes()
     sel.log_paid(r, [_score(r.model, e) for e in r.example_ids])   # the next commit meets the copy
     with pytest.raises(PulseInputError) as err:
-        sel.can_pay()
+        sel.ledger.can_pay()
     message = str(err.value)
     assert "\n" not in message and "the log was replaced while this run was writing it" in message
     assert "run.db.kept" in message
@@ -62,9 +62,9 @@ def test_a_backup_copied_over_a_running_log_is_detected_and_nothing_is_lost(tmp_
     assert [x["ticket"] for x in records if x["type"] == "paid"] == [r.ticket]
     kept.replace(log)                                           # the user keeps the run's log, and resumes
     again = _selector(log)
-    assert again.evaluated() == told and again.paid_held == 4
+    assert again.evaluated() == told and again.ledger.paid_held == 4
     nxt = again.ask()
-    assert nxt.ticket == r.ticket and again.paid_scores(nxt) is not None   # told from the log, not paid again
+    assert nxt.ticket == r.ticket and again.ledger.paid_scores(nxt) is not None   # told from the log, not paid again
     again.close()
 
 
@@ -79,7 +79,7 @@ def test_a_backup_copied_over_after_the_last_commit_is_found_as_the_log_is_let_g
     _copy_over(tmp_path / "backup.db", log)
     backup_bytes = log.read_bytes()
     sel.close()
-    assert "the log was replaced while this run was writing it" in sel.log_replaced
+    assert "the log was replaced while this run was writing it" in sel.ledger.replaced
     assert log.read_bytes() == backup_bytes
     header, records = journal.snapshot(tmp_path / "run.db.kept")
     assert sum(len(x["examples"]) for x in records if x["type"] == "tell") == 5 * 4
@@ -89,4 +89,4 @@ def test_a_log_left_alone_is_let_go_without_a_word(tmp_path):
     sel = _selector(tmp_path / "run.db")
     _tell(sel, 5)
     sel.close()
-    assert not sel.log_replaced and not (tmp_path / "run.db.kept").exists()
+    assert not sel.ledger.replaced and not (tmp_path / "run.db.kept").exists()

@@ -1,6 +1,7 @@
 """`pulse_jax.live.Plan`: one selection plan that ``select``, ``select_best`` and Python share; it
 round-trips through the log header and ``report.json``, and every choice is checked when it is made."""
 import json
+import os
 
 import numpy as np
 import pytest
@@ -94,9 +95,6 @@ def test_report_json_records_the_plan(tmp_path, monkeypatch):
     ({"call_timeout": 0}, "call_timeout must be a number of seconds > 0"),
     ({"grace": float("nan")}, "grace must be a number of seconds >= 0"),
     ({"budget_usd": 1.0}, "budget_usd needs prices: price MODEL=DOLLARS"),
-    ({"method": "ucbe,pulse"}, "method: a selection runs one method"),
-    ({"method": "nonesuch"}, "method: unknown method (estimator) 'nonesuch'"),
-    ({"rule": "os:system"}, "rule: 'os:system' is a function that needs arguments"),
     ({"param": ["delta=0.1"], "delta": 0.2}, "param delta: delta sets the same number; give one of them"),
     ({"param": [("rule.exploration", "x")]}, "param: rule.exploration='x' is not a number"),
     ({"seed": -1}, "seed"),
@@ -104,17 +102,48 @@ def test_report_json_records_the_plan(tmp_path, monkeypatch):
     ({"price": ["a=x"]}, "price 'a=x': 'x' is not a number"),
     ({"price": 5}, "price must be text or a list of texts, got 5"),
     ({"train": 5}, "train must be a file name, got 5"),
-    ({"param": ["nosuch=1"]}, "param nosuch: not a number of this run"),
     ({"cheapest": 0.01}, "cheapest ranks the models by price: give price MODEL=DOLLARS"),
     ({"front": 0.01, "price": ["*=0.001"], "epsilon": 0.01}, "epsilon and front: give one certificate"),
     ({"price": [3]}, "price must be text or a list of texts"),
     ({"force": "yes"}, "force must be True or False"),
 ])
-def test_every_choice_is_checked_when_the_plan_is_made(values, needle):
+def test_every_value_is_checked_when_the_plan_is_made(values, needle):
     with pytest.raises(PulseInputError, match=None) as err:
         Plan(log="run.db", **values)
     assert needle in str(err.value), str(err.value)
     assert "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("values, needle", [
+    ({"method": "ucbe,pulse"}, "method: a selection runs one method"),
+    ({"method": "nonesuch"}, "method: unknown method (estimator) 'nonesuch'"),
+    ({"rule": "os:system"}, "rule: 'os:system' is a function that needs arguments"),
+    ({"param": ["nosuch=1"]}, "param nosuch: not a number of this run"),
+    ({"train": "elsewhere.csv"}, "train elsewhere.csv: no such file"),
+])
+def test_names_and_files_are_checked_when_the_plugins_resolve_before_any_selector(values, needle, tmp_path):
+    plan = Plan(log=str(tmp_path / "run.db"), **values)     # making a plan resolves nothing
+    for resolve in (plan.plugins, lambda: plan.selector(["a", "b"], 40)):
+        with pytest.raises(PulseInputError, match=None) as err:
+            resolve()
+        assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
+    assert not (tmp_path / "run.db").exists()
+
+
+def test_making_a_plan_imports_no_plugin_reads_no_file_and_prints_nothing(tmp_path, monkeypatch, capsys):
+    (tmp_path / "plan_probe_rule.py").write_text(
+        "import pathlib\npathlib.Path(__file__).with_name('imported').write_text('yes')\n"
+        "from pulse_jax.rules import ucb_index_rule\nrule = ucb_index_rule()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    looked, stat = [], os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: looked.append(str(path)) or stat(path, *a, **k))
+    plan = Plan(log=str(tmp_path / "run.db"), method="ucbe", rule="plan_probe_rule:rule", budget=40)
+    monkeypatch.setattr(os, "stat", stat)
+    assert not [p for p in looked if str(tmp_path) in p] and not (tmp_path / "imported").exists()
+    assert capsys.readouterr() == ("", "")
+    assert Plan.from_dict(plan.to_dict()) == plan and not (tmp_path / "imported").exists()
+    assert plan.plugins()[1].name == "ucbe" and (tmp_path / "imported").exists()
+    assert plan.plugins() is plan.plugins()              # resolved once
 
 
 def test_the_command_line_spells_choices_as_flags(tmp_path):
@@ -173,7 +202,7 @@ def test_a_selection_without_history_runs_ucbe_and_says_how_to_give_history(tmp_
     (tmp_path / "history.csv").write_text("model,q0\nh0,1\nh1,0\n")
     assert Plan(log="x.db", train="history.csv").method_name() == "pulse_hedged"
     with pytest.raises(PulseInputError, match="train elsewhere.csv: no such file"):
-        Plan(log="x.db", train="elsewhere.csv")
+        Plan(log="x.db", train="elsewhere.csv").plugins()
     with pytest.raises(PulseInputError, match="method pulse_hedged needs side information: pass train="):
         Plan(log=str(tmp_path / "y.db"), method="pulse_hedged").selector(models, 60)
 

@@ -64,11 +64,11 @@ def test_a_partly_returned_batch_is_asked_again_as_it_was_with_its_scores_from_t
     again = _selector(log, _orders(0))      # the same orders (Inspect's: fixed by the seed)
     r2 = again.ask()
     assert (r2.model, r2.example_ids) == (r.model, r.example_ids)
-    assert again.paid_cells(r2) == {e: _truth(r.model, e) for e in r.example_ids[:2]}
+    assert again.ledger.paid_cells(r2) == {e: _truth(r.model, e) for e in r.example_ids[:2]}
     again.tell(r2, [_truth(r.model, e) for e in r2.example_ids])
     again.close()
     third = _selector(log, _orders(5))      # told batches replay whatever the new order
-    assert third.spent == 5 * 4 and third.paid_cells(r2) == {} and third.paid_held == 0
+    assert third.spent == 5 * 4 and third.ledger.paid_cells(r2) == {} and third.ledger.paid_held == 0
     third.close()
 
 
@@ -79,10 +79,10 @@ def test_paid_cells_are_matched_by_model_and_example_whichever_batch_asks_them(t
     r = _partly_returned(log)
     known = {e: _truth(r.model, e) for e in r.example_ids[:2]}
     again = _selector(log, _orders(99))
-    assert again.paid_held == 2
+    assert again.ledger.paid_held == 2
     evaluated = []
     while (req := again.ask()) is not None:
-        cached = again.paid_cells(req)
+        cached = again.ledger.paid_cells(req)
         assert all(cached[e] == known[e] for e in cached)
         new = [e for e in req.example_ids if e not in cached]
         evaluated += [(req.model, e) for e in new]

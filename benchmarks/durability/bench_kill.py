@@ -23,8 +23,15 @@ return out of the order they were asked in.
    after ``run.db.kept`` is put back and the run resumed, the cells paid twice and whether the report
    equals the uninterrupted run's (targets: detected in every trial, one line, nothing lost).
 
+4. **Inside Inspect** (``--inspect-kills`` trials, default 5): ``inspect_ai.eval`` of 6 mock models
+   (``tests/inspect_toy.py``, 400 samples) under ``select_best`` at its default concurrency; every call
+   after a random count hangs, the process is killed with ``kill -9`` once that many samples are
+   generated, and the same eval is run again. Counted per trial: samples generated again (target: 0),
+   whether every log of the rerun succeeded and the rerun certified (target: always).
+
     python benchmarks/durability/bench_kill.py --out docs/benchmarks/kill.json
     python benchmarks/durability/bench_kill.py --only backups --out docs/benchmarks/kill.json   # adds to it
+    python benchmarks/durability/bench_kill.py --only inspect --out docs/benchmarks/kill.json
 
 Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
 """
@@ -264,6 +271,61 @@ def money(root: Path, count: int, concurrencies, seed: int) -> dict:
     return {"runs": rows, "kills": kill_rows}
 
 
+TOY_MODELS = [f"toy/m{s}" for s in (85, 72, 66, 60, 54, 48)]
+
+
+def _inspect_eval(folder: Path, hang_after: int | None) -> subprocess.Popen:
+    """``inspect_ai.eval`` of the toy task under ``select_best`` (its default concurrency) in a subprocess."""
+    tests = common.ROOT / "tests"
+    code = ("import inspect_toy, inspect_ai, json\n"
+            f"logs = inspect_ai.eval({str(tests / 'inspect_toy.py')!r} + '@selected', model={TOY_MODELS!r}, "
+            f"task_args={{'log': 'run.db', 'n': 400, 'batch_size': 8, 'concurrency': 0}}, log_dir='logs', "
+            "display='none')\n"
+            "print(json.dumps([l.status for l in logs]))\n")
+    environment = {**os.environ, "INSPECT_TOY_CALLS": str(folder / "calls.txt"),
+                   "PYTHONPATH": os.pathsep.join([str(tests), str(common.ROOT)])}
+    if hang_after is not None:
+        environment["INSPECT_TOY_HANG_AFTER"] = str(hang_after)
+    return subprocess.Popen([sys.executable, "-c", code], cwd=folder, env=environment, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+
+
+def _calls(folder: Path) -> list[str]:
+    path = folder / "calls.txt"
+    return path.read_text().splitlines() if path.is_file() else []
+
+
+def inspect_kills(root: Path, count: int, seed: int) -> list[dict]:
+    """kill -9 inside ``inspect eval`` at random numbers of generated samples, then the same eval again."""
+    rng, rows = random.Random(seed), []
+    for k in range(count):
+        folder = root / f"inspect{k}"
+        folder.mkdir()
+        at = rng.randint(20, 300)
+        proc = _inspect_eval(folder, at)
+        deadline = time.time() + 300
+        while len(_calls(folder)) < at and proc.poll() is None and time.time() < deadline:
+            time.sleep(0.1)
+        time.sleep(1.0)             # every later call hangs; the finished samples are scored meanwhile
+        running = proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        before = _calls(folder)
+        rerun = _inspect_eval(folder, None)
+        out, _ = rerun.communicate(timeout=900)
+        after = _calls(folder)[len(before):]
+        report_path = folder / "run_report" / "report.json"
+        rep = json.loads(report_path.read_text()) if report_path.is_file() else {}
+        statuses = json.loads(out.strip().splitlines()[-1]) if rerun.returncode == 0 else []
+        rows.append({"killed_after": at, "running_at_kill": running, "generated_before_kill": len(before),
+                     "generated_again": len(set(before) & set(after)), "rerun_exit": rerun.returncode,
+                     "rerun_statuses": statuses, "certified": bool(rep.get("separated")),
+                     "leader": rep.get("leader")})
+        print(f"  inspect kill {k + 1}/{count} after {at}: {rows[-1]['generated_again']} generated again, "
+              f"rerun {statuses}, certified {rows[-1]['certified']}", file=sys.stderr, flush=True)
+    return rows
+
+
 def markdown(result: dict) -> str:
     lines = ["# kill -9 and money budgets at any concurrency", "", f"`{result['command']}` ({result['machine']})", ""]
     if "kills" in result:
@@ -298,6 +360,16 @@ def markdown(result: dict) -> str:
                   f"back and the run resumed, cells paid twice {min(r['paid_twice'] for r in rows)}-"
                   f"{max(r['paid_twice'] for r in rows)} per trial and the report equal to the uninterrupted run's in "
                   f"{sum(r['exact'] for r in rows)}.", "", f"The line: `{rows[0]['message']}`"]
+    if "inspect" in result:
+        rows = result["inspect"]
+        lines += ["", "## Inside Inspect: kill -9, then the same eval again", "",
+                  "| killed after (samples) | generated before the kill | generated again | rerun logs | certified |",
+                  "|---:|---:|---:|---|---|"]
+        for r in rows:
+            ok = "all success" if r["rerun_statuses"] and set(r["rerun_statuses"]) == {"success"} else \
+                (", ".join(r["rerun_statuses"]) or f"exit {r['rerun_exit']}")
+            lines.append(f"| {r['killed_after']} | {r['generated_before_kill']} | {r['generated_again']} | {ok} | "
+                         f"{'yes' if r['certified'] else 'no'} |")
     return "\n".join(lines) + "\n"
 
 
@@ -305,7 +377,8 @@ def main(argv=None) -> int:
     parser = common.parser(__doc__, seed=0, out=None)
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--concurrency", default="16,64", help="comma-separated concurrencies for the kills")
-    parser.add_argument("--only", default=None, choices=["kills", "money", "backups"])
+    parser.add_argument("--only", default=None, choices=["kills", "money", "backups", "inspect"])
+    parser.add_argument("--inspect-kills", type=int, default=5)
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="pulse-kill-"))
     result = {"command": "python benchmarks/durability/bench_kill.py " + " ".join(argv or sys.argv[1:]),
@@ -318,6 +391,8 @@ def main(argv=None) -> int:
             result["money"] = money(root, args.kills, [1, *concurrencies], args.seed)
         if args.only in (None, "backups"):
             result["backups"] = backups(root, args.kills, args.seed)
+        if args.only in (None, "inspect"):
+            result["inspect"] = inspect_kills(root, args.inspect_kills, args.seed)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     if args.only and args.out and Path(args.out).is_file():      # one section run again: the others are kept

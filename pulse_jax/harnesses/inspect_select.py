@@ -132,11 +132,11 @@ def _select_best(task, log, *, models, scorer, metric, value_map, report, option
     path = Path(log).resolve()
     require(path.parent.is_dir(), f"select_best: log {log}: its folder {path.parent} does not exist")
     from pulse_jax.live.plan import Plan
-
     require("log" not in options, "select_best: log is given twice")
     try:
         require(report is None or isinstance(report, (str, Path)), f"report must be a folder name, got {report!r}")
         plan = Plan.from_dict({"log": str(path), "report": None if report is None else str(report), **options})
+        plan.plugins()          # names, --param paths, the train file: refused before any sample
     except PulseInputError as err:
         raise PulseInputError(f"select_best: {err}") from None
     selection = _RUNS.get(path)
@@ -327,8 +327,8 @@ class _Selection:
                 if request is None:
                     break
             if self.meter is not None and request.example_ids and not self.meter.fits(
-                    request.model, len(request.example_ids) - len(selector.paid_cells(request)),
-                    selector.evaluated(), selector.asked_cells()):
+                    request.model, len(request.example_ids) - len(selector.ledger.paid_cells(request)),
+                    selector.evaluated(), selector.ledger.asked_cells()):
                 # Not paid for: it waits for the batches in flight (`pulse_jax.live.run` does the same), and
                 # the selection ends for its money budget if it still does not fit with nothing in flight.
                 self.waiting = request
@@ -340,8 +340,8 @@ class _Selection:
 
     def _release(self, request) -> None:
         """Let ``request``'s samples be evaluated (those the log holds as paid are told from it)."""
-        known = self.selector.paid_cells(request)
-        self.selector.record_asked(request, len(request.example_ids) - len(known))   # before any is generated
+        known = self.selector.ledger.paid_cells(request)
+        self.selector.ledger.record_asked(request, len(request.example_ids) - len(known))   # before any is generated
         self.batches.setdefault(request.model, []).append(_Batch(request, dict(known)))
         lane = self.lanes[request.model]
         lane.scored.update(str(e) for e in known)
@@ -392,7 +392,7 @@ class _Selection:
             for sample, (_, tokens) in cells.items():
                 if sample not in self.tokens.get(model, {}):
                     self._keep_tokens(model, sample, *tokens)
-            self.selector.log_scored(model, {sample: value for sample, (value, _) in cells.items()})
+            self.selector.ledger.log_scored(model, {sample: value for sample, (value, _) in cells.items()})
 
     def scored(self, model: str, sample_id, scores) -> None:
         """A sample Inspect scored (its ``on_sample_end``): recorded unless the manager has it already."""
@@ -411,7 +411,7 @@ class _Selection:
         report = self.selector.result()
         self.selector_seconds += time.perf_counter() - start
         if self.meter is not None:
-            self.meter.update(self.selector.evaluated(), self.selector.asked_cells())
+            self.meter.update(self.selector.evaluated(), self.selector.ledger.asked_cells())
             report = dataclasses.replace(report, spend=self.meter.summary(), spend_line=self.meter.line(),
                                          finished=True, prices=tuple(self.meter.expected),
                                          spent_by_model=tuple(self.meter.by_model()))

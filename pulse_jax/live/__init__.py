@@ -11,7 +11,7 @@ from pulse_jax.live.journal import LOG_VERSION
 from pulse_jax.live.report import Report
 from pulse_jax.live.runner import CallTimeout, EvaluationError, Interrupted, run
 from pulse_jax.live.compiled import draw_order
-from pulse_jax.live.log_binding import LogWriteError
+from pulse_jax.live.ledger import LogWriteError
 from pulse_jax.live.plan import Plan
 from pulse_jax.live.request import Request
 from pulse_jax.live.selector import CONCURRENCY, Selector

@@ -235,7 +235,7 @@ class Journal(LogReader):
 
     def keep_reserve(self) -> bool:
         """Put the reserve back if it was used; False where the disk has no room for it (nothing is then
-        paid for: `pulse_jax.live.Selector.can_pay`).
+        paid for: `pulse_jax.live.ledger.Ledger.can_pay`).
 
         Written twice, so that the rollback journal grows to its size and keeps it (PERSIST mode): a
         commit on a full disk then overwrites journal space instead of asking for more."""

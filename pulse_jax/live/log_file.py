@@ -92,7 +92,7 @@ def holder(path: Path) -> str:
 
 
 def finished_mark(path) -> dict | None:
-    """The mark `pulse_jax.live.log_binding.LogBinding.mark_finished` left in the log at ``path``, read without taking the log (None if none)."""
+    """The mark `pulse_jax.live.ledger.Ledger.mark_finished` left in the log at ``path``, read without taking the log (None if none)."""
     try:
         conn = sqlite3.connect(f"file:{Path(path).resolve()}?mode=ro", uri=True, timeout=2)
         try:

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax import registry
+from pulse_jax.errors import PulseInputError, note, require
 from pulse_jax.live.chain import canonical, checksum
 
 #: The database format this pulse-jax writes (JSONL logs, versions 1-3, are converted).
@@ -149,6 +150,45 @@ def check_header(path: Path, logged: dict, expected: dict) -> None:
                                   f"--budget {have:,} or more to continue it (a larger budget extends the run)")
         if have != value:
             raise PulseInputError(f"{path} was written by a different configuration: {_difference(key, have, value)}")
+
+
+def _plugin_numbers(numbers: dict) -> dict:
+    """The estimator's and the rule's own numbers as header fields ``estimator.x``, ``rule.y`` (the
+    stopping rule's are left out: a resumed run may stop by another rule)."""
+    return {f"{part}.{name}": value for part in ("estimator", "rule") for name, value in numbers[part].items()}
+
+
+def run_header(config, params, estimator, seed: int, names: tuple, V, *, order_given: bool) -> dict:
+    """Everything that decides a selection's requests (``names``: its models and example ids): a resume
+    with any difference is refused, naming it (`check_header`)."""
+    c, (models, examples) = config, names
+    return {"type": "header", "version": LOG_VERSION, "method": estimator.name,
+            "method_settings": registry.describe(estimator)["settings"], "seed": seed,
+            "models": list(models), "examples": list(examples), "budget": c.budget,
+            "batch_size": c.batch_size, "init_batches": c.init_batches, "refit_every": c.refit_every,
+            "init_refit_epochs": c.init_refit_epochs, "refit_epochs": c.refit_epochs, "interval": c.interval,
+            "cs_grid": c.cs_grid,
+            "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
+            # The engine's numbers and the estimator's and rule's own (the stopping rule may change on resume).
+            **params.engine.to_dict(), **_plugin_numbers(params.to_dict()),
+            "side_information": fingerprint(V) if estimator.uses_predictions else None,
+            "example_order": "given" if order_given else "drawn", "concurrency": c.concurrency}
+
+
+def grown_budget(path: Path, logged: dict, header: dict, rule) -> dict:
+    """A log continues with a larger budget: the requests of a rule that does not plan on the budget
+    (``SamplingRule.plans_on_budget``; successive halving does) do not depend on it until it runs out
+    (tested: a run extended from B to B' asks what a run started with B' asks), so the logged budget
+    is read as this run's. A rule that plans on it without saying so is still caught: the replay
+    refuses a logged request that differs from what the selector asks."""
+    have, want = logged.get("budget"), header["budget"]
+    if not (isinstance(have, int) and not isinstance(have, bool) and have < want):
+        return logged
+    require(not rule.plans_on_budget,
+            f"--budget {want:,}: {path} was started with --budget {have:,}, and the sampling rule "
+            f"{rule.name!r} plans on the budget, so the log continues only with --budget {have:,}")
+    note(f"{path} was started with a budget of {have:,} cells; it continues with {want:,}")
+    return {**logged, "budget": want}
 
 
 def _difference(key: str, have, value) -> str:

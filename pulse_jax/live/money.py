@@ -149,7 +149,7 @@ class Meter:
 
     def update(self, evaluated: Mapping[str, Sequence], asked: Mapping[str, int] | None = None) -> float:
         """Add the cells of ``evaluated`` (``{model: example ids told}``) not counted yet, and take ``asked``
-        (``{model: cells sent to the scorer}``, returned or not: `pulse_jax.live.Selector.asked_cells`) as
+        (``{model: cells sent to the scorer}``, returned or not: `pulse_jax.live.ledger.Ledger.asked_cells`) as
         the ledger of what was paid; the spend so far.
 
         Told cells cost what they measured (their tokens) or their expected cost; cells paid for and not

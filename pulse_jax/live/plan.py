@@ -12,8 +12,11 @@ keywords, a Python user directly::
 `Plan.selector` is the one place a plan becomes a running `pulse_jax.live.Selector`. The log header
 and ``report.json`` record the plan (`Plan.to_dict`), and `Plan.from_dict` reads it back.
 
-Every choice is checked when the plan is made, in the words of whoever made it: ``batch_size`` for
-Python, ``--batch-size`` for the command line (``spell``).
+Every value is checked when the plan is made, in the words of whoever made it: ``batch_size`` for
+Python, ``--batch-size`` for the command line (``spell``). Making a plan builds nothing, reads no file
+and prints nothing: the plug-ins it names are resolved (a ``package.module:attribute`` imported), each
+``param`` path and the ``train`` file checked, by `Plan.plugins`, which `Plan.selector` calls first;
+what the plan chose on its own is in `Plan.notes` for its caller to say.
 """
 from __future__ import annotations
 
@@ -88,8 +91,7 @@ class Plan:
         set_ = lambda name, value: object.__setattr__(self, name, value)   # noqa: E731 -- frozen: normalize once
         require(isinstance(self.log, (str, Path)) and str(self.log), f"{spell('log')} must be a file name, got {self.log!r}")
         set_("log", str(self.log))
-        require(Path(self.log).name and not Path(self.log).is_dir(),
-                f"{spell('log')} {self.log}: is a directory; give a file name")
+        require(Path(self.log).name, f"{spell('log')} {self.log}: is a directory; give a file name")
         for name in ("report", "train"):
             if getattr(self, name) is not None:
                 require(isinstance(getattr(self, name), (str, Path)),
@@ -121,12 +123,6 @@ class Plan:
                 f"{spell('cheapest' if self.cheapest is not None else 'front')} ranks the models by price: give "
                 f"{spell('price')} MODEL=DOLLARS (per call) or MODEL=IN/OUT (per million tokens) for each model, "
                 f"or {spell('cost_per_call')}")
-        # every name resolves now, once (its notes said once): the plan's plug-ins for its whole life
-        object.__setattr__(self, "_plugins", self._resolve_plugins())
-        choices.check_param_paths(dict(self.param), [self._plugins], spell)   # each --param path names a number
-        require(self.train is None or not self._plugins[0].uses_predictions or Path(self.train).is_file(),
-                f"{spell('train')} {self.train}: no such file"
-                + (" (it is a directory)" if self.train is not None and Path(self.train).is_dir() else ""))
 
     # ------------------------------------------------------------------ checks
 
@@ -174,9 +170,25 @@ class Plan:
                                     self.bounds or DEFAULT_BOUNDS, self.exploration, self.spell)
 
     def plugins(self):
-        """``(estimator, rule, stop)``: the plug-ins the plan names, resolved when the plan was made
-        (``stop`` None: the certificate's, else certified with an interval, budget without)."""
-        return self._plugins
+        """``(estimator, rule, stop)``: the plug-ins the plan names (``stop`` None: the certificate's, else
+        certified with an interval, budget without), with each ``param`` path and the ``train`` file
+        checked against them.
+
+        Resolved on the first call, once, for the plan's whole life: making a plan only checks its
+        values, so a plug-in named ``package.module:attribute`` is imported here, not when the plan is
+        made, and a plan read back from a log or ``report.json`` (`from_dict`) imports nothing.
+        `selector` calls it before anything else; ``pulse-jax select`` before it starts the scorer.
+        """
+        resolved = self.__dict__.get("_plugins")
+        if resolved is None:
+            resolved = self._resolve_plugins()
+            spell = self.spell
+            choices.check_param_paths(dict(self.param), [resolved], spell)   # each --param path names a number
+            require(self.train is None or not resolved[0].uses_predictions or Path(self.train).is_file(),
+                    f"{spell('train')} {self.train}: no such file"
+                    + (" (it is a directory)" if self.train is not None and Path(self.train).is_dir() else ""))
+            object.__setattr__(self, "_plugins", resolved)
+        return resolved
 
     def _resolve_plugins(self):
         spell = self.spell
@@ -195,9 +207,11 @@ class Plan:
 
     @property
     def notes(self) -> tuple:
-        """What the plan chose on its own that its maker should be told (one line each); making a plan
-        prints nothing, so the command line, ``select_best`` and `selector` say these."""
-        return getattr(self, "_notes", ())
+        """What the plan chose on its own that its maker should be told (one line each; its plug-ins are
+        resolved first, `plugins`); a plan prints nothing, so the command line, ``select_best`` and
+        `selector` say these."""
+        self.plugins()
+        return self.__dict__.get("_notes", ())
 
     def has_history(self) -> bool:
         """Whether there is side information: ``train``, or the embeddings a resumed log keeps beside it."""
@@ -279,11 +293,11 @@ class Plan:
             note(f"{self.spell('budget')} {budget:,} is more than the {cells:,} cells of {len(models)} models x "
                  f"{n_examples:,} examples; using {cells:,}")
             budget = cells
+        plugins = self.plugins()
         self.check_models(len(models), budget, where)
         for text in self.notes:
             note(text.removeprefix("note: "))
         self.say_method()
-        plugins = self.plugins()
         numbers = self.numbers(plugins, len(models))
         train, rank = self.side_information(plugins[0])
         self.check_report_folder()

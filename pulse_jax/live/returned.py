@@ -1,11 +1,11 @@
 """Returned scores kept the instant a call returns: one appended line per batch beside the log.
 
-A worker commits each returned batch to the SQLite log as *paid* (`pulse_jax.live.log_binding`), but
+A worker commits each returned batch to the SQLite log as *paid* (`pulse_jax.live.ledger`), but
 that commit can wait behind another transaction (a told batch's synced commit holds the log for a
 disk sync). A ``kill -9`` in that wait would lose scores the scorer was paid for. So before the commit
 the worker appends the batch to ``<log>.returned`` with one ``write`` (no lock, no sync: the page
 cache outlives the process), and a resumed run adds every line of it that the log does not hold as
-paid cells (`pulse_jax.live.Selector.log_scored`), then empties the file.
+paid cells (`pulse_jax.live.ledger.Ledger.log_scored`), then empties the file.
 
 Each line is JSON ``{"log", "model", "examples", "scores", "crc"}``: ``log`` names the log it belongs
 to (its run checksum, so a file left by another log of the same name is ignored) and ``crc`` the

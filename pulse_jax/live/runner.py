@@ -48,7 +48,7 @@ from typing import Callable, Sequence
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.report import Report
-from pulse_jax.live.log_binding import LogWriteError
+from pulse_jax.live.ledger import LogWriteError
 from pulse_jax.live.request import Request
 from pulse_jax.live.selector import Selector
 
@@ -115,11 +115,11 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
     ``allow(request)``, if given, is asked for each batch before it is paid for (a money budget:
     `pulse_jax.live.money.Meter.fits`); a batch it refuses waits for the batches in flight, and the
     run ends when it is refused with nothing in flight (`_next_to_pay`). Every batch paid for is
-    counted in the log before the call (`pulse_jax.live.Selector.record_asked`).
+    counted in the log before the call (`pulse_jax.live.ledger.Ledger.record_asked`).
 
-    A full disk (`Selector.log_full`): the run stops asking, logs the batches in flight the same way,
+    A full disk (`Ledger.full`): the run stops asking, logs the batches in flight the same way,
     and raises `pulse_jax.live.LogWriteError` saying every paid cell is in the log; a log without its
-    reserve asks nothing (`Selector.can_pay`).
+    reserve asks nothing (`Ledger.can_pay`).
     """
     concurrency = _concurrency_for(evaluate, selector)
     _check_numbers(concurrency, retries, retry_wait, retry_max_wait, grace, call_timeout)
@@ -140,13 +140,13 @@ def run(evaluate: Callable[[str, list], Sequence[float]], selector: Selector, *,
                    queued=deque(selector.pending()), call_timeout=call_timeout)
         except Exception as err:   # noqa: BLE001 -- whatever broke, the batches in flight are still logged
             stop.fail(err)
-        if stop.halted or selector.log_full:
+        if stop.halted or selector.ledger.full:
             raise _stopped_early(selector, in_flight, stop, grace, logged_before, kept)
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
         workers.shutdown()
-        selector.add_failures(stop.failed_attempts, stop.retries)
+        selector.ledger.add_failures(stop.failed_attempts, stop.retries)
     if progress is True:
         sys.stderr.write("\n")
     return selector.result()
@@ -185,7 +185,7 @@ def _stopped_early(selector: Selector, in_flight: deque, stop: "_Stop", grace, l
                            inside=stop.scorer_interrupt)
     if stop.failure is not None:
         return _with_counts(stop.failure, kept, again, selector)
-    return selector.log_full_error(again)
+    return selector.ledger.full_error(selector.spent, again)
 
 
 class _Stop:
@@ -250,9 +250,9 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
     kept = set() if kept is None else kept
     queued = deque() if queued is None else queued    # asked, not yet paid for: these go before any new ask
     start = time.perf_counter()
-    while not stop.halted and not selector.log_full:
+    while not stop.halted and not selector.ledger.full:
         while len(in_flight) < concurrency and not stop.halted:
-            if not selector.can_pay():      # no room kept for the scores: pay for nothing more
+            if not selector.ledger.can_pay():      # no room kept for the scores: pay for nothing more
                 stop.halt()
                 return
             request = _next_to_pay(selector, queued, allow)
@@ -260,7 +260,7 @@ def _drive(selector: Selector, workers, call, in_flight: deque, concurrency: int
                 if allow is not None and queued and not in_flight:
                     return                  # refused with nothing in flight: the budget ends the run
                 break
-            selector.record_asked(request)      # the ledger counts it before the scorer is called
+            selector.ledger.record_asked(request)      # the ledger counts it before the scorer is called
             in_flight.append((request, workers.submit(call, request)))
         if stop.halted:
             # The asks were cut short: telling now would tell a batch before asks an uninterrupted run
@@ -304,7 +304,7 @@ def _next_to_pay(selector: Selector, queued: deque, allow) -> Request | None:
             return None
         queued.append(request)
     request = queued[0]
-    if allow is not None and request.example_ids and selector.paid_scores(request) is None and not allow(request):
+    if allow is not None and request.example_ids and selector.ledger.paid_scores(request) is None and not allow(request):
         return None
     return queued.popleft()
 
@@ -418,7 +418,7 @@ def _caller(evaluate, selector: Selector, backoff: _Backoff, stop: _Stop, call_t
     def call(request: Request):
         if not request.example_ids:     # a hold (`Selector.ask`): nothing to evaluate
             return []
-        known = selector.paid_scores(request)
+        known = selector.ledger.paid_scores(request)
         if known is not None:
             kept.add(request.ticket)
             return known

@@ -37,9 +37,8 @@ from __future__ import annotations
 
 import dataclasses
 import secrets
-import threading
 from pathlib import Path
-from typing import Mapping, Sequence
+from typing import Sequence
 
 import jax
 import jax.numpy as jnp
@@ -49,10 +48,10 @@ from pulse_jax import choices, engine, stopping
 from pulse_jax.engine import BanditConfig
 from pulse_jax.engine.compilation_cache import use_compilation_cache
 from pulse_jax.engine.params import BanditParams, declared_params
-from pulse_jax.errors import PulseInputError, note, require
-from pulse_jax.live import journal
+from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.compiled import Asked, compiled
-from pulse_jax.live.log_binding import LogBinding, LogWriteError as journal_error
+from pulse_jax.live import inputs, log_schema
+from pulse_jax.live.ledger import Ledger
 from pulse_jax.fileio.jsonable import plain_number
 from pulse_jax.live.report import Report
 from pulse_jax.live.request import Request, check_scores
@@ -67,50 +66,7 @@ from pulse_jax.stats.seeds import check_seed, seed_key
 CONCURRENCY = 16
 
 
-def _names(models, examples) -> tuple[tuple, tuple]:
-    """The models' names and the example ids, none twice."""
-    names = tuple(str(m) for m in models)
-    empty = [k for k, name in enumerate(names) if not name.strip()]
-    require(not empty, f"models: model {empty[0] if empty else 0} has an empty name; give every candidate a name")
-    require(len(set(names)) == len(names), "models: duplicate model names")
-    ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
-    require(len(set(map(str, ids))) == len(ids), "examples: duplicate example ids")
-    return names, tuple(ids)
-
-
-def _params_of(params, delta, exploration, bounds, stop, n_models: int):
-    """The run's numbers: ``params`` (a whole `pulse_jax.RunParams` or `pulse_jax.BanditParams` as given; a
-    dict's numbers over the live defaults), or ``delta``, ``bounds`` and ``exploration`` (None: the live
-    default, `pulse_jax.choices`), with the upper bounds' level raised to what ``stop``'s claim needs, as a
-    `Plan` does. One owner per number: a keyword beside ``params`` is refused, not dropped."""
-    given = [name for name, value in (("delta", delta), ("bounds", bounds), ("exploration", exploration))
-             if value is not None]
-    require(params is None or not given,
-            f"Selector: {' and '.join(given)} given beside params=; give {'them' if len(given) > 1 else 'it'} "
-            f"in params (e.g. params={{'{given[0] if given else ''}': ...}})")
-    if params is not None and not isinstance(params, Mapping):
-        return params
-    numbers = choices.base_numbers(choices.DEFAULT_DELTA if delta is None else delta,
-                                   choices.DEFAULT_BOUNDS if bounds is None else bounds, exploration, choices.keyword)
-    named = {str(k).rsplit(".", 1)[-1] for k in params or {}}
-    numbers = {**{k: v for k, v in numbers.items() if k not in named}, **(params or {})}
-    return numbers if "cs_simultaneous" in named else choices.certificate_levels(numbers, stop, n_models,
-                                                                                 choices.keyword)
-
-
-def _plugins_of(method, rule, stop, has_history: bool):
-    """The estimator, sampling rule and stopping rule, each None replaced by the live default
-    (`pulse_jax.choices`: the same as a `pulse_jax.live.Plan`'s); the default's notes said as warnings."""
-    estimator = engine.get_estimator(choices.default_method(has_history) if method is None else method)
-    stop = choices.default_stop(estimator) if stop is None else choices.plugin("stopping rule", stop, "stop")
-    if rule is None:
-        rule, notes = choices.default_rule(estimator, stop, choices.keyword)
-        for text in notes:
-            note(text)
-    return estimator, rule, stop
-
-
-class Selector(LogBinding):
+class Selector:
     """Ask/tell best-model identification with PULSE, UCB-E or Naive-Pooling.
 
     Every choice left out takes the live default, the same as a `pulse_jax.live.Plan`'s and
@@ -175,52 +131,47 @@ class Selector(LogBinding):
                  rank: int = factorization.DEFAULT_RANK, log=None, rule=None, params: BanditParams | None = None,
                  cs_grid: int | None = None, stop=None, order=None, concurrency: int | None = None,
                  plan: dict | None = None, cost=None):
-        self.models, self.example_ids = _names(models, examples)
+        self.models, self.example_ids = inputs.names_of(models, examples)
         m, n = len(self.models), len(self.example_ids)
-        self.estimator, rule, stop = _plugins_of(method, rule, stop, train is not None or V is not None
-                                                 or (log is not None and side_information.saved_path(log).exists()))
+        self.estimator, rule, stop = inputs.plugins_of(method, rule, stop, train is not None or V is not None
+                                                       or (log is not None and side_information.saved_path(log).exists()))
         cs_grid = choices.cs_grid(choices.DEFAULT_SEQUENCE, choices.keyword) if cs_grid is None else cs_grid
         self.config = BanditConfig(n_models=m, n_examples=n, budget=int(budget), batch_size=batch_size,
                                    init_batches=init_batches, refit_every=refit_every, rule=rule, cs_grid=cs_grid,
                                    stop=stop, concurrency=CONCURRENCY if concurrency is None else concurrency)
-        params = _params_of(params, delta, exploration, bounds, stop, m)
+        params = inputs.params_of(params, delta, exploration, bounds, stop, m)
         engine.check_compatible(self.config, self.estimator)
-        self.cost = self._check_cost(cost, m)
+        self.cost = inputs.check_cost(cost, self.models, engine.plugins_of(self.config, self.estimator).stop)
         self.params = engine.resolve_params(params, engine.plugins_of(self.config, self.estimator))
         engine.check_levels(self.config, engine.plugins_of(self.config, self.estimator), self.params)
         check_seed(seed)
         self.method, self.seed = self.estimator.name, int(seed)
-        self._order = self._check_order(order)
+        self._order = inputs.check_order(order, self.models, self.example_ids, self.estimator)
         self.log_path = Path(log) if log is not None else None
         self._identity, self.plan = secrets.token_hex(8), plan
-        self._log_full = False      # the disk filled up: the reserve is in use, nothing more is asked
-        self._no_room = False       # ... or the reserve could not be put back: nothing more is paid for
-        # Lock the log before reading anything of it (sidecar included): a second process stops here.
-        self._journal = journal.Journal(self.log_path) if self.log_path is not None else None
+        # model row -> {example column: score}, in evaluation order: the audit trail and paired differences
+        self._told: dict[int, dict[int, float]] = {i: {} for i in range(m)}
+        # The ledger locks the log before anything of it is read (sidecar included): a second process stops here.
+        self.ledger = Ledger(self.log_path, self.models, self.example_ids, self._told.__getitem__)
         self._train_fingerprint = side_information.fingerprint_of(train)
         self.V = side_information.embeddings(self.estimator, self.example_ids,
                                              side_information.Given(train, V, rank, self.seed), self.log_path,
-                                             self._journal is not None and self._journal.has_run())
-        self._header = self._make_header()
+                                             self.ledger.has_run)
+        self._header = log_schema.run_header(self.config, self.params, self.estimator, self.seed,
+                                             (self.models, self.example_ids), self.V,
+                                             order_given=self._order is not None)
         use_compilation_cache()
         self._first_look(m, n)
-        # model row -> {example column: score}, in evaluation order: the audit trail and paired differences
-        self._told: dict[int, dict[int, float]] = {i: {} for i in range(m)}
         self._episode = self._state = None
         self._asks = 0              # requests issued
         self._t = 1                 # next bandit step
         self._pending: dict[int, Request] = {}
-        self._paid: dict[str, dict] = {}   # model -> {str(example id): score} paid for and logged, not yet told
-        self._pool_lock, self._write_lock = threading.Lock(), threading.RLock()
         self._finished = False
         self._stopped = False       # the stopping rule fired (final, like a simulated run's stop)
         self._after_stop = 0        # cells told after the stop fired (asked before it, in flight)
         self._replaying = False
         self._compile()
-        self._failures = [0, 0]
-        self._asked = {name: 0 for name in self.models}   # cells sent to the scorer (`record_asked`)
         self._logged_holds: set = set()
-        self._spool = None          # <log>.returned: each returned batch, kept before its commit (`returned`)
         if self.log_path is not None:
             self._replaying = True
             try:
@@ -276,44 +227,108 @@ class Selector(LogBinding):
 
     # ------------------------------------------------------------------ setup
 
-    def _check_cost(self, cost, m: int):
-        """``cost`` as ``(m,)`` positive floats (or None); a stopping rule about costs needs it."""
-        stop = engine.plugins_of(self.config, self.estimator).stop
-        require(cost is not None or not stop.uses_cost,
-                f"stopping rule {stop.name!r} ranks the models by cost: pass cost= (each model's cost per cell)")
-        if cost is None:
-            return None
-        arr = np.asarray(cost, dtype=float)
-        require(arr.shape == (m,), f"cost must have one value per model ({m}), got shape {arr.shape}")
-        bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
-        require(not len(bad), f"cost of {self.models[bad[0]] if len(bad) else ''!r} must be a finite number > 0, got "
-                              f"{arr[bad[0]] if len(bad) else 0}")
-        return arr
+    # ------------------------------------------------------------------ the log
 
-    def _check_order(self, order):
-        """``order`` as one row of example columns per model (or None); refused in one line where it is
-        not a permutation of the examples for every model, or the estimator draws by weights."""
-        if order is None:
-            return None
-        require(self.estimator.draw_weights is None,
-                f"order: {self.estimator.name!r} draws examples by weights; a given order needs a uniform draw")
+    def _open_log(self) -> None:
+        """Read the log (locked by the ledger), check its header, replay it (verified whole first), then
+        let the ledger take it; a new log starts with this run's header."""
+        header, records = self.ledger.read()
+        if header is None:
+            self.ledger.start({**self._header, "train": self._train_fingerprint,
+                               **({} if self.plan is None else {"plan": self.plan})})
+            return
+        self.plan = header.get("plan", self.plan)
+        log_schema.check_header(self.log_path, log_schema.grown_budget(self.log_path, header, self._header,
+                                                                       self.config.rule), self._header)
+        logged_train = header.get("train")
+        require(self._train_fingerprint is None or logged_train in (None, self._train_fingerprint),
+                f"train: these historical scores differ from the ones {self.log_path} was started with; resume "
+                "with the same --train, or without --train (the run keeps its first embeddings)")
+        records = list(records)            # verified whole before anything is replayed
+        held = sum(len(r["examples"]) for _, r in records if r.get("type") == "tell" and isinstance(r.get("examples"), list))
+        require(held <= self.config.budget, f"--budget {self.config.budget:,}: {self.log_path} already holds {held:,} "
+                                            f"evaluated cells; give --budget {held:,} or more to continue it")
+        self._replay(records)
+        self._after_stop = self.ledger.settle()   # told after an earlier run's stop fired
+
+    def _replay(self, records):
+        told_on = {}
+        self._logged_holds = {r.get("ticket") for _, r in records if r.get("type") == "tell" and r.get("examples") == []}
+        for where, record in records:
+            log_schema.check_record_fields(where, record)
+            if record.get("type") == "paid":
+                self.ledger.keep_paid(record)
+                continue
+            require(record["ticket"] not in told_on, f"{where}: ticket {record['ticket']} was already told in "
+                                                     f"{told_on.get(record['ticket'])} (a duplicated batch)")
+            require(record["model"] in self.models, f"{where}: unknown model {record['model']!r}")
+            require(0 <= record["ticket"] < record["asks_issued"],
+                    f"{where}: ticket {record['ticket']} was never asked (asks_issued {record['asks_issued']})")
+            while self._asks < record["asks_issued"]:
+                if self.ask() is None:
+                    raise PulseInputError(f"{where}: this selector cannot reproduce the logged requests (was the "
+                                          "log edited?)")
+            request = self._pending.get(record["ticket"])
+            if self._order is not None and request is not None and request.model == record["model"]:
+                request = self._logged_batch(request, record, where)
+            if (request is None or request.model != record["model"]
+                    or list(request.example_ids) != record["examples"]):
+                raise PulseInputError(f"{where}: logged batch (model {record['model']!r}, ticket "
+                                      f"{record['ticket']}) differs from what this selector asks; the log belongs "
+                                      "to another run")
+            self._apply(request, check_scores(request, record["scores"], where))
+            told_on[record["ticket"]] = where.rsplit(": ", 1)[-1]
+
+    def _logged_batch(self, request: Request, record: dict, where: str) -> Request:
+        """With given orders a resumed run may see another order: a logged batch of the right model and
+        size whose examples the model has not seen replaces the one this selector would ask."""
         column = {str(e): j for j, e in enumerate(self.example_ids)}
-        rows = []
-        for name in self.models:
-            require(name in order, f"order: no order for model {name!r}")
-            ids = [str(e) for e in order[name]]
-            missing = sorted(set(column) - set(ids))
-            require(len(ids) == len(column) and not missing and len(set(ids)) == len(ids),
-                    f"order of {name!r}: not a permutation of the {len(column)} examples"
-                    + (f" ({len(missing)} missing, e.g. {missing[0]!r})" if missing else ""))
-            rows.append([column[e] for e in ids])
-        return rows
+        index = [column.get(str(e)) for e in record["examples"]]
+        require(None not in index and len(set(index)) == len(index) == len(request.example_index)
+                and not set(index) & set(self._told[request.model_index]),
+                f"{where}: logged batch (model {record['model']!r}, ticket {record['ticket']}) is not a batch of "
+                "unseen examples of this run; the log belongs to another run")
+        logged = dataclasses.replace(request, example_ids=tuple(self.example_ids[j] for j in index),
+                                     example_index=tuple(index))
+        self._pending[request.ticket] = logged
+        return logged
+
+    def log_paid(self, request: Request, scores, synced: bool = True) -> None:
+        """Log the scores of a batch in flight as paid (not told): a resumed run tells them where an
+        uninterrupted run would have, without paying for them again (`pulse_jax.live.ledger.Ledger.log_paid`)."""
+        self._check_request(request)
+        self.ledger.log_paid(request, check_scores(request, scores).tolist(), self._asks, synced)
+
+    def log_partial(self, request: Request, scores) -> None:
+        """Log the scores that have come back of a batch in flight (None for the others) as paid: a resumed
+        run is told these without evaluating them again, whichever of its batches asks them."""
+        self._check_request(request)
+        values = list(scores)
+        require(len(values) == len(request.example_ids), f"log_partial: {len(values)} scores for "
+                                                           f"{len(request.example_ids)} examples")
+        known = [k for k, x in enumerate(values) if x is not None]
+        checked = check_scores(dataclasses.replace(request, example_ids=tuple(request.example_ids[k] for k in known)),
+                               [values[k] for k in known]) if known else []
+        for k, x in zip(known, checked):
+            values[k] = float(x)
+        # not synced to the disk: it outlives a killed process; a power cut re-asks these samples
+        self.ledger.log_paid(request, values, self._asks, synced=False)
+
+    def close(self) -> None:
+        """Release the log's lock (a finished or abandoned run); the log stays resumable."""
+        self.ledger.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     @property
     def in_flight_cells(self) -> int:
         """Cells asked and not yet told (a resumed log: the batches in flight when its last run stopped,
         asked again unless logged as paid)."""
-        return sum(len(r.example_ids) for r in self._pending.values() if self.paid_scores(r) is None)
+        return sum(len(r.example_ids) for r in self._pending.values() if self.ledger.paid_scores(r) is None)
 
     # ------------------------------------------------------------------ ask / tell
 
@@ -356,10 +371,9 @@ class Selector(LogBinding):
         run is over), or the next request must wait for batches in flight (a
         refit step, or every remaining model already has a batch in flight).
         """
-        if self._log_full:
-            raise self.log_full_error()
-        if self._journal is not None and self._journal.replaced:   # saved beside it (`Journal._rescue`)
-            raise journal_error(self._journal.replaced)
+        if self.ledger.full:
+            raise self.ledger.full_error(self.spent)
+        self.ledger.check_writable()
         if self._finished:
             return None
         config = self.config
@@ -416,18 +430,7 @@ class Selector(LogBinding):
         """Record the scores of ``request`` (one per example, in [0, 1]); logged before it counts."""
         self._check_request(request)
         scores = check_scores(request, scores)
-        with self._pool_lock:       # workers add to the pool as their batches return (`log_paid`)
-            pool = self._paid.get(request.model, {})
-            rest = {e: x for e, x in pool.items() if e not in set(map(str, request.example_ids))}
-        if self.log_path is not None:
-            # The model's pooled paid row (`_pool_paid_rows`) goes with its last cell.
-            drop = (-(request.model_index + 1),) if pool and not rest else ()
-            self._write({"type": "tell", "ticket": request.ticket, "step": request.step, "asks_issued": self._asks,
-                         "model": request.model, "examples": list(request.example_ids), "scores": scores.tolist()},
-                        drop_paid=drop, counts={"after_stop": len(request.example_ids)} if self._stopped else None)
-        with self._pool_lock:
-            for e in request.example_ids if pool else ():
-                pool.pop(str(e), None)
+        self.ledger.log_told(request, scores.tolist(), self._asks, self._stopped)
         self._apply(request, scores)
 
     def _check_request(self, request) -> None:
@@ -522,7 +525,8 @@ class Selector(LogBinding):
                       stopped=self._stopped, claimed=tuple(names),
                       certificate=self.stop.statement(names, self.delta, self.params.stop),
                       finished=self._finished or self.spent >= c.budget, groups=self._groups(est, low, high),
-                      failed_attempts=self._failures[0], retries=self._failures[1], after_stop=self._after_stop)
+                      failed_attempts=self.ledger.failures()[0], retries=self.ledger.failures()[1],
+                      after_stop=self._after_stop)
 
     def _groups(self, est, low, high) -> tuple:
         """The models in groups whose intervals overlap, best first (none for a method without an interval)."""

@@ -1,0 +1,88 @@
+"""The inputs of a `pulse_jax.live.Selector`, checked and completed with the live defaults
+(`pulse_jax.choices`): names, plug-ins, numbers, costs and given orders, each refused in one line
+that names the parameter."""
+from __future__ import annotations
+
+from typing import Mapping
+
+import numpy as np
+
+from pulse_jax import choices, engine
+from pulse_jax.errors import note, require
+
+
+def names_of(models, examples) -> tuple[tuple, tuple]:
+    """The models' names and the example ids, none twice."""
+    names = tuple(str(m) for m in models)
+    empty = [k for k, name in enumerate(names) if not name.strip()]
+    require(not empty, f"models: model {empty[0] if empty else 0} has an empty name; give every candidate a name")
+    require(len(set(names)) == len(names), "models: duplicate model names")
+    ids = list(range(int(examples))) if isinstance(examples, (int, np.integer)) else list(examples)
+    require(len(set(map(str, ids))) == len(ids), "examples: duplicate example ids")
+    return names, tuple(ids)
+
+
+def params_of(params, delta, exploration, bounds, stop, n_models: int):
+    """The run's numbers: ``params`` (a whole `pulse_jax.RunParams` or `pulse_jax.BanditParams` as given; a
+    dict's numbers over the live defaults), or ``delta``, ``bounds`` and ``exploration`` (None: the live
+    default, `pulse_jax.choices`), with the upper bounds' level raised to what ``stop``'s claim needs, as a
+    `Plan` does. One owner per number: a keyword beside ``params`` is refused, not dropped."""
+    given = [name for name, value in (("delta", delta), ("bounds", bounds), ("exploration", exploration))
+             if value is not None]
+    require(params is None or not given,
+            f"Selector: {' and '.join(given)} given beside params=; give {'them' if len(given) > 1 else 'it'} "
+            f"in params (e.g. params={{'{given[0] if given else ''}': ...}})")
+    if params is not None and not isinstance(params, Mapping):
+        return params
+    numbers = choices.base_numbers(choices.DEFAULT_DELTA if delta is None else delta,
+                                   choices.DEFAULT_BOUNDS if bounds is None else bounds, exploration, choices.keyword)
+    named = {str(k).rsplit(".", 1)[-1] for k in params or {}}
+    numbers = {**{k: v for k, v in numbers.items() if k not in named}, **(params or {})}
+    return numbers if "cs_simultaneous" in named else choices.certificate_levels(numbers, stop, n_models,
+                                                                                 choices.keyword)
+
+
+def plugins_of(method, rule, stop, has_history: bool):
+    """The estimator, sampling rule and stopping rule, each None replaced by the live default
+    (`pulse_jax.choices`: the same as a `pulse_jax.live.Plan`'s); the default's notes said as warnings."""
+    estimator = engine.get_estimator(choices.default_method(has_history) if method is None else method)
+    stop = choices.default_stop(estimator) if stop is None else choices.plugin("stopping rule", stop, "stop")
+    if rule is None:
+        rule, notes = choices.default_rule(estimator, stop, choices.keyword)
+        for text in notes:
+            note(text)
+    return estimator, rule, stop
+
+
+def check_cost(cost, models, stop):
+    """``cost`` as ``(len(models),)`` positive floats (or None); a stopping rule about costs needs it."""
+    require(cost is not None or not stop.uses_cost,
+            f"stopping rule {stop.name!r} ranks the models by cost: pass cost= (each model's cost per cell)")
+    if cost is None:
+        return None
+    arr = np.asarray(cost, dtype=float)
+    require(arr.shape == (len(models),), f"cost must have one value per model ({len(models)}), got shape {arr.shape}")
+    bad = np.flatnonzero(~(np.isfinite(arr) & (arr > 0)))
+    require(not len(bad), f"cost of {models[bad[0]] if len(bad) else ''!r} must be a finite number > 0, got "
+                          f"{arr[bad[0]] if len(bad) else 0}")
+    return arr
+
+
+def check_order(order, models, example_ids, estimator):
+    """``order`` as one row of example columns per model (or None); refused in one line where it is
+    not a permutation of the examples for every model, or the estimator draws by weights."""
+    if order is None:
+        return None
+    require(estimator.draw_weights is None,
+            f"order: {estimator.name!r} draws examples by weights; a given order needs a uniform draw")
+    column = {str(e): j for j, e in enumerate(example_ids)}
+    rows = []
+    for name in models:
+        require(name in order, f"order: no order for model {name!r}")
+        ids = [str(e) for e in order[name]]
+        missing = sorted(set(column) - set(ids))
+        require(len(ids) == len(column) and not missing and len(set(ids)) == len(ids),
+                f"order of {name!r}: not a permutation of the {len(column)} examples"
+                + (f" ({len(missing)} missing, e.g. {missing[0]!r})" if missing else ""))
+        rows.append([column[e] for e in ids])
+    return rows
