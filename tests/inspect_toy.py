@@ -8,7 +8,8 @@ per finished call (``model,sample prompt``); with ``INSPECT_TOY_HANG_AFTER=N`` t
 the N-th line in that file never returns. ``INSPECT_TOY_FAIL=name:K`` makes ``toy/<name>`` raise
 ("the API is down") from its K-th call on (a model whose API fails); ``INSPECT_TOY_LATENCY`` (seconds)
 makes every call wait that long first (an API's latency); ``INSPECT_TOY_TIMES`` names a file that gets
-the time each call ends.
+the time each call ends; ``INSPECT_TOY_SCORED`` names a file that gets one line per sample Inspect
+has scored (``model,sample prompt``, as in the calls file).
 """
 import hashlib
 import os
@@ -19,7 +20,7 @@ import anyio
 from inspect_ai import Task, task
 from inspect_ai.dataset import Sample
 from inspect_ai.model import ModelAPI, ModelOutput, ModelUsage, modelapi
-from inspect_ai.scorer import match
+from inspect_ai.scorer import Score, Target, accuracy, match, scorer
 from inspect_ai.solver import generate
 
 N_SAMPLES = 60
@@ -86,6 +87,24 @@ class ToyAPI(ModelAPI):
         return out
 
 
+@scorer(metrics=[accuracy()])
+def recorded_match():
+    """``match()``, and a line in ``INSPECT_TOY_SCORED`` for each sample it has scored."""
+    inner = match()
+
+    async def score(state, target: Target) -> Score:
+        result = await inner(state, target)
+        with open(os.environ["INSPECT_TOY_SCORED"], "a") as fh:
+            fh.write(f"{str(state.model).split('/')[-1]},{state.input_text}\n")
+        return result
+
+    return score
+
+
+def _scorer():
+    return recorded_match() if os.environ.get("INSPECT_TOY_SCORED") else match()
+
+
 @task
 def arithmetic():
     samples = [Sample(input=f"What is {k} times 7? answer = {7 * k}", target=str(7 * k), id=k)
@@ -118,7 +137,7 @@ def selected(log: str = "run.db", n: int = N_SAMPLES, method: str = "ucbe", batc
     options = dict(log=log, method=method, batch_size=batch_size, seed=seed, stop=stop, refit_every=0,
                    budget=budget or None, price=price or None, usage=usage or None, concurrency=concurrency or None)
     if manager_only:
-        return Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=match(),
+        return Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=_scorer(),
                     early_stopping=select_best(**options))
-    return select_best(Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=match(), epochs=epochs),
+    return select_best(Task(dataset=MemoryDataset(questions(n)), solver=generate(), scorer=_scorer(), epochs=epochs),
                        **options)

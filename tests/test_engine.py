@@ -75,9 +75,16 @@ def test_phased_scan_matches_numpy_reference_step_for_step(method, case, monkeyp
 
 
 @pytest.mark.parametrize("method", ["pulse", "naive", "pulse_hedged"])
-def test_phased_scan_equals_the_step_scan_bit_for_bit(method, monkeypatch):
-    """Phases and steps are two loop structures over the same operations in the same order: every
-    record, the final state's results, a followed path and a summary-only run are equal exactly."""
+def test_phased_scan_equals_the_step_scan(method, monkeypatch):
+    """Phases and steps are two loop structures over the same kernel step in the same order: every
+    integer (choices, counts, certification) of every record, the final state's results, a followed
+    path and a summary-only run are equal exactly, and every float within 1e-6.
+
+    Why not bit for bit: the phased program runs each phase's first step (the one that may refit)
+    outside the phase's inner loop, so XLA fuses that step's arithmetic in another context and may
+    contract a multiply-add differently (measured on this CPU: at most 1.2e-7, one float32 ulp near
+    1, in 8 of 174 values of one case). 1e-6 is 8 ulp: far below what one cell taken on another
+    path moves an estimate (1 / n >= 1 / 60), and any change of order would also change a choice."""
     m, n, extra, batch, tau = CASES["exhausts-models-partial-batches"]
     scores, _, V = tiny_problem(seed=4, m=m, n=n)
     keys = jax.random.split(jax.random.PRNGKey(5), 6)
@@ -97,14 +104,10 @@ def test_phased_scan_equals_the_step_scan_bit_for_bit(method, monkeypatch):
     steps = runs()
     monkeypatch.setattr(engine.drivers, "PHASED_BACKENDS", (jax.default_backend(),))
     phases = runs()
-    # On CPU the two programs agree bit for bit. A GPU fuses the two programs' float sums differently,
-    # so there floats may differ in the last place (measured: at most 1.2e-7 on an H100); every integer
-    # (the choices, the counts) must still agree exactly.
-    exact = jax.default_backend() == "cpu"
     for name in steps:
         for a, b in zip(jax.tree_util.tree_leaves(steps[name]), jax.tree_util.tree_leaves(phases[name])):
             a, b = np.asarray(a), np.asarray(b)
-            if exact or not np.issubdtype(a.dtype, np.floating):
+            if not np.issubdtype(a.dtype, np.floating):
                 np.testing.assert_array_equal(a, b, err_msg=f"{method}, {name}")
             else:
                 np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=f"{method}, {name}")

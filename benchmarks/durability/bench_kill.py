@@ -25,9 +25,10 @@ return out of the order they were asked in.
 
 4. **Inside Inspect** (``--inspect-kills`` trials, default 5): ``inspect_ai.eval`` of 6 mock models
    (``tests/inspect_toy.py``, 400 samples) under ``select_best`` at its default concurrency; every call
-   after a random count hangs, the process is killed with ``kill -9`` once that many samples are
-   generated, and the same eval is run again. Counted per trial: samples generated again (target: 0),
-   whether every log of the rerun succeeded and the rerun certified (target: always).
+   after a random count hangs, the process is killed with ``kill -9`` a second after that many samples
+   are generated, and the same eval is run again. Counted per trial: samples that Inspect had scored
+   before the kill and that are generated again (target: 0; a sample generated but not yet scored may
+   be), whether every log of the rerun succeeded and the rerun certified (target: always).
 
     python benchmarks/durability/bench_kill.py --out docs/benchmarks/kill.json
     python benchmarks/durability/bench_kill.py --only backups --out docs/benchmarks/kill.json   # adds to it
@@ -279,10 +280,12 @@ def _inspect_eval(folder: Path, hang_after: int | None) -> subprocess.Popen:
     tests = common.ROOT / "tests"
     code = ("import inspect_toy, inspect_ai, json\n"
             f"logs = inspect_ai.eval({str(tests / 'inspect_toy.py')!r} + '@selected', model={TOY_MODELS!r}, "
-            f"task_args={{'log': 'run.db', 'n': 400, 'batch_size': 8, 'concurrency': 0}}, log_dir='logs', "
+            f"task_args={{'log': {str(folder / 'run.db')!r}, 'n': 400, 'batch_size': 8, 'concurrency': 0}}, "
+            f"log_dir={str(folder / 'logs')!r}, "
             "display='none')\n"
             "print(json.dumps([l.status for l in logs]))\n")
     environment = {**os.environ, "INSPECT_TOY_CALLS": str(folder / "calls.txt"),
+                   "INSPECT_TOY_SCORED": str(folder / "scored.txt"),
                    "PYTHONPATH": os.pathsep.join([str(tests), str(common.ROOT)])}
     if hang_after is not None:
         environment["INSPECT_TOY_HANG_AFTER"] = str(hang_after)
@@ -290,8 +293,8 @@ def _inspect_eval(folder: Path, hang_after: int | None) -> subprocess.Popen:
                             stderr=subprocess.STDOUT, text=True)
 
 
-def _calls(folder: Path) -> list[str]:
-    path = folder / "calls.txt"
+def _calls(folder: Path, name: str = "calls.txt") -> list[str]:
+    path = folder / name
     return path.read_text().splitlines() if path.is_file() else []
 
 
@@ -301,7 +304,7 @@ def inspect_kills(root: Path, count: int, seed: int) -> list[dict]:
     for k in range(count):
         folder = root / f"inspect{k}"
         folder.mkdir()
-        at = rng.randint(20, 300)
+        at = rng.randint(20, 300)     # Inspect runs a task in its file's folder: every path is absolute
         proc = _inspect_eval(folder, at)
         deadline = time.time() + 300
         while len(_calls(folder)) < at and proc.poll() is None and time.time() < deadline:
@@ -310,18 +313,20 @@ def inspect_kills(root: Path, count: int, seed: int) -> list[dict]:
         running = proc.poll() is None
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-        before = _calls(folder)
+        before, scored = _calls(folder), set(_calls(folder, "scored.txt"))
         rerun = _inspect_eval(folder, None)
         out, _ = rerun.communicate(timeout=900)
-        after = _calls(folder)[len(before):]
+        after = set(_calls(folder)[len(before):])
         report_path = folder / "run_report" / "report.json"
         rep = json.loads(report_path.read_text()) if report_path.is_file() else {}
         statuses = json.loads(out.strip().splitlines()[-1]) if rerun.returncode == 0 else []
         rows.append({"killed_after": at, "running_at_kill": running, "generated_before_kill": len(before),
-                     "generated_again": len(set(before) & set(after)), "rerun_exit": rerun.returncode,
+                     "scored_before_kill": len(scored), "scored_generated_again": len(scored & after),
+                     "generated_again": len(set(before) & after), "rerun_exit": rerun.returncode,
                      "rerun_statuses": statuses, "certified": bool(rep.get("separated")),
                      "leader": rep.get("leader")})
-        print(f"  inspect kill {k + 1}/{count} after {at}: {rows[-1]['generated_again']} generated again, "
+        print(f"  inspect kill {k + 1}/{count} after {at}: {rows[-1]['scored_generated_again']} scored samples "
+              f"generated again ({rows[-1]['generated_again']} generated), "
               f"rerun {statuses}, certified {rows[-1]['certified']}", file=sys.stderr, flush=True)
     return rows
 
@@ -363,12 +368,16 @@ def markdown(result: dict) -> str:
     if "inspect" in result:
         rows = result["inspect"]
         lines += ["", "## Inside Inspect: kill -9, then the same eval again", "",
-                  "| killed after (samples) | generated before the kill | generated again | rerun logs | certified |",
-                  "|---:|---:|---:|---|---|"]
+                  "*Generated*: the model call returned; *scored*: Inspect's scorer had scored the sample. Only a "
+                  "sample generated and not yet scored at the kill may be generated again.", "",
+                  "| killed after (samples) | generated before the kill | scored before the kill | scored, generated "
+                  "again | generated, generated again | rerun logs | certified |",
+                  "|---:|---:|---:|---:|---:|---|---|"]
         for r in rows:
             ok = "all success" if r["rerun_statuses"] and set(r["rerun_statuses"]) == {"success"} else \
                 (", ".join(r["rerun_statuses"]) or f"exit {r['rerun_exit']}")
-            lines.append(f"| {r['killed_after']} | {r['generated_before_kill']} | {r['generated_again']} | {ok} | "
+            lines.append(f"| {r['killed_after']} | {r['generated_before_kill']} | {r['scored_before_kill']} | "
+                         f"{r['scored_generated_again']} | {r['generated_again']} | {ok} | "
                          f"{'yes' if r['certified'] else 'no'} |")
     return "\n".join(lines) + "\n"
 

@@ -7,9 +7,10 @@ Reading order, one module each:
   (the engine's `pulse_jax.BanditParams` and each plug-in's own);
 * `state` -- `Episode` (drawn once per repetition) and
   `BanditState` (everything a step changes);
-* `kernel` -- `build_kernel`, whose ``init`` draws the initial
-  batches and whose ``step`` is one bandit pull composed of ``select``, ``refit``, ``draw`` and
-  ``observe`` (the live selector calls these separately, on the same kernel);
+* `kernel` -- `build_kernel`, whose ``init`` draws the initial batches and whose ``step`` is one
+  bandit pull: ``stop_status`` (everything the stopping rule decides), ``ask`` (choose, refit when
+  due, draw) and ``tell`` (observe); the concurrent loop and the live selector call ``stop_status``,
+  ``ask`` and ``tell`` separately, on the same kernel;
 * `drivers` -- `make_run` (the whole run for one PRNG key) and
   `make_batched_run` (a batch that stops computing once every repetition has stopped);
 * `concurrent` -- `make_concurrent_run`: a batch of runs with ``config.concurrency`` batches in
@@ -42,13 +43,14 @@ from pulse_jax.engine.config import (INTERVALS, BanditConfig, Plugins, check_com
                                      log_chunk_slots, plugins_of, refit_due, refit_period, refits_periodically,
                                      resolve_params, traced_params)
 from pulse_jax.engine.drivers import EPISODE_AXES, STOP_BLOCK_STEPS, bind, make_batched_run, make_run
-from pulse_jax.engine.kernel import Batch, Choice, InFlight, Kernel, Start, Static, adam_refit, build_kernel, room
+from pulse_jax.engine.kernel import (Asked, Batch, Choice, InFlight, Kernel, Start, Static, Status, adam_refit,
+                                    build_kernel, room)
 from pulse_jax.engine.concurrent_run import event_schedule, make_concurrent_run, n_events
 from pulse_jax.engine.state import (BanditState, Episode, PullLog, RunResult, StepRecord, draw_keys, initial_draws,
                                     observed_blocks)
 
-__all__ = ["BanditConfig", "BanditState", "Batch", "Certificate", "Choice", "EPISODE_AXES", "Episode", "INTERVALS",
-           "InFlight", "Kernel", "Plugins", "PullLog", "RunResult", "STOP_BLOCK_STEPS", "Snapshots", "Start", "Static",
+__all__ = ["Asked", "BanditConfig", "BanditState", "Batch", "Certificate", "Choice", "EPISODE_AXES", "Episode", "INTERVALS",
+           "InFlight", "Kernel", "Plugins", "PullLog", "RunResult", "STOP_BLOCK_STEPS", "Snapshots", "Start", "Static", "Status",
            "StepRecord", "adam_refit", "bind", "build_kernel", "check_compatible", "check_levels", "draw_keys",
            "event_schedule", "get_estimator", "initial_draws", "log_chunk_slots", "make_batched_run", "make_concurrent_run", "make_run",
            "n_events", "observed_blocks",

@@ -12,7 +12,7 @@ flight (a ring of ``c`` slots) with their cells per model and the packed mask of
 or in flight (`pulse_jax.engine.kernel.InFlight`). An ask chooses with those cells counted as
 allocated and draws from the examples neither observed nor in flight; a tell observes the oldest
 batch with its true scores. An ask that holds (the stopping rule would fire once the batches in
-flight return, `pulse_jax.engine.kernel.Kernel.held`) spends nothing and its slot returns empty, as
+flight return, `pulse_jax.engine.kernel.Status.hold`) spends nothing and its slot returns empty, as
 the live selector's request with no examples does. A repetition whose stopping rule has fired asks
 nothing more (its asks spend nothing), and the batches it had in flight still return and count, as
 a live run logs and tells what returns after its stop. Fed the same seed and full matrix, `pulse_jax.live.Selector`
@@ -34,8 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.engine.config import BanditConfig, Plugins, refit_due
-from pulse_jax.engine.drivers import (EPISODE_AXES, STOP_BLOCK_STEPS, bind, idle_where_unrun, run_in_blocks,
-                                      run_result, start_params)
+from pulse_jax.engine.drivers import (EPISODE_AXES, STOP_BLOCK_STEPS, bind, idle_record, idle_where_unrun,
+                                      run_in_blocks, run_result, start_params)
 from pulse_jax.engine.kernel import Batch, InFlight, Kernel, Start
 from pulse_jax.engine.state import BanditState, Episode
 from pulse_jax.errors import require
@@ -108,11 +108,9 @@ def _ask(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, par
     in_flight = InFlight(queue.cells, queue.batches, queue.rows)
     # A weighted draw's design is recomputed at the tell from the state: one batch per model at a time.
     blocked = queue.batches > 0 if plugins.estimator.draw_weights is not None else None
-    state, choice = kernel.select(episode, state, params, t, blocked=blocked, reserved=jnp.sum(queue.cells),
-                                  in_flight=in_flight)
-    state = kernel.refit(episode, state, params, t, choice, due=refit)
-    examples, valid = kernel.draw(episode, state, params, choice, in_flight)
-    i, size, asked = choice.model, choice.size, t > 0
+    status = kernel.stop_status(state, params, t, in_flight)
+    state, ask = kernel.ask(episode, state, params, t, status, in_flight=in_flight, blocked=blocked, due=refit)
+    i, size, examples, valid, asked = ask.model, ask.size, ask.examples, ask.valid, t > 0
     put = lambda a, v: a.at[slot].set(jnp.where(asked, v, a[slot]))   # noqa: E731
     queue = queue._replace(models=put(queue.models, i), steps=put(queue.steps, t), sizes=put(queue.sizes, size),
                            examples=put(queue.examples, examples),
@@ -130,7 +128,7 @@ def _tell(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, pa
     size = jnp.where(tell, queue.sizes[slot], 0)
     valid = jnp.arange(B) < size
     batch = Batch(i, size, examples, valid, episode.scores[i, examples])
-    state, info = kernel.observe(episode, state, params, queue.steps[slot], batch)
+    state, info = kernel.tell(episode, state, params, queue.steps[slot], batch)
     queue = queue._replace(sizes=queue.sizes.at[slot].set(jnp.where(tell, 0, queue.sizes[slot])),
                            cells=queue.cells.at[i].add(-size),
                            batches=queue.batches.at[i].add(-(size > 0).astype(jnp.int32)))
@@ -186,7 +184,7 @@ def make_concurrent_run(config: BanditConfig, method: str | Estimator = "pulse",
 
         b, (final, _), buffer = run_in_blocks(block_of, keep_going, (states, queues), n_blocks, block,
                                               config.record_steps)
-        idle = jax.vmap(kernel.idle_record, in_axes=(EPISODE_AXES, 0, 0, None))(episodes, final, params, jnp.int32(0))
+        idle = jax.vmap(lambda *a: idle_record(kernel, *a), in_axes=(EPISODE_AXES, 0, 0))(episodes, final, params)
         records = idle_where_unrun(buffer, idle, b * block, slice(0, events))
         return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best, states.money)
 

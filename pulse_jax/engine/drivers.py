@@ -10,7 +10,7 @@ from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widt
 from pulse_jax.engine.config import BanditConfig, check_compatible, get_estimator, refits_periodically, traced_params
 from pulse_jax.engine.kernel import Kernel, Start, build_kernel
 from pulse_jax.engine.params import RunParams
-from pulse_jax.engine.state import BanditState, Episode, RunResult
+from pulse_jax.engine.state import BanditState, Episode, RunResult, StepRecord
 from pulse_jax.errors import require
 from pulse_jax.estimators.base import Estimator
 
@@ -96,8 +96,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
             state, records = _phases(kernel, episode, state, params, follow_at)
         records = jax.tree_util.tree_map(lambda a: a[1:config.n_steps + 1], records)
         if not config.record_steps:   # the summary only: the final state's record as the one "step"
-            records = jax.tree_util.tree_map(lambda a: a[None], kernel.idle_record(episode, state, params,
-                                                                                   jnp.int32(0)))
+            records = jax.tree_util.tree_map(lambda a: a[None], idle_record(kernel, episode, state, params))
         return run_result(kernel, state, params, records, init_best, init_money)
 
     return run
@@ -151,11 +150,11 @@ def _blocks(kernel: Kernel, block: int, episodes: Episode, states: BanditState, 
             return step(episodes, states, params, t, None if padded is None else padded[:, t])
         return jax.lax.scan(one, states, b * block + jnp.arange(block))
 
-    finished = jax.vmap(kernel.finished, in_axes=(0, 0, None))
+    finished = jax.vmap(lambda state, params, t: kernel.stop_status(state, params, t).done, in_axes=(0, 0, None))
     b, states, buffer = run_in_blocks(steps_of_block, lambda b, states: ~jnp.all(
         finished(states, params, jnp.maximum(b * block, 1))), states, n_blocks, block, config.record_steps)
     states = jax.vmap(_settle, in_axes=(None, 0, 0, None))(kernel, states, params, jnp.maximum(b * block, 1))
-    idle = jax.vmap(kernel.idle_record, in_axes=(EPISODE_AXES, 0, 0, None))(episodes, states, params, jnp.int32(0))
+    idle = jax.vmap(lambda *a: idle_record(kernel, *a), in_axes=(EPISODE_AXES, 0, 0))(episodes, states, params)
     return states, idle_where_unrun(buffer, idle, b * block, slice(1, config.n_steps + 1))
 
 
@@ -199,20 +198,20 @@ def _settle(kernel: Kernel, state: BanditState, params: RunParams, t) -> BanditS
     """A blocked run that ended early, as the scan leaves it: a repetition whose rule fires at step ``t``
     (the loop found every repetition done there, so that step never ran) records the stop and the
     claim the scan's step ``t`` would have recorded. Past the last step nothing fires."""
-    done, claim = kernel.stop_status(state, params, t)
-    fires = done & ~state.stopped & (t <= kernel.config.n_steps)
-    return state._replace(stopped=state.stopped | fires, claimed=jnp.where(fires, claim, state.claimed))
+    status = kernel.stop_status(state, params, t)
+    fires = status.done & ~state.stopped & (t <= kernel.config.n_steps)
+    return state._replace(stopped=state.stopped | fires, claimed=jnp.where(fires, status.claim, state.claimed))
 
 
 def _phases(kernel: Kernel, episode: Episode, state: BanditState, params: RunParams, follow_at):
     """Steps ``0 .. n_steps`` with a refit every ``tau`` steps, as a scan over refit phases.
 
     Phase ``p`` is steps ``p tau .. (p + 1) tau - 1`` (the last one padded with no-op steps ``t = 0``
-    past ``n_steps``). Step ``t``'s `choose` runs at the end of step ``t - 1``'s iteration, so a
-    phase opens between its first step's choice and its draw, where the schedule puts the refit:
-    one `lax.cond` per phase (``p >= 1``), none inside the steps. The order of operations, hence
-    every number, is the per-step scan's; on an accelerator a conditional costs at least a host
-    round trip to read its predicate, so one per step adds up.
+    past ``n_steps``): its first step refits when ``p >= 1`` (the schedule's refit steps), one
+    `lax.cond` per phase, and its other ``tau - 1`` steps, a scan, never refit, so no conditional is
+    inside them. Every step is the kernel's ``step``, in the per-step scan's order, hence every
+    number is the scan's; on an accelerator a conditional costs at least a host round trip to read
+    its predicate, so one per step adds up.
     Returns ``(state, records)``, records indexed by ``t`` (``0 .. n_phases tau - 1``).
     """
     config = kernel.config
@@ -220,21 +219,26 @@ def _phases(kernel: Kernel, episode: Episode, state: BanditState, params: RunPar
     n_phases = n // tau + 1
     as_step = lambda u: jnp.where(u <= n, u, 0)   # noqa: E731   (past the last step: the no-op step 0)
 
-    def one(carry, u):
-        s, choice = carry
-        s, record = kernel.play(episode, s, params, as_step(u), choice)
-        s, choice = kernel.choose(episode, s, params, as_step(u + 1), follow_at(as_step(u + 1)))
-        return (s, choice), (record if config.record_steps else None)
+    def one(s, u):
+        s, record = kernel.step(episode, s, params, as_step(u), follow_at(as_step(u)), due=False)
+        return s, (record if config.record_steps else None)
 
-    def phase(carry, p):
-        s, choice = carry
-        s = kernel.refit(episode, s, params, p * tau, choice, due=p >= 1)
-        return jax.lax.scan(one, (s, choice), p * tau + jnp.arange(tau))
+    def phase(s, p):
+        first = as_step(p * tau)
+        s, record = kernel.step(episode, s, params, first, follow_at(first), due=p >= 1)
+        s, records = jax.lax.scan(one, s, p * tau + jnp.arange(1, tau))
+        if not config.record_steps:
+            return s, None
+        return s, jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), record, records)
 
-    zero = jnp.int32(0)
-    first = kernel.choose(episode, state, params, zero, follow_at(zero))
-    (state, _), records = jax.lax.scan(phase, first, jnp.arange(n_phases, dtype=jnp.int32))
+    state, records = jax.lax.scan(phase, state, jnp.arange(n_phases, dtype=jnp.int32))
     return state, jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), records)
+
+
+def idle_record(kernel: Kernel, episode: Episode, state: BanditState, params: RunParams) -> StepRecord:
+    """What a step that spends nothing records on ``state`` (the no-op step ``t = 0``): the records of
+    steps a run never reached (it had stopped)."""
+    return kernel.step(episode, state, params, jnp.int32(0))[1]
 
 
 def run_result(kernel: Kernel, state: BanditState, params: RunParams, records, init_best, init_money) -> RunResult:

@@ -1,4 +1,4 @@
-"""The kernel: one bandit step, ``select -> refit (when due) -> draw -> observe``, over an explicit
+"""The kernel: one bandit step, ``stop_status -> ask (choose, refit when due, draw) -> tell``, over an explicit
 `pulse_jax.engine.state.BanditState`.
 
 `build_kernel` binds the static half of a run (`BanditConfig` and the `Plugins`, hashable) and
@@ -73,6 +73,31 @@ class InFlight(NamedTuple):
     rows: jax.Array
 
 
+class Status(NamedTuple):
+    """What the stopping rule decides at a step (`Kernel.stop_status`): ``done`` (the run stops, or
+    already has), ``claim`` ((m,) bool: the models its certificate names now), ``focus`` ((m,) bool:
+    where its claim waits; the sampling rule is given it), ``hold`` (with batches in flight: an ask
+    holds back, since they may settle the stop) and ``looks`` (the `StopInputs` it decided on, which
+    the sampling rule sees too)."""
+
+    done: jax.Array
+    claim: jax.Array
+    focus: jax.Array
+    hold: jax.Array
+    looks: StopInputs
+
+
+class Asked(NamedTuple):
+    """A step's ask (`Kernel.ask`): the model, the batch size (0: the step spends nothing), the batch's
+    examples (B,) and which are ``valid`` (the first ``size``), and ``hold`` (the ask held back)."""
+
+    model: jax.Array
+    size: jax.Array
+    examples: jax.Array
+    valid: jax.Array
+    hold: jax.Array
+
+
 class Start(NamedTuple):
     """Where a repetition's rows of U start (``init_U``, ``(m, r)``; None: zeros) and the Gaussian
     every refit pulls them towards (``row_prior``, a `pulse_jax.stats.factorization.RowPrior`;
@@ -86,17 +111,12 @@ class Start(NamedTuple):
 
 #: The kernel's function types (see `Kernel`).
 InitFn = Callable[..., tuple[Episode, BanditState]]
-SelectFn = Callable[..., tuple[BanditState, "Choice"]]
-RefitFn = Callable[..., BanditState]
-DrawFn = Callable[..., tuple[jax.Array, jax.Array]]
-ObserveFn = Callable[..., tuple[BanditState, object]]
-ChooseFn = Callable[..., tuple[BanditState, "Choice"]]
-RecordFn = Callable[..., StepRecord]
-PlayFn = Callable[..., tuple[BanditState, StepRecord]]
+StatusFn = Callable[..., Status]
+AskFn = Callable[..., tuple[BanditState, Asked]]
+TellFn = Callable[..., tuple[BanditState, object]]
 StepFn = Callable[..., tuple[BanditState, StepRecord]]
 BoundsFn = Callable[[BanditState, RunParams], tuple[jax.Array, jax.Array, jax.Array]]
-StatusFn = Callable[[BanditState, RunParams, object], object]
-
+RecordFn = Callable[..., StepRecord]
 
 
 def _where_tree(pred, new, old):
@@ -244,53 +264,67 @@ def _stop_inputs(s: Static, state: BanditState, params: RunParams, t) -> StopInp
                       state.cost)
 
 
-def _select(s: Static, episode: Episode, state: BanditState, params: RunParams, t, *, blocked=None,
-            reserved=0, in_flight: InFlight | None = None) -> tuple[BanditState, Choice]:
-    """Step 1: the model the sampling rule chooses and its batch size ``B'``.
+def _stop_status(s: Static, state: BanditState, params: RunParams, t, in_flight: InFlight | None = None) -> Status:
+    """Everything the stopping rule decides at step ``t``, in one place (`Status`): whether the run
+    stops (or already has), the models its certificate names now, where its claim waits (``focus``,
+    which the sampling rule is given), and, with batches ``in_flight``, whether an ask holds back
+    (`_held`). Simulation, the concurrent event loop and live selection all stop through it."""
+    config, (_, _, stop) = s
+    looks = _stop_inputs(s, state, params, t)
+    focus = jnp.ones(config.n_models, bool) if stop.focus is None else stop.focus(looks, params.stop)
+    hold = jnp.bool_(False) if in_flight is None else _held(s, state, params, looks, in_flight, t)
+    return Status(state.stopped | stop.done(looks, params.stop), stop.claim(looks, params.stop), focus, hold, looks)
+
+
+def _apply_status(s: Static, state: BanditState, status: Status, t) -> BanditState:
+    """The stop recorded in the state: it fires at step ``t >= 1``, and the claim is the one made then."""
+    fires = status.done & (t >= 1)
+    claimed = state.claimed if s.plugins.stop.claim is no_claim else \
+        jnp.where(fires & ~state.stopped, status.claim, state.claimed)
+    return state._replace(stopped=state.stopped | fires, claimed=claimed)
+
+
+def _choose(s: Static, episode: Episode, state: BanditState, params: RunParams, t, status: Status, *,
+            blocked=None, in_flight: InFlight | None = None) -> tuple[BanditState, Choice]:
+    """Step 1: the model the sampling rule chooses and its batch size ``B'``, given the stopping rule's
+    ``status`` at step ``t`` (its focus is the rule's; a run that is done or holds back spends nothing).
 
     The rule sees the models that are not exhausted (nor ``blocked``: a live
     selector blocks models with a batch in flight) and, if it asks, the
     simultaneous bounds. ``size = 0`` means nothing to do: always at ``t = 0``,
-    when the rule chooses no model, and once the stopping rule says done. The
-    rule's state is kept from step 1 on (at ``t = 0`` nothing happens).
+    when the rule chooses no model, and once the run is done. The rule's state is
+    kept from step 1 on (at ``t = 0`` nothing happens).
 
     ``in_flight`` (`InFlight`): batches asked before this one and not yet observed; the rule sees
     their cells and batches as allocated (``n_obs``, ``n_pulls``), and a model with no unseen example
-    left outside them is not ``active``. ``reserved`` is then their cells in all.
+    left outside them is not ``active``; the budget left leaves their cells out.
     """
     config, (estimator, rule, stop) = s
-    m, ledger = config.n_models, state.ledger
+    m, ledger, looks = config.n_models, state.ledger, status.looks
     exhausted = ledger.n_obs >= ledger.population
-    n_alloc, pulls = ledger.n_obs, ledger.n_pulls
+    n_alloc, pulls, reserved = ledger.n_obs, ledger.n_pulls, 0
     if in_flight is not None:
-        n_alloc, pulls = n_alloc + in_flight.cells, pulls + in_flight.batches
+        n_alloc, pulls, reserved = n_alloc + in_flight.cells, pulls + in_flight.batches, jnp.sum(in_flight.cells)
     active = n_alloc < ledger.population
     active = active if blocked is None else active & ~blocked
-    looks = _stop_inputs(s, state, params, t)
     low, high = looks.low, looks.high
     if in_flight is not None:
         low, high = _hallucinated(looks.estimates, low, high, ledger, n_alloc)
-    focus = jnp.ones(m, bool) if stop.focus is None else stop.focus(looks, params.stop)   # no focus: every model
     inputs = RuleInputs(t, looks.estimates, low, high, n_alloc, pulls, active, exhausted,
-                        episode.model_order, episode.key, state.cost, focus)
+                        episode.model_order, episode.key, state.cost, status.focus)
     i, rule_state = rule.choose(state.rule, inputs, params.rule)
     valid = (i >= 0) & (i < m)
     i = jnp.clip(i, 0, m - 1).astype(jnp.int32)
-    done = state.stopped | stop.done(looks, params.stop)
-    hold = False if in_flight is None else _held(s, state, params, looks, in_flight, t)
-    go = valid & active[i] & (t >= 1) & ~done & ~hold
+    done = status.done
+    go = valid & active[i] & (t >= 1) & ~done & ~status.hold
     moves = (t >= 1) & ~done           # a stopped run changes nothing, its rule's state included
     if rule.eligible is not None:      # the recommendation follows the rule's eligible set when it changes
         changed = moves & jnp.any(rule.eligible(rule_state) != rule.eligible(state.rule))
         best = _recommend(s, episode, state._replace(rule=rule_state), params, t)
         state = state._replace(best=jnp.where(changed, best, state.best))
-    if stop.claim is no_claim:      # a rule that claims nothing: nothing to track
-        claimed = state.claimed
-    else:                           # the claim is the one made when the rule fires
-        claimed = jnp.where(done & ~state.stopped & (t >= 1), stop.claim(looks, params.stop), state.claimed)
-    state = state._replace(rule=_where_tree(moves, rule_state, state.rule), stopped=state.stopped | (done & (t >= 1)),
-                           claimed=claimed)
-    return state, Choice(i, jnp.where(go, room(config, state, i, reserved, in_flight), 0), (t >= 1) & ~done & hold)
+    state = state._replace(rule=_where_tree(moves, rule_state, state.rule))
+    return state, Choice(i, jnp.where(go, room(config, state, i, reserved, in_flight), 0),
+                         (t >= 1) & ~done & status.hold)
 
 
 def _hallucinated(estimates, low, high, ledger: Ledger, n_alloc):
@@ -446,31 +480,31 @@ def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams,
     return take_snapshots(config, estimator, state, params, spent_before), info
 
 
-def _choose(s: Static, episode: Episode, state: BanditState, params: RunParams, t, follow=None):
-    """Step ``t``'s choice ``(state, Choice)``: `select`, or, given ``follow`` (a model index, -1 for
-    none), that model with the batch size of the usual rule."""
+def _ask(s: Static, episode: Episode, state: BanditState, params: RunParams, t, status: Status, *, follow=None,
+         in_flight: InFlight | None = None, blocked=None, due=None) -> tuple[BanditState, Asked]:
+    """Step ``t`` up to its batch, given the stopping rule's ``status`` (`stop_status`): the stop
+    recorded, the model chosen (`_choose`; ``follow``, a model index or -1 for none, replaces the
+    rule's choice, with the usual batch size, and ignores the stop), U refit when ``due`` (None:
+    ``refit_due(t)``) and the step spends, the batch drawn (`_draw`)."""
     if follow is None:
-        return _select(s, episode, state, params, t)
-    i = jnp.clip(follow, 0, s.config.n_models - 1)
-    return state, Choice(i, jnp.where((follow >= 0) & (t >= 1), room(s.config, state, i), 0))
+        state = _apply_status(s, state, status, t)
+        state, choice = _choose(s, episode, state, params, t, status, blocked=blocked, in_flight=in_flight)
+    else:
+        i = jnp.clip(follow, 0, s.config.n_models - 1)
+        choice = Choice(i, jnp.where((follow >= 0) & (t >= 1), room(s.config, state, i), 0))
+    state = _refit_step(s, episode, state, params, t, choice, due=due)
+    examples, valid = _draw(s, episode, state, params, choice, in_flight)
+    return state, Asked(choice.model, choice.size, examples, valid, jnp.asarray(choice.hold))
 
 
-def _play(s: Static, episode: Episode, state: BanditState, params: RunParams, t, choice: Choice):
-    """The rest of step ``t`` once its model is chosen (and U refit, when due): `draw` the batch,
-    `observe` its true scores; ``(state, record)``."""
-    examples, valid = _draw(s, episode, state, params, choice)
-    batch = Batch(choice.model, choice.size, examples, valid, episode.scores[choice.model, examples])
+def _step(s: Static, episode: Episode, state: BanditState, params: RunParams, t, follow=None, *, due=None):
+    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): the stopping rule's status,
+    `_ask` (choose, refit when due, draw), `_tell` the batch's true scores; ``(state, record)``."""
+    status = _stop_status(s, state, params, t)
+    state, asked = _ask(s, episode, state, params, t, status, follow=follow, due=due)
+    batch = Batch(asked.model, asked.size, asked.examples, asked.valid, episode.scores[asked.model, asked.examples])
     state, info = _observe(s, episode, state, params, t, batch)
-    return state, _record(s, state, params, jnp.where(choice.size > 0, choice.model, -1), info)
-
-
-def _step(s: Static, episode: Episode, state: BanditState, params: RunParams, t, follow=None):
-    """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): `choose` (`select`), `refit`
-    when due, `play` (`draw`, `observe` the true scores); ``(state, record)``. ``follow`` (a model
-    index, -1 for none) replaces the rule's choice; the batch size follows the usual rule."""
-    state, choice = _choose(s, episode, state, params, t, follow)
-    state = _refit_step(s, episode, state, params, t, choice)
-    return _play(s, episode, state, params, t, choice)
+    return state, _record(s, state, params, jnp.where(asked.size > 0, asked.model, -1), info)
 
 
 def _record(s: Static, state: BanditState, params: RunParams, chosen, info) -> StepRecord:
@@ -489,52 +523,36 @@ def _bounds(s: Static, state: BanditState, params: RunParams):
     return current_estimates(s.plugins.estimator, state, s.config.n_examples, params), low, high
 
 
-def _stop_status(s: Static, state: BanditState, params: RunParams, t):
-    """``(done, claim)``: whether the stopping rule stops the run at step ``t`` (or already has), and the
-    ``(m,)`` models its certificate names now (`pulse_jax.stopping.StoppingRule.claim`). Simulation
-    and live selection both stop through this one check."""
-    looks = _stop_inputs(s, state, params, t)
-    return state.stopped | s.plugins.stop.done(looks, params.stop), s.plugins.stop.claim(looks, params.stop)
-
-
 class Kernel(NamedTuple):
-    """The kernel of one run: its static half and pure functions of the dynamic half, each in the order
-    ``(episode, state, params, t, ...)`` (``params`` a `pulse_jax.RunParams`); simulation and live
-    selection call the same functions.
+    """The kernel of one run: its static half and seven pure functions of the dynamic half, each in the
+    order ``(episode, state, params, t, ...)`` (``params`` a `pulse_jax.RunParams`). Simulations (the
+    step scan, the blocked and phased loops), the concurrent event loop and the live selector all use
+    the same kernel object.
 
-    * ``init(key, scores, V, params, start=Start()) -> (episode, state)``;
-    * ``select(episode, state, params, t, blocked=None, reserved=0, *, in_flight=None) -> (state, Choice)``;
-    * ``refit(episode, state, params, t, choice, due=None) -> state`` (``due`` None: ``refit_due(t)``);
-    * ``draw(episode, state, params, choice, in_flight=None) -> (examples, valid)``;
-    * ``observe(episode, state, params, t, batch) -> (state, info)``;
-    * ``choose(episode, state, params, t, follow=None) -> (state, Choice)``: `select`, or the model followed;
-    * ``play(episode, state, params, t, choice) -> (state, record)``: `draw`, then `observe` true scores;
-    * ``step(episode, state, params, t, follow=None) -> (state, record)``: choose, refit, play;
-    * ``bounds(state, params) -> (estimates, low, high)``;
-    * ``stop_status(state, params, t) -> (done, claim)``; ``finished(state, params, t) -> done``;
-    * ``idle_record(episode, state, params, t)``: what a step that spends nothing records;
-    * ``record(state, params, chosen, info)``: a step's record once its state is final;
-    * ``held(state, params, t, in_flight)``: whether step ``t``'s ask holds back (`InFlight`);
-    * ``refit_due(t)``: whether step ``t`` refits.
+    * ``init(key, scores, V, params, start=Start()) -> (episode, state)``: the first look and fit;
+    * ``stop_status(state, params, t, in_flight=None) -> Status``: everything the stopping rule
+      decides at step ``t``, in one place (done, claim, focus, and the hold with batches in flight);
+    * ``ask(episode, state, params, t, status, *, follow=None, in_flight=None, blocked=None, due=None)
+      -> (state, Asked)``: the stop recorded, the model chosen by the sampling rule (given the
+      status's focus), U refit when due, the batch drawn;
+    * ``tell(episode, state, params, t, batch) -> (state, info)``: a `Batch`'s scores observed;
+    * ``step(episode, state, params, t, follow=None, *, due=None) -> (state, record)``: ``stop_status``,
+      ``ask``, ``tell`` the true scores, ``record`` (``t = 0``: a step that spends nothing);
+    * ``bounds(state, params) -> (estimates, low, high)``: every model's estimate and interval now;
+    * ``record(state, params, chosen, info) -> StepRecord``: a step's record once its state is final.
+
+    Whether step ``t`` refits is `pulse_jax.engine.config.refit_due`.
     """
 
     config: BanditConfig
     plugins: Plugins
     init: InitFn
-    select: SelectFn
-    refit: RefitFn
-    draw: DrawFn
-    observe: ObserveFn
-    choose: ChooseFn
-    play: PlayFn
+    stop_status: StatusFn
+    ask: AskFn
+    tell: TellFn
     step: StepFn
     bounds: BoundsFn
-    stop_status: StatusFn
-    finished: StatusFn
-    idle_record: RecordFn
-    refit_due: Callable
-    record: Callable[..., StepRecord]
-    held: Callable[..., jax.Array]
+    record: RecordFn
 
 
 def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
@@ -545,47 +563,23 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     def init(key, scores, V, params, start=Start()):
         return _init(s, key, scores, V, params, start)
 
-    def select(episode, state, params, t, blocked=None, reserved=0, *, in_flight=None):
-        return _select(s, episode, state, params, t, blocked=blocked, reserved=reserved, in_flight=in_flight)
+    def stop_status(state, params, t, in_flight=None):
+        return _stop_status(s, state, params, t, in_flight)
 
-    def refit(episode, state, params, t, choice, due=None):
-        return _refit_step(s, episode, state, params, t, choice, due=due)
+    def ask(episode, state, params, t, status, *, follow=None, in_flight=None, blocked=None, due=None):
+        return _ask(s, episode, state, params, t, status, follow=follow, in_flight=in_flight, blocked=blocked,
+                    due=due)
 
-    def draw(episode, state, params, choice, in_flight=None):
-        return _draw(s, episode, state, params, choice, in_flight)
-
-    def observe(episode, state, params, t, batch):
+    def tell(episode, state, params, t, batch):
         return _observe(s, episode, state, params, t, batch)
 
-    def choose(episode, state, params, t, follow=None):
-        return _choose(s, episode, state, params, t, follow)
-
-    def play(episode, state, params, t, choice):
-        return _play(s, episode, state, params, t, choice)
-
-    def step(episode, state, params, t, follow=None):
-        return _step(s, episode, state, params, t, follow)
+    def step(episode, state, params, t, follow=None, *, due=None):
+        return _step(s, episode, state, params, t, follow, due=due)
 
     def bounds(state, params):
         return _bounds(s, state, params)
 
-    def stop_status(state, params, t):
-        return _stop_status(s, state, params, t)
-
-    def finished(state, params, t):
-        """Whether every step from ``t`` on is idle: the run has stopped, or stops at step ``t``."""
-        return _stop_status(s, state, params, t)[0]
-
-    def idle_record(episode, state, params, t):
-        return _step(s, episode, state, params, t)[1]
-
     def record(state, params, chosen, info):
         return _record(s, state, params, chosen, info)
 
-    def held(state, params, t, in_flight):
-        looks = _stop_inputs(s, state, params, t)     # once: the bounds are the costly part
-        done = state.stopped | s.plugins.stop.done(looks, params.stop)
-        return ~done & _held(s, state, params, looks, in_flight, t)
-
-    return Kernel(config, s.plugins, init, select, refit, draw, observe, choose, play, step, bounds, stop_status,
-                  finished, idle_record, lambda t: refit_due(config, s.plugins, t), record, held)
+    return Kernel(config, s.plugins, init, stop_status, ask, tell, step, bounds, record)

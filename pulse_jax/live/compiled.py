@@ -2,7 +2,6 @@
 and the order a seed draws a model's examples in (`draw_order`)."""
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import NamedTuple
 
@@ -44,49 +43,43 @@ def batch_draw(n_examples: int, batch_size: int):
     return jax.jit(draw)
 
 
-class Asked(NamedTuple):
-    """What an ask needs besides the state: the batches in flight (``in_flight``, an
-    `pulse_jax.engine.InFlight`), the models that may not be asked now (``blocked``: with a batch in
-    flight, for an estimator that draws by weights), the cells in flight (``reserved``) and whether the
-    step refits (``due``)."""
+class Waiting(NamedTuple):
+    """What a live ask is given besides the state: the batches in flight (an `pulse_jax.engine.InFlight`),
+    the models that may not be asked now (``blocked``: with a batch in flight, for an estimator that
+    draws by weights) and whether the step refits (``due``)."""
 
     in_flight: engine.InFlight
     blocked: jax.Array
-    reserved: jax.Array
     due: jax.Array
 
 
 @functools.lru_cache(maxsize=16)
 def compiled(config: BanditConfig, estimator):
-    """Jitted kernel pieces for one configuration and estimator object, shared by every selector that
-    uses them (parameters are traced: selectors that differ only in them share the programs).
+    """The kernel of one configuration and estimator object and its pieces jitted for a live selection,
+    shared by every selector that uses them (parameters are traced: selectors that differ only in them
+    share the programs): ``(kernel, init, status, ask, tell, summary)``.
 
-    The asking kernel never stops by itself (its stopping rule is the budget's): the selector checks
-    its own rule with ``status`` before each ask, so a replayed log is followed to its end whatever the
-    rule, and a resumed run may change the rule (e.g. spend the rest of the budget after a certificate).
+    The selector decides the stop itself: before each ask it reads the kernel's ``stop_status`` (with
+    its batches in flight, for the hold) and asks only when the run goes on, so the ask is given that
+    status with ``done`` False. A replayed log is thereby followed to its end whatever the rule (a
+    resumed run may stop by another rule, e.g. spend the rest of the budget after a certificate), its
+    holds the logged ones. It is the same kernel a simulation steps, with the selector's own rule.
     """
-    # The asking kernel spends by the budget's rule, but sees where the real rule's claim waits (its focus).
-    real_stop = engine.plugins_of(config, estimator).stop
-    asking_stop = engine.plugins_of(dataclasses.replace(config, stop="budget"), estimator).stop._replace(
-        focus=real_stop.focus)
-    kernel = engine.build_kernel(dataclasses.replace(config, stop=asking_stop), estimator)
-    stopping = engine.build_kernel(config, estimator)
-    status = jax.jit(stopping.stop_status)
+    kernel = engine.build_kernel(config, estimator)
 
-    def ask(episode, state, params, t, asked: Asked):
-        hold = stopping.held(state, params, t, asked.in_flight)    # by the run's own stopping rule
-        state, choice = kernel.select(episode, state, params, t, asked.blocked, asked.reserved, in_flight=asked.in_flight)
-        state = kernel.refit(episode, state, params, t, choice, due=asked.due)
-        examples, _ = kernel.draw(episode, state, params, choice, asked.in_flight)
-        return state, choice.model, choice.size, examples, hold
+    def status(state, params, t, in_flight: engine.InFlight):
+        return kernel.stop_status(state, params, t, in_flight)
+
+    def ask(episode, state, params, t, status: engine.Status, waiting: Waiting):
+        state, asked = kernel.ask(episode, state, params, t, status, in_flight=waiting.in_flight,
+                                  blocked=waiting.blocked, due=waiting.due)
+        return state, asked.model, asked.size, asked.examples
 
     def tell(episode, state, params, t, batch: engine.Batch):
-        return kernel.observe(episode, state, params, t, batch)[0]
+        return kernel.tell(episode, state, params, t, batch)[0]
 
     def summary(state, params):
         estimates, low, high = kernel.bounds(state, params)
         return estimates, state.ledger, low, high
 
-    return kernel, jax.jit(kernel.init), jax.jit(ask), jax.jit(tell), jax.jit(summary), status
-
-
+    return kernel, jax.jit(kernel.init), jax.jit(status), jax.jit(ask), jax.jit(tell), jax.jit(summary)

@@ -1,7 +1,7 @@
 """Ask/tell best-model selection on real evaluations, on the simulation's own kernel.
 
 ``Selector`` drives the pure pieces of `pulse_jax.engine.build_kernel`
-(``init``, ``select``, ``refit``, ``draw``, ``observe``) one batch at a time,
+(``init``, ``stop_status``, ``ask``, ``tell``) one batch at a time,
 so a selector fed the scores of a full matrix makes exactly the choices of
 ``simulate(..., seed)``'s first repetition. The told scores go into the
 kernel's state (its pull log); nothing else is written.
@@ -49,7 +49,7 @@ from pulse_jax.engine import BanditConfig
 from pulse_jax.engine.compilation_cache import use_compilation_cache
 from pulse_jax.engine.params import BanditParams, declared_params
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.live.compiled import Asked, compiled
+from pulse_jax.live.compiled import Waiting, compiled
 from pulse_jax.live import inputs, log_schema
 from pulse_jax.live.ledger import Ledger
 from pulse_jax.fileio.jsonable import plain_number
@@ -188,8 +188,8 @@ class Selector:
         self._init_told = np.zeros(m, bool)
 
     def _compile(self) -> None:
-        (self._kernel, self._init_fn, self._ask_fn, self._tell_fn, self._summary_fn,
-         self._status_fn) = compiled(self.config, self.estimator)
+        (self._kernel, self._init_fn, self._status_fn, self._ask_fn, self._tell_fn,
+         self._summary_fn) = compiled(self.config, self.estimator)
         self._params = self.params.as_arrays()
 
     @property
@@ -384,24 +384,25 @@ class Selector:
                     first = self._initial_examples[i]
                     return self._issue(0, i, first if self._order is None else self._next_in_order(i, len(first)))
             return None
-        if self._stopped or (not self._replaying and self._stopping_now()[0]):
+        in_flight, blocked = self._in_flight()
+        status = self._status_fn(self._state, self._params, jnp.int32(self._t), in_flight)
+        if self._stopped or (not self._replaying and bool(status.done)):
             # The stopping rule says done: nothing more is asked (the batches in flight are still told).
             self._stopped = True
             if not self._pending:
                 self._finished = True
             return None
-        due = bool(self._kernel.refit_due(self._t))
+        due = bool(engine.refit_due(config, self._kernel.plugins, self._t))
         if due and self._pending:
             return None
-        in_flight, blocked = self._in_flight()
-        asked = Asked(in_flight, jnp.asarray(blocked), jnp.sum(in_flight.cells), jnp.bool_(due))
-        state, i, size, examples, hold = self._ask_fn(self._episode, self._state, self._params, jnp.int32(self._t),
-                                                      asked)
+        # Hold (`pulse_jax.engine.Status.hold`: the run's stopping rule would fire once the batches in
+        # flight return): a request with no examples, told with []. A replayed log repeats the holds it
+        # logged (a resumed run may stop by another rule).
+        hold = self._asks in self._logged_holds if self._replaying else bool(status.hold)
+        status = status._replace(done=jnp.bool_(False), hold=jnp.bool_(hold))
+        state, i, size, examples = self._ask_fn(self._episode, self._state, self._params, jnp.int32(self._t), status,
+                                                Waiting(in_flight, jnp.asarray(blocked), jnp.bool_(due)))
         i, size = int(i), int(size)
-        hold = self._asks in self._logged_holds if self._replaying else bool(hold)
-        # Hold (`Kernel.held`: the run's stopping rule would fire once the batches in flight return): a
-        # request with no examples, told with []. A replayed log repeats the holds it logged (a resumed
-        # run may stop by another rule).
         if hold:
             self._state = state
             request = self._issue(self._t, i, np.zeros(0, np.int64))
@@ -472,8 +473,8 @@ class Selector:
 
     def _stopping_now(self) -> tuple[bool, np.ndarray]:
         """``(done, claim)`` of the stopping rule now (before step ``self._t``), as a simulation checks it."""
-        done, claim = self._status_fn(self._state, self._params, jnp.int32(self._t))
-        return bool(done), np.asarray(claim, bool)
+        status = self._status_fn(self._state, self._params, jnp.int32(self._t), self._in_flight()[0])
+        return bool(status.done), np.asarray(status.claim, bool)
 
     @property
     def stopped(self) -> bool:

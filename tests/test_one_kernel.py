@@ -1,0 +1,79 @@
+"""One kernel: `init`/`step` in the anchors' shape, the same object for simulations and live runs.
+
+What is checked: the `Kernel` exposes seven functions; a live selection builds one kernel, with the
+selector's own stopping rule (no rule replaced or grafted), and asks through its ``ask``; no module
+replaces a field of a plug-in outside the plug-in's own package; the lowered program of one step
+does not grow past the count measured when the kernel took this shape (docs/performance.md).
+"""
+import ast
+from pathlib import Path
+
+import jax
+import pytest
+
+from pulse_jax import engine
+from pulse_jax.engine import Kernel
+from pulse_jax.engine.op_count import step_operations
+import pulse_jax.live.compiled as compiled
+from pulse_jax.live import Selector
+
+ROOT = Path(__file__).resolve().parents[1] / "pulse_jax"
+
+
+def test_the_kernel_exposes_seven_functions():
+    functions = [f for f in Kernel._fields if f not in ("config", "plugins")]
+    assert functions == ["init", "stop_status", "ask", "tell", "step", "bounds", "record"]
+
+
+def test_a_live_selection_builds_one_kernel_with_its_own_stopping_rule(small_bench, monkeypatch):
+    b, V = small_bench
+    built = []
+    real = engine.build_kernel
+
+    def counting(config, estimator):
+        built.append(config)
+        return real(config, estimator)
+
+    monkeypatch.setattr(compiled.engine, "build_kernel", counting)
+    compiled.compiled.cache_clear()
+    sel = Selector(b.models, 200, 6 * 8 + 160, batch_size=8, V=V, seed=3, refit_every=4, stop="certified",
+                   concurrency=4)
+    for _ in range(40):
+        request = sel.ask()
+        if request is None:
+            break
+        sel.tell(request, b.scores[request.model_index, list(request.example_index)])
+    compiled.compiled.cache_clear()
+    assert built == [sel.config]                          # one kernel, on the selector's own config
+    kernel = sel._kernel
+    assert kernel.plugins == engine.plugins_of(sel.config, sel.estimator)
+    assert kernel.plugins.stop.name == "certified"
+
+
+def test_no_plugin_field_is_replaced_outside_its_own_package():
+    """A plug-in is a NamedTuple of functions: `stop._replace(focus=...)` outside `pulse_jax/stopping`
+    would graft one rule's behaviour onto another, which a reader of the rule cannot see."""
+    owners = {"stop": "stopping", "rule": "rules", "estimator": "estimators"}
+    found = []
+    for path in ROOT.rglob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "_replace"
+                    and isinstance(node.func.value, (ast.Name, ast.Attribute, ast.Call))):
+                target = ast.unparse(node.func.value)
+                for name, package in owners.items():
+                    if (target.endswith(name) or target.endswith(f".{name}") or f"{name}s_of" in target
+                            or target.endswith(f".plugins.{name}")) and path.parent.name != package:
+                        found.append(f"{path.relative_to(ROOT.parent)}:{node.lineno}: {ast.unparse(node)[:80]}")
+    assert found == []
+
+
+@pytest.mark.skipif(not jax.__version__.startswith("0.10."),
+                    reason=f"the ceiling was measured with JAX 0.10; JAX {jax.__version__} lowers differently")
+def test_one_step_lowers_to_no_more_operations_than_measured():
+    """The StableHLO operations of one PULSE step with the Top-Two rule and the certified stop, on the
+    small problem (`pulse_jax.engine.op_count.SMALL`): 2,656 before the kernel took the init/step shape
+    (a rule grafted for live runs), 2,649 since (docs/performance.md). A change that adds operations
+    to every step must lower this ceiling's count on purpose, not by accident."""
+    assert step_operations("pulse", stop="certified", rule="top_two_interval")["lowered"] <= 2649
+    assert step_operations("ucbe", stop="certified", rule="top_two_interval")["lowered"] <= 1797
