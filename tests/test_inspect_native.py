@@ -168,6 +168,26 @@ def _wait_for_calls(proc, calls: Path, count: int) -> None:
     time.sleep(1.0)            # every call after `count` hangs; the finished ones are committed meanwhile
 
 
+@pytest.mark.integration   # an eval and a compilation: the second test command
+def test_a_score_is_committed_when_its_scorer_returns_before_inspect_completes_the_sample(tmp_path, monkeypatch):
+    """Inspect calls the manager's complete_sample only after writing the sample to its own log (seconds
+    later under load: a kill -9 in between lost scored samples, which a rerun generated again). The score
+    reaches the selection's log from the scorer's ScoreEvent first; complete_sample finds it there."""
+    found = []
+    complete = pj_inspect.SelectBest.complete_sample
+
+    async def checking(self, id, epoch, scores):
+        selection = self.selection
+        held = any(str(id) in map(str, b.scores) for b in selection.batches.get(self.model, []))
+        found.append(held or str(id) in map(str, selection.selector.evaluated()[self.model]))
+        return await complete(self, id, epoch, scores)
+
+    monkeypatch.setattr(pj_inspect.SelectBest, "complete_sample", checking)
+    logs = run_managed(tmp_path, concurrency=0)
+    assert [log.status for log in logs] == ["success"] * 3, [log.error for log in logs]
+    assert len(found) > 20 and all(found), found.count(False)
+
+
 @pytest.mark.integration   # subprocesses for minutes: the second test command
 def test_kill_9_at_ten_random_points_each_resumed_ends_as_an_uninterrupted_run(tmp_path):
     whole = tmp_path / "whole"

@@ -1,5 +1,6 @@
-"""Inspect's hooks for `select_best`'s selections: a failed sample ends its selection at once, and a log
-Inspect finishes without results still carries the certificate.
+"""Inspect's hooks for `select_best`'s selections: a sample's score is committed the moment its scorer
+returns, a failed sample ends its selection at once, and a log Inspect finishes without results still
+carries the certificate.
 
 The manager (`pulse_jax.harnesses.inspect_select.SelectBest`) registers each task it runs here by
 Inspect's eval id; the hooks (``inspect_ai.hooks``, registered once per process) look the task up.
@@ -8,9 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from pulse_jax.fileio.jsonable import plain_float32
+
 #: The early-stopping manager's name in Inspect's logs.
 MANAGER = "pulse-jax select_best"
 _TASKS: dict = {}     # Inspect eval id -> (the `_Selection`, the model) of a task the manager runs
+_RUNNING: dict = {}   # a running sample's execution id -> (its eval id, its dataset sample id)
 _ENDED: dict = {}     # Inspect eval id -> (its early stops, the certificate's metadata), from ``complete_task``
 _REGISTERED: list = []
 
@@ -28,6 +32,20 @@ def task_ended(eval_id, early_stops: list, metadata: dict) -> None:
         _ENDED[eval_id] = (list(early_stops), metadata)
 
 
+def _score_returned(data) -> None:
+    """A sample's final score, the moment its scorer returns (an ``on_sample_event`` with a final
+    ``ScoreEvent``): Inspect hands it to the manager (``complete_sample``) only after writing the sample
+    to its own log, which can lag by seconds, and a ``kill -9`` in that lag would lose a scored sample.
+    Committed here, it is not."""
+    event = getattr(data, "event", None)
+    if getattr(event, "event", None) != "score" or getattr(event, "intermediate", True):
+        return
+    eval_id, sample = _RUNNING.get(data.sample_id, (None, None))
+    entry = _TASKS.get(eval_id)
+    if entry is not None:
+        entry[0].score_returned(entry[1], sample, event)
+
+
 def watch_selections() -> None:
     """Register, once per process, the Inspect hook that tells a selection when one of its samples has
     failed after Inspect's own retries (``on_sample_end`` with an error): the selection then ends at
@@ -43,7 +61,15 @@ def watch_selections() -> None:
     from inspect_ai.hooks import Hooks, hooks
 
     class _SelectionHooks(Hooks):
+        async def on_sample_start(self, data) -> None:
+            if getattr(data, "eval_id", None) in _TASKS:      # the execution's id -> the dataset's sample id
+                _RUNNING[data.sample_id] = (data.eval_id, data.summary.id)
+
+        async def on_sample_event(self, data) -> None:
+            _score_returned(data)
+
         async def on_sample_end(self, data) -> None:
+            _RUNNING.pop(getattr(data, "sample_id", None), None)
             entry = _TASKS.get(getattr(data, "eval_id", None))
             error = getattr(getattr(data, "sample", None), "error", None)
             if entry is None:
@@ -140,3 +166,20 @@ def scored_samples(locations, models, scorer: str | None, metric: str | None, va
                 continue
             found.setdefault(model, {})[str(sample.id)] = (value, inspect_logs.usage_tokens(sample.model_usage))
     return found
+
+
+def selection_metadata(report, selection) -> dict:
+    """What goes into each model's Inspect log: the certificate, the spend and the tie groups (``selection``:
+    the manager's `pulse_jax.harnesses.inspect_select` selection)."""
+    evaluated = {m: len(ids) for m, ids in report.evaluated.items()}
+    tokens = {m: dict(zip(("input_tokens", "output_tokens"), selection.token_sum(m, ids)))
+              for m, ids in report.evaluated.items()}
+    return {"leader": report.leader, "separated": report.separated, "certificate": report.certificate,
+            "stop": report.stop, "claimed": list(report.claimed), "delta": plain_float32(report.delta),
+            "tie_groups": [list(g) for g in report.groups], "spent_cells": report.spent, "budget_cells": report.budget,
+            "evaluated": evaluated, "tokens": tokens, **({"spend": report.spend} if report.spend else {}),
+            # float32 numbers at their own precision (0.55, not 0.550000011920929)
+            "estimates": {m: [plain_float32(report.estimates[i]), plain_float32(report.low[i]),
+                              plain_float32(report.high[i])]
+                          for i, m in enumerate(report.models)},
+            "log": str(selection.path), "report": str(selection.plan.report_folder / "report.md")}

@@ -44,6 +44,7 @@ import dataclasses
 import json
 import math
 import time
+import types
 from pathlib import Path
 from typing import Mapping
 
@@ -51,9 +52,8 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.harnesses import inspect_logs
-from pulse_jax.harnesses.inspect_hooks import (MANAGER, noted_inspect_logs, scored_samples, task_ended, task_started,
-                                               watch_selections)
-from pulse_jax.fileio.jsonable import plain_float32
+from pulse_jax.harnesses.inspect_hooks import (MANAGER, noted_inspect_logs, scored_samples, selection_metadata,
+                                               task_ended, task_started, watch_selections)
 
 _WAIT = object()      # schedule_sample's "not yet"
 _RUNS: dict = {}      # resolved log path -> the `_Selection` shared by the models' tasks in this process
@@ -219,6 +219,7 @@ class _Selection:
         self.seed = plan.seed
         self.examples = None        # the samples' ids in the task's own order (select_best(task)), else sorted
         self.lanes: dict[str, _Lane] = {}
+        self.one_scorer: dict[str, bool] = {}     # model -> its task has one scorer (`score_returned`)
         self.batches: dict[str, list[_Batch]] = {}   # per model, its batches in flight in ask order
         self.selector = self.meter = self.waiting = None
         self.error = self.failed_model = None   # failed_model: a model whose API failed (the others early-stop)
@@ -279,6 +280,7 @@ class _Selection:
         require(model not in self.lanes, f"select_best: model {model} runs twice on {self.path.name}; give each "
                                          "candidate once")
         self.lanes[model] = _Lane(ids)
+        self.one_scorer[model] = len(getattr(spec, "scorers", None) or ()) == 1     # an EvalSpec
         if set(self.lanes) >= set(self.expected):
             start, asked = time.perf_counter(), self.selector_seconds
             self._begin()       # its first asks count as the selector's
@@ -362,8 +364,9 @@ class _Selection:
             told = True
         return told
 
-    def record(self, model: str, sample_id, scores) -> None:
-        """A released sample's score: committed at once, and the batch told when it is whole."""
+    def record(self, model: str, sample_id, scores, tokens=None) -> None:
+        """A released sample's score: committed at once, and the batch told when it is whole (``tokens``:
+        its input and output tokens; None: read from the sample being completed)."""
         batch = key = None
         for candidate in self.batches.get(model, []):
             key = next((e for e in candidate.request.example_ids if str(e) == str(sample_id)), None)
@@ -376,7 +379,7 @@ class _Selection:
         chosen = self.scorer or next(iter(scores))
         require(chosen in scores, f"{where}: no scorer {chosen!r}; scorers present: {', '.join(scores)}")
         batch.scores[key] = inspect_logs.score_value(scores[chosen].score.value, self.value_map, where, self.metric)
-        self._keep_tokens(model, str(sample_id), *_sample_tokens())
+        self._keep_tokens(model, str(sample_id), *(tokens or _sample_tokens()))
         if not self._tell_if_complete(model):
             self.selector.log_partial(batch.request, [batch.scores.get(e) for e in batch.request.example_ids])
             return
@@ -394,14 +397,23 @@ class _Selection:
                     self._keep_tokens(model, sample, *tokens)
             self.selector.ledger.log_scored(model, {sample: value for sample, (value, _) in cells.items()})
 
-    def scored(self, model: str, sample_id, scores) -> None:
+    def score_returned(self, model: str, sample_id, event) -> None:
+        """A sample's final score as its scorer returns it (an Inspect ``ScoreEvent``): recorded then, with
+        the tokens the event says the sample used, when it is the score the selection reads (``scorer=``,
+        or the task's one scorer)."""
+        scorer = event.scorer
+        if scorer is not None and (scorer == self.scorer if self.scorer else self.one_scorer.get(model)):
+            tokens = inspect_logs.usage_tokens(event.model_usage) if event.model_usage else None
+            self.scored(model, sample_id, {scorer: types.SimpleNamespace(score=event.score)}, tokens)
+
+    def scored(self, model: str, sample_id, scores, tokens=None) -> None:
         """A sample Inspect scored (its ``on_sample_end``): recorded unless the manager has it already."""
         if self.selector is None or self.over or model not in self.lanes:
             return
         batch = next((b for b in self.batches.get(model, []) if str(sample_id) in map(str, b.request.example_ids)), None)
         if batch is not None and str(sample_id) not in map(str, batch.scores):
             with contextlib.suppress(PulseInputError):      # a score it cannot read: complete_sample says so
-                self.record(model, sample_id, scores)
+                self.record(model, sample_id, scores, tokens)
 
     def _finish(self) -> None:
         if self.done:
@@ -415,7 +427,7 @@ class _Selection:
             report = dataclasses.replace(report, spend=self.meter.summary(), spend_line=self.meter.line(),
                                          finished=True, prices=tuple(self.meter.expected),
                                          spent_by_model=tuple(self.meter.by_model()))
-        self.final = _metadata(report, self)
+        self.final = selection_metadata(report, self)
         self._write_report(report)
 
     def fail(self, message: str) -> None:
@@ -503,22 +515,6 @@ class _Selection:
 
     def _write_report(self, report) -> None:
         self.plan.write_report(report, self.selector, extra={"manager": MANAGER})   # as select's: figure, provenance
-
-
-def _metadata(report, selection: _Selection) -> dict:
-    """What goes into each model's Inspect log: the certificate, the spend and the tie groups."""
-    evaluated = {m: len(ids) for m, ids in report.evaluated.items()}
-    tokens = {m: dict(zip(("input_tokens", "output_tokens"), selection.token_sum(m, ids)))
-              for m, ids in report.evaluated.items()}
-    return {"leader": report.leader, "separated": report.separated, "certificate": report.certificate,
-            "stop": report.stop, "claimed": list(report.claimed), "delta": plain_float32(report.delta),
-            "tie_groups": [list(g) for g in report.groups], "spent_cells": report.spent, "budget_cells": report.budget,
-            "evaluated": evaluated, "tokens": tokens, **({"spend": report.spend} if report.spend else {}),
-            # float32 numbers at their own precision (0.55, not 0.550000011920929)
-            "estimates": {m: [plain_float32(report.estimates[i]), plain_float32(report.low[i]),
-                              plain_float32(report.high[i])]
-                          for i, m in enumerate(report.models)},
-            "log": str(selection.path), "report": str(selection.plan.report_folder / "report.md")}
 
 
 @contextlib.contextmanager
