@@ -36,7 +36,8 @@ class Ledger:
 
     Args:
       log_path: the log (locked here, before anything of it is read), or None.
-      models, example_ids: the selection's candidates and examples (their order is the log's).
+      models: the selection's candidates (their order is the log's).
+      example_ids: the selection's examples (their order is the log's).
       told: ``told(i)`` is the collection of example columns told for model row ``i``: the
         selector's evaluation, read, never written.
     """
