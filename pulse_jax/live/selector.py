@@ -171,7 +171,8 @@ class Selector:
         self._after_stop = 0        # cells told after the stop fired (asked before it, in flight)
         self._replaying = False
         self._compile()
-        self._logged_holds: set = set()
+        self._logged_holds: set = set()    # tickets the log holds as holds (told with no examples)
+        self._logged_tickets: set = set()  # every ticket the log holds as told
         if self.log_path is not None:
             self._replaying = True
             try:
@@ -254,6 +255,7 @@ class Selector:
     def _replay(self, records):
         told_on = {}
         self._logged_holds = {r.get("ticket") for _, r in records if r.get("type") == "tell" and r.get("examples") == []}
+        self._logged_tickets = {r.get("ticket") for _, r in records if r.get("type") == "tell"}
         for where, record in records:
             log_schema.check_record_fields(where, record)
             if record.get("type") == "paid":
@@ -397,8 +399,11 @@ class Selector:
             return None
         # Hold (`pulse_jax.engine.Status.hold`: the run's stopping rule would fire once the batches in
         # flight return): a request with no examples, told with []. A replayed log repeats the holds it
-        # logged (a resumed run may stop by another rule).
-        hold = self._asks in self._logged_holds if self._replaying else bool(status.hold)
+        # logged (a resumed run may stop by another rule); a request it never told (in flight at the
+        # end, e.g. a hold queued behind a batch of its model that never returned) is asked as the
+        # kernel says now: with the same batches in flight as when it was first asked, the same.
+        logged = self._replaying and self._asks in self._logged_tickets
+        hold = self._asks in self._logged_holds if logged else bool(status.hold)
         status = status._replace(done=jnp.bool_(False), hold=jnp.bool_(hold))
         state, i, size, examples = self._ask_fn(self._episode, self._state, self._params, jnp.int32(self._t), status,
                                                 Waiting(in_flight, jnp.asarray(blocked), jnp.bool_(due)))
