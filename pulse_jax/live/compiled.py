@@ -67,9 +67,6 @@ def compiled(config: BanditConfig, estimator):
     """
     kernel = engine.build_kernel(config, estimator)
 
-    def status(state, params, t, in_flight: engine.InFlight):
-        return kernel.stop_status(state, params, t, in_flight)
-
     def ask(episode, state, params, t, status: engine.Status, waiting: Waiting):
         state, asked = kernel.ask(episode, state, params, t, status, in_flight=waiting.in_flight,
                                   blocked=waiting.blocked, due=waiting.due)
@@ -82,4 +79,4 @@ def compiled(config: BanditConfig, estimator):
         estimates, low, high = kernel.bounds(state, params)
         return estimates, state.ledger, low, high
 
-    return kernel, jax.jit(kernel.init), jax.jit(status), jax.jit(ask), jax.jit(tell), jax.jit(summary)
+    return kernel, jax.jit(kernel.init), jax.jit(kernel.stop_status), jax.jit(ask), jax.jit(tell), jax.jit(summary)
