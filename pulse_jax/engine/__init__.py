@@ -5,8 +5,8 @@ Reading order, one module each:
 * `config` -- `BanditConfig` (static: shapes, batch size, which
   plug-ins) and the run's `Plugins`; the traced numbers are a `pulse_jax.RunParams`
   (the engine's `pulse_jax.BanditParams` and each plug-in's own);
-* `state` -- `Episode` (drawn once per repetition) and
-  `BanditState` (everything a step changes);
+* `state` -- `Episode` (drawn once per repetition),
+  `BanditState` (what the next step reads) and `StepInfo` (what a step reports beside it);
 * `kernel` -- `build_kernel`, whose ``init`` draws the initial batches and whose ``step`` is one
   bandit pull: ``stop_status`` (everything the stopping rule decides), ``ask`` (choose, refit when
   due, draw) and ``tell`` (observe); the concurrent loop and the live selector call ``stop_status``,
@@ -15,7 +15,9 @@ Reading order, one module each:
   `make_batched_run` (a batch that stops computing once every repetition has stopped);
 * `concurrent` -- `make_concurrent_run`: a batch of runs with ``config.concurrency`` batches in
   flight, as a live selection asks them (a static schedule of asks and returns);
-* `bookkeeping` -- estimates, bounds, certificates, snapshots.
+* `bookkeeping` -- estimates, bounds, certificates, half-widths;
+* `run_trace` -- what only a report reads (money, the stop's claim, snapshots), folded from each
+  step's `StepInfo` by the drivers.
 
 The engine imports the plug-in interfaces (``pulse_jax.estimators.base``, ``rules.base``,
 ``stopping.base``), never a built-in plug-in: names resolve through `pulse_jax.registry`. ``make_run(config, method)`` returns a pure function of
@@ -46,12 +48,13 @@ from pulse_jax.engine.drivers import EPISODE_AXES, STOP_BLOCK_STEPS, bind, make_
 from pulse_jax.engine.kernel import (Asked, Batch, Choice, InFlight, Kernel, Start, Static, Status, adam_refit,
                                     build_kernel, room)
 from pulse_jax.engine.concurrent_run import event_schedule, make_concurrent_run, n_events
-from pulse_jax.engine.state import (BanditState, Episode, PullLog, RunResult, StepRecord, draw_keys, initial_draws,
-                                    observed_blocks)
+from pulse_jax.engine.state import (BanditState, Episode, PullLog, RunResult, StepInfo, StepRecord, Told, draw_keys,
+                                    initial_draws, observed_blocks)
+from pulse_jax.engine.run_trace import Trace
 
 __all__ = ["Asked", "BanditConfig", "BanditState", "Batch", "Certificate", "Choice", "EPISODE_AXES", "Episode", "INTERVALS",
            "InFlight", "Kernel", "Plugins", "PullLog", "RunResult", "STOP_BLOCK_STEPS", "Snapshots", "Start", "Static", "Status",
-           "StepRecord", "adam_refit", "bind", "build_kernel", "check_compatible", "check_levels", "draw_keys",
+           "StepInfo", "StepRecord", "Told", "Trace", "adam_refit", "bind", "build_kernel", "check_compatible", "check_levels", "draw_keys",
            "event_schedule", "get_estimator", "initial_draws", "log_chunk_slots", "make_batched_run", "make_concurrent_run", "make_run",
            "n_events", "observed_blocks",
            "plugins_of", "refit_due", "refit_period", "refits_periodically", "resolve_params", "room", "traced_params"]

@@ -1,5 +1,5 @@
 """What a run knows about its models at any time: estimates, simultaneous bounds, the first
-certificate and the interval snapshots.
+certificate and the interval half-widths (which `pulse_jax.engine.run_trace` keeps as snapshots).
 
 Pure functions of ``(config, estimator, state, params)`` (``params`` a `pulse_jax.RunParams`); the bandit step calls them after every
 observation, and live selection reads the same numbers. ``state`` is a
@@ -78,15 +78,3 @@ def half_widths(config, estimator, state, params):
     radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta, params.estimator)
     exhausted = state.ledger.n_obs >= populations(state.ledger, config.n_examples)
     return (high - low) / 2, jnp.where(exhausted, 0.0, radius)
-
-
-def take_snapshots(config, estimator, state, params, spent_before):
-    """Fill the snapshot rows whose budget was reached by this step (a no-op without snapshot budgets)."""
-    if not config.snapshot_budgets:
-        return state
-    budgets = jnp.asarray(config.snapshot_budgets, jnp.int32)
-    hit = ((spent_before < budgets) & (state.spent >= budgets))[:, None]
-    cs, paper = half_widths(config, estimator, state, params)
-    snaps = state.snapshots
-    return state._replace(snapshots=Snapshots(jnp.where(hit, cs[None], snaps.cs),
-                                              jnp.where(hit, paper[None], snaps.paper)))

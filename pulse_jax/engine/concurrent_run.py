@@ -34,7 +34,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.engine.config import BanditConfig, Plugins, refit_due
-from pulse_jax.engine.drivers import (EPISODE_AXES, STOP_BLOCK_STEPS, bind, idle_record, idle_where_unrun,
+from pulse_jax.engine import run_trace as tracing
+from pulse_jax.engine.drivers import (EPISODE_AXES, STOP_BLOCK_STEPS, bind, first_trace, idle_record, idle_where_unrun,
                                       run_in_blocks, run_result, start_params)
 from pulse_jax.engine.kernel import Batch, InFlight, Kernel, Start
 from pulse_jax.engine.state import BanditState, Episode
@@ -116,7 +117,7 @@ def _ask(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, par
                            examples=put(queue.examples, examples),
                            cells=queue.cells.at[i].add(size), batches=queue.batches.at[i].add((size > 0).astype(jnp.int32)),
                            rows=queue.rows.at[i].set(sampling.mark(queue.rows[i], examples, valid)))
-    return state, queue, jnp.where(size > 0, i, -1)
+    return state, queue, jnp.where(size > 0, i, -1), status
 
 
 def _tell(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, params, event):
@@ -128,22 +129,25 @@ def _tell(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, pa
     size = jnp.where(tell, queue.sizes[slot], 0)
     valid = jnp.arange(B) < size
     batch = Batch(i, size, examples, valid, episode.scores[i, examples])
-    state, info = kernel.tell(episode, state, params, queue.steps[slot], batch)
+    state, told = kernel.tell(episode, state, params, queue.steps[slot], batch)
     queue = queue._replace(sizes=queue.sizes.at[slot].set(jnp.where(tell, 0, queue.sizes[slot])),
                            cells=queue.cells.at[i].add(-size),
                            batches=queue.batches.at[i].add(-(size > 0).astype(jnp.int32)))
-    return state, queue, info
+    return state, queue, told
 
 
 def make_event(kernel: Kernel):
-    """``event(episode, (state, queue), params, x) -> ((state, queue), record)`` for one repetition, ``x``
-    one event of the `Schedule` ``(ask_step, ask_slot, refit, tell, tell_slot)``."""
+    """``event(episode, (state, queue, trace), params, x) -> ((state, queue, trace), record)`` for one
+    repetition, ``x`` one event of the `Schedule` ``(ask_step, ask_slot, refit, tell, tell_slot)``; the
+    event's `pulse_jax.engine.state.StepInfo` is folded into the run's trace."""
 
     def event(episode, carry, params, x):
-        state, queue = carry
-        state, queue, chosen = _ask(kernel, episode, state, queue, params, x)
-        state, queue, info = _tell(kernel, episode, state, queue, params, x)
-        return (state, queue), kernel.record(state, params, chosen, info)
+        before, queue, trace = carry
+        state, queue, chosen, status = _ask(kernel, episode, before, queue, params, x)
+        state, queue, told = _tell(kernel, episode, state, queue, params, x)
+        trace, record = tracing.fold(kernel.config, trace,
+                                     kernel.record(before, state, params, chosen, told, status=status))
+        return (state, queue, trace), record
 
     return event
 
@@ -170,6 +174,7 @@ def make_concurrent_run(config: BanditConfig, method: str | Estimator = "pulse",
         episodes, states = jax.vmap(kernel.init, in_axes=(0, None, None, 0, None), out_axes=(EPISODE_AXES, 0))(
             keys, scores, V, params, start)
         queues = jax.vmap(lambda s: empty_queue(config, s))(states)
+        traces = jax.vmap(lambda *a: first_trace(kernel, *a), in_axes=(EPISODE_AXES, 0, 0))(episodes, states, params)
 
         def block_of(carry, b):
             x = jax.tree_util.tree_map(lambda a: jax.lax.dynamic_slice_in_dim(a, b * block, block), xs)
@@ -178,14 +183,15 @@ def make_concurrent_run(config: BanditConfig, method: str | Estimator = "pulse",
         def keep_going(b, inner):
             if not config.stop.stops_early:
                 return True
-            states, queues = inner
+            states, queues, _ = inner
             asking = ~states.stopped & (states.spent + jnp.sum(queues.cells, axis=1) < config.budget)
             return jnp.any(asking | (jnp.sum(queues.sizes, axis=1) > 0))
 
-        b, (final, _), buffer = run_in_blocks(block_of, keep_going, (states, queues), n_blocks, block,
-                                              config.record_steps)
-        idle = jax.vmap(lambda *a: idle_record(kernel, *a), in_axes=(EPISODE_AXES, 0, 0))(episodes, final, params)
+        b, (final, _, trace), buffer = run_in_blocks(block_of, keep_going, (states, queues, traces), n_blocks, block,
+                                                     config.record_steps)
+        idle = jax.vmap(lambda *a: idle_record(kernel, *a), in_axes=(EPISODE_AXES, 0, 0, 0))(episodes, final, trace,
+                                                                                              params)
         records = idle_where_unrun(buffer, idle, b * block, slice(0, events))
-        return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best, states.money)
+        return jax.vmap(lambda *a: run_result(kernel, *a))(final, trace, params, records, (states.best, traces.money))
 
     return run

@@ -6,11 +6,13 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
+from pulse_jax.engine import run_trace as tracing
 from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths, interval_bounds
 from pulse_jax.engine.config import BanditConfig, check_compatible, get_estimator, refits_periodically, traced_params
-from pulse_jax.engine.kernel import Kernel, Start, build_kernel
+from pulse_jax.engine.kernel import Kernel, Start, build_kernel, cells_cost
 from pulse_jax.engine.params import RunParams
-from pulse_jax.engine.state import BanditState, Episode, RunResult, StepRecord
+from pulse_jax.engine.state import BanditState, Episode, RunResult, StepRecord, Told
+from pulse_jax.engine.run_trace import Trace
 from pulse_jax.errors import require
 from pulse_jax.estimators.base import Estimator
 
@@ -80,24 +82,25 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
         params = start_params(kernel, params)
         episode, state = kernel.init(key, jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32), params,
                                      start)
-        init_best, init_money = state.best, state.money
+        trace = first_trace(kernel, episode, state, params)
+        first = (state.best, trace.money)
         # choices[t] is step t's model (index 0: the padding step t = 0, never a pull).
         choices = jnp.concatenate([jnp.full(1, -1, jnp.int32), jnp.asarray(choices, jnp.int32)]) if follow else None
         follow_at = (lambda t: None) if choices is None else (lambda t: choices[t])   # noqa: E731
         if not (refits_periodically(config, kernel.plugins) and jax.default_backend() in PHASED_BACKENDS):
             # One scan over t = 0 .. n_steps (t = 0 is the no-op padding step); a refit is a
             # `lax.cond` in every step, taken every refit_every steps.
-            def one(s, t):
-                s, record = kernel.step(episode, s, params, t, follow_at(t))
+            def one(carry, t):
+                s, record = traced_step(kernel, episode, carry, params, t, follow_at(t))
                 return s, (record if config.record_steps else None)
 
-            state, records = jax.lax.scan(one, state, jnp.arange(config.n_steps + 1))
+            (state, trace), records = jax.lax.scan(one, (state, trace), jnp.arange(config.n_steps + 1))
         else:
-            state, records = _phases(kernel, episode, state, params, follow_at)
+            (state, trace), records = _phases(kernel, episode, (state, trace), params, follow_at)
         records = jax.tree_util.tree_map(lambda a: a[1:config.n_steps + 1], records)
         if not config.record_steps:   # the summary only: the final state's record as the one "step"
-            records = jax.tree_util.tree_map(lambda a: a[None], idle_record(kernel, episode, state, params))
-        return run_result(kernel, state, params, records, init_best, init_money)
+            records = jax.tree_util.tree_map(lambda a: a[None], idle_record(kernel, episode, state, trace, params))
+        return run_result(kernel, state, trace, params, records, first)
 
     return run
 
@@ -130,32 +133,35 @@ def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", fo
         scores, V = jnp.asarray(scores, jnp.float32), jnp.asarray(V, jnp.float32)
         episodes, states = jax.vmap(kernel.init, in_axes=(0, None, None, 0, None), out_axes=(EPISODE_AXES, 0))(
             keys, scores, V, params, start)
+        traces = jax.vmap(lambda *a: first_trace(kernel, *a), in_axes=(EPISODE_AXES, 0, 0))(episodes, states, params)
         padded = None if choices is None else jnp.pad(jnp.asarray(choices, jnp.int32), ((0, 0), (1, 0)),
                                                       constant_values=-1)
-        final, records = _blocks(kernel, block, episodes, states, params, padded)
-        return jax.vmap(lambda *a: run_result(kernel, *a))(final, params, records, states.best, states.money)
+        (final, trace), records = _blocks(kernel, block, episodes, (states, traces), params, padded)
+        return jax.vmap(lambda *a: run_result(kernel, *a))(final, trace, params, records, (states.best, traces.money))
 
     return run
 
 
-def _blocks(kernel: Kernel, block: int, episodes: Episode, states: BanditState, params: RunParams, padded):
-    """Blocks of ``block`` steps of every repetition, until all have stopped: ``(states, records)``."""
+def _blocks(kernel: Kernel, block: int, episodes: Episode, carry: tuple[BanditState, Trace], params: RunParams,
+            padded):
+    """Blocks of ``block`` steps of every repetition, until all have stopped: ``((states, traces), records)``."""
     config = kernel.config
     n_blocks = -(-(config.n_steps + 1) // block)
-    step = jax.vmap(kernel.step, in_axes=(EPISODE_AXES, 0, 0, None, None if padded is None else 0))
+    step = jax.vmap(lambda *a: traced_step(kernel, *a), in_axes=(EPISODE_AXES, 0, 0, None, None if padded is None else 0))
 
-    def steps_of_block(states, b):
-        def one(states, t):
+    def steps_of_block(carry, b):
+        def one(carry, t):
             t = jnp.where(t <= config.n_steps, t, 0)     # past the last step: the no-op step 0
-            return step(episodes, states, params, t, None if padded is None else padded[:, t])
-        return jax.lax.scan(one, states, b * block + jnp.arange(block))
+            return step(episodes, carry, params, t, None if padded is None else padded[:, t])
+        return jax.lax.scan(one, carry, b * block + jnp.arange(block))
 
     finished = jax.vmap(lambda state, params, t: kernel.stop_status(state, params, t).done, in_axes=(0, 0, None))
-    b, states, buffer = run_in_blocks(steps_of_block, lambda b, states: ~jnp.all(
-        finished(states, params, jnp.maximum(b * block, 1))), states, n_blocks, block, config.record_steps)
-    states = jax.vmap(_settle, in_axes=(None, 0, 0, None))(kernel, states, params, jnp.maximum(b * block, 1))
-    idle = jax.vmap(lambda *a: idle_record(kernel, *a), in_axes=(EPISODE_AXES, 0, 0))(episodes, states, params)
-    return states, idle_where_unrun(buffer, idle, b * block, slice(1, config.n_steps + 1))
+    b, carry, buffer = run_in_blocks(steps_of_block, lambda b, carry: ~jnp.all(
+        finished(carry[0], params, jnp.maximum(b * block, 1))), carry, n_blocks, block, config.record_steps)
+    states, traces = jax.vmap(_settle, in_axes=(None, 0, 0, None))(kernel, carry, params, jnp.maximum(b * block, 1))
+    idle = jax.vmap(lambda *a: idle_record(kernel, *a), in_axes=(EPISODE_AXES, 0, 0, 0))(episodes, states, traces,
+                                                                                          params)
+    return (states, traces), idle_where_unrun(buffer, idle, b * block, slice(1, config.n_steps + 1))
 
 
 def run_in_blocks(block_of, keep_going, carry, n_blocks: int, block: int, record_steps: bool):
@@ -194,16 +200,18 @@ def idle_where_unrun(buffer, idle, ran_steps, keep: slice):
                                  buf, i[:, None])[:, keep], buffer, idle)
 
 
-def _settle(kernel: Kernel, state: BanditState, params: RunParams, t) -> BanditState:
+def _settle(kernel: Kernel, carry: tuple[BanditState, Trace], params: RunParams, t) -> tuple[BanditState, Trace]:
     """A blocked run that ended early, as the scan leaves it: a repetition whose rule fires at step ``t``
     (the loop found every repetition done there, so that step never ran) records the stop and the
     claim the scan's step ``t`` would have recorded. Past the last step nothing fires."""
+    state, trace = carry
     status = kernel.stop_status(state, params, t)
     fires = status.done & ~state.stopped & (t <= kernel.config.n_steps)
-    return state._replace(stopped=state.stopped | fires, claimed=jnp.where(fires, status.claim, state.claimed))
+    return state._replace(stopped=state.stopped | fires), trace._replace(
+        claimed=jnp.where(fires, status.claim, trace.claimed))
 
 
-def _phases(kernel: Kernel, episode: Episode, state: BanditState, params: RunParams, follow_at):
+def _phases(kernel: Kernel, episode: Episode, carry: tuple[BanditState, Trace], params: RunParams, follow_at):
     """Steps ``0 .. n_steps`` with a refit every ``tau`` steps, as a scan over refit phases.
 
     Phase ``p`` is steps ``p tau .. (p + 1) tau - 1`` (the last one padded with no-op steps ``t = 0``
@@ -212,7 +220,7 @@ def _phases(kernel: Kernel, episode: Episode, state: BanditState, params: RunPar
     inside them. Every step is the kernel's ``step``, in the per-step scan's order, hence every
     number is the scan's; on an accelerator a conditional costs at least a host round trip to read
     its predicate, so one per step adds up.
-    Returns ``(state, records)``, records indexed by ``t`` (``0 .. n_phases tau - 1``).
+    Returns ``((state, trace), records)``, records indexed by ``t`` (``0 .. n_phases tau - 1``).
     """
     config = kernel.config
     tau, n = config.refit_every, config.n_steps
@@ -220,29 +228,49 @@ def _phases(kernel: Kernel, episode: Episode, state: BanditState, params: RunPar
     as_step = lambda u: jnp.where(u <= n, u, 0)   # noqa: E731   (past the last step: the no-op step 0)
 
     def one(s, u):
-        s, record = kernel.step(episode, s, params, as_step(u), follow_at(as_step(u)), due=False)
+        s, record = traced_step(kernel, episode, s, params, as_step(u), follow_at(as_step(u)), due=False)
         return s, (record if config.record_steps else None)
 
     def phase(s, p):
         first = as_step(p * tau)
-        s, record = kernel.step(episode, s, params, first, follow_at(first), due=p >= 1)
+        s, record = traced_step(kernel, episode, s, params, first, follow_at(first), due=p >= 1)
         s, records = jax.lax.scan(one, s, p * tau + jnp.arange(1, tau))
         if not config.record_steps:
             return s, None
         return s, jax.tree_util.tree_map(lambda a, b: jnp.concatenate([a[None], b]), record, records)
 
-    state, records = jax.lax.scan(phase, state, jnp.arange(n_phases, dtype=jnp.int32))
-    return state, jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), records)
+    carry, records = jax.lax.scan(phase, carry, jnp.arange(n_phases, dtype=jnp.int32))
+    return carry, jax.tree_util.tree_map(lambda a: a.reshape((n_phases * tau,) + a.shape[2:]), records)
 
 
-def idle_record(kernel: Kernel, episode: Episode, state: BanditState, params: RunParams) -> StepRecord:
+def first_trace(kernel: Kernel, episode: Episode, state: BanditState, params: RunParams) -> Trace:
+    """The `Trace` after the initial batches (``state`` from ``kernel.init``): their cost, no claim, the
+    snapshot rows their cells reach."""
+    cost = cells_cost(episode, episode.init_examples, jnp.ones(episode.init_examples.shape, bool))
+    info = kernel.record(state, state, params, jnp.int32(-1), Told((), cost))
+    return tracing.fold(kernel.config, tracing.empty(kernel.config), info._replace(spent_before=jnp.int32(-1)))[0]
+
+
+def traced_step(kernel: Kernel, episode: Episode, carry: tuple[BanditState, Trace], params: RunParams, t, follow=None,
+                *, due=None):
+    """``kernel.step`` with its `StepInfo` folded into the run's `Trace`: ``((state, trace), record)``."""
+    state, trace = carry
+    state, info = kernel.step(episode, state, params, t, follow, due=due)
+    trace, record = tracing.fold(kernel.config, trace, info)
+    return (state, trace), record
+
+
+def idle_record(kernel: Kernel, episode: Episode, state: BanditState, trace: Trace, params: RunParams) -> StepRecord:
     """What a step that spends nothing records on ``state`` (the no-op step ``t = 0``): the records of
     steps a run never reached (it had stopped)."""
-    return kernel.step(episode, state, params, jnp.int32(0))[1]
+    return traced_step(kernel, episode, (state, trace), params, jnp.int32(0))[1]
 
 
-def run_result(kernel: Kernel, state: BanditState, params: RunParams, records, init_best, init_money) -> RunResult:
+def run_result(kernel: Kernel, state: BanditState, trace: Trace, params: RunParams, records, first) -> RunResult:
+    """A repetition's `RunResult` from its final state and trace, its per-step ``records`` and ``first``,
+    the best guess and the money after the initial batches."""
     config, estimator = kernel.config, kernel.plugins.estimator
+    init_best, init_money = first
     n = config.n_examples
     radius = estimator.radius(state.estimator, state.ledger, n, params.delta, params.estimator)
     radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
@@ -254,7 +282,7 @@ def run_result(kernel: Kernel, state: BanditState, params: RunParams, records, i
         seq_low = seq_high = jnp.full(seq_low.shape, jnp.nan, jnp.float32)
     # Budgets never reached (an early stop, exhausted models) take the final widths.
     final = half_widths(config, estimator, state, params)
-    snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(state.snapshots, final)))
+    snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(trace.snapshots, final)))
     return RunResult(records, init_best, current_estimates(estimator, state, n, params), radius, state.ledger.n_obs,
                      state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps, seq_low, seq_high, state.stopped,
-                     state.claimed, init_money)
+                     trace.claimed, init_money)

@@ -15,11 +15,11 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from pulse_jax.engine.bookkeeping import (Certificate, Snapshots, current_estimates, interval_bounds,
-                                          record_certificate, take_snapshots)
+from pulse_jax.engine.bookkeeping import (Certificate, Snapshots, current_estimates, half_widths, interval_bounds,
+                                          record_certificate)
 from pulse_jax.engine.config import BanditConfig, Plugins, log_chunk_slots, plugins_of, refit_due
 from pulse_jax.engine.params import RunParams
-from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepRecord, draw_keys, initial_draws,
+from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepInfo, Told, draw_keys, initial_draws,
                                     observed_blocks)
 from pulse_jax.estimators.base import Estimator, Ledger, Pull, draw_design
 from pulse_jax.rules.base import RuleInputs
@@ -102,8 +102,8 @@ class Start(NamedTuple):
     """Where a repetition's rows of U start (``init_U``, ``(m, r)``; None: zeros) and the Gaussian
     every refit pulls them towards (``row_prior``, a `pulse_jax.stats.factorization.RowPrior`;
     None: the candidates' mean row), with weight ``params.refit_prior``; and what each cell costs
-    (``cost``, ``(m, n)``: the run's ``money`` adds up the cells it observes, and the rules see each
-    model's mean cost per cell; None: every cell costs 1, and ``money`` counts cells)."""
+    (``cost``, ``(m, n)``: `Kernel.tell` reports what a batch's cells cost, and the rules see each
+    model's mean cost per cell; None: every cell costs 1, and the money counts cells)."""
 
     init_U: jax.Array | None = None
     row_prior: factorization.RowPrior | None = None
@@ -113,10 +113,10 @@ class Start(NamedTuple):
 InitFn = Callable[..., tuple[Episode, BanditState]]
 StatusFn = Callable[..., Status]
 AskFn = Callable[..., tuple[BanditState, Asked]]
-TellFn = Callable[..., tuple[BanditState, object]]
-StepFn = Callable[..., tuple[BanditState, StepRecord]]
+TellFn = Callable[..., tuple[BanditState, Told]]
+StepFn = Callable[..., tuple[BanditState, StepInfo]]
 BoundsFn = Callable[[BanditState, RunParams], tuple[jax.Array, jax.Array, jax.Array]]
-RecordFn = Callable[..., StepRecord]
+RecordFn = Callable[..., StepInfo]
 
 
 def _where_tree(pred, new, old):
@@ -184,10 +184,9 @@ def _first_state(s: Static, first, observed, population, U, params: RunParams) -
                                  jnp.ones(first.shape, bool))
         raw = confidence.Observations(rows, jnp.zeros_like(rows), jnp.ones_like(rows))
         cs = confidence.cs_update_all(cs, draws, raw, _log_inv_alpha(s, params), params.cs_horizon)
-    nan = jnp.full((len(config.snapshot_budgets), m), jnp.nan, jnp.float32)
     return BanditState(ledger, None, U, observed, first, _empty_log(s),
                        jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
-                       Snapshots(nan, nan), plugins.rule.init(config), jnp.bool_(False), jnp.zeros(m, bool))
+                       plugins.rule.init(config), jnp.bool_(False))
 
 
 def _init(s: Static, key, scores, V, params: RunParams, start: Start) -> tuple[Episode, BanditState]:
@@ -207,16 +206,14 @@ def _init(s: Static, key, scores, V, params: RunParams, start: Start) -> tuple[E
     U = jnp.zeros((config.n_models, V.shape[1]), jnp.float32) if start.init_U is None \
         else jnp.asarray(start.init_U, jnp.float32)
     state = _first_state(s, first, observed, population, U, params)
-    state = state._replace(money=_cost_of(episode, first_examples, jnp.ones(first_examples.shape, bool)),
-                           cost=_model_cost(cost, missing, population))
+    state = state._replace(cost=_model_cost(cost, missing, population))
     if estimator.uses_predictions:
         settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2,
                               params.refit_prior, episode.row_prior)
         state = _refit(episode, state, settings, with_log=False)     # nothing is in the log yet
     state = state._replace(estimator=estimator.init(state.ledger, params.estimator))
     state = state._replace(best=_recommend(s, episode, state, params, 0))
-    state = record_certificate(config, estimator, state, params)
-    return episode, take_snapshots(config, estimator, state, params, jnp.int32(-1))
+    return episode, record_certificate(config, estimator, state, params)
 
 
 def _model_cost(cost, missing, population):
@@ -226,8 +223,9 @@ def _model_cost(cost, missing, population):
     return jnp.sum(jnp.where(missing, 0.0, cost), axis=1) / jnp.maximum(population, 1).astype(jnp.float32)
 
 
-def _cost_of(episode: Episode, examples, valid, model=None):
-    """What the ``valid`` cells ``examples`` cost (``model``'s batch, or every model's rows of ``examples``)."""
+def cells_cost(episode: Episode, examples, valid, model=None):
+    """What the ``valid`` cells ``examples`` cost (``model``'s batch, or every model's rows of ``examples``:
+    ``cells_cost(episode, episode.init_examples, ones)`` is what the initial batches cost)."""
     if episode.cost is None:
         return jnp.sum(valid).astype(jnp.float32)
     rows = episode.cost if model is None else episode.cost[model][None]
@@ -276,12 +274,10 @@ def _stop_status(s: Static, state: BanditState, params: RunParams, t, in_flight:
     return Status(state.stopped | stop.done(looks, params.stop), stop.claim(looks, params.stop), focus, hold, looks)
 
 
-def _apply_status(s: Static, state: BanditState, status: Status, t) -> BanditState:
-    """The stop recorded in the state: it fires at step ``t >= 1``, and the claim is the one made then."""
-    fires = status.done & (t >= 1)
-    claimed = state.claimed if s.plugins.stop.claim is no_claim else \
-        jnp.where(fires & ~state.stopped, status.claim, state.claimed)
-    return state._replace(stopped=state.stopped | fires, claimed=claimed)
+def _apply_status(state: BanditState, status: Status, t) -> BanditState:
+    """The stop recorded in the state: it fires at step ``t >= 1`` (the claim made then is the step's
+    `StepInfo`'s, `_record`)."""
+    return state._replace(stopped=state.stopped | (status.done & (t >= 1)))
 
 
 def _choose(s: Static, episode: Episode, state: BanditState, params: RunParams, t, status: Status, *,
@@ -452,12 +448,13 @@ def _add_to_log(log: PullLog, t, pull: Pull, examples) -> PullLog:
 
 
 def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams, t, batch: Batch):
-    """Steps 4-5: record the batch's scores (ignored where not ``valid``); ``(state, info)``.
+    """Steps 4-5: record the batch's scores (ignored where not ``valid``); ``(state, Told)``, the
+    estimator's per-step info and what the batch's cells cost.
 
     The confidence sequences and the estimator take the batch in from the
     bookkeeping *before* it (everything they use is predictable), then the
-    ledger, the pull log and the rule take it in, and the recommendation, the
-    certificate and the snapshots are brought up to date.
+    ledger, the pull log and the rule take it in, and the recommendation and the
+    certificate are brought up to date.
     """
     config, plugins = s
     estimator, n, ledger, i = plugins.estimator, config.n_examples, state.ledger, batch.model
@@ -471,13 +468,11 @@ def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams,
     est, info = estimator.update(state.estimator, ledger, pull, n, params.estimator)   # a no-op when size == 0
     observed = state.observed.at[i].set(sampling.mark(state.observed[i], batch.examples, batch.valid))
     log = _add_to_log(state.log, t, pull, batch.examples) if estimator.uses_predictions else state.log
-    spent_before = state.spent
     state = state._replace(ledger=_add_to_ledger(ledger, pull), estimator=est, observed=observed, log=log,
-                           spent=state.spent + batch.size, cs=cs, rule=plugins.rule.update(state.rule, i, batch.size),
-                           money=state.money + _cost_of(episode, batch.examples, batch.valid, i))
+                           spent=state.spent + batch.size, cs=cs, rule=plugins.rule.update(state.rule, i, batch.size))
     state = state._replace(best=jnp.where(batch.size > 0, _recommend(s, episode, state, params, t), state.best))
-    state = record_certificate(config, estimator, state, params)
-    return take_snapshots(config, estimator, state, params, spent_before), info
+    return record_certificate(config, estimator, state, params), \
+        Told(info, cells_cost(episode, batch.examples, batch.valid, i))
 
 
 def _ask(s: Static, episode: Episode, state: BanditState, params: RunParams, t, status: Status, *, follow=None,
@@ -487,7 +482,7 @@ def _ask(s: Static, episode: Episode, state: BanditState, params: RunParams, t, 
     rule's choice, with the usual batch size, and ignores the stop), U refit when ``due`` (None:
     ``refit_due(t)``) and the step spends, the batch drawn (`_draw`)."""
     if follow is None:
-        state = _apply_status(s, state, status, t)
+        state = _apply_status(state, status, t)
         state, choice = _choose(s, episode, state, params, t, status, blocked=blocked, in_flight=in_flight)
     else:
         i = jnp.clip(follow, 0, s.config.n_models - 1)
@@ -499,22 +494,30 @@ def _ask(s: Static, episode: Episode, state: BanditState, params: RunParams, t, 
 
 def _step(s: Static, episode: Episode, state: BanditState, params: RunParams, t, follow=None, *, due=None):
     """Bandit step ``t`` (1-based; ``t = 0`` is a no-op used for padding): the stopping rule's status,
-    `_ask` (choose, refit when due, draw), `_tell` the batch's true scores; ``(state, record)``."""
+    `_ask` (choose, refit when due, draw), `_tell` the batch's true scores; ``(state, StepInfo)``."""
+    before = state
     status = _stop_status(s, state, params, t)
     state, asked = _ask(s, episode, state, params, t, status, follow=follow, due=due)
     batch = Batch(asked.model, asked.size, asked.examples, asked.valid, episode.scores[asked.model, asked.examples])
-    state, info = _observe(s, episode, state, params, t, batch)
-    return state, _record(s, state, params, jnp.where(asked.size > 0, asked.model, -1), info)
+    state, told = _observe(s, episode, state, params, t, batch)
+    return state, _record(s, before, state, params, jnp.where(asked.size > 0, asked.model, -1), told, status=status)
 
 
-def _record(s: Static, state: BanditState, params: RunParams, chosen, info) -> StepRecord:
-    config, estimator = s.config, s.plugins.estimator
-    empty = jnp.zeros((0,), jnp.float32)
-    if not config.record_estimates:
-        return StepRecord(state.best, state.spent, chosen, info, empty, empty, empty, state.money)
-    low, high = interval_bounds(estimator, state, config, params, "cs")
-    estimates = current_estimates(estimator, state, config.n_examples, params)
-    return StepRecord(state.best, state.spent, chosen, info, estimates, low, high, state.money)
+def _record(s: Static, before: BanditState, state: BanditState, params: RunParams, chosen, told: Told, *,
+            status: Status | None = None) -> StepInfo:
+    """A step's `StepInfo`, from the state ``before`` it and its final ``state``: the stop fired in it
+    if ``state`` has stopped and ``before`` had not (its claim is ``status``'s), and the half-widths
+    are taken when the config keeps snapshots."""
+    config, (estimator, _, stop) = s
+    m, empty = config.n_models, jnp.zeros((0,), jnp.float32)
+    claim = jnp.zeros(m, bool) if status is None or stop.claim is no_claim else status.claim
+    widths = Snapshots(*half_widths(config, estimator, state, params)) if config.snapshot_budgets else ()
+    estimates = low = high = empty
+    if config.record_estimates:
+        low, high = interval_bounds(estimator, state, config, params, "cs")
+        estimates = current_estimates(estimator, state, config.n_examples, params)
+    return StepInfo(state.best, state.spent, chosen, told.info, estimates, low, high, told.cost, before.spent,
+                    jnp.asarray(state.stopped & ~before.stopped), claim, widths)
 
 
 def _bounds(s: Static, state: BanditState, params: RunParams):
@@ -535,11 +538,18 @@ class Kernel(NamedTuple):
     * ``ask(episode, state, params, t, status, *, follow=None, in_flight=None, blocked=None, due=None)
       -> (state, Asked)``: the stop recorded, the model chosen by the sampling rule (given the
       status's focus), U refit when due, the batch drawn;
-    * ``tell(episode, state, params, t, batch) -> (state, info)``: a `Batch`'s scores observed;
-    * ``step(episode, state, params, t, follow=None, *, due=None) -> (state, record)``: ``stop_status``,
-      ``ask``, ``tell`` the true scores, ``record`` (``t = 0``: a step that spends nothing);
+    * ``tell(episode, state, params, t, batch) -> (state, Told)``: a `Batch`'s scores observed (the
+      estimator's info and what the cells cost);
+    * ``step(episode, state, params, t, follow=None, *, due=None) -> (state, StepInfo)``:
+      ``stop_status``, ``ask``, ``tell`` the true scores, ``record`` (``t = 0``: a step that spends
+      nothing);
     * ``bounds(state, params) -> (estimates, low, high)``: every model's estimate and interval now;
-    * ``record(state, params, chosen, info) -> StepRecord``: a step's record once its state is final.
+    * ``record(before, state, params, chosen, told, *, status=None) -> StepInfo``: what a step reports
+      once its state is final (``before``: the state it started from; ``status``: its stop's).
+
+    The state holds only what the next step reads; what only a report reads (money, the claim made
+    when the stop fired, the interval snapshots) is in the `StepInfo`, which the drivers fold into a
+    `pulse_jax.engine.run_trace.Trace`.
 
     Whether step ``t`` refits is `pulse_jax.engine.config.refit_due`.
     """
@@ -579,7 +589,7 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     def bounds(state, params):
         return _bounds(s, state, params)
 
-    def record(state, params, chosen, info):
-        return _record(s, state, params, chosen, info)
+    def record(before, state, params, chosen, told, *, status=None):
+        return _record(s, before, state, params, chosen, told, status=status)
 
     return Kernel(config, s.plugins, init, stop_status, ask, tell, step, bounds, record)

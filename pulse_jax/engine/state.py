@@ -40,7 +40,9 @@ class PullLog(NamedTuple):
 
 
 class BanditState(NamedTuple):
-    """Everything that changes during a run, and everything observed so far."""
+    """What the next step reads: everything observed so far and the rules' own state. What only a
+    report reads (the money spent, the stop's claim, the interval snapshots) is not here: each step
+    returns it in its `StepInfo`, and the drivers fold that into a `pulse_jax.engine.run_trace.Trace`."""
 
     ledger: Ledger        # per-model observed / predicted sums
     estimator: chex.ArrayTree   # the estimator's own state
@@ -51,13 +53,10 @@ class BanditState(NamedTuple):
     spent: chex.Array     # cells spent, initialization included
     best: chex.Array      # current best guess (row index)
     cs: ConfSeq           # anytime-valid confidence sequences, one per model
-    certified: "Certificate"
-    snapshots: "Snapshots"
+    certified: "Certificate"    # the first certification: the stopping rules read it (StopInputs.certified)
     rule: chex.ArrayTree = ()   # the sampling rule's own state
     stopped: chex.Array | bool = False   # the stopping rule has fired (final: a stopped run pulls nothing more)
-    claimed: chex.Array | None = None    # (m,) bool: the models the stopping rule's claim named when it fired
-    money: chex.Array | float = 0.0      # what the cells spent cost, initialization included (cells without costs)
-    cost: chex.Array | None = None       # (m,) each model's mean cost per cell (constant; ones without costs)
+    cost: chex.Array | None = None       # (m,) each model's mean cost per cell, which the rules see (ones without costs)
 
 
 class StepRecord(NamedTuple):
@@ -69,6 +68,32 @@ class StepRecord(NamedTuple):
     low: chex.Array         # (m,) confidence-sequence bounds when config.record_estimates, else ()
     high: chex.Array
     money: chex.Array = 0.0  # what the cells spent cost after the step, initialization included
+
+
+class Told(NamedTuple):
+    """What `Kernel.tell` reports of a batch: the estimator's per-step pytree and what its cells cost."""
+
+    info: chex.ArrayTree
+    cost: chex.Array
+
+
+class StepInfo(NamedTuple):
+    """What a step reports beside its new state (`Kernel.step`, `Kernel.record`): the step's
+    `StepRecord` fields without the running money, and what only the analysis reads, which a driver
+    folds into its `pulse_jax.engine.run_trace.Trace` (`pulse_jax.engine.run_trace.fold`)."""
+
+    best: chex.Array
+    spent: chex.Array
+    chosen: chex.Array
+    info: chex.ArrayTree
+    estimates: chex.Array
+    low: chex.Array
+    high: chex.Array
+    cost: chex.Array          # what the cells observed in the step cost
+    spent_before: chex.Array  # cells spent before the step
+    fired: chex.Array         # the stopping rule fired in this step
+    claim: chex.Array         # (m,) bool: the models its claim named (read where it fired)
+    widths: chex.ArrayTree    # `Snapshots` of (m,) half-widths after the step (() without snapshot budgets)
 
 
 class RunResult(NamedTuple):
