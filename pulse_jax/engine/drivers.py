@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from pulse_jax.engine import run_trace as tracing
 from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths, interval_bounds
 from pulse_jax.engine.config import BanditConfig, check_compatible, get_estimator, refits_periodically, traced_params
-from pulse_jax.engine.kernel import Kernel, Start, build_kernel, cells_cost
+from pulse_jax.engine.kernel import Kernel, Start, build_kernel, cells_cost, sequence_bounds
 from pulse_jax.engine.params import RunParams
 from pulse_jax.engine.state import BanditState, Episode, RunResult, StepRecord, Told
 from pulse_jax.engine.run_trace import Trace
@@ -245,10 +245,13 @@ def _phases(kernel: Kernel, episode: Episode, carry: tuple[BanditState, Trace], 
 
 def first_trace(kernel: Kernel, episode: Episode, state: BanditState, params: RunParams) -> Trace:
     """The `Trace` after the initial batches (``state`` from ``kernel.init``): their cost, no claim, the
-    snapshot rows their cells reach."""
+    snapshot rows their cells reach, every sequence's bounds on them."""
     cost = cells_cost(episode, episode.init_examples, jnp.ones(episode.init_examples.shape, bool))
     info = kernel.record(state, state, params, jnp.int32(-1), Told((), cost))
-    return tracing.fold(kernel.config, tracing.empty(kernel.config), info._replace(spent_before=jnp.int32(-1)))[0]
+    empty = tracing.empty(kernel.config, kernel.plugins.estimator.n_sequences)
+    trace = tracing.fold(kernel.config, empty, info._replace(spent_before=jnp.int32(-1)))[0]
+    seq_low, seq_high = sequence_bounds(kernel, state, params)
+    return trace._replace(seq_low=jnp.maximum(trace.seq_low, seq_low), seq_high=jnp.minimum(trace.seq_high, seq_high))
 
 
 def traced_step(kernel: Kernel, episode: Episode, carry: tuple[BanditState, Trace], params: RunParams, t, follow=None,
@@ -277,7 +280,7 @@ def run_result(kernel: Kernel, state: BanditState, trace: Trace, params: RunPara
     # The interval certification used: a model evaluated on every example is known exactly (its mean,
     # not the running interval of its sequence, which need not contain it once the population is spent).
     cs_low, cs_high = interval_bounds(estimator, state, config, params, "cs")     # NaN without an interval
-    seq_low, seq_high = state.cs.seq_low, state.cs.seq_high
+    seq_low, seq_high = trace.seq_low, trace.seq_high
     if not estimator.has_interval:
         seq_low = seq_high = jnp.full(seq_low.shape, jnp.nan, jnp.float32)
     # Budgets never reached (an early stop, exhausted models) take the final widths.

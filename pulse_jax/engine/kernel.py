@@ -242,6 +242,16 @@ def _recommend(s: Static, episode: Episode, state: BanditState, params: RunParam
     return random_argmax(tie_uniform(episode.key, t, BEST), mu, episode.model_order)
 
 
+def sequence_bounds(kernel: "Kernel", state: BanditState, params: RunParams):
+    """Every model's confidence sequences each on its own now, ``(m, C)`` each ([0, 1] without an
+    interval): what a run's `pulse_jax.engine.run_trace.Trace` starts from after the initial batches."""
+    s = Static(kernel.config, kernel.plugins)
+    if not s.plugins.estimator.has_interval:
+        shape = (s.config.n_models, s.plugins.estimator.n_sequences)
+        return jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32)
+    return confidence.sequence_bounds(state.cs, _log_inv_alpha(s, params))
+
+
 def room(config: BanditConfig, state: BanditState, i, reserved=0, in_flight: InFlight | None = None):
     """``B' = min(B, |U_i|, budget left - reserved)`` for model ``i`` (never below 0); ``U_i`` leaves out
     the examples in flight."""
@@ -459,12 +469,12 @@ def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams,
     config, plugins = s
     estimator, n, ledger, i = plugins.estimator, config.n_examples, state.ledger, batch.model
     pull = _pull(plugins, episode, state, params, batch)
-    cs = state.cs
+    cs, seq = state.cs, ((), ())
     if estimator.has_interval:
         obs = confidence.Observations(*estimator.proxies(state.estimator, ledger, pull, n, params.estimator))
         draws = confidence.Draws(ledger.n_obs[i], ledger.obs_sum[i], ledger.population[i].astype(jnp.float32),
                                  pull.scores, batch.valid)
-        cs = confidence.cs_update(cs, i, draws, obs, _log_inv_alpha(s, params), params.cs_horizon)
+        cs, seq = confidence.cs_update_and_bounds(cs, i, draws, obs, _log_inv_alpha(s, params), params.cs_horizon)
     est, info = estimator.update(state.estimator, ledger, pull, n, params.estimator)   # a no-op when size == 0
     observed = state.observed.at[i].set(sampling.mark(state.observed[i], batch.examples, batch.valid))
     log = _add_to_log(state.log, t, pull, batch.examples) if estimator.uses_predictions else state.log
@@ -472,7 +482,7 @@ def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams,
                            spent=state.spent + batch.size, cs=cs, rule=plugins.rule.update(state.rule, i, batch.size))
     state = state._replace(best=jnp.where(batch.size > 0, _recommend(s, episode, state, params, t), state.best))
     return record_certificate(config, estimator, state, params), \
-        Told(info, cells_cost(episode, batch.examples, batch.valid, i))
+        Told(info, cells_cost(episode, batch.examples, batch.valid, i), i, *seq)
 
 
 def _ask(s: Static, episode: Episode, state: BanditState, params: RunParams, t, status: Status, *, follow=None,
@@ -516,7 +526,7 @@ def _record(s: Static, before: BanditState, state: BanditState, params: RunParam
     if config.record_estimates:
         low, high = interval_bounds(estimator, state, config, params, "cs")
         estimates = current_estimates(estimator, state, config.n_examples, params)
-    return StepInfo(state.best, state.spent, chosen, told.info, estimates, low, high, told.cost, before.spent,
+    return StepInfo(state.best, state.spent, chosen, told, estimates, low, high, before.spent,
                     jnp.asarray(state.stopped & ~before.stopped), claim, widths)
 
 

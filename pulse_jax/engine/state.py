@@ -71,10 +71,14 @@ class StepRecord(NamedTuple):
 
 
 class Told(NamedTuple):
-    """What `Kernel.tell` reports of a batch: the estimator's per-step pytree and what its cells cost."""
+    """What `Kernel.tell` reports of a batch: the estimator's per-step pytree, what its cells cost, and
+    its model's confidence sequences each on its own afterwards (``(C,)`` each; () without an interval)."""
 
     info: chex.ArrayTree
     cost: chex.Array
+    model: chex.Array = -1
+    seq_low: chex.ArrayTree = ()
+    seq_high: chex.ArrayTree = ()
 
 
 class StepInfo(NamedTuple):
@@ -85,11 +89,10 @@ class StepInfo(NamedTuple):
     best: chex.Array
     spent: chex.Array
     chosen: chex.Array
-    info: chex.ArrayTree
+    told: Told                # the estimator's info, the cost of the cells observed, their sequences' bounds
     estimates: chex.Array
     low: chex.Array
     high: chex.Array
-    cost: chex.Array          # what the cells observed in the step cost
     spent_before: chex.Array  # cells spent before the step
     fired: chex.Array         # the stopping rule fired in this step
     claim: chex.Array         # (m,) bool: the models its claim named (read where it fired)

@@ -126,9 +126,9 @@ class ConfSeq(NamedTuple):
 
     Fields: ``weighted`` (A), ``weight`` (D), ``penalty`` (P), ``x_sum`` and
     ``dev_sum``, each ``(m, C)``; ``low`` / ``high``, ``(m,)``, the running
-    max / min over time and sequences of ``L_t`` / ``U_t`` ([0, 1] before any draw);
-    ``seq_low`` / ``seq_high``, ``(m, C)``, each sequence's own running max / min
-    over time (so each can be studied alone: ``low`` is the max of ``seq_low``).
+    max / min over time and sequences of ``L_t`` / ``U_t`` ([0, 1] before any draw).
+    Each sequence's own ``(L_t, U_t)`` is `sequence_bounds` of the state (so each can be
+    studied alone: their running max / min over time is what a run's report keeps).
     """
 
     weighted: chex.Array
@@ -138,8 +138,6 @@ class ConfSeq(NamedTuple):
     dev_sum: chex.Array
     low: chex.Array
     high: chex.Array
-    seq_low: chex.Array
-    seq_high: chex.Array
     log_up: chex.Array = None     # (m, C, G) log K+ on the betting grid (G = 0: the empirical-Bernstein sequence)
     log_down: chex.Array = None   # (m, C, G) log K-
 
@@ -150,8 +148,7 @@ def cs_init(n_models: int, n_sequences: int = 1, grid: int = 0) -> ConfSeq:
     zeros = jnp.zeros((n_models, n_sequences), jnp.float32)
     capital = jnp.zeros((n_models, n_sequences, grid), jnp.float32)
     return ConfSeq(zeros, zeros, zeros, zeros, zeros, jnp.zeros(n_models, jnp.float32),
-                   jnp.ones(n_models, jnp.float32), zeros, jnp.ones((n_models, n_sequences), jnp.float32),
-                   capital, capital)
+                   jnp.ones(n_models, jnp.float32), capital, capital)
 
 
 def cs_log_inv_alpha(delta, n_models: int, n_sequences: int = 1):
@@ -371,6 +368,13 @@ def cs_update(cs: ConfSeq, i, draws: Draws, obs: Observations, log_inv_alpha, ho
     """Take model ``i``'s batch (`Observations` of shape ``(C, B)``) into its sequences; a no-op when
     nothing is ``draws.valid``. ``log_inv_alpha``: one level, or a ``(low, high)`` pair; the bets are
     tuned to the upper side's."""
+    return cs_update_and_bounds(cs, i, draws, obs, log_inv_alpha, horizon)[0]
+
+
+def cs_update_and_bounds(cs: ConfSeq, i, draws: Draws, obs: Observations, log_inv_alpha,
+                         horizon=0.0) -> tuple[ConfSeq, tuple[chex.Array, chex.Array]]:
+    """`cs_update`, and model ``i``'s sequences each on its own afterwards (``(C,)`` each, the numbers
+    `sequence_bounds` gives), which the update computes on its way."""
     bet_level = _sides(log_inv_alpha)[1]
     bets = BetStatistics(cs.x_sum[i], cs.dev_sum[i])
     dA, dD, dP, dx, ddev = _sequences_terms(bets, draws, obs, bet_level, horizon)
@@ -388,8 +392,7 @@ def cs_update(cs: ConfSeq, i, draws: Draws, obs: Observations, log_inv_alpha, ho
         mix_low, mix_high = jnp.max(low), jnp.min(high)
     return ConfSeq(cs.weighted.at[i].set(A), cs.weight.at[i].set(D), cs.penalty.at[i].set(P),
                    cs.x_sum.at[i].add(dx), cs.dev_sum.at[i].add(ddev),
-                   cs.low.at[i].max(mix_low), cs.high.at[i].min(mix_high),
-                   cs.seq_low.at[i].max(low), cs.seq_high.at[i].min(high), log_up, log_down)
+                   cs.low.at[i].max(mix_low), cs.high.at[i].min(mix_high), log_up, log_down), (low, high)
 
 
 def cs_update_all(cs: ConfSeq, draws: Draws, obs: Observations, log_inv_alpha, horizon=0.0) -> ConfSeq:
@@ -406,14 +409,21 @@ def cs_update_all(cs: ConfSeq, draws: Draws, obs: Observations, log_inv_alpha, h
         # One model at a time: all of them at once would hold m x C x B x G numbers.
         d_up, d_down = jax.lax.map(lambda a: _sequences_capital(*a, bet_level, horizon, grid), (bets, draws, obs))
         log_up, log_down = cs.log_up + d_up, cs.log_down + d_down
-        low, high = capital_bounds(log_up, log_down, log_inv_alpha, grid)
         mix_low, mix_high = capital_bounds(*mixed_capital(log_up, log_down), log_inv_alpha, grid)
     else:
         low, high = cs_bounds(A, D, P, log_inv_alpha)
         mix_low, mix_high = jnp.max(low, axis=1), jnp.min(high, axis=1)
     return ConfSeq(A, D, P, cs.x_sum + terms[3], cs.dev_sum + terms[4], jnp.maximum(cs.low, mix_low),
-                   jnp.minimum(cs.high, mix_high), jnp.maximum(cs.seq_low, low),
-                   jnp.minimum(cs.seq_high, high), log_up, log_down)
+                   jnp.minimum(cs.high, mix_high), log_up, log_down)
+
+
+def sequence_bounds(cs: ConfSeq, log_inv_alpha, i=None) -> tuple[chex.Array, chex.Array]:
+    """Each sequence's own ``(L_t, U_t)`` now, from the state alone: every model's, ``(m, C)`` each, or
+    model ``i``'s, ``(C,)`` (the numbers `cs_update` intersects into ``low`` / ``high``)."""
+    pick = (lambda a: a) if i is None else (lambda a: a[i])   # noqa: E731
+    if _grid_size(cs):
+        return capital_bounds(pick(cs.log_up), pick(cs.log_down), log_inv_alpha, betting_grid(_grid_size(cs)))
+    return cs_bounds(pick(cs.weighted), pick(cs.weight), pick(cs.penalty), log_inv_alpha)
 
 
 def first_argmax(x: chex.Array) -> chex.Array:
