@@ -9,9 +9,9 @@ import jax.numpy as jnp
 from pulse_jax.engine import run_trace as tracing
 from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths, interval_bounds
 from pulse_jax.engine.config import BanditConfig, check_compatible, get_estimator, refits_periodically, traced_params
-from pulse_jax.engine.kernel import Kernel, Start, build_kernel, cells_cost, sequence_bounds
+from pulse_jax.engine.kernel import Kernel, Start, build_kernel, sequence_bounds
 from pulse_jax.engine.params import RunParams
-from pulse_jax.engine.state import BanditState, Episode, RunResult, StepRecord, Told
+from pulse_jax.engine.state import BanditState, Episode, RunResult, StepRecord, Told, cells_cost
 from pulse_jax.engine.run_trace import Trace
 from pulse_jax.errors import require
 from pulse_jax.estimators.base import Estimator

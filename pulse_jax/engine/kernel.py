@@ -19,8 +19,8 @@ from pulse_jax.engine.bookkeeping import (Certificate, Snapshots, current_estima
                                           record_certificate)
 from pulse_jax.engine.config import BanditConfig, Plugins, log_chunk_slots, plugins_of, refit_due
 from pulse_jax.engine.params import RunParams
-from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepInfo, Told, draw_keys, initial_draws,
-                                    observed_blocks)
+from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepInfo, Told, cells_cost, draw_keys,
+                                    initial_draws, observed_blocks)
 from pulse_jax.estimators.base import Estimator, Ledger, Pull, draw_design
 from pulse_jax.rules.base import RuleInputs
 from pulse_jax.stats import confidence, factorization
@@ -221,16 +221,6 @@ def _model_cost(cost, missing, population):
     if cost is None:
         return jnp.ones(missing.shape[0], jnp.float32)
     return jnp.sum(jnp.where(missing, 0.0, cost), axis=1) / jnp.maximum(population, 1).astype(jnp.float32)
-
-
-def cells_cost(episode: Episode, examples, valid, model=None):
-    """What the ``valid`` cells ``examples`` cost (``model``'s batch, or every model's rows of ``examples``:
-    ``cells_cost(episode, episode.init_examples, ones)`` is what the initial batches cost)."""
-    if episode.cost is None:
-        return jnp.sum(valid).astype(jnp.float32)
-    rows = episode.cost if model is None else episode.cost[model][None]
-    return jnp.sum(jnp.where(valid, jnp.take_along_axis(rows, examples.reshape(rows.shape[0], -1), axis=1)
-                             .reshape(valid.shape), 0.0))
 
 
 def _recommend(s: Static, episode: Episode, state: BanditState, params: RunParams, t):

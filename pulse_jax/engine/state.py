@@ -133,6 +133,16 @@ def draw_keys(key: chex.PRNGKey, n_models: int):
     return jax.random.permutation(k_models, n_models).astype(jnp.int32), k_examples, k_ties
 
 
+def cells_cost(episode: Episode, examples, valid, model=None):
+    """What the ``valid`` cells ``examples`` cost (``model``'s batch, or every model's rows of ``examples``:
+    ``cells_cost(episode, episode.init_examples, ones)`` is what the initial batches cost)."""
+    if episode.cost is None:
+        return jnp.sum(valid).astype(jnp.float32)
+    rows = episode.cost if model is None else episode.cost[model][None]
+    return jnp.sum(jnp.where(valid, jnp.take_along_axis(rows, examples.reshape(rows.shape[0], -1), axis=1)
+                             .reshape(valid.shape), 0.0))
+
+
 def initial_draws(examples_key: chex.PRNGKey, config: "BanditConfig", missing: chex.Array | None = None,
                   population: chex.Array | None = None) -> tuple[chex.Array, chex.Array]:
     """Stage 1's examples, ``(m, T0 B)``, and the packed mask of them: T0 ordinary draws per model.
