@@ -173,7 +173,6 @@ INTEGRATION_VARIANTS = {
         'plain-ucbe-successive_halving', 'plain-ucbe-top_two', 'seven-models-pulse-lucb_top_2',
         'seven-models-pulse-successive_halving', 'seven-models-pulse-top_two', 'seven-models-pulse-top_two_interval',
         'seven-models-ucbe-successive_halving', 'seven-models-ucbe-top_two', 'seven-models-ucbe-top_two_interval'),
-    "test_engine.py::test_phased_scan_equals_the_step_scan": ('naive', 'pulse_hedged'),
     "test_certificates.py::test_wrong_claims_are_at_most_delta": (
         'epsilon_at_and_above-pulse', 'tie_group_of_2-pulse', 'top_3_near_tie-pulse'),
     "test_stop_early.py::test_blocked_run_equals_the_scan_on_every_repetition": (

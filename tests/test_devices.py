@@ -6,10 +6,18 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import ON_CPU, tiny_problem
 
 from pulse_jax.engine import BanditConfig
 from pulse_jax.simulation import simulate
+
+# Each test starts a second JAX process that compiles its own programs (43 s of a cold default run):
+# they run with the integration tests. The default run keeps the properties they rest on: every
+# repetition computed from its own key whatever the chunking (test_engine.py's
+# test_same_seed_same_result_and_chunking_does_not_matter) and a followed path computed as the free
+# run computed it (test_engine.py's test_following_a_runs_choices_repeats_it_and_follows_any_path).
+pytestmark = pytest.mark.integration
 
 SCRIPT = """
 import json, sys

@@ -74,6 +74,10 @@ def test_phased_scan_matches_numpy_reference_step_for_step(method, case, monkeyp
     assert_engine_agrees(config, method, scores, V, _params())
 
 
+# 18 programs per method (31 s of a cold default run for PULSE alone): with the integration tests. The
+# default run checks the phased scan against the NumPy loop on three cases (the test above), as it
+# checks the step scan (test_engine_matches_numpy_reference_step_for_step).
+@pytest.mark.integration
 @pytest.mark.parametrize("method", ["pulse", "naive", "pulse_hedged"])
 def test_phased_scan_equals_the_step_scan(method, monkeypatch):
     """Phases and steps are two loop structures over the same kernel step in the same order: every

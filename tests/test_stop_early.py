@@ -53,9 +53,9 @@ def test_simulate_certified_stops_computing_and_agrees(monkeypatch):
     def reporting_kernel(config, estimator):
         kernel = original(config, estimator)
 
-        def step(episode, state, params, t, *rest):
+        def step(episode, state, params, t, *rest, **keywords):
             jax.debug.callback(lambda t: seen.add(int(t)), t)
-            return kernel.step(episode, state, params, t, *rest)
+            return kernel.step(episode, state, params, t, *rest, **keywords)
         return kernel._replace(step=step)
 
     monkeypatch.setattr(engine.drivers, "build_kernel", reporting_kernel)
