@@ -73,9 +73,8 @@ def test_no_plugin_field_is_replaced_outside_its_own_package():
                     reason=f"the ceiling was measured with JAX 0.10; JAX {jax.__version__} lowers differently")
 def test_one_step_lowers_to_no_more_operations_than_measured():
     """The StableHLO operations of one PULSE step with the Top-Two rule and the certified stop, on the
-    small problem (`pulse_jax.engine.op_count.SMALL`): 2,656 with a rule grafted for live runs, 2,649
-    with one kernel, 2,623 with only what the next step reads in the state (docs/performance.md). A
-    change that adds operations to every step must raise this ceiling on purpose, not by accident."""
+    small problem (`pulse_jax.engine.op_count.SMALL`), as docs/performance.md gives them. A change
+    that adds operations to every step must raise this ceiling on purpose, not by accident."""
     assert step_operations("pulse", stop="certified", rule="top_two_interval")["lowered"] <= 2623
     assert step_operations("ucbe", stop="certified", rule="top_two_interval")["lowered"] <= 1777
 
