@@ -16,8 +16,8 @@ Reading order, one module each:
 * `concurrent` -- `make_concurrent_run`: a batch of runs with ``config.concurrency`` batches in
   flight, as a live selection asks them (a static schedule of asks and returns);
 * `bookkeeping` -- estimates, bounds, certificates, half-widths;
-* `run_trace` -- what only a report reads (money, the stop's claim, snapshots), folded from each
-  step's `StepInfo` by the drivers.
+* `run_trace` -- what only a report reads (money, the stop's claim, snapshots, each sequence's
+  running bounds), folded from each step's `StepInfo` by the drivers.
 
 The engine imports the plug-in interfaces (``pulse_jax.estimators.base``, ``rules.base``,
 ``stopping.base``), never a built-in plug-in: names resolve through `pulse_jax.registry`. ``make_run(config, method)`` returns a pure function of

@@ -250,8 +250,10 @@ def first_trace(kernel: Kernel, episode: Episode, state: BanditState, params: Ru
     info = kernel.record(state, state, params, jnp.int32(-1), Told((), cost))
     empty = tracing.empty(kernel.config, kernel.plugins.estimator.n_sequences)
     trace = tracing.fold(kernel.config, empty, info._replace(spent_before=jnp.int32(-1)))[0]
-    seq_low, seq_high = sequence_bounds(kernel, state, params)
-    return trace._replace(seq_low=jnp.maximum(trace.seq_low, seq_low), seq_high=jnp.minimum(trace.seq_high, seq_high))
+    if not kernel.plugins.estimator.has_interval:   # the sequences never move: [0, 1], as `empty` has them
+        return trace
+    seq_low, seq_high = sequence_bounds(kernel, state, params)    # within [0, 1], so they replace it
+    return trace._replace(seq_low=seq_low, seq_high=seq_high)
 
 
 def traced_step(kernel: Kernel, episode: Episode, carry: tuple[BanditState, Trace], params: RunParams, t, follow=None,

@@ -233,13 +233,9 @@ def _recommend(s: Static, episode: Episode, state: BanditState, params: RunParam
 
 
 def sequence_bounds(kernel: "Kernel", state: BanditState, params: RunParams):
-    """Every model's confidence sequences each on its own now, ``(m, C)`` each ([0, 1] without an
-    interval): what a run's `pulse_jax.engine.run_trace.Trace` starts from after the initial batches."""
-    s = Static(kernel.config, kernel.plugins)
-    if not s.plugins.estimator.has_interval:
-        shape = (s.config.n_models, s.plugins.estimator.n_sequences)
-        return jnp.zeros(shape, jnp.float32), jnp.ones(shape, jnp.float32)
-    return confidence.sequence_bounds(state.cs, _log_inv_alpha(s, params))
+    """Every model's confidence sequences each on its own now, ``(m, C)`` each, at the run's levels:
+    what a run's `pulse_jax.engine.run_trace.Trace` starts from after the initial batches."""
+    return confidence.sequence_bounds(state.cs, _log_inv_alpha(Static(kernel.config, kernel.plugins), params))
 
 
 def room(config: BanditConfig, state: BanditState, i, reserved=0, in_flight: InFlight | None = None):
@@ -539,7 +535,7 @@ class Kernel(NamedTuple):
       -> (state, Asked)``: the stop recorded, the model chosen by the sampling rule (given the
       status's focus), U refit when due, the batch drawn;
     * ``tell(episode, state, params, t, batch) -> (state, Told)``: a `Batch`'s scores observed (the
-      estimator's info and what the cells cost);
+      estimator's info, what the cells cost, the told model's sequences each on its own);
     * ``step(episode, state, params, t, follow=None, *, due=None) -> (state, StepInfo)``:
       ``stop_status``, ``ask``, ``tell`` the true scores, ``record`` (``t = 0``: a step that spends
       nothing);
@@ -548,7 +544,7 @@ class Kernel(NamedTuple):
       once its state is final (``before``: the state it started from; ``status``: its stop's).
 
     The state holds only what the next step reads; what only a report reads (money, the claim made
-    when the stop fired, the interval snapshots) is in the `StepInfo`, which the drivers fold into a
+    when the stop fired, the interval snapshots, each sequence's running bounds) is in the `StepInfo`, which the drivers fold into a
     `pulse_jax.engine.run_trace.Trace`.
 
     Whether step ``t`` refits is `pulse_jax.engine.config.refit_due`.

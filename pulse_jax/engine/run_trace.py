@@ -1,5 +1,6 @@
 """What only a run's report reads, kept beside the state rather than in it: the money spent, the
-claim the stopping rule made when it fired and the interval snapshots.
+claim the stopping rule made when it fired, the interval snapshots and each confidence sequence's
+running bounds.
 
 A `Trace` is folded from each step's `pulse_jax.engine.state.StepInfo` by the drivers (`fold`), as
 gymnax keeps metrics in a step's ``info``: `pulse_jax.engine.state.BanditState` holds only what the
