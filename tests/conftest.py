@@ -7,20 +7,26 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("PULSE_JAX_CACHE", "/tmp/pulse-jax-test-xla-cache")
-# Compilation is most of a cold run of this suite, and the test problems are small: XLA's backend
-# (LLVM) optimization level 0 compiles in 40-60% of the time. The programs are the same; only
-# float rounding may differ, as between backends. PULSE_JAX_TEST_OPTIMIZE=1 keeps XLA's default.
-if os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1" and "xla_backend_optimization_level" not in os.environ.get(
-        "XLA_FLAGS", ""):
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_backend_optimization_level=0").strip()
+# Compilation is most of a cold run of this suite, and the test problems are small. Two XLA settings
+# halve it twice: the backend (LLVM) optimization level 0, and XLA:CPU's older elemental fusion
+# emitters instead of its MLIR-based ones (a PULSE run's backend compile takes half the time of the
+# MLIR emitters' at level 0; the same floats to 2e-7 on one sample path, benchmarks/speed/bench_test_suite.py has the suite's
+# times). The programs compute the same things; only float rounding may differ, as between backends.
+# PULSE_JAX_TEST_OPTIMIZE=1 keeps XLA's defaults.
+_FAST_COMPILE = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
+if os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1":
+    _flags = os.environ.get("XLA_FLAGS", "")
+    os.environ["XLA_FLAGS"] = " ".join([_flags] + [f"--{name}={value}" for name, value in _FAST_COMPILE.items()
+                                                   if name not in _flags]).strip()
 
 from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
-#: Two compiled programs that compute the same floats (the blocked loop and the scan, a traced
-#: constant and a folded one) agree to the last bit on the CPU, where XLA keeps the program's
+#: Two compiled programs that compute the same floats (the blocked loop and the scan, two chunk
+#: sizes) agree to the last bit on the CPU (a constant XLA folds may round one step apart from the
+#: same number traced: test_sweep.py allows that one step), where XLA keeps the program's
 #: summation order and divides exactly. On a GPU they need not: XLA:GPU picks each reduction's
 #: tiling per program (a sum over n cells is reassociated) and its float32 division is within
 #: 2 ulp, and PULSE's refits amplify such last-bit differences (one NVIDIA H100 measured 6e-8 to

@@ -97,7 +97,9 @@ def test_fixed_lambda_parameter_equals_a_constant_lambda_estimator(problem):
     traced = pj.simulate(scores, config, "pulse", V=V, reps=6, seed=2, params={"estimator.fixed_lambda": 0.6})
     static = pj.simulate(scores, config, pj.pulse(pj.constant_lambda(0.6)), V=V, reps=6, seed=2)
     np.testing.assert_array_equal(traced.chosen, static.chosen)
-    same_floats(traced.estimates, static.estimates)
+    # XLA folds the static 0.6 into the program; the elemental emitters the suite compiles with
+    # (conftest.py) may round that folded arithmetic one float32 step (6e-8 below 1) apart from the traced.
+    same_floats(traced.estimates, static.estimates, atol=1.2e-7)
     assert np.all(traced.lam[traced.chosen >= 0] == np.float32(0.6))
 
 
