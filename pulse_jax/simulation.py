@@ -80,7 +80,9 @@ def repetition_mesh(devices=None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices if devices is not None else jax.devices()), ("reps",))
 
 
-@functools.lru_cache(maxsize=32)
+# A notebook session or a test run goes through many configurations; an entry holds compiled programs
+# only (the data are arguments), so a hundred of them cost little memory.
+@functools.lru_cache(maxsize=128)
 def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None = None, follow: bool = False):
     """``jit(vmap(make_run(config, method)))`` over ``(key, params)`` pairs (and each item's ``choices``
     with ``follow``), cached so repeated calls reuse the executable: parameters are traced, so new

@@ -22,6 +22,10 @@ if os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1":
 from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
+# The library keeps programs that compile in 0.5 s or more; the fast-compile settings above bring many
+# of the suite's (a live selection's ask and tell, small runs) under that, and a warm run would compile
+# them again: the suite keeps those over 0.1 s (under it are single operations, thousands of them).
+__import__("jax").config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 #: Two compiled programs that compute the same floats (the blocked loop and the scan, two chunk

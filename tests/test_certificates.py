@@ -16,6 +16,7 @@ import itertools
 import json
 import math
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -32,62 +33,66 @@ DELTA, REPS = 0.3, 1000
 SLACK = 3 * math.sqrt(DELTA * (1 - DELTA) / REPS)
 
 
-def _inputs(est, low, high):
-    m = len(est)
-    return StopInputs(jnp.int32(1), jnp.int32(0), 100, jnp.asarray(est, jnp.float32), jnp.asarray(low, jnp.float32),
-                      jnp.asarray(high, jnp.float32), jnp.bool_(False), jnp.int32(-1) + 0 * m)
-
-
 def _configurations(m=3, grid=(0.0, 0.25, 0.5, 0.75, 1.0)):
-    """Every (low, high) with low <= high on the grid for each of m models; the estimate mid-interval."""
+    """Every (low, high) with low <= high on the grid for each of m models (15^3 = 3,375 for 3); the
+    estimate mid-interval. Three (configurations, m) arrays: estimates, lows, highs."""
     pairs = [(a, b) for a in grid for b in grid if a <= b]
-    for combo in itertools.product(pairs, repeat=m):
-        low = np.array([p[0] for p in combo])
-        high = np.array([p[1] for p in combo])
-        yield (low + high) / 2, low, high
+    combos = np.asarray(list(itertools.product(pairs, repeat=m)), np.float32)   # (configurations, m, 2)
+    low, high = combos[..., 0], combos[..., 1]
+    return (low + high) / 2, low, high
+
+
+def _decisions(rule, params, est, low, high):
+    """The rule's ``done`` and ``claim`` on every configuration at once: one compiled, vmapped call
+    (the rule's functions are pure and traced like the engine's)."""
+    def one(e, lo, hi):
+        inputs = StopInputs(jnp.int32(1), jnp.int32(0), 100, e, lo, hi, jnp.bool_(False), jnp.int32(-1))
+        return rule.done(inputs, params), rule.claim(inputs, params)
+
+    done, claim = jax.jit(jax.vmap(one))(est, low, high)
+    return np.asarray(done), np.asarray(claim)
 
 
 def test_epsilon_good_equals_its_definition_on_every_configuration():
     rule = stopping.epsilon_good()
+    est, lows, highs = _configurations()
     for eps in (0.0, 0.25):
-        params = stopping.EpsilonParams(eps)
-        for est, low, high in _configurations():
+        done, claims = _decisions(rule, stopping.EpsilonParams(eps), est, lows, highs)
+        for low, high, stop, claim in zip(lows, highs, done, claims):
             good = [i for i in range(3) if all(low[i] >= high[j] - eps for j in range(3) if j != i)]
-            inputs = _inputs(est, low, high)
-            assert bool(rule.done(inputs, params)) == bool(good), (eps, low, high)
-            claim = np.asarray(rule.claim(inputs, params))
+            assert bool(stop) == bool(good), (eps, low, high)
             assert claim.sum() == (1 if good else 0)
             if good:
                 assert int(np.flatnonzero(claim)[0]) in good
 
 
 def test_top_k_equals_its_definition_on_every_configuration():
+    est, lows, highs = _configurations()
     for k in (1, 2):
-        rule = stopping.top_k(k)
-        for est, low, high in _configurations():
+        done, claims = _decisions(stopping.top_k(k), (), est, lows, highs)
+        for low, high, stop, claim in zip(lows, highs, done, claims):
             sets = [set(s) for s in itertools.combinations(range(3), k)
                     if min(low[i] for i in s) >= max(high[j] for j in range(3) if j not in s)]
-            inputs = _inputs(est, low, high)
-            assert bool(rule.done(inputs, ())) == bool(sets), (k, low, high)
-            claim = set(np.flatnonzero(np.asarray(rule.claim(inputs, ()))).tolist())
-            assert claim in sets if sets else not claim
+            assert bool(stop) == bool(sets), (k, low, high)
+            claimed = set(np.flatnonzero(claim).tolist())
+            assert claimed in sets if sets else not claimed
 
 
 def test_tie_group_equals_its_definition_and_groups_keep_their_order():
     rule = stopping.tie_group()
+    est, lows, highs = _configurations()
     for size in (1.0, 2.0):
-        params = stopping.TieGroupParams(size)
-        for est, low, high in _configurations():
+        done, claims = _decisions(rule, stopping.TieGroupParams(size), est, lows, highs)
+        for e, low, high, stop, claim in zip(est, lows, highs, done, claims):
             group = {j for j in range(3) if high[j] >= low.max()}
-            inputs = _inputs(est, low, high)
-            assert bool(rule.done(inputs, params)) == (len(group) <= size)
-            claim = set(np.flatnonzero(np.asarray(rule.claim(inputs, params))).tolist())
-            assert claim == (group if len(group) <= size else set())
-            groups = stopping.groups(est, low, high)
-            assert sorted(i for g in groups for i in g) == [0, 1, 2]
-            assert set(groups[0]) == group
-            for a, g in enumerate(groups):   # a group's head is above every model of the later groups
-                assert all(low[g[0]] > high[j] for later in groups[a + 1:] for j in later)
+            assert bool(stop) == (len(group) <= size)
+            assert set(np.flatnonzero(claim).tolist()) == (group if len(group) <= size else set())
+    for e, low, high in zip(est, lows, highs):
+        groups = stopping.groups(e, low, high)
+        assert sorted(i for g in groups for i in g) == [0, 1, 2]
+        assert set(groups[0]) == {j for j in range(3) if high[j] >= low.max()}
+        for a, g in enumerate(groups):   # a group's head is above every model of the later groups
+            assert all(low[g[0]] > high[j] for later in groups[a + 1:] for j in later)
 
 
 def _matrix(means, n, seed):
