@@ -22,10 +22,6 @@ if os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1":
 from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
-# The library keeps programs that compile in 0.5 s or more; the fast-compile settings above bring many
-# of the suite's (a live selection's ask and tell, small runs) under that, and a warm run would compile
-# them again: the suite keeps those over 0.1 s (under it are single operations, thousands of them).
-__import__("jax").config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 #: Two compiled programs that compute the same floats (the blocked loop and the scan, two chunk
@@ -184,7 +180,7 @@ INTEGRATION_VARIANTS = {
         'seven-models-pulse-successive_halving', 'seven-models-pulse-top_two', 'seven-models-pulse-top_two_interval',
         'seven-models-ucbe-successive_halving', 'seven-models-ucbe-top_two', 'seven-models-ucbe-top_two_interval'),
     "test_certificates.py::test_wrong_claims_are_at_most_delta": (
-        'epsilon_at_and_above-pulse', 'tie_group_of_2-pulse', 'top_3_near_tie-pulse'),
+        'epsilon_at_and_above-pulse', 'epsilon_below-pulse', 'tie_group_of_2-pulse', 'top_3_near_tie-pulse'),
     "test_stop_early.py::test_blocked_run_equals_the_scan_on_every_repetition": (
         'pulse-lucb', 'pulse-successive_halving', 'pulse-top_two_interval'),
     "test_engine.py::test_engine_matches_numpy_reference_step_for_step": (
@@ -201,7 +197,6 @@ INTEGRATION_VARIANTS = {
         'pulse_hedged_betting_prior_adversarial', 'pulse_hedged_betting_useless'),
     "test_confidence.py::test_coverage_at_every_look": (
         'pulse_adaptive_good', 'pulse_adaptive_useless', 'pulse_certify_adversarial'),
-    "test_selector.py::test_simultaneous_bounds_hold_at_every_look": ('pulse',),
     "test_stopping.py::test_live_selection_stops_where_the_simulation_stops": ('pulse',),
     "test_stop_early.py::test_summary_only_runs_keep_one_record_and_the_same_results": ('certified',),
     "test_rules.py::test_successive_halving_spends_exactly_its_schedule": ('2', '8'),
@@ -212,6 +207,8 @@ INTEGRATION_VARIANTS = {
     "test_concurrency.py::test_the_live_selector_makes_the_simulation_s_choices_with_batches_in_flight": (
         'pulse_hedged-4',),
     "test_sampling.py::test_kth_unobserved_and_unpack": ('100', '64'),
+    "test_every_return_kept.py::test_a_money_budget_at_any_concurrency_spends_what_one_batch_at_a_time_spends": (
+        '9.0',),
     "test_cost.py::test_equal_costs_make_the_same_choices_as_no_costs": ('lucb',),
     "test_runner.py::test_a_full_disk_pays_no_cell_twice": ('True-1',),
 }

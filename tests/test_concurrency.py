@@ -115,6 +115,7 @@ def test_a_model_s_draws_with_batches_in_flight_are_its_one_uniform_permutation(
     assert twice >= 2          # models that had several batches at once
 
 
+@pytest.mark.integration   # a cost target (benchmarks/speed/bench_concurrency.py measures it at scale)
 def test_asks_that_count_the_cells_in_flight_pay_few_extra_cells():
     """16 batches in flight pay at most 10% more cells than one at a time (mean over 12 paired
     repetitions; measured 1.02x here). Choosing as if nothing were in flight -- each model one batch,

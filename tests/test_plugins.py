@@ -88,6 +88,10 @@ def test_plugins_run_through_simulate(problem):
         pj.simulate(scores, dataclasses.replace(config, stop=NARROW_LEADER), NEGATED, reps=2)
 
 
+# Integration: the default run keeps "new values compile nothing" for the engine's, an estimator's and a
+# stopping rule's numbers (test_sweep.py, test_params.py, test_certificates.py); this repeats it on
+# plug-in objects, with two more compiled runs.
+@pytest.mark.integration
 def test_plugins_sweep_without_recompiling(problem):
     scores, _, V = problem
     config = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 4 + 120, batch_size=4, rule=pj.top_two(0.6),

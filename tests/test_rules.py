@@ -47,13 +47,17 @@ def test_top_two_pulls_the_leader_at_its_leader_fraction():
     """The share of pulls that go to the current empirical leader is beta (0.2 and 0.8): 16 x 100 pulls
     give a binomial standard error under 0.015, so 0.05 is over 3 SE; a rule that ignored beta fails."""
     scores, _, V = tiny_problem(seed=3, m=6, n=1000)   # no model runs out of examples (that forces the other)
+    config = BanditConfig(n_models=6, n_examples=1000, budget=6 * 4 + 400, batch_size=4, rule=rules.top_two(),
+                          record_estimates=True)
+    run = engine.make_run(config, "ucbe")
+    kernel = engine.bind(config, "ucbe")
+    keys = jax.random.split(jax.random.PRNGKey(0), 16)
+    # beta is traced (rule.leader_fraction): both values run the same two compiled programs.
+    first = jax.jit(jax.vmap(lambda k, params: kernel.init(k, scores, V, params)[1].ledger, in_axes=(0, None)))
+    runs = jax.jit(jax.vmap(run, in_axes=(0, None, None, None)))
     for beta in (0.2, 0.8):
-        config = BanditConfig(n_models=6, n_examples=1000, budget=6 * 4 + 400, batch_size=4,
-                              rule=rules.top_two(beta), record_estimates=True)
-        run = engine.make_run(config, "ucbe")
-        kernel = engine.bind(config, "ucbe")
-        init = jax.jit(jax.vmap(lambda k: kernel.init(k, scores, V, engine.resolve_params(None, kernel.plugins))[1].ledger))(jax.random.split(jax.random.PRNGKey(0), 16))
-        out = jax.jit(jax.vmap(run, in_axes=(0, None, None)))(jax.random.split(jax.random.PRNGKey(0), 16), scores, V)
+        params = engine.resolve_params({"rule.leader_fraction": beta}, kernel.plugins)
+        init, out = first(keys, params), runs(keys, scores, V, params)
         before = np.concatenate([np.asarray(init.obs_sum / init.n_obs)[:, None],
                                  np.asarray(out.steps.estimates)[:, :-1]], axis=1)
         chosen = np.asarray(out.steps.chosen)

@@ -116,6 +116,10 @@ def test_concurrent_runs_are_valid_and_reproducible(bench):
         assert len(ids) == len(set(ids))
 
 
+# Integration: the default run keeps coverage at every look over 1,000 simulated repetitions
+# (test_confidence.py) and a live selection's choices and estimates equal to the simulation's
+# (test_ask_tell_replay_makes_the_simulation_engines_choices); this is the live loop's own check.
+@pytest.mark.integration
 @pytest.mark.parametrize("method", ["ucbe", "pulse"])
 def test_simultaneous_bounds_hold_at_every_look(method):
     """What makes stopping after any batch valid: with probability >= 1 - delta the

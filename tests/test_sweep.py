@@ -91,6 +91,10 @@ def test_each_sweep_point_equals_simulate_with_its_parameters(problem, method):
             np.testing.assert_allclose(getattr(res, field), getattr(alone, field), rtol=1e-6, atol=1e-6, err_msg=field)
 
 
+# Integration: the default run keeps the traced fixed_lambda reaching the estimates
+# (test_each_sweep_point_equals_simulate_with_its_parameters[pulse]); this adds a second compiled
+# PULSE, the static rule, to compare with.
+@pytest.mark.integration
 def test_fixed_lambda_parameter_equals_a_constant_lambda_estimator(problem):
     """The traced switch: fixed_lambda = 0.6 behaves exactly like the static constant-lambda rule."""
     scores, V, config = problem
