@@ -80,9 +80,10 @@ def repetition_mesh(devices=None) -> jax.sharding.Mesh:
     return jax.sharding.Mesh(np.asarray(devices if devices is not None else jax.devices()), ("reps",))
 
 
-# A notebook session or a test run goes through many configurations; an entry holds compiled programs
-# only (the data are arguments), so a hundred of them cost little memory.
-@functools.lru_cache(maxsize=128)
+# Each entry holds compiled programs, and on the CPU each loaded program takes several hundred memory
+# mappings (a tiny PULSE run: about 900; Linux allows 65,530 per process by default): 32 entries stay
+# far from that limit in a long notebook session.
+@functools.lru_cache(maxsize=32)
 def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None = None, follow: bool = False):
     """``jit(vmap(make_run(config, method)))`` over ``(key, params)`` pairs (and each item's ``choices``
     with ``follow``), cached so repeated calls reuse the executable: parameters are traced, so new

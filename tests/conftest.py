@@ -44,6 +44,38 @@ def same_floats(a, b, atol: float = 0.0) -> None:
                                atol=max(atol, SAME_PROGRAM_ATOL), equal_nan=True)
 
 
+def _memory_mappings() -> tuple[int, int]:
+    """This process's memory mappings and the most Linux allows it ((0, 1) elsewhere)."""
+    try:
+        with open("/proc/self/maps") as maps, open("/proc/sys/vm/max_map_count") as limit:
+            return sum(1 for _ in maps), int(limit.read())
+    except OSError:
+        return 0, 1
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _release_compiled_programs():
+    """Each XLA:CPU program a worker has loaded holds several hundred memory mappings (about 450 for a
+    tiny run at the suite's settings), and a worker keeps every program its caches reference; past
+    ``vm.max_map_count`` (65,530 by default) LLVM cannot map the next program and the worker dies in
+    native code. After a module whose worker holds more than half that many, the caches are emptied
+    (the next module's programs come back from the persistent cache)."""
+    yield
+    used, limit = _memory_mappings()
+    if used > limit // 2:
+        import gc
+
+        import jax
+        from pulse_jax import simulation
+        from pulse_jax.live import compiled
+
+        simulation.compiled_runner.cache_clear()
+        compiled.compiled.cache_clear()
+        compiled.batch_draw.cache_clear()
+        jax.clear_caches()
+        gc.collect()
+
+
 @pytest.fixture
 def shared_data():
     if not SHARED_DATA.is_dir():

@@ -53,8 +53,7 @@ class Waiting(NamedTuple):
     due: jax.Array
 
 
-# Many configurations in one process (a notebook, a test run): an entry holds compiled programs only.
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=16)
 def compiled(config: BanditConfig, estimator):
     """The kernel of one configuration and estimator object and its pieces jitted for a live selection,
     shared by every selector that uses them (parameters are traced: selectors that differ only in them
