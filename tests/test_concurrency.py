@@ -168,4 +168,7 @@ def test_a_sweep_with_batches_in_flight_equals_its_separate_runs():
     for k, beta in enumerate([0.3, 0.7]):
         alone = pj.simulate(scores, config, "pulse", V=V, reps=3, seed=2, params={"rule.leader_fraction": beta})
         np.testing.assert_array_equal(swept.results[k].chosen, alone.chosen)
-        np.testing.assert_allclose(swept.results[k].estimates, alone.estimates, atol=1e-5)
+        # The sweep runs 6 repetitions in one batch, simulate 3: sums may round one float32 step apart,
+        # and PULSE's refits carry that on (measured 1.4e-5 at the suite's compile settings). One cell
+        # taken on another path moves an estimate by about 1 / n = 6e-3, 60x more than this allows.
+        np.testing.assert_allclose(swept.results[k].estimates, alone.estimates, rtol=0, atol=1e-4)

@@ -82,12 +82,13 @@ def test_phased_scan_matches_numpy_reference_step_for_step(method, case, monkeyp
 def test_phased_scan_equals_the_step_scan(method, monkeypatch):
     """Phases and steps are two loop structures over the same kernel step in the same order: every
     integer (choices, counts, certification) of every record, the final state's results, a followed
-    path and a summary-only run are equal exactly, and every float within 1e-6.
+    path and a summary-only run are equal exactly, and every float within 1e-5.
 
     Why not bit for bit: the phased program runs each phase's first step (the one that may refit)
     outside the phase's inner loop, so XLA fuses that step's arithmetic in another context and may
-    contract a multiply-add differently (measured on this CPU: at most 1.2e-7, one float32 ulp near
-    1, in 8 of 174 values of one case). 1e-6 is 8 ulp: far below what one cell taken on another
+    contract a multiply-add differently, and the next refits carry that last-bit difference on
+    (measured on this CPU at the suite's compile settings: at most 2.0e-6, in 1 of 174 values of one
+    case; 1.2e-7 at XLA's default emitters). 1e-5 is 5x that: far below what one cell taken on another
     path moves an estimate (1 / n >= 1 / 60), and any change of order would also change a choice."""
     m, n, extra, batch, tau = CASES["exhausts-models-partial-batches"]
     scores, _, V = tiny_problem(seed=4, m=m, n=n)
@@ -114,7 +115,7 @@ def test_phased_scan_equals_the_step_scan(method, monkeypatch):
             if not np.issubdtype(a.dtype, np.floating):
                 np.testing.assert_array_equal(a, b, err_msg=f"{method}, {name}")
             else:
-                np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-6, err_msg=f"{method}, {name}")
+                np.testing.assert_allclose(a, b, rtol=0, atol=1e-5, err_msg=f"{method}, {name}")
 
 
 def test_random_argmax_is_uniform_over_ties_exactly():
