@@ -83,7 +83,7 @@ def test_tie_group_equals_its_definition_and_groups_keep_their_order():
     est, lows, highs = _configurations()
     for size in (1.0, 2.0):
         done, claims = _decisions(rule, stopping.TieGroupParams(size), est, lows, highs)
-        for e, low, high, stop, claim in zip(est, lows, highs, done, claims):
+        for low, high, stop, claim in zip(lows, highs, done, claims):
             group = {j for j in range(3) if high[j] >= low.max()}
             assert bool(stop) == (len(group) <= size)
             assert set(np.flatnonzero(claim).tolist()) == (group if len(group) <= size else set())
