@@ -22,6 +22,10 @@ if os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1":
 from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
+# At the settings above most of the suite's programs compile in 0.1-0.5 s, under the library's 0.5 s
+# threshold for keeping a program on disk: keeping those too makes a second run load them (a warm
+# run's compilation: 158 CPU-s at 0.5 s, see docs/performance.md).
+__import__("jax").config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 #: Two compiled programs that compute the same floats (the blocked loop and the scan, two chunk

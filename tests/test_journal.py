@@ -312,7 +312,7 @@ def test_a_scorer_that_raises_system_exit_is_an_evaluation_error(journal_bench, 
 
     sel = _selector(journal_bench, tmp_path / "run.db")
     with pytest.raises(EvaluationError, match="SystemExit"):
-        run(dies, sel)
+        run(dies, sel, retry_wait=0.0)
     sel.close()
 
 
