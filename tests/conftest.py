@@ -7,17 +7,19 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 os.environ.setdefault("PULSE_JAX_CACHE", "/tmp/pulse-jax-test-xla-cache")
-# Compilation is most of a cold run of this suite, and the test problems are small. Two XLA settings
-# halve it twice: the backend (LLVM) optimization level 0, and XLA:CPU's older elemental fusion
-# emitters instead of its MLIR-based ones (a PULSE run's backend compile takes half the time of the
-# MLIR emitters' at level 0; the same floats to 2e-7 on one sample path, benchmarks/speed/bench_test_suite.py has the suite's
-# times). The programs compute the same things; only float rounding may differ, as between backends.
-# PULSE_JAX_TEST_OPTIMIZE=1 keeps XLA's defaults.
-_FAST_COMPILE = {"xla_backend_optimization_level": "0", "xla_cpu_use_fusion_emitters": "false"}
-if os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1":
-    _flags = os.environ.get("XLA_FLAGS", "")
-    os.environ["XLA_FLAGS"] = " ".join([_flags] + [f"--{name}={value}" for name, value in _FAST_COMPILE.items()
-                                                   if name not in _flags]).strip()
+# Compilation is most of a cold run of this suite, and the test problems are small. Two settings
+# halve it twice: JAX's "disable most optimizations" (LLVM at level 0, its expensive passes off; set
+# per compile, so a test can turn it back on) and XLA:CPU's older elemental fusion emitters instead of
+# its MLIR-based ones (a PULSE run's backend compile takes half the time of the MLIR emitters'). The
+# programs compute the same things; only float rounding may differ, as between backends. A program
+# built so runs about 3x slower, so the few tests that run one long Monte Carlo study
+# (``@pytest.mark.optimized``) build theirs fully optimized. Subprocesses inherit both settings.
+# PULSE_JAX_TEST_OPTIMIZE=1 keeps XLA's defaults throughout.
+FAST_COMPILE = os.environ.get("PULSE_JAX_TEST_OPTIMIZE") != "1"
+if FAST_COMPILE:
+    os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
+    if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_use_fusion_emitters=false").strip()
 
 from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa: E402
 
@@ -78,6 +80,21 @@ def _release_compiled_programs():
         compiled.batch_draw.cache_clear()
         jax.clear_caches()
         gc.collect()
+
+
+@pytest.fixture(autouse=True)
+def _optimized_programs(request):
+    """A test marked ``optimized`` compiles its programs fully optimized (see ``FAST_COMPILE``)."""
+    if not (FAST_COMPILE and request.node.get_closest_marker("optimized")):
+        yield
+        return
+    import jax
+
+    jax.config.update("jax_disable_most_optimizations", False)
+    try:
+        yield
+    finally:
+        jax.config.update("jax_disable_most_optimizations", True)
 
 
 @pytest.fixture

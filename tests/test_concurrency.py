@@ -132,6 +132,7 @@ def test_asks_that_count_the_cells_in_flight_pay_few_extra_cells():
 
 
 @pytest.mark.slow
+@pytest.mark.optimized   # 300 repetitions: 11 s at the suite's fast-compile settings, 2 s optimized
 def test_sequences_cover_with_sixteen_batches_in_flight():
     """Validity under concurrency: over 300 repetitions with 16 batches in flight and every cell's
     budget spent (so every look of the whole run counts), the running intersection of each model's

@@ -5,6 +5,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from conftest import ON_CPU, tiny_problem
@@ -61,6 +62,7 @@ def test_four_devices_match_one_device():
 
 FOLLOW_SCRIPT = """
 import json, sys
+import jax
 import numpy as np
 sys.path.insert(0, {tests!r})
 from conftest import tiny_problem
@@ -97,8 +99,10 @@ def test_other_compiled_code_agrees_on_one_sample_path():
                           record_estimates=True)
     here = {m: simulate(scores, config, m, V=V, reps=8, seed=9) for m in ("ucbe", "pulse")}
     flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if "optimization_level" not in f]
-    other_level = "3" if "--xla_backend_optimization_level=0" in os.environ.get("XLA_FLAGS", "") else "0"
-    env = dict(os.environ, JAX_PLATFORMS="cpu",
+    here_at_level_0 = (jax.config.read("jax_disable_most_optimizations")   # the suite's (tests/conftest.py)
+                       or "--xla_backend_optimization_level=0" in os.environ.get("XLA_FLAGS", ""))
+    other_level = "3" if here_at_level_0 else "0"
+    env = dict(os.environ, JAX_PLATFORMS="cpu", JAX_DISABLE_MOST_OPTIMIZATIONS="0",
                XLA_FLAGS=" ".join(flags + [f"--xla_backend_optimization_level={other_level}"]))
     proc = subprocess.run([sys.executable, "-c", FOLLOW_SCRIPT.format(tests=str(Path(__file__).parent))],
                           input=json.dumps({m: r.chosen.tolist() for m, r in here.items()}), env=env,
