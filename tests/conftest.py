@@ -25,8 +25,7 @@ from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa:
 
 enable_compilation_cache()
 # At the settings above most of the suite's programs compile in 0.1-0.5 s, under the library's 0.5 s
-# threshold for keeping a program on disk: keeping those too makes a second run load them (a warm
-# run's compilation: 158 CPU-s at 0.5 s, see docs/performance.md).
+# threshold for keeping a program on disk: the suite keeps those too, so a second run loads them.
 __import__("jax").config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
