@@ -295,19 +295,13 @@ def test_coverage_at_every_look(case):
     assert res.cs_covers().mean() > 0.95
 
 
-def _optimized_where_shared(cases: list[str], shared: str) -> list:
-    """``cases``, those starting with ``shared`` marked ``optimized``: they run one program between them
-    (the same shapes and settings, other values), which pays its optimized compile back in their runs."""
-    return [pytest.param(c, marks=pytest.mark.optimized) if c.startswith(shared) else c for c in cases]
-
-
 @pytest.mark.slow
-@pytest.mark.parametrize("case", _optimized_where_shared(
-    ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "pulse_soft_horizon", "pulse_certify_good",
-     "pulse_certify_useless", "pulse_certify_adversarial", "pulse_certify_soft", "pulse_certify_betting_adversarial",
-     "pulse_hedged_betting_good", "pulse_hedged_betting_useless", "pulse_hedged_betting_adversarial",
-     "pulse_hedged_betting_soft", "pulse_hedged_betting_prior_adversarial", "pulse_adaptive_betting_adversarial",
-     "pulse_adaptive_betting_soft"], shared="pulse_hedged_betting"))
+@pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "pulse_soft_horizon",
+                                  "pulse_certify_good", "pulse_certify_useless", "pulse_certify_adversarial",
+                                  "pulse_certify_soft", "pulse_certify_betting_adversarial", "pulse_hedged_betting_good",
+                                  "pulse_hedged_betting_useless", "pulse_hedged_betting_adversarial",
+                                  "pulse_hedged_betting_soft", "pulse_hedged_betting_prior_adversarial",
+                                  "pulse_adaptive_betting_adversarial", "pulse_adaptive_betting_soft"])
 def test_certification_levels_keep_their_guarantees(case):
     """``cs_simultaneous = 0`` over 1,000 repetitions: the event certification rests on (every lower
     bound and the best model's upper bound, at every look) fails in at most delta of them, and each
