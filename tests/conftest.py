@@ -84,16 +84,15 @@ def _release_compiled_programs():
 @pytest.fixture(autouse=True)
 def _optimized_programs(request):
     """A test marked ``optimized`` compiles its programs fully optimized (see ``FAST_COMPILE``)."""
-    if not (FAST_COMPILE and request.node.get_closest_marker("optimized")):
-        yield
-        return
     import jax
 
-    jax.config.update("jax_disable_most_optimizations", False)
+    before = jax.config.read("jax_disable_most_optimizations")
+    if request.node.get_closest_marker("optimized"):
+        jax.config.update("jax_disable_most_optimizations", False)
     try:
         yield
     finally:
-        jax.config.update("jax_disable_most_optimizations", True)
+        jax.config.update("jax_disable_most_optimizations", before)
 
 
 @pytest.fixture

@@ -62,7 +62,6 @@ def test_four_devices_match_one_device():
 
 FOLLOW_SCRIPT = """
 import json, sys
-import jax
 import numpy as np
 sys.path.insert(0, {tests!r})
 from conftest import tiny_problem
