@@ -24,9 +24,10 @@ if FAST_COMPILE:
 from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
-# At the settings above most of the suite's programs compile in 0.1-0.5 s, under the library's 0.5 s
-# threshold for keeping a program on disk: the suite keeps those too, so a second run loads them.
-__import__("jax").config.update("jax_persistent_cache_min_compile_time_secs", 0.1)
+# At the settings above most of the suite's programs compile in under 0.5 s, the library's threshold for
+# keeping a program on disk, and thousands of single operations run op by op (each compiled for its
+# shapes in about 10 ms, loaded in about 3): the suite keeps every program, so a second run loads them.
+__import__("jax").config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 #: Two compiled programs that compute the same floats (the blocked loop and the scan, two chunk
@@ -77,6 +78,7 @@ def _release_compiled_programs():
         simulation.compiled_runner.cache_clear()
         compiled.compiled.cache_clear()
         compiled.batch_draw.cache_clear()
+        compiled.first_draws.cache_clear()
         jax.clear_caches()
         gc.collect()
 

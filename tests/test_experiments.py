@@ -218,34 +218,3 @@ def test_paired_certify_savings():
     assert np.isnan(metrics.paired_certify_savings(never, all_bounds, n_boot=50)["savings_pct"])
 
 
-def test_the_compilation_cache_locks_its_entries():
-    """The cache has a size limit, which turns on JAX's file lock around every read and write: two
-    processes sharing it (pytest-xdist workers, two runs at once) never read an entry half written."""
-    import jax
-
-    from pulse_jax.engine import compilation_cache
-
-    assert compilation_cache.enable_compilation_cache() is not None      # the suite's cache, as conftest set it
-    assert jax.config.jax_compilation_cache_max_size == compilation_cache.CACHE_MAX_BYTES > 0
-
-
-def test_a_cache_filled_without_a_size_limit_takes_new_entries(tmp_path):
-    """Entries written before the size limit have no access-time file; JAX reads one for every entry
-    before each write, so one missing file failed every later write. Enabling the cache adds them."""
-    from pulse_jax.engine import compilation_cache
-
-    (tmp_path / "jit_old-0123-cache").write_bytes(b"an entry from a cache without a limit")
-    (tmp_path / "jit_new-4567-cache").write_bytes(b"an entry with its access time")
-    (tmp_path / "jit_new-4567-atime").write_bytes((123).to_bytes(8, "little"))
-    before = compilation_cache.os.environ.get("PULSE_JAX_CACHE")
-    try:
-        assert compilation_cache.enable_compilation_cache(str(tmp_path)) == str(tmp_path)
-    finally:
-        compilation_cache.enable_compilation_cache(before)      # the suite's cache again
-    assert (tmp_path / "jit_old-0123-atime").read_bytes() == (0).to_bytes(8, "little")   # oldest: evicted first
-    assert (tmp_path / "jit_new-4567-atime").read_bytes() == (123).to_bytes(8, "little")  # left as it was
-    from jax._src import lru_cache
-
-    cache = lru_cache.LRUCache(str(tmp_path), max_size=compilation_cache.CACHE_MAX_BYTES)
-    cache.put("jit_next-89ab", b"a new entry")       # reads every entry's access time first
-    assert cache.get("jit_next-89ab") == b"a new entry"

@@ -3,10 +3,22 @@
 Compiling a PULSE run takes 5-25 s; with the cache, a later process with the same
 shapes and settings loads the program instead. The folder is ``$PULSE_JAX_CACHE``
 (default ``~/.cache/pulse-jax/xla``); ``PULSE_JAX_CACHE=off`` turns it off.
+
+The folder is kept by `FolderCache` (JAX's cache interface): each entry is written to a
+temporary file and renamed into place, so processes that share the folder (two runs at once,
+pytest-xdist workers) never read an entry half written, and need no lock. JAX's own
+size-limited cache locks the folder for every read and write and, before every write, reads the
+size and access time of every entry in it (25-70 ms per write with 1,500 entries on a 2-core
+machine), a cost that grows with the cache; `FolderCache` counts the folder once when it opens
+and lists it again only when a write takes it past the limit.
 """
 from __future__ import annotations
 
 import os
+import pathlib
+import threading
+import time
+import uuid
 
 import jax
 
@@ -15,7 +27,112 @@ DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "pulse-jax", "xl
 _CACHE_OFF = ("off", "0", "false", "no", "none")
 #: The cache's size limit (least recently used programs go first): 8 GiB.
 CACHE_MAX_BYTES = 8 * 2**30
+#: An eviction deletes entries until the folder holds this share of the limit, so the next
+#: writes do not list the folder again at once.
+_EVICT_TO = 0.9
+#: A temporary file older than this is a writer's that died before its rename: deleted on opening.
+_STALE_TEMPORARY_S = 3600.0
+_ENTRY, _ATIME = "-cache", "-atime"     # JAX's file names: ``<key>-cache`` and its access time
 _cache_checked = False
+
+try:   # JAX's interface for a persistent cache; without it, JAX's own size-limited cache is used
+    from jax._src import compilation_cache as _jax_cache
+    from jax._src.compilation_cache_interface import CacheInterface as _CacheInterface
+except ImportError:   # pragma: no cover -- a JAX without the interface
+    _jax_cache, _CacheInterface = None, object
+
+
+class FolderCache(_CacheInterface):
+    """Compiled programs as files in one folder, shared safely by processes without a lock.
+
+    ``put`` writes ``<key>-cache`` to a temporary file in the folder and renames it into place (a
+    rename within one file system is atomic), so a reader finds either no entry or all of it; two
+    processes writing one key both write the same program. ``get`` reads the file and touches it:
+    the least recently used entries (oldest modification time) are evicted first once the folder
+    passes ``max_bytes``. Each entry also gets JAX's ``<key>-atime`` file, so JAX's own
+    size-limited cache can share the folder.
+
+    Args:
+      path: the folder (made if absent).
+      max_bytes: the size the folder's entries are kept within.
+    """
+
+    def __init__(self, path: str, max_bytes: int = CACHE_MAX_BYTES):
+        self._path = pathlib.Path(path)
+        self._path.mkdir(parents=True, exist_ok=True)
+        self.max_bytes = int(max_bytes)
+        self._lock = threading.Lock()
+        self._bytes = sum(size for _, _, size in self._entries(remove_stale=True))
+
+    def get(self, key: str) -> bytes | None:
+        entry = self._path / f"{key}{_ENTRY}"
+        try:
+            value = entry.read_bytes()
+        except FileNotFoundError:
+            return None
+        try:
+            os.utime(entry)           # recently used: evicted last
+        except OSError:
+            pass                      # deleted by another process's eviction meanwhile, or read-only
+        return value
+
+    def put(self, key: str, value: bytes) -> None:
+        entry = self._path / f"{key}{_ENTRY}"
+        if entry.exists():
+            return
+        for name, data in ((f"{key}{_ATIME}", time.time_ns().to_bytes(8, "little")), (entry.name, value)):
+            temporary = self._path / f".{name}.{uuid.uuid4().hex}.tmp"
+            try:
+                temporary.write_bytes(data)
+                os.replace(temporary, self._path / name)
+            finally:
+                temporary.unlink(missing_ok=True)
+        with self._lock:
+            self._bytes += len(value)
+            over = self._bytes > self.max_bytes
+        if over:
+            self._evict()
+
+    def _entries(self, remove_stale: bool = False) -> list[tuple[int, pathlib.Path, int]]:
+        """Every entry as ``(modification time, path, size)``; with ``remove_stale``, temporary files
+        older than an hour (a writer killed before its rename) are deleted."""
+        found = []
+        for item in os.scandir(self._path):
+            try:
+                if item.name.endswith(_ENTRY):
+                    stat = item.stat()
+                    found.append((stat.st_mtime_ns, pathlib.Path(item.path), stat.st_size))
+                elif remove_stale and item.name.endswith(".tmp") and \
+                        time.time() - item.stat().st_mtime > _STALE_TEMPORARY_S:
+                    os.unlink(item.path)
+            except OSError:
+                continue              # deleted by another process meanwhile
+        return found
+
+    def _evict(self) -> None:
+        """Delete the least recently used entries until the folder holds ``_EVICT_TO`` of the limit."""
+        entries = sorted(self._entries())
+        total = sum(size for _, _, size in entries)
+        for _, entry, size in entries:
+            if total <= _EVICT_TO * self.max_bytes:
+                break
+            for path in (entry, entry.with_name(entry.name.removesuffix(_ENTRY) + _ATIME)):
+                path.unlink(missing_ok=True)
+            total -= size
+        with self._lock:
+            self._bytes = total
+
+
+def _install(path: str) -> bool:
+    """Make `FolderCache` at ``path`` JAX's persistent cache; False where this JAX has no place for it."""
+    if _jax_cache is None or not all(hasattr(_jax_cache, name) for name in ("_cache", "_cache_initialized",
+                                                                          "_cache_initialized_mutex")):
+        return False
+    cache = FolderCache(path)
+    with _jax_cache._cache_initialized_mutex:
+        _jax_cache._cache = cache
+        _jax_cache._cache_initialized = True
+    return True
 
 
 def enable_compilation_cache(path: str | None = None) -> str | None:
@@ -25,6 +142,10 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
     ``PULSE_JAX_CACHE=off`` turns the cache off. Returns the folder (None when off).
     `pulse_jax.simulate`, `pulse_jax.sweep` and the live selector call this once per
     process themselves, unless JAX's ``jax_compilation_cache_dir`` is already set.
+    Programs that compile in 0.5 s or more are kept (``jax_persistent_cache_min_compile_time_secs``).
+
+    Args:
+      path: the folder; None takes ``$PULSE_JAX_CACHE`` or the default.
     """
     global _cache_checked
     _cache_checked = True
@@ -34,18 +155,18 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
     path = setting or DEFAULT_CACHE
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
-    # A size limit turns on JAX's file lock around every cache read and write. Without it an entry is
-    # written in place, and a second process (a pytest-xdist worker, two runs at once) can read it half
-    # written and abort while deserializing it.
-    jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     _add_missing_access_times(path)
+    if not _install(path):
+        # JAX's own cache, with a size limit: that turns on its file lock around every read and write
+        # (without it an entry is written in place, and a second process can read it half written).
+        jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
     return path
 
 
 def _add_missing_access_times(path: str) -> None:
-    """Give every entry written without a size limit (no ``-atime`` file beside it) the oldest access time.
+    """Give every entry without an ``-atime`` file beside it the oldest access time, for JAX's own cache.
 
-    With a limit, JAX reads every entry's access time before each write, and one missing file fails
+    With a limit, JAX's cache (the fallback, or another program sharing the folder) reads every entry's access time before each write, and one missing file fails
     that write (a warning, and the program is compiled again in every later process): a cache filled
     before the limit was set would never take a new entry."""
     try:
@@ -53,9 +174,9 @@ def _add_missing_access_times(path: str) -> None:
     except OSError:
         return      # no folder yet: JAX makes it
     for name in names:
-        if name.endswith("-cache") and name.removesuffix("-cache") + "-atime" not in names:
+        if name.endswith(_ENTRY) and name.removesuffix(_ENTRY) + _ATIME not in names:
             try:
-                with open(os.path.join(path, name.removesuffix("-cache") + "-atime"), "xb") as handle:
+                with open(os.path.join(path, name.removesuffix(_ENTRY) + _ATIME), "xb") as handle:
                     handle.write((0).to_bytes(8, "little"))
             except OSError:
                 pass    # written by another process meanwhile, or a read-only cache: JAX reads it as is

@@ -1,5 +1,5 @@
 """The kernel's pieces jitted for asking and telling one batch at a time (`pulse_jax.live.Selector`),
-and the order a seed draws a model's examples in (`draw_order`)."""
+its first look's draws (`first_draws`) and the order a seed draws a model's examples in (`draw_order`)."""
 from __future__ import annotations
 
 import functools
@@ -29,6 +29,20 @@ def draw_order(seed: int, model_index: int, n_examples: int, batch_size: int) ->
         picked, row = draw(examples_key, jnp.int32(model_index), jnp.int32(len(order)), row)
         order += np.asarray(picked)[:min(batch_size, n_examples - len(order))].tolist()
     return np.asarray(order)
+
+
+@functools.lru_cache(maxsize=16)
+def first_draws(config: BanditConfig):
+    """Stage 1's examples, ``(m, T0 B)``, of a run whose key is ``key`` (`pulse_jax.engine.initial_draws`
+    after `pulse_jax.engine.draw_keys`, as the kernel's ``init`` draws them), as one jitted program of
+    ``key``: run op by op, the same draws would compile each of their few dozen operations for every
+    shape."""
+
+    def draws(key):
+        examples_key = engine.draw_keys(key, config.n_models)[1]
+        return engine.initial_draws(examples_key, config)[0]
+
+    return jax.jit(draws)
 
 
 @functools.lru_cache(maxsize=8)

@@ -49,7 +49,7 @@ from pulse_jax.engine import BanditConfig
 from pulse_jax.engine.compilation_cache import use_compilation_cache
 from pulse_jax.engine.params import BanditParams, declared_params
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.live.compiled import Waiting, compiled
+from pulse_jax.live.compiled import Waiting, compiled, first_draws
 from pulse_jax.live import inputs, log_schema
 from pulse_jax.live.ledger import Ledger
 from pulse_jax.fileio.jsonable import plain_number
@@ -183,8 +183,7 @@ class Selector:
     def _first_look(self, m: int, n: int) -> None:
         """The first look's draws, those of ``simulate(..., seed)``'s repetition 0; nothing told yet."""
         self._key = jax.random.fold_in(seed_key(self.seed), 0)
-        _, examples_key, _ = engine.draw_keys(self._key, m)
-        self._initial_examples = np.asarray(engine.initial_draws(examples_key, self.config)[0])
+        self._initial_examples = np.asarray(first_draws(self.config)(self._key))
         self._initial_scores = np.zeros((m, n), np.float32)   # the initial batches, until init runs
         self._init_told = np.zeros(m, bool)
 
