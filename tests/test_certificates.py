@@ -130,6 +130,7 @@ CASES = {
 
 
 @pytest.mark.slow
+@pytest.mark.optimized   # 1,000 repetitions to a certificate, each case a program of its own
 @pytest.mark.parametrize("method", ["ucbe", "pulse"])
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_wrong_claims_are_at_most_delta(case, method, flipped_V):

@@ -13,6 +13,10 @@ from pulse_jax.stats import confidence
 from pulse_jax.estimators import Ledger, Pull
 from pulse_jax.simulation import simulate
 
+#: Monte Carlo studies whose run outweighs an optimized compile (the hedged betting cases share one
+#: program): built fully optimized (``tests/conftest.py``'s ``optimized`` marker).
+OPTIMIZED = pytest.mark.optimized
+
 
 def _pulse_proxies(scores, preds, observed, order, lam_state, est=None):
     """PULSE's (Y, lower, width) proxy row for drawing ``order`` (example indices) after ``observed``."""
@@ -284,7 +288,7 @@ REPS, DELTA, MC_TOL = 1000, 0.2, 0.038
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "ucbe_horizon",
                                   "pulse_adversarial_horizon", "pulse_certify_adversarial", "ucbe_betting",
-                                  "pulse_betting_adversarial", "pulse_adaptive_good", "pulse_adaptive_useless",
+                                  pytest.param("pulse_betting_adversarial", marks=OPTIMIZED), "pulse_adaptive_good", "pulse_adaptive_useless",
                                   "pulse_adaptive_adversarial", "pulse_adaptive_soft"])
 def test_coverage_at_every_look(case):
     """Over 1,000 repetitions, the fraction in which any model's sequence *ever* misses is <= delta."""
@@ -298,9 +302,9 @@ def test_coverage_at_every_look(case):
 @pytest.mark.slow
 @pytest.mark.parametrize("case", ["ucbe", "pulse_good", "pulse_adversarial", "pulse_soft", "pulse_soft_horizon",
                                   "pulse_certify_good", "pulse_certify_useless", "pulse_certify_adversarial",
-                                  "pulse_certify_soft", "pulse_certify_betting_adversarial", "pulse_hedged_betting_good",
-                                  "pulse_hedged_betting_useless", "pulse_hedged_betting_adversarial",
-                                  "pulse_hedged_betting_soft", "pulse_hedged_betting_prior_adversarial",
+                                  "pulse_certify_soft", "pulse_certify_betting_adversarial",
+                                  *[pytest.param(f"pulse_hedged_betting_{c}", marks=OPTIMIZED)
+                                    for c in ("good", "useless", "adversarial", "soft", "prior_adversarial")],
                                   "pulse_adaptive_betting_adversarial", "pulse_adaptive_betting_soft"])
 def test_certification_levels_keep_their_guarantees(case):
     """``cs_simultaneous = 0`` over 1,000 repetitions: the event certification rests on (every lower

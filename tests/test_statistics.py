@@ -34,6 +34,7 @@ def _z(values):
     return values.mean(axis=0) / (values.std(axis=0, ddof=1) / np.sqrt(len(values)))
 
 
+@pytest.mark.optimized   # 3,000 repetitions: the optimized program's run saves more than its compile costs
 def test_pulse_martingale_sum_has_mean_zero_under_adaptive_sampling(biased_setup):
     """sum_k (theta_k - mu) = K (mu_hat - mu) is a martingale stopped at a bounded time:
     mean zero exactly, for any predictions (Lemma 1 + optional stopping)."""
@@ -45,6 +46,7 @@ def test_pulse_martingale_sum_has_mean_zero_under_adaptive_sampling(biased_setup
     assert np.all(np.abs(_z(centred)) < 4.5), _z(centred)
 
 
+@pytest.mark.optimized   # two 3,000-repetition studies
 def test_pulse_final_estimates_unbiased_and_naive_bias_detected(biased_setup):
     """With a huge exploration bonus the pull counts are (nearly) fixed, so the final
     estimate itself is unbiased for PULSE; Naive-Pooling with the same wrong
