@@ -3,6 +3,7 @@ module, at most 10 top-level modules, no function over 60 lines, no engine funct
 parameters, no import circle at run time or through annotations, ``Any`` at most 21), and no
 behaviour keyed on a plug-in's name."""
 import ast
+import functools
 import re
 from pathlib import Path
 
@@ -35,10 +36,16 @@ def _structure():
     return module
 
 
+@functools.lru_cache(maxsize=1)
+def _facts() -> dict:
+    """The package's structure facts, read once per process for the tests below (they only read them)."""
+    return _structure().facts()
+
+
 def test_no_import_circles_and_no_private_names_across_modules():
     """Imports go one way (lazy imports inside functions count too), and no module reaches into
     another's private names."""
-    facts = _structure().facts()
+    facts = _facts()
     assert facts["import_circles"] == [], facts["import_circles"]
     assert facts["private_cross_module_names"] == [], facts["private_cross_module_names"]
     assert facts["group_circles"] == [], facts["group_circles"]   # engine, live, fileio, harnesses, analysis: one way too
@@ -48,7 +55,7 @@ def test_the_structure_targets_hold():
     """0 deprecated modules; at most 10 modules at the top of the package; no engine function with more
     than 6 positional parameters (the bound kernel's one argument order); no circle through
     annotation-only imports either; ``Any`` at most 21."""
-    facts = _structure().facts()
+    facts = _facts()
     assert facts["deprecated_modules"] == [], facts["deprecated_modules"]
     assert len(facts["top_level_modules"]) <= 10, facts["top_level_modules"]
     assert facts["most_positional_engine"]["count"] <= 6, facts["most_positional_engine"]
@@ -61,7 +68,7 @@ def test_the_library_stands_without_its_command_line():
     """Nothing outside ``pulse_jax/cli/`` imports ``pulse_jax.cli`` or ``argparse``; no module is named
     like a standard-library module (Python started in its folder would import it instead); no file is
     over 600 lines; no function anywhere takes more than 6 positional parameters."""
-    facts = _structure().facts()
+    facts = _facts()
     assert facts["cli_imports_outside_cli"] == [], facts["cli_imports_outside_cli"]
     assert facts["argparse_outside_cli"] == [], facts["argparse_outside_cli"]
     assert facts["standard_library_names"] == [], facts["standard_library_names"]
@@ -100,7 +107,7 @@ def test_the_structure_check_finds_a_deprecated_module_and_an_annotation_circle(
 
 def test_the_engine_imports_no_built_in_plugin():
     """The engine knows the plug-in interfaces only; the catalogue adds itself (``BUILT_IN`` tables)."""
-    assert _structure().facts()["engine_reaches_built_ins"] == []
+    assert _facts()["engine_reaches_built_ins"] == []
 
 
 def test_the_engine_check_sees_an_indirect_import_of_a_built_in():
