@@ -32,7 +32,8 @@ def _records(pytest_args: list[str]) -> tuple[list[dict], str]:
                    PYTHONPATH=os.pathsep.join(filter(None, [str(Path(__file__).parent), os.environ.get("PYTHONPATH")])))
         done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "suite_profiler", *pytest_args],
                               cwd=common.ROOT, env=env, capture_output=True, text=True)
-        records = [json.loads(line) for path in Path(folder).glob("records.*.jsonl") for line in path.open()]
+        records = [{k: round(v, 3) if isinstance(v, float) else v for k, v in json.loads(line).items()}
+                   for path in Path(folder).glob("records.*.jsonl") for line in path.open()]
     return records, (done.stdout.strip().splitlines() or [""])[-1]
 
 
