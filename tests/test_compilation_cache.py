@@ -150,3 +150,14 @@ def test_without_a_place_for_the_folder_cache_jax_s_locked_cache_is_used(tmp_pat
             jax.config.update("jax_compilation_cache_max_size", before)
             monkeypatch.undo()
     assert isinstance(jax_cache._cache, FolderCache) and str(jax_cache._cache._path) == suite
+
+
+def test_an_unusable_folder_is_said_in_one_warning_and_the_run_goes_on(tmp_path):
+    taken = tmp_path / "not-a-folder"
+    taken.write_text("a file where the cache folder would go")
+    before = jax_cache._cache
+    with _suite_cache_kept():
+        with pytest.warns(UserWarning, match=f"compilation cache folder {taken} cannot be used .*not kept on disk"):
+            assert compilation_cache.enable_compilation_cache(str(taken)) is None
+        assert jax_cache._cache is before and jax.config.jax_compilation_cache_dir != str(taken)
+    assert float(jax.jit(lambda x: x + 1.5)(jnp.float32(1.0))) == 2.5

@@ -20,6 +20,7 @@ import pathlib
 import threading
 import time
 import uuid
+import warnings
 
 import jax
 
@@ -145,6 +146,9 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
     process themselves, unless JAX's ``jax_compilation_cache_dir`` is already set.
     Programs that compile in 0.5 s or more are kept (``jax_persistent_cache_min_compile_time_secs``).
 
+    A folder that cannot be made or read (a file of that name, no permission) is said in one
+    warning, and the run goes on without the cache (None).
+
     Args:
       path: the folder; None takes ``$PULSE_JAX_CACHE`` or the default.
     """
@@ -154,10 +158,17 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
     if setting.strip().lower() in _CACHE_OFF:
         return None
     path = setting or DEFAULT_CACHE
+    try:
+        installed = _install(path)
+    except OSError as err:
+        warnings.warn(f"the compilation cache folder {path} cannot be used ({err.strerror or err}): compiled "
+                      "programs are not kept on disk; set PULSE_JAX_CACHE to another folder, or to off",
+                      stacklevel=2)
+        return None
     jax.config.update("jax_compilation_cache_dir", path)
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.5)
     _add_missing_access_times(path)
-    if not _install(path):
+    if not installed:
         # JAX's own cache, with a size limit: that turns on its file lock around every read and write
         # (without it an entry is written in place, and a second process can read it half written).
         jax.config.update("jax_compilation_cache_max_size", CACHE_MAX_BYTES)
