@@ -26,7 +26,7 @@ from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa:
 enable_compilation_cache()
 # At the settings above most of the suite's programs compile in under 0.5 s, the library's threshold for
 # keeping a program on disk, and thousands of single operations run op by op (each compiled for its
-# shapes in about 10 ms, loaded in about 3): the suite keeps every program, so a second run loads them.
+# shapes in about 10 ms, loaded in about 6): the suite keeps every program, so a second run loads them.
 __import__("jax").config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 

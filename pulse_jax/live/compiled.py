@@ -33,10 +33,9 @@ def draw_order(seed: int, model_index: int, n_examples: int, batch_size: int) ->
 
 @functools.lru_cache(maxsize=16)
 def first_draws(config: BanditConfig):
-    """Stage 1's examples, ``(m, T0 B)``, of a run whose key is ``key`` (`pulse_jax.engine.initial_draws`
-    after `pulse_jax.engine.draw_keys`, as the kernel's ``init`` draws them), as one jitted program of
-    ``key``: run op by op, the same draws would compile each of their few dozen operations for every
-    shape."""
+    """Stage 1's examples, ``(m, T0 B)``, as one jitted function of the run's key: `pulse_jax.engine.draw_keys`
+    then `pulse_jax.engine.initial_draws`, as the kernel's ``init`` draws them. Run op by op, the same
+    draws would compile each of their few dozen operations for every configuration's shapes."""
 
     def draws(key):
         examples_key = engine.draw_keys(key, config.n_models)[1]
