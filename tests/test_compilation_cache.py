@@ -161,3 +161,17 @@ def test_an_unusable_folder_is_said_in_one_warning_and_the_run_goes_on(tmp_path)
             assert compilation_cache.enable_compilation_cache(str(taken)) is None
         assert jax_cache._cache is before and jax.config.jax_compilation_cache_dir != str(taken)
     assert float(jax.jit(lambda x: x + 1.5)(jnp.float32(1.0))) == 2.5
+
+
+def test_the_command_line_in_process_leaves_a_configured_cache_as_it_is(tmp_path, capsys):
+    """``pulse_jax.cli.main`` called from Python (as these tests do) keeps the folder and the threshold
+    the caller set: the cache is turned on once per process."""
+    from pulse_jax import cli
+
+    with _suite_cache_kept():
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", 0.0)
+        folder = jax.config.jax_compilation_cache_dir
+        cli.main(["log", "show", str(tmp_path / "missing.db")])
+        assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0
+        assert jax.config.jax_compilation_cache_dir == folder
+    capsys.readouterr()

@@ -54,9 +54,9 @@ def main(argv=None) -> int:
         print(f"pulse-jax: error: {command}: unrecognized arguments: {' '.join(extra)} (see pulse-jax {command} "
               "--help)", file=sys.stderr)
         return 2
-    from pulse_jax.engine.compilation_cache import enable_compilation_cache
+    from pulse_jax.engine.compilation_cache import use_compilation_cache
 
-    enable_compilation_cache()
+    use_compilation_cache()     # once per process; a cache the caller configured is left as it is
     try:
         with warnings.catch_warnings():
             # a note (`pulse_jax.errors.PulseNote`) is one plain line on stderr, every time it is given
