@@ -7,6 +7,7 @@ import time
 import numpy as np
 import pytest
 
+from pulse_jax.errors import PulseNote
 from pulse_jax.live import Selector, journal, money, run
 
 BUDGET = 6 * 8 + 8 * 30
@@ -234,18 +235,62 @@ def test_a_return_killed_before_its_commit_is_told_from_the_log_not_asked_again(
     assert report.evaluated == run(_scores(b), clean, handle_signals=False).evaluated
 
 
-def test_returns_kept_for_another_log_of_the_same_name_are_ignored(small_bench, tmp_path):
+def test_returns_kept_for_another_log_of_the_same_name_are_set_aside(small_bench, tmp_path):
     """``<log>.returned`` lines name their log (its run checksum): a file left beside a new log of the same
-    name adds nothing to it, and is emptied."""
+    name adds nothing to it and is set aside under a new name, said in one line."""
     from pulse_jax.live import returned
 
     b, V = small_bench
     log = tmp_path / "run.db"
     (tmp_path / "run.db.returned").write_bytes(returned.line("0123abcd", b.models[0], [0, 1], [1.0, 0.0]))
-    with Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, log=log, stop="budget") as sel:
-        assert sel.ledger.paid_held == 0
-        assert (tmp_path / "run.db.returned").stat().st_size == 0
-    assert returned.read(tmp_path / "missing.returned", "x") == []
+    with pytest.warns(PulseNote) as said:
+        with Selector(b.models, 200, BUDGET, batch_size=8, V=V, seed=5, log=log, stop="budget") as sel:
+            assert sel.ledger.paid_held == 0
+            assert (tmp_path / "run.db.returned").stat().st_size == 0
+    assert (tmp_path / "run.db.returned.orphaned").read_bytes().count(b"\n") == 1
+    said = [str(w.message) for w in said if "set aside" in str(w.message)]
+    assert len(said) == 1 and "run.db.returned.orphaned" in said[0]
+    assert returned.read(tmp_path / "missing.returned", "x") == ([], 0)
     torn = returned.line("abc", "m", [1], [0.5])
     (tmp_path / "t.returned").write_bytes(torn + torn[:-9])          # a torn last line is left out
-    assert returned.read(tmp_path / "t.returned", "abc") == [("m", {1: 0.5})]
+    assert returned.read(tmp_path / "t.returned", "abc") == ([("m", {1: 0.5})], 0)
+    assert returned.read(tmp_path / "t.returned", "other") == ([], 1)
+
+
+@pytest.mark.parametrize("trial", range(10))
+def test_a_new_log_of_the_same_command_tells_none_of_a_deleted_logs_returns(small_bench, tmp_path, trial):
+    """A run with a wrong scorer (every score flipped) leaves returned batches in ``<log>.returned`` (as a
+    kill -9 between the spool's write and the log's commit would); the user deletes the log and runs the
+    same command with the right scorer: every new log's header carries its own random ``log_id``, so none
+    of the stale lines is told (0 stale cells), and one line says what was set aside."""
+    from pulse_jax.live import returned
+
+    b, V = small_bench
+    log = tmp_path / "run.db"
+    wrong = {}
+
+    def flipped(model, ids):
+        scores = [1.0 - s for s in b.scores[b.models.index(model), ids].tolist()]
+        wrong.update({(model, e): s for e, s in zip(ids, scores)})
+        return scores
+
+    kwargs = dict(batch_size=8, V=V, seed=5 + trial, refit_every=0, log=log, stop="budget")
+    with Selector(b.models, 200, BUDGET, **kwargs) as sel:
+        first_id = sel.ledger._journal.run_id
+        run(flipped, sel, handle_signals=False)
+    # What a kill -9 leaves: the spool still holds the flipped batches, in the old log's name.
+    (tmp_path / "run.db.returned").write_bytes(b"".join(returned.line(first_id, m, [e], [s])
+                                                        for (m, e), s in wrong.items()))
+    for companion in ("run.db", "run.db-journal", "run.db.embeddings.npy"):
+        (tmp_path / companion).unlink(missing_ok=True)
+    with pytest.warns(PulseNote) as said:
+        with Selector(b.models, 200, BUDGET, **kwargs) as sel:
+            assert sel.ledger._journal.run_id != first_id
+            run(_scores(b), sel, handle_signals=False)
+    _, records = journal.snapshot(log)
+    told = {(r["model"], e): s for r in records for e, s in zip(r["examples"], r["scores"])}
+    assert told and {k for k in told if k in wrong}                 # the new run asked cells the old one had
+    stale = [k for k, s in told.items() if s != float(b.scores[b.models.index(k[0]), k[1]])]
+    assert stale == []                                               # 0 stale cells told
+    said = [str(w.message) for w in said if "set aside" in str(w.message)]
+    assert len(said) == 1, said

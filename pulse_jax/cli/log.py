@@ -32,6 +32,8 @@ def run(args) -> None:
         print(f"wrote {args.log}: {n} batch(es) from {args.jsonl}")
         return
     if args.action == "export":
+        if args.jsonl != "-":
+            files.check_replaceable(args.jsonl, "--jsonl")    # before anything reads it (a FIFO would block)
         require(args.jsonl == "-" or args.force or not files.exists(args.jsonl),
                 f"--jsonl {args.jsonl}: exists; pass --force to write over it")
         require(args.jsonl == "-" or not _is_log_database(args.jsonl),

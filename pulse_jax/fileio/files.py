@@ -3,7 +3,12 @@
 Every file pulse-jax writes goes through a fresh temporary file in the same
 folder, created exclusively, then renamed over its name: a reader never sees
 a half-written file, a failed write leaves the old file as it was, and a
-symbolic link planted at the name is replaced, never written through. A
+symbolic link planted at the name is replaced, never written through. Only a
+regular file (or a link) is ever replaced: a device, FIFO, socket or folder at
+the name is refused in one line, ``--force`` or not (`check_replaceable`), since
+a rename over ``/dev/null`` would leave a regular file there for the whole
+machine. The new file gets the permissions of any file the user creates
+(``0666`` less the umask), not the temporary file's ``0600``. A
 results folder's ``provenance.json`` lists the files pulse-jax wrote there
 (``files``); ``--force`` removes those and nothing else
 (`remove_previous_outputs`).
@@ -13,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
 from pathlib import Path
 
@@ -25,16 +31,69 @@ def exists(path) -> bool:
     return os.path.lexists(path)
 
 
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+          (stat.S_ISFIFO, "a FIFO (named pipe)"), (stat.S_ISSOCK, "a socket"))
+
+
+def kind_of(path) -> str | None:
+    """What is at ``path`` when it is not a regular file or a symbolic link ("a character device", ...);
+    None for a regular file, a link or nothing."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return next((name for test, name in _KINDS if test(mode)), None)
+
+
+def check_replaceable(path, name: str = "") -> None:
+    """Refuse, in one line, to write ``path`` when something other than a regular file or a link is there.
+
+    Replacing ``/dev/null`` or a FIFO with a regular file would change the machine for every other
+    program, so ``--force`` does not allow it either. ``name``: the option the path came from."""
+    from pulse_jax.errors import PulseInputError
+
+    kind = kind_of(path)
+    if kind is not None:
+        where = f"{name} {path}" if name else str(path)
+        raise PulseInputError(f"{where}: is {kind}, not a regular file; pulse-jax writes only regular files "
+                              "(with or without --force): give the path of a file")
+
+
+def new_file_mode() -> int:
+    """The permissions a file the user creates gets: ``0666`` less the process's umask."""
+    return 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux says it (``/proc/self/status``)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as handle:
+            for text in handle:
+                if text.startswith("Umask:"):
+                    return int(text.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)   # elsewhere: the only portable way to read it is to set it and put it back
+    os.umask(mask)
+    return mask
+
+
 @contextlib.contextmanager
 def atomic_open(path, mode: str = "w", **kwargs):
-    """A handle to a temporary file that becomes ``path`` when the block ends without an error."""
+    """A handle to a temporary file that becomes ``path`` when the block ends without an error.
+
+    Refused (`check_replaceable`) when a device, FIFO, socket or folder is at ``path``, before anything
+    is written and again just before the rename."""
     path = Path(path)
+    check_replaceable(path)
     fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
     try:
+        os.fchmod(fd, new_file_mode())
         with open(fd, mode, **kwargs) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        check_replaceable(path)
         os.replace(partial, path)
     except BaseException:
         Path(partial).unlink(missing_ok=True)

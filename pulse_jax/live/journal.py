@@ -49,6 +49,7 @@ import errno
 import functools
 import json
 import os
+import secrets
 import socket
 import sqlite3
 import threading
@@ -475,7 +476,9 @@ class Journal(LogReader):
         kind = record.get("type")
         body = {k: v for k, v in record.items() if k != "crc"}
         if kind == "header":
-            body = {**body, "version": LOG_VERSION}
+            # A random id of this log: its run checksum, which names its companions (``<log>.returned``),
+            # then differs from every other log's, the same command's included.
+            body = {**body, "version": LOG_VERSION, "log_id": body.get("log_id") or secrets.token_hex(16)}
             crc = checksum(body, "")
             self._commit(("INSERT INTO run VALUES (1, ?, ?)", (canonical(body), crc)))
             self._previous = self._run_crc = crc

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 
-from pulse_jax.errors import PulseInputError
+from pulse_jax.errors import PulseInputError, note
 from pulse_jax.live import journal, returned
 from pulse_jax.live.chain import canonical
 from pulse_jax.live.request import Request, check_scores
@@ -93,7 +93,12 @@ class Ledger:
         """Add the batches kept in ``<log>.returned`` that the log does not hold as paid cells, then keep
         this run's returns there from an empty file."""
         path, log_id = returned.path_of(self.path), self._journal.run_id
-        for model, cells in returned.read(path, log_id):
+        mine, foreign = returned.read(path, log_id)
+        if foreign:
+            aside = returned.set_aside(path)
+            note(f"{path}: {foreign} returned batch(es) there belong to another log (one deleted or replaced "
+                 f"while this file stayed), not to {self.path.name}; set aside as {aside.name}, none of them told")
+        for model, cells in mine:
             if model in self.models:
                 self.log_scored(model, cells)      # told or held cells are left out
         self._spool = returned.Spool(path, log_id)

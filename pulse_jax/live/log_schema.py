@@ -15,6 +15,7 @@ import numpy as np
 
 from pulse_jax import registry
 from pulse_jax.errors import PulseInputError, note, require
+from pulse_jax.fileio import files
 from pulse_jax.live.chain import canonical, checksum
 
 #: The database format this pulse-jax writes (JSONL logs, versions 1-3, are converted).
@@ -232,6 +233,7 @@ def create_log_file(path: Path) -> None:
         fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
     except OSError as err:
         raise PulseInputError(f"--log {path}: cannot create the log: {err.strerror}") from None
+    os.fchmod(fd, files.new_file_mode())
     os.close(fd)
     try:
         conn = sqlite3.connect(temporary, isolation_level=None)
@@ -267,6 +269,7 @@ def build_database(path: Path, header: dict, records: list) -> str:
     version = header.get("version", 1)
     told = {r["ticket"] for _, r in records if r.get("type") == "tell" and isinstance(r.get("ticket"), int)}
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".converting", dir=path.parent)
+    os.fchmod(fd, files.new_file_mode())
     os.close(fd)
     try:
         conn = connect(Path(temporary))
@@ -341,6 +344,7 @@ def copy_database(path: Path, header: dict, run_crc: str, told, paid) -> None:
     they have in the log they come from (the chain goes on in the copy as it would have there), built
     under a temporary name and linked into place."""
     fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".new", dir=path.parent)
+    os.fchmod(fd, files.new_file_mode())
     os.close(fd)
     conn = connect(Path(temporary))
     try:

@@ -5,14 +5,13 @@ so a resumed run's predictions are the first run's; side information that contra
 """
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
 from pulse_jax.errors import PulseInputError, require
+from pulse_jax.fileio import files
 from pulse_jax.live import log_schema
 from pulse_jax.stats import factorization
 
@@ -23,17 +22,10 @@ def save_atomically(path: Path, array) -> None:
     temporary file is created exclusively under a fresh name, so a link planted beside the log is never
     written through."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    partial = None
     try:
-        fd, partial = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".partial", dir=path.parent)
-        with open(fd, "wb") as handle:
+        with files.atomic_open(path, "wb") as handle:
             np.save(handle, array)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(partial, path)
     except OSError as err:
-        if partial is not None:
-            Path(partial).unlink(missing_ok=True)
         raise PulseInputError(f"{path}: cannot save the embeddings beside the log ({err.strerror or err}); free "
                               "space there or give --log in another folder, then run the same command again") from None
 
