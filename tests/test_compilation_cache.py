@@ -175,3 +175,12 @@ def test_the_command_line_in_process_leaves_a_configured_cache_as_it_is(tmp_path
         assert jax.config.jax_persistent_cache_min_compile_time_secs == 0.0
         assert jax.config.jax_compilation_cache_dir == folder
     capsys.readouterr()
+
+
+def test_a_blank_cache_setting_is_the_default_folder_not_a_folder_named_blank(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("PULSE_JAX_CACHE", " ")
+    monkeypatch.setattr(compilation_cache, "DEFAULT_CACHE", str(tmp_path / "default"))
+    with _suite_cache_kept():
+        assert compilation_cache.enable_compilation_cache() == str(tmp_path / "default")
+    assert not (tmp_path / " ").exists()

@@ -369,6 +369,20 @@ def test_refit_in_cache_sized_chunks_equals_the_refit_on_whole_groups(monkeypatc
     np.testing.assert_allclose(np.asarray(blocked), np.asarray(whole), rtol=1e-6)
     assert np.asarray(whole).shape == (2, m) and np.all(np.asarray(whole[0]) > 0)
 
+    # Leaving out the observed cells in the same pass (packed bits, as the state keeps them) gives the
+    # sums over the unobserved cells, a few rows at a time or all at once: against NumPy in float64.
+    from pulse_jax.stats import without_replacement as sampling
+
+    observed = rng.random((m, n)) < 0.3
+    words = sampling.pack(jax.numpy.asarray(observed))
+    P = 1 / (1 + np.exp(-np.asarray(U0, np.float64) @ np.asarray(V, np.float64).T))
+    keep = ~(observed | np.asarray(missing))
+    for bytes_per_chunk in (4 * n * 4, None):
+        monkeypatch.setattr(factorization, "chunk_bytes", lambda platform=None, b=bytes_per_chunk: b and 1)
+        got = jax.jit(factorization.prediction_row_sums)(U0, V, missing, words)
+        np.testing.assert_allclose(np.asarray(got[0]), (P * keep).sum(1), rtol=2e-6)
+        np.testing.assert_allclose(np.asarray(got[1]), (P * P * keep).sum(1), rtol=2e-6)
+
 
 def test_refit_on_blocks_equals_the_dense_masked_refit():
     """The engine's observed-cells refit is the dense masked refit (same objective, same Adam),

@@ -1,5 +1,6 @@
 """Sampling without replacement (pulse_jax.stats.without_replacement): exact, by enumeration and against literal swaps."""
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -37,6 +38,37 @@ def test_loop_free_resolution_equals_literal_swaps():
             choices = np.minimum(choices, rng.integers(0, 3))
         got = np.asarray(resolve(jnp.asarray(choices)))[:min(B, r)]
         assert list(got) == _literal_fisher_yates(choices, r), (choices, r)
+
+
+@pytest.mark.parametrize("r,B", [(5, 3), (6, 6), (7, 2), (4, 1), (9, 4)])
+def test_the_in_order_resolution_equals_the_loop_free_one_on_every_choice_sequence(r, B):
+    """Exact enumeration: on every choice sequence the slot-by-slot resolution the initial draws use
+    gives the very ranks of the pointer doubling (so the initial batches, and every run, are unchanged)."""
+    sequences = jnp.asarray(list(itertools.product(*[range(max(r - k, 1)) for k in range(B)])), jnp.int32)
+    np.testing.assert_array_equal(np.asarray(jax.vmap(sampling.fisher_yates_prefix_in_order)(sequences)),
+                                  np.asarray(jax.vmap(sampling.fisher_yates_prefix)(sequences)))
+
+
+def test_the_in_order_resolution_equals_the_literal_swaps_at_the_engines_batch_size():
+    rng = np.random.default_rng(1)
+    choices = np.stack([[rng.integers(0, max(500 - k, 1)) for k in range(64)] for _ in range(200)]).astype(np.int32)
+    choices[::3] = np.minimum(choices[::3], rng.integers(0, 3, (1, 64)))     # long chains of repeated targets
+    got = np.asarray(jax.jit(jax.vmap(sampling.fisher_yates_prefix_in_order))(jnp.asarray(choices)))
+    for row, c in zip(got, choices):
+        assert list(row) == _literal_fisher_yates(c, 500)
+
+
+def test_the_initial_draws_build_no_models_x_batch_x_batch_intermediate():
+    """The initial draws of every model at once (the engine's ``initial_draws`` under ``vmap``) hold no
+    array of ``m x B x B`` elements: at 100 repetitions x 250 models x B = 64 such arrays were 410 MB each."""
+    from pulse_jax.engine.config import BanditConfig
+    from pulse_jax.engine.state import initial_draws
+
+    m, n, B = 40, 300, 16
+    config = BanditConfig(n_models=m, n_examples=n, budget=m * B * 2, batch_size=B)
+    text = jax.jit(lambda key: initial_draws(key, config)).lower(jax.random.PRNGKey(0)).compile().as_text()
+    shapes = {tuple(int(d) for d in dims.split(",")) for dims in re.findall(r"\[(\d+(?:,\d+)+)\]", text)}
+    assert not {s for s in shapes if len(s) >= 3 and s[-2:] == (B, B)}, shapes
 
 
 @pytest.mark.parametrize("r,B", [(5, 3), (6, 6), (7, 2), (4, 1)])

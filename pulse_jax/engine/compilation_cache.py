@@ -154,8 +154,8 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
     """
     global _cache_checked
     _cache_checked = True
-    setting = path or os.environ.get("PULSE_JAX_CACHE", "")
-    if setting.strip().lower() in _CACHE_OFF:
+    setting = str(path or os.environ.get("PULSE_JAX_CACHE", "")).strip()   # " " is unset, not a folder named " "
+    if setting.lower() in _CACHE_OFF:
         return None
     path = setting or DEFAULT_CACHE
     try:

@@ -135,20 +135,17 @@ def _refit(episode: Episode, state: BanditState, settings: FitSettings, with_log
     """Refit U on every observed cell (V frozen, warm start); recompute F and Phi.
 
     ``F_i``/``Phi_i`` (sums of predictions and their squares over model i's
-    unobserved cells) are the dense row sums minus the observed cells' part.
+    unobserved cells) come from one pass over the dense predictions that leaves out
+    the cells ``state.observed`` marks (the missing ones among them).
     ``with_log=False`` fits the initial batches alone; ``filled`` visits only the
     log's used slots (see `pulse_jax.stats.factorization.FilledPrefix`).
     """
     blocks = observed_blocks(episode, state, with_log)
     filled = filled if len(blocks) > 1 else None
-    visits = factorization.plan_visits(episode.V, blocks, filled)
     n = episode.scores.shape[1]
-    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled=filled,
-                                                   visits=visits)
-    all_sum, all_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing)   # a model's benchmark only
-    seen_sum, seen_sq_sum = factorization.block_prediction_sums(U, episode.V, blocks, filled, visits)
-    ledger = state.ledger._replace(pred_sum=all_sum - seen_sum, pred_sq_sum=all_sq_sum - seen_sq_sum)
-    return state._replace(U=U, ledger=ledger)
+    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled=filled)
+    pred_sum, pred_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing, state.observed)
+    return state._replace(U=U, ledger=state.ledger._replace(pred_sum=pred_sum, pred_sq_sum=pred_sq_sum))
 
 
 def _log_inv_alpha(s: Static, params: RunParams):

@@ -160,7 +160,8 @@ def initial_draws(examples_key: chex.PRNGKey, config: "BanditConfig", missing: c
     def one_model(i, row, size):
         picked = []
         for b in range(config.init_batches):
-            ex = sampling.draw(sampling.draw_key(examples_key, i, b * B), row, b * B, size, B)
+            ex = sampling.draw(sampling.draw_key(examples_key, i, b * B), row, b * B, size, B,
+                               resolve=sampling.fisher_yates_prefix_in_order)   # no m x B x B intermediates
             row = sampling.mark(row, ex, jnp.ones(B, bool))
             picked.append(ex)
         return jnp.concatenate(picked), row

@@ -3,8 +3,8 @@
 Tables (format version 5; ``PRAGMA application_id`` marks the file as a pulse-jax log):
 
 * ``meta``: the format's name and version;
-* ``run``: one row, the run's configuration (everything that decides its
-  requests, every traced parameter) as canonical JSON, with its checksum;
+* ``run``: one row, the run's configuration (everything that decides its requests, every traced
+  parameter, and a random ``log_id``) as canonical JSON, with its checksum;
 * ``told``: one row per told batch, in the order told (``ticket``, ``step``,
   ``asks_issued``, ``model``, ``examples``, ``scores``, ``crc``);
 * ``paid``: batches paid for but not yet told (scores that arrived after the
@@ -38,8 +38,7 @@ reserve, whose pages the next commits reuse without growing any file (the
 rollback journal is kept, in ``PERSIST`` mode, at the size the reserve gave
 it), so the batches already paid for are saved and the run stops cleanly.
 
-JSONL logs of earlier versions (`pulse_jax.live.legacy_jsonl`) are
-verified and converted in place once; the original is kept beside it.
+JSONL logs of earlier versions (`pulse_jax.live.legacy_jsonl`) are verified and converted in place once.
 """
 from __future__ import annotations
 
@@ -476,8 +475,6 @@ class Journal(LogReader):
         kind = record.get("type")
         body = {k: v for k, v in record.items() if k != "crc"}
         if kind == "header":
-            # A random id of this log: its run checksum, which names its companions (``<log>.returned``),
-            # then differs from every other log's, the same command's included.
             body = {**body, "version": LOG_VERSION, "log_id": body.get("log_id") or secrets.token_hex(16)}
             crc = checksum(body, "")
             self._commit(("INSERT INTO run VALUES (1, ?, ?)", (canonical(body), crc)))
@@ -543,7 +540,7 @@ class Journal(LogReader):
         finally:
             self._conn.execute("PRAGMA synchronous = FULL")
 
-    run_id = property(lambda self: self._run_crc, doc="The log's run checksum: names its lines in ``<log>.returned``.")
+    run_id = property(lambda self: self._run_crc, doc="The run checksum (its random log_id included).")
 
     def counter(self, key: str) -> int:
         """A counter the log keeps in ``meta`` (0 where it has none)."""

@@ -362,32 +362,49 @@ def _sum_and_sum_of_squares(x):
 CPU_DENSE_BYTES = 32 * 1024
 
 
-def prediction_row_sums(U: chex.Array, V: chex.Array, missing: chex.Array) -> tuple[chex.Array, chex.Array]:
-    """Per row, the sums of ``sigmoid(u_i . v_j)`` and of its square over the cells not ``missing``.
+def prediction_row_sums(U: chex.Array, V: chex.Array, missing: chex.Array,
+                        observed: chex.Array | None = None) -> tuple[chex.Array, chex.Array]:
+    """Per row, the sums of ``sigmoid(u_i . v_j)`` and of its square over the cells neither ``missing``
+    nor ``observed``.
 
-    On a CPU (see `chunk_bytes`) a few rows at a time: each row's sums are the same
-    arithmetic, so only the rows' grouping changes."""
-    def rows_sums(u, miss):
+    ``observed``: ``(m, ceil(n / 32))`` packed bits (`pulse_jax.stats.without_replacement.pack`) of
+    cells to leave out too, unpacked a few rows at a time, so the sums over a model's *unobserved*
+    cells (PULSE's ``F`` and ``Phi``) come from one pass over the dense predictions, with no second
+    pass over the observed cells to subtract. On a CPU (see `chunk_bytes`) a few rows at a time:
+    each row's sums are the same arithmetic, so only the rows' grouping changes."""
+    n = V.shape[0]
+
+    def rows_sums(u, miss, words):
+        if words is not None:
+            miss = miss | _unpack(words, n)
         return _sum_and_sum_of_squares(jnp.where(miss, 0.0, predict(u, V)))
 
-    m, n = missing.shape
+    m = missing.shape[0]
     rows = m if chunk_bytes() is None else min(m, max(1, CPU_DENSE_BYTES // (n * U.dtype.itemsize)))
     if rows >= m:
-        return rows_sums(U, missing)
+        return rows_sums(U, missing, observed)
+
+    def part_of(a, start, size):
+        return None if a is None else jax.lax.dynamic_slice_in_dim(a, start, size, 0)
 
     def one_block(b, sums):
         start = b * rows
-        part = rows_sums(jax.lax.dynamic_slice_in_dim(U, start, rows, 0),
-                         jax.lax.dynamic_slice_in_dim(missing, start, rows, 0))
+        part = rows_sums(*(part_of(a, start, rows) for a in (U, missing, observed)))
         return tuple(jax.lax.dynamic_update_slice_in_dim(s, x, start, 0) for s, x in zip(sums, part))
 
     zeros = jnp.zeros(m, U.dtype)
     sums = jax.lax.fori_loop(0, m // rows, one_block, (zeros, zeros))
     tail = m % rows
     if tail:
-        part = rows_sums(U[m - tail:], missing[m - tail:])
+        part = rows_sums(*(None if a is None else a[m - tail:] for a in (U, missing, observed)))
         sums = tuple(s.at[m - tail:].set(x) for s, x in zip(sums, part))
     return sums
+
+
+def _unpack(words, n):
+    """Packed bits -> booleans (the layout of `pulse_jax.stats.without_replacement.pack`)."""
+    bits = jnp.right_shift(words[..., :, None], jnp.arange(32, dtype=jnp.uint32)) & jnp.uint32(1)
+    return bits.reshape(words.shape[:-1] + (-1,))[..., :n].astype(bool)
 
 
 def predict(U: chex.Array, V: chex.Array) -> chex.Array:

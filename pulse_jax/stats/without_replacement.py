@@ -103,6 +103,33 @@ def fisher_yates_prefix(choices: chex.Array) -> chex.Array:
     return jnp.where(last_same < 0, target, parent[jnp.maximum(last_same, 0)])
 
 
+def fisher_yates_prefix_in_order(choices: chex.Array) -> chex.Array:
+    """`fisher_yates_prefix` computed slot by slot, with ``O(B)`` memory instead of ``B x B``.
+
+    Before slot ``k`` swaps, a position ``p >= k`` holds what the latest earlier slot that chose
+    ``p`` moved there (the value that slot found at its own position), or ``p`` itself when none
+    did: positions below ``k`` are never chosen again (``j_k >= k``). So one pass over the slots,
+    keeping what each slot moved, gives the same values as the pointer doubling. Many draws at
+    once (every model's initial batches, under ``vmap`` over models and repetitions) then never
+    build ``B x B`` intermediates per model (two ``s32[R, m, B, B]`` arrays, 410 MB at
+    100 x 250 x 64 x 64); a single draw keeps the loop-free version, which adds no loop to a step.
+    """
+    B = choices.shape[0]
+    slot = jnp.arange(B, dtype=jnp.int32)
+    target = slot + choices
+
+    def value_at(position, k, moved):
+        latest = jnp.max(jnp.where((slot < k) & (target == position), slot, -1))
+        return jnp.where(latest < 0, position, moved[jnp.maximum(latest, 0)])
+
+    def one_slot(k, carry):
+        out, moved = carry
+        return out.at[k].set(value_at(target[k], k, moved)), moved.at[k].set(value_at(k, k, moved))
+
+    zeros = jnp.zeros(B, jnp.int32)
+    return jax.lax.fori_loop(0, B, one_slot, (zeros, zeros))[0]
+
+
 def _select_bit(x: chex.Array, q: chex.Array) -> chex.Array:
     """Index of the ``q``-th (0-based) set bit of the uint32 ``x`` (``q < popcount(x)``)."""
     pos = jnp.zeros_like(q)
@@ -124,14 +151,17 @@ def kth_unobserved(row: chex.Array, ranks: chex.Array) -> chex.Array:
     return word * WORD + _select_bit(free[word], ranks - before[word])
 
 
-def draw(key: chex.PRNGKey, row: chex.Array, n_obs_i: chex.Array, n_examples, slots: int) -> chex.Array:
+def draw(key: chex.PRNGKey, row: chex.Array, n_obs_i: chex.Array, n_examples, slots: int,
+         resolve=fisher_yates_prefix) -> chex.Array:
     """``slots`` example indices; for every ``B' <= slots`` the first ``B'`` are a uniform ``B'``-subset
     of the unobserved examples of this ``(W,)`` row (entries past the unobserved count are meaningless).
 
     ``n_examples`` is the model's population: the examples it has a score for. Examples it has
-    none for are set bits of ``row`` from the start, so they are never drawn."""
+    none for are set bits of ``row`` from the start, so they are never drawn. ``resolve``: how the
+    shuffle's choices become ranks (`fisher_yates_prefix` or `fisher_yates_prefix_in_order`, which
+    give the same ranks)."""
     remaining = n_examples - n_obs_i
-    ranks = fisher_yates_prefix(fisher_yates_choices(key, remaining, slots))
+    ranks = resolve(fisher_yates_choices(key, remaining, slots))
     return kth_unobserved(row, jnp.minimum(ranks, jnp.maximum(remaining - 1, 0)))
 
 
