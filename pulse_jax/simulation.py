@@ -54,7 +54,8 @@ def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predicti
     """Repetitions per compiled batch so that the working set fits ``memory_budget``.
 
     Per repetition: the packed observed mask (``m ceil(n/32)`` words), the
-    initial draws' ``B x B`` comparisons per model, the per-step records and,
+    initial draws (``B`` slots per model, resolved in order), a step's ``B x B``
+    draw comparisons, the per-step records and,
     for methods that refit, the pull log, two dense ``(m, n)`` float32
     prediction arrays, the ``(m, r)`` factors with their optimizer moments, and
     the gathered ``V`` rows: of every observed cell, or of one chunk where the
@@ -66,7 +67,7 @@ def default_chunk_size(config: BanditConfig, rank: int, reps: int, uses_predicti
     memory_budget = memory_budget or device_memory_budget()
     m, n, B = config.n_models, config.n_examples, config.batch_size
     records = config.n_steps * (1 + (m if config.record_estimates else 0)) if config.record_steps else 1
-    per_rep = 4 * (m * sampling.n_words(n) + m * B * B + 4 * records)
+    per_rep = 4 * (m * sampling.n_words(n) + 2 * m * B + B * B + 4 * records)
     if uses_predictions:
         cells = config.n_steps * B + m * config.init_cells_per_model
         chunk = factorization.chunk_bytes()
