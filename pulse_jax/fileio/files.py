@@ -45,6 +45,16 @@ def kind_of(path) -> str | None:
     return next((name for test, name in _KINDS if test(mode)), None)
 
 
+def free_name(path) -> Path:
+    """``path`` if nothing is there, else the first of ``<path>.2``, ``<path>.3``, ... that is free."""
+    path, k = Path(path), 1
+    candidate = path
+    while exists(candidate):
+        k += 1
+        candidate = path.with_name(f"{path.name}.{k}")
+    return candidate
+
+
 def check_replaceable(path, name: str = "") -> None:
     """Refuse, in one line, to write ``path`` when something other than a regular file or a link is there.
 

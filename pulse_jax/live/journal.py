@@ -55,6 +55,7 @@ import threading
 from pathlib import Path
 
 from pulse_jax.errors import PulseInputError, note, require
+from pulse_jax.fileio import files
 from pulse_jax.live import legacy_jsonl, log_file
 from pulse_jax.live.chain import canonical, checksum
 from pulse_jax.live.log_reader import CHECK_TAIL, LogReader, check_tally_kept, snapshot  # noqa: F401 -- snapshot: journal.snapshot
@@ -255,7 +256,7 @@ class Journal(LogReader):
         header, records, notes = legacy_jsonl.read(self.path)
         version = header.get("version", 1)
         temporary = build_database(self.path, header, records)
-        kept = self._free_name(self.path.name + f".v{version}.jsonl")
+        kept = files.free_name(self.path.with_name(self.path.name + f".v{version}.jsonl"))
         os.replace(self.path, kept)
         side = self.path.with_name(self.path.name + ".paid")
         if side.exists():
@@ -270,13 +271,6 @@ class Journal(LogReader):
             note(text)
         note(f"{self.path}: converted the version-{version} JSONL log to an SQLite database in place "
              f"({len(records)} record(s)); the original is kept as {kept.name}")
-
-    def _free_name(self, name: str) -> Path:
-        candidate, k = self.path.with_name(name), 1
-        while candidate.exists():
-            k += 1
-            candidate = self.path.with_name(f"{name}.{k}")
-        return candidate
 
     # ------------------------------------------------------------------ close
 
@@ -346,7 +340,7 @@ class Journal(LogReader):
         """Save what this run knows the log holds as a new log beside it, carry on there, and say so once."""
         if self.replaced:
             return
-        kept = self._free_name(self.path.name + ".kept")
+        kept = files.free_name(self.path.with_name(self.path.name + ".kept"))
         self._write_copy(kept)
         if self._conn is not None:
             self._conn.close()

@@ -25,6 +25,7 @@ import zlib
 from pathlib import Path
 
 from pulse_jax.errors import PulseInputError
+from pulse_jax.fileio import files
 
 SUFFIX = ".returned"
 
@@ -89,10 +90,7 @@ def read(path: Path, log_id: str) -> tuple[list[tuple[str, dict]], int]:
 
 def set_aside(path: Path) -> Path:
     """Rename ``path`` to a free name beside it (``<name>.orphaned``, ``.orphaned.2``, ...); returns it."""
-    candidate, k = path.with_name(path.name + ".orphaned"), 1
-    while os.path.lexists(candidate):
-        k += 1
-        candidate = path.with_name(f"{path.name}.orphaned.{k}")
+    candidate = files.free_name(path.with_name(path.name + ".orphaned"))
     os.replace(path, candidate)
     return candidate
 

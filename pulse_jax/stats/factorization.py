@@ -27,6 +27,7 @@ import optax
 
 from pulse_jax.errors import require
 from pulse_jax.stats.seeds import seed_key
+from pulse_jax.stats.without_replacement import unpack
 
 
 class FitSettings(NamedTuple):
@@ -376,7 +377,7 @@ def prediction_row_sums(U: chex.Array, V: chex.Array, missing: chex.Array,
 
     def rows_sums(u, miss, words):
         if words is not None:
-            miss = miss | _unpack(words, n)
+            miss = miss | unpack(words, n)
         return _sum_and_sum_of_squares(jnp.where(miss, 0.0, predict(u, V)))
 
     m = missing.shape[0]
@@ -400,11 +401,6 @@ def prediction_row_sums(U: chex.Array, V: chex.Array, missing: chex.Array,
         sums = tuple(s.at[m - tail:].set(x) for s, x in zip(sums, part))
     return sums
 
-
-def _unpack(words, n):
-    """Packed bits -> booleans (the layout of `pulse_jax.stats.without_replacement.pack`)."""
-    bits = jnp.right_shift(words[..., :, None], jnp.arange(32, dtype=jnp.uint32)) & jnp.uint32(1)
-    return bits.reshape(words.shape[:-1] + (-1,))[..., :n].astype(bool)
 
 
 def predict(U: chex.Array, V: chex.Array) -> chex.Array:
