@@ -24,7 +24,6 @@ Prints a table per method and writes ``--out`` (JSON) with a Markdown table besi
 from __future__ import annotations
 
 import argparse
-import ast
 import collections
 import glob
 import json
@@ -151,8 +150,9 @@ def child(spec: dict) -> dict:
 
     scores, V = problem(spec)
     m = spec["models"]
-    config = engine.BanditConfig(n_models=m, n_examples=spec["examples"], budget=m * spec["batch"] + spec["bandit_budget"],
-                                 batch_size=spec["batch"], refit_every=spec["refit_every"])
+    config = engine.BanditConfig(n_models=m, n_examples=spec["examples"],
+                                 budget=m * spec["batch"] + spec["bandit_budget"], batch_size=spec["batch"],
+                                 refit_every=spec["refit_every"])
     first = simulate(scores, config, spec["method"], V=np.asarray(V), reps=spec["reps"], seed=0, progress=False)
     trace = tempfile.mkdtemp(prefix="pulse-parts-")
     jax.profiler.start_trace(trace)
@@ -189,8 +189,8 @@ def table(rows: list) -> str:
         shares = [100 * s / max(sum(r["parts_s"].values()), 1e-12) for s, r in zip(secs, rows)]
         lines.append(f"| {part} | " + " | ".join(f"{s:.2f}" for s in secs) + " | " +
                      " | ".join(f"{x:.0f}" for x in shares) + " |")
-    lines.append("| operations' own time, all threads | " + " | ".join(f"{sum(r['parts_s'].values()):.2f}" for r in rows)
-                 + " |" + " |" * len(rows))
+    own = " | ".join(f"{sum(r['parts_s'].values()):.2f}" for r in rows)
+    lines.append(f"| operations' own time, all threads | {own} |" + " |" * len(rows))
     lines.append("| wall time of the profiled run | " + " | ".join(f"{r['wall_run_s']:.2f}" for r in rows) + " |"
                  + " |" * len(rows))
     return "\n".join(lines)
