@@ -253,6 +253,10 @@ def test_what_a_method_without_predictions_would_ignore_is_refused(tmp_path, cap
     cli_fails(base + ["--method", "ucbe", "--rank", "100000"], capsys, "--rank 100000: --method ucbe uses no "
                                                                         "predictions, so --rank would be ignored")
     cli_fails(base + ["--value-map", "C=1"], capsys, "--value-map reads Inspect score values")
+    for option, value in (("--inspect-log-dir", str(tmp_path / "logs")), ("--inspect-scorer", "match"),
+                          ("--inspect-metric", "acc")):
+        cli_fails(base + [option, value], capsys, f"{option} is read by --inspect-task only")
+    assert not (tmp_path / "logs").exists() and not (tmp_path / "run.db").exists()
 
 
 def test_a_dangling_link_as_the_report_folder_is_refused_before_anything_is_paid(tmp_path, capsys):

@@ -124,6 +124,13 @@ def test_a_special_file_at_the_logs_returned_spool_is_refused_not_read(small_ben
     assert "\n" not in outcome["error"]
 
 
+def test_log_show_and_export_of_a_fifo_or_device_say_what_it_is_and_never_block(tmp_path, capsys):
+    for kind, path in _specials(tmp_path).items():
+        for action in ("show", "export"):
+            err = cli_fails(["log", action, str(path)], capsys, f"is {kind}, not a pulse-jax log file")
+            assert str(path) in err
+
+
 def test_written_files_follow_the_umask(tmp_path):
     old = os.umask(0o022)
     try:

@@ -125,6 +125,10 @@ def run(args) -> None:
     require(not args.value_map or args.inspect_task or args.usage,
             "--value-map reads Inspect score values (--inspect-task, --usage); an --evaluate or --lm-eval-task "
             "scorer returns numbers, so it would be ignored")
+    for name in ("inspect_log_dir", "inspect_scorer", "inspect_metric"):
+        require(getattr(args, name) is None or args.inspect_task,
+                f"--{name.replace('_', '-')} is read by --inspect-task only; with --evaluate or --lm-eval-task it "
+                "would be ignored")
     check_concurrency(args)
     plan = plan_of(args)
     inputs = hash_inputs(args.models, args.examples, args.train)

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Iterator
 
 from pulse_jax.errors import PulseInputError, require
+from pulse_jax.fileio.files import kind_of
 from pulse_jax.live.chain import checksum
 from pulse_jax.live import legacy_jsonl
 from pulse_jax.live.log_schema import (APPLICATION_ID, FIELDS, MAGIC, READ_VERSIONS, TALLY, TALLY_VERSION, cannot_read,
@@ -137,6 +138,8 @@ def snapshot(path) -> tuple[dict | None, list[dict]]:
     it (a running log can be read; its open transaction, if any, is not seen). A JSONL log of an earlier
     version is read as it is, unconverted."""
     path = Path(path)
+    kind = kind_of(path.resolve())      # a FIFO would block the read below
+    require(kind is None, f"{path}: is {kind}, not a pulse-jax log file")
     require(path.is_file(), f"{path}: no such log file")
     require(path.stat().st_size > 0, f"{path}: an empty file (0 bytes), not a pulse-jax log")
     head, app, version = read_file_header(path)
