@@ -4,8 +4,8 @@
 benchmark's candidates, as a real scorer (API call, local inference, judge)
 would. Offline and instant, so the live-selection example runs anywhere::
 
-    python -m pulse_jax.stand_in models > models.txt
-    python -m pulse_jax.stand_in train history.csv
+    python -m pulse_jax.cli.stand_in models > models.txt
+    python -m pulse_jax.cli.stand_in train history.csv
     pulse-jax select --models models.txt --examples 1000 --budget 8000 \\
         --evaluate pulse_jax.stand_in:score --train history.csv --log run.db
 """
@@ -38,7 +38,7 @@ def check(models, example_ids) -> None:
         raise PulseInputError(f"the stand-in scorer has no model {unknown[0]!r}"
                               + (f" (nor {len(unknown) - 1} more)" if len(unknown) > 1 else "")
                               + f": its {len(bench.models)} models are {bench.models[0]} ... {bench.models[-1]} "
-                              "(python -m pulse_jax.stand_in models lists them)")
+                              "(python -m pulse_jax.cli.stand_in models lists them)")
     n = bench.scores.shape[1]
     ids = list(range(int(example_ids))) if isinstance(example_ids, (int, np.integer)) else list(example_ids)
     bad = next((e for e in ids if not str(e).isdigit() or not 0 <= int(e) < n), None)
@@ -57,3 +57,11 @@ def score(model: str, example_ids) -> list[float]:
 
 #: Called by ``select`` on the candidates and examples before anything compiles.
 score.check = check
+
+
+if __name__ == "__main__":     # the files are written by the command line's module, not by this library one
+    import sys
+
+    print("the stand-in's files: python -m pulse_jax.cli.stand_in models | train FILE.csv | candidates FILE.csv",
+          file=sys.stderr)
+    sys.exit(2)

@@ -161,3 +161,13 @@ def test_a_hung_call_is_said_once_even_without_progress(monkeypatch, capsys):
         run(scorer, sel, handle_signals=False, progress=False)
     err = capsys.readouterr().err
     assert err.count("has run for") == 1 and "no --call-timeout" in err, err
+
+
+def test_the_library_stand_in_run_as_a_module_points_to_the_command_that_writes_its_files():
+    """``python -m pulse_jax.stand_in models`` (the library module) printed nothing and exited 0; it names
+    the command line's module, whose ``models`` does print the names."""
+    wrong = subprocess.run([sys.executable, "-m", "pulse_jax.stand_in", "models"], capture_output=True, text=True)
+    assert wrong.returncode == 2 and wrong.stdout == ""
+    assert "python -m pulse_jax.cli.stand_in models" in wrong.stderr and wrong.stderr.count("\n") == 1
+    right = subprocess.run([sys.executable, "-m", "pulse_jax.cli.stand_in", "models"], capture_output=True, text=True)
+    assert right.returncode == 0 and len(right.stdout.split()) == 40
