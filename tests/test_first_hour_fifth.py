@@ -171,3 +171,20 @@ def test_the_library_stand_in_run_as_a_module_points_to_the_command_that_writes_
     assert "python -m pulse_jax.cli.stand_in models" in wrong.stderr and wrong.stderr.count("\n") == 1
     right = subprocess.run([sys.executable, "-m", "pulse_jax.cli.stand_in", "models"], capture_output=True, text=True)
     assert right.returncode == 0 and len(right.stdout.split()) == 40
+
+
+@pytest.mark.parametrize("command", ["demo", "simulate", "sweep", "tune", "select"])
+def test_every_option_a_commands_help_names_is_one_of_its_own(command, capsys):
+    """``select --help`` named a ``--cost`` that only ``simulate`` has: every ``--option`` the help text
+    mentions is in the command's own usage line."""
+    import re
+
+    with pytest.raises(SystemExit):
+        cli.main([command, "--help"])
+    text = re.sub(r"(?<=\w)-\n\s+", "-", capsys.readouterr().out)     # a name the wrapping broke at a hyphen
+    usage, _, body = text.partition("\n\n")
+    own = set(re.findall(r"--[a-z][a-z0-9-]*", usage)) | {"--help"}
+    # "as sweep --grid", "`simulate --hparams`": another command's option, named with its command
+    other = r"(?<!sweep )(?<!simulate )(?<!select )(?<!tune )(?<!demo )"
+    named = set(re.findall(other + r"(?<![\w-])--[a-z][a-z0-9-]*", body))
+    assert named <= own, sorted(named - own)

@@ -13,7 +13,7 @@ def add(sub) -> None:
                           description="UCB-E, PULSE and Naive-Pooling on the built-in 40 x 1,000 benchmark.")
     add_run_options(demo, reps=300, budget_help="total cells, initialization included "
                                                  f"(default: initialization + {BUILTIN_BANDIT_CELLS:,})",
-                    source="built-in")
+                    source="built-in", costs="here every cell costs 1")
     demo.add_argument("--out", default="pulse_demo", help="results directory")
 
 

@@ -112,7 +112,7 @@ def add_bandit_options(p: argparse.ArgumentParser, *, methods_help: str, source:
 
 
 def add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, one_method: bool = False,
-                    source: str = "any") -> None:
+                    source: str = "any", costs: str = "--cost") -> None:
     names = "ucbe, pulse, pulse_certify, pulse_hedged, naive"
     add_bandit_options(p, methods_help=(f"the estimator: {names}, or {PLUGIN_HELP} (default: pulse)" if one_method
                                          else f"comma-separated estimators: {names}, or {PLUGIN_HELP} "
@@ -124,7 +124,7 @@ def add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, 
                    help="stopping rule: budget (spend it all), certified (stop once a model is certified best), "
                         f"or {PLUGIN_HELP}; methods without an interval spend the budget (default: budget)")
     p.set_defaults(stop_default="budget")
-    add_certificate_options(p)
+    add_certificate_options(p, costs)
     p.add_argument("--concurrency", type=int, default=1,
                    help="batches in flight at once, as a live selection with --concurrency asks them: each choice "
                         "is made before the results of the ones before it return (default: 1)")
@@ -151,7 +151,8 @@ def add_cost_option(p: argparse.ArgumentParser) -> None:
                         "the rules spend by it, the results count money, --cheapest/--front rank by it")
 
 
-def add_certificate_options(p: argparse.ArgumentParser) -> None:
+def add_certificate_options(p: argparse.ArgumentParser, costs: str = "--cost") -> None:
+    """``costs``: the options that give this command's costs, as its help names them."""
     group = p.add_mutually_exclusive_group()
     group.add_argument("--epsilon", type=float, default=None,
                        help="stop once a model is certified within EPSILON of the best mean: shorthand for "
@@ -162,10 +163,10 @@ def add_certificate_options(p: argparse.ArgumentParser) -> None:
                             "of them need")
     group.add_argument("--cheapest", type=float, default=None, metavar="EPS",
                        help="stop once the cheapest model within EPS of the best is certified (every cheaper model "
-                            "more than EPS below it); ranks the models by their cost per cell (--cost, --price)")
+                            f"more than EPS below it); ranks the models by their cost per cell ({costs})")
     group.add_argument("--front", type=float, nargs="?", const=0.01, default=None, metavar="EPS",
                        help="stop once the cost-accuracy front is certified: every model on it or beaten by more "
-                            "than EPS (default 0.01) by one at most as expensive (--cost, --price)")
+                            f"than EPS (default 0.01) by one at most as expensive ({costs})")
     group.add_argument("--tie-group", type=int, default=None, metavar="SIZE",
                        help="stop once the best model is certified to be one of at most SIZE models (1 is "
                             "exact-best certification): shorthand for --stop tie_group --param stop.size=SIZE")
@@ -205,7 +206,7 @@ def add_stopping_options(sel: argparse.ArgumentParser) -> None:
                      help="stopping rule, checked before every batch: certified (stop once a model is certified "
                           f"best), budget (spend it all), or {PLUGIN_HELP} (default: certified; budget for a "
                           "method without an interval)")
-    add_certificate_options(sel)
+    add_certificate_options(sel, costs="--price, --cost-per-call")
     sel.add_argument("--grace", type=float, default=None,
                      help="on SIGINT/SIGTERM, wait at most this many seconds for the batches in flight (default: "
                           "until they finish; a second signal abandons them)")
