@@ -184,3 +184,35 @@ def test_a_blank_cache_setting_is_the_default_folder_not_a_folder_named_blank(tm
     with _suite_cache_kept():
         assert compilation_cache.enable_compilation_cache() == str(tmp_path / "default")
     assert not (tmp_path / " ").exists()
+
+
+def test_a_damaged_entry_is_replaced_by_the_program_compiled_in_its_place(own_cache):
+    """A damaged entry made JAX warn in every later process and was never written again: the program
+    JAX compiles after failing to read it now replaces it, and the next process loads it."""
+    offset = uuid.uuid4().int % 10**6 / 7.0
+
+    def program(x):
+        return x * 5.0 + offset
+
+    jax.jit(program)(jnp.float32(1.0))
+    (name,) = [n for n in _entries(own_cache) if n.startswith("jit_program-")]
+    entry = os.path.join(own_cache, name)
+    good = open(entry, "rb").read()
+    with open(entry, "wb") as handle:
+        handle.write(b"\0" * len(good))                 # damaged, same size
+    jax.clear_caches()
+    with pytest.warns(UserWarning):
+        assert float(jax.jit(program)(jnp.float32(2.0))) == pytest.approx(10.0 + offset)
+    assert open(entry, "rb").read() != b"\0" * len(good)   # mended
+    hits = []
+
+    def listen(event, **_):
+        hits.append(event)
+
+    monitoring.register_event_listener(listen)
+    try:
+        jax.clear_caches()
+        assert float(jax.jit(program)(jnp.float32(3.0))) == pytest.approx(15.0 + offset)
+    finally:
+        monitoring.unregister_event_listener(listen)
+    assert "/jax/compilation_cache/cache_hits" in hits

@@ -79,9 +79,13 @@ class FolderCache(_CacheInterface):
         return value
 
     def put(self, key: str, value: bytes) -> None:
+        """Write ``value`` as the entry of ``key``, replacing one already there: JAX puts a program after a
+        miss, or after it could not use what `get` returned (a damaged entry, which is then mended)."""
         entry = self._path / f"{key}{_ENTRY}"
-        if entry.exists():
-            return
+        try:
+            replaced = entry.stat().st_size
+        except OSError:
+            replaced = 0
         for name, data in ((f"{key}{_ATIME}", time.time_ns().to_bytes(8, "little")), (entry.name, value)):
             temporary = self._path / f".{name}.{uuid.uuid4().hex}.tmp"
             try:
@@ -90,7 +94,7 @@ class FolderCache(_CacheInterface):
             finally:
                 temporary.unlink(missing_ok=True)
         with self._lock:
-            self._bytes += len(value)
+            self._bytes += len(value) - replaced
             over = self._bytes > self.max_bytes
         if over:
             self._evict()
