@@ -453,3 +453,36 @@ def test_a_backup_copied_over_a_running_log_is_refused_before_anything_is_writte
             step()
     sel.close()
     assert (tmp_path / "run.db").read_bytes()[:100] == backup[:100]
+
+
+@pytest.mark.integration   # two select processes, one killed: ~20 s
+def test_a_run_killed_before_its_first_batch_is_told_is_resumed_with_its_line(tmp_path):
+    """Killed while its first calls were out (nothing told yet), the rerun printed no resume line and
+    re-paid those calls without a word: it now says it resumes and how many cells it asks again."""
+    import signal
+
+    args = write_slow_scorer(tmp_path) + ["--log", "run.db"]
+    args[args.index("--quiet")] = "--concurrency"
+    args.insert(args.index("--concurrency") + 1, "4")
+    (tmp_path / "hang.py").write_text(
+        "import pathlib, time\n"
+        "def score(model, ids):\n"
+        "    pathlib.Path('started').touch()\n"
+        "    time.sleep(600)\n")
+    hung = list(args)
+    hung[hung.index("slowscore:score")] = "hang:score"
+    env = dict(os.environ, PYTHONPATH=str(tmp_path))
+    first = subprocess.Popen(hung, cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while time.time() < deadline and not (tmp_path / "started").exists():
+        time.sleep(0.05)
+    time.sleep(0.5)                       # the other calls of the first look go out too
+    first.send_signal(signal.SIGKILL)
+    first.wait(30)
+    again = subprocess.run(args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr[-2000:]
+    line = next((ln for ln in again.stdout.splitlines() if ln.startswith("resuming run.db")), None)
+    assert line is not None, again.stdout
+    assert "0 cells already evaluated" in line
+    asked_again = int(line.split("; ")[2].split(" cells")[0].replace(",", ""))
+    assert asked_again > 0, line

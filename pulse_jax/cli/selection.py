@@ -177,7 +177,7 @@ def _drive(args, plan, selector, evaluate, meter):
     allow = None if meter is None or meter.budget_usd is None else \
         (lambda request: meter.fits(request.model, len(request.example_ids), selector.evaluated(),
                                     selector.ledger.asked_cells()))
-    if selector.spent:
+    if selector.resumed:     # also a log killed before its first batch was told: its calls are asked again
         _say_resume(selector, args.log)
     try:
         return live.run(evaluate, selector, progress=_live_progress(args),

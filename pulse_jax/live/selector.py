@@ -173,6 +173,7 @@ class Selector:
         self._compile()
         self._logged_holds: set = set()    # tickets the log holds as holds (told with no examples)
         self._logged_tickets: set = set()  # every ticket the log holds as told
+        self.resumed = False               # set by `_open_log`: the log already held a run
         if self.log_path is not None:
             self._replaying = True
             try:
@@ -233,6 +234,7 @@ class Selector:
         """Read the log (locked by the ledger), check its header, replay it (verified whole first), then
         let the ledger take it; a new log starts with this run's header."""
         header, records = self.ledger.read()
+        self.resumed = header is not None      # the log held a run: this one continues it (told batches or not)
         if header is None:
             self.ledger.start({**self._header, "train": self._train_fingerprint,
                                **({} if self.plan is None else {"plan": self.plan})})
