@@ -216,3 +216,24 @@ def test_a_damaged_entry_is_replaced_by_the_program_compiled_in_its_place(own_ca
     finally:
         monitoring.unregister_event_listener(listen)
     assert "/jax/compilation_cache/cache_hits" in hits
+
+
+def test_a_folder_that_takes_no_new_programs_is_said_once_per_process(own_cache, monkeypatch):
+    """A read-only or full folder made JAX warn (two lines) for every program a run compiled: the cache
+    now says it once, and each later program is compiled and run as usual."""
+    import errno
+    import pathlib
+    import warnings
+
+    def full(self, data):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(pathlib.Path, "write_bytes", full)
+    offset = uuid.uuid4().int % 10**6 / 7.0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for k in range(4):                               # four programs, none of them kept
+            assert float(jax.jit(lambda x, k=k: x * k + offset)(jnp.float32(1.0))) == pytest.approx(k + offset)
+    said = [str(w.message) for w in caught]
+    assert len(said) == 1 and "takes no new programs (No space left on device)" in said[0], said
+    assert not [n for n in _entries(own_cache) if n.startswith("jit_<lambda>-")]

@@ -119,5 +119,30 @@ def test_missing_policies(tmp_path, capsys):
     data.save_csv(matrix, tmp_path / "c.csv")
     assert cli.main(["simulate", "--scores", str(tmp_path / "c.csv"), "--method", "ucbe", "--batch-size", "2",
                      "--reps", "4", "--quiet", "--out", str(tmp_path / "o")]) == 0
-    assert "candidate cells are missing; each model is judged on the examples it has a score for" in \
+    assert "candidate cells are missing (empty, nan or NA); each model is judged on the examples it has a score for" in \
         capsys.readouterr().out
+
+
+def _with_nan_text(path, rows: int, cols: int, holes: int, seed: int = 0):
+    """A CSV whose first ``holes`` cells of row 1 are written ``nan`` (as pandas writes a missing value)."""
+    rng = np.random.default_rng(seed)
+    lines = ["model," + ",".join(f"e{j}" for j in range(cols))]
+    for i in range(rows):
+        cells = ["nan" if i == 1 and j < holes else f"{float(rng.random() < 0.6):g}" for j in range(cols)]
+        lines.append(f"h{i}," + ",".join(cells))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_nan_cells_of_a_history_are_said_in_one_line(tmp_path, capsys):
+    """``nan`` in a --train CSV reads as a missing cell (the data format's rule): the command says how
+    many, for simulate and for tune, instead of fitting around them in silence."""
+    train = _with_nan_text(tmp_path / "train.csv", rows=6, cols=30, holes=4)
+    cand = _with_nan_text(tmp_path / "cand.csv", rows=4, cols=30, holes=0, seed=1)
+    assert cli.main(["simulate", "--scores", str(cand), "--train", str(train), "--rank", "2", "--method", "pulse",
+                     "--batch-size", "2", "--reps", "2", "--quiet", "--out", str(tmp_path / "o")]) == 0
+    err = capsys.readouterr().err
+    assert f"--train {train}: 4 of 180 cells are missing (empty, nan or NA); the fit uses the cells present" in err
+    assert cli.main(["tune", "--train", str(train), "--ranks", "1", "--lams", "0.01", "--epochs", "20", "--folds", "2",
+                     "--out", str(tmp_path / "h.json")]) == 0
+    assert "4 of 180 cells are missing (empty, nan or NA)" in capsys.readouterr().err

@@ -92,8 +92,20 @@ def test_the_cost_report_has_prices_spend_and_a_title_that_says_the_question():
     r = __import__("dataclasses").replace(r, prices=(0.05, 0.01), spent_by_model=(1.25, 0.5), stop="cheapest_within",
                                            claimed=("m1",), spend={"usd": 1.75})
     table = r.to_markdown()
-    assert "| price per cell | spent |" in table and "| $0.0500 | $1.25 |" in table
+    assert "| price per cell | spent |" in table and "| $0.05 | $1.25 |" in table
     assert r.to_dict()["ranking"][0]["spent_usd"] == 1.25
     selector = SimpleNamespace(params=SimpleNamespace(stop=SimpleNamespace(epsilon=0.02)))
     title = Plan.cost_title(r, selector)
     assert title.startswith("the cheapest model within epsilon 0.02 of the best") and "$1.75 spent" in title
+
+
+def test_a_price_times_a_count_checks_against_the_total_printed_beside_it():
+    """The cost line printed $0.0004 x 600 = $0.2104 (the price rounded to 4 decimals): prices below a
+    dollar now keep four significant digits, so the product of what is printed checks."""
+    from pulse_jax.live.money import money
+
+    price = 0.00035067
+    assert money(price) == "$0.0003507" and money(600 * price) == "$0.2104"
+    assert abs(600 * float(money(price)[1:]) - float(money(600 * price)[1:])) < 1e-4
+    assert [money(x) for x in (0, 0.05, 0.1, 1.5, 1234.5, 0.000012345, None)] == \
+        ["$0.00", "$0.05", "$0.10", "$1.50", "$1,234.50", "$0.00001234", "n/a"]

@@ -95,7 +95,7 @@ def _full_disk(monkeypatch, failures: float, from_write: int = 5):
     return state
 
 
-@pytest.mark.parametrize("concurrency", [1, 4])
+@pytest.mark.parametrize("concurrency", [1, 4, 16, 64])
 @pytest.mark.parametrize("lasting", [False, True])
 def test_a_full_disk_pays_no_cell_twice(small_bench, tmp_path, monkeypatch, concurrency, lasting):
     """The log's disk fills up at the 5th batch. Space that returns within the retries: the run goes on.
@@ -173,3 +173,24 @@ def test_a_hung_scorer_is_abandoned_within_the_grace_and_arrived_scores_are_kept
     calls = (tmp_path / "calls.txt").read_text().splitlines()
     logged = sum(len(r["examples"]) for r in log_records(tmp_path / "run.db"))
     assert logged == len(calls)                         # every score that arrived is in the log
+
+
+def test_a_disk_without_room_for_a_new_log_is_said_naming_the_log_before_anything_is_asked(small_bench, tmp_path,
+                                                                                          monkeypatch):
+    """A disk too small for a new log (its reserve and journal) stopped ``select`` with a bare "No space
+    left on device": the line now names the log, what a log needs, and that nothing was asked."""
+    original = journal.Journal._commit
+
+    def commit(self, *statements):
+        if statements[0][0].startswith("INSERT INTO run"):
+            raise journal.LogFull(errno.ENOSPC, "No space left on device")
+        return original(self, *statements)
+
+    monkeypatch.setattr(journal.Journal, "_commit", commit)
+    calls = []
+    with pytest.raises(LogWriteError, match=r"run.db: cannot start the log \(No space left on device\) \(a new log "
+                                            r"needs about 1,088 KiB: .*\); nothing was asked. To go on, free space "
+                                            r"there, then run the same command again, or give --log in another folder"):
+        sel = _selector(small_bench, tmp_path / "run.db", stop="budget")
+        run(lambda m, ids: calls.extend(ids) or [0.0] * len(ids), sel)
+    assert calls == []

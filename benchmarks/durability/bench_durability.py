@@ -10,8 +10,9 @@ counted, not inferred:
 2. **Full disk.** The log on a small tmpfs (mounted in a private mount namespace, ``unshare -rm``; the
    scenario is skipped, and says so, where that is not allowed) that a filler file fills after a few
    batches; *transient*: the filler is removed 0.2 s later, *permanent*: only after the run has
-   ended; concurrency 1 and 4. Then the same command resumes with space. Counted: cells paid twice
-   (target 0), the resumed report equal to an uninterrupted run's, the exit codes.
+   ended; concurrency 1, 4, 16 and 64, on a 2 MiB tmpfs. Then the same command resumes with space.
+   Counted: cells paid twice (target 0), the resumed report equal to an uninterrupted run's, the exit
+   codes.
 3. **kill -9** at ``--kills`` random moments (target >= 30), each resumed to the end. Counted:
    resumes whose report equals the uninterrupted run's (target: all), cells paid twice (at most the
    batches in flight).
@@ -51,6 +52,8 @@ def score(model, ids):
     return stand_in.score(model, ids)
 """
 BUDGET, BATCH = 800, 16
+#: The full-disk scenario: concurrencies tried, and the size of the tmpfs the log lives on.
+FULL_DISK_CONCURRENCY, FULL_DISK_SIZE = (1, 4, 16, 64), "2m"
 
 
 def _prepare(folder: Path) -> None:
@@ -176,14 +179,14 @@ def full_disk(root: Path, inside: bool = False) -> list[dict]:
             return [{"skipped": f"no private tmpfs here (unshare -rm): {proc.stderr.strip()[-300:]}"}]
         return json.loads(out.read_text())
     rows = []
-    for concurrency in (1, 4):
+    for concurrency in FULL_DISK_CONCURRENCY:
         folder = root / f"disk{concurrency}"
         _prepare(folder)
         clean = _clean(folder, concurrency)
         for lasting in ("transient", "permanent"):
             disk = root / f"tmpfs_{concurrency}_{lasting}"
             disk.mkdir()
-            subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(disk)], check=True)
+            subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={FULL_DISK_SIZE}", "tmpfs", str(disk)], check=True)
             calls, log = folder / f"calls_{lasting}.txt", disk / "run.db"
             proc = subprocess.Popen(_command(folder, log, concurrency), env=_env(folder, calls, 0.02),
                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -295,7 +298,7 @@ def _markdown(result: dict) -> str:
         else:
             lines.append(f"| {row['spelling']} | {row['second_refused']} | {row['paid_twice']} | "
                          f"{row['message'].replace('|', '/')} |")
-    lines += ["", "## Full disk (2 MiB tmpfs)", "", "| concurrency | disk full | first exit | batches logged | "
+    lines += ["", f"## Full disk ({FULL_DISK_SIZE} tmpfs)", "", "| concurrency | disk full | first exit | batches logged | "
               "cells paid twice | resumed = uninterrupted |", "|---:|---|---:|---:|---:|---|"]
     for row in result["full_disk"]:
         if "skipped" in row:

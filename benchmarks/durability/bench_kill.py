@@ -23,12 +23,13 @@ return out of the order they were asked in.
    after ``run.db.kept`` is put back and the run resumed, the cells paid twice and whether the report
    equals the uninterrupted run's (targets: detected in every trial, one line, nothing lost).
 
-4. **Inside Inspect** (``--inspect-kills`` trials, default 5): ``inspect_ai.eval`` of 6 mock models
-   (``tests/inspect_toy.py``, 400 samples) under ``select_best`` at its default concurrency; every call
-   after a random count hangs, the process is killed with ``kill -9`` a second after that many samples
-   are generated, and the same eval is run again. Counted per trial: samples that Inspect had scored
-   before the kill and that are generated again (target: 0; a sample generated but not yet scored may
-   be), whether every log of the rerun succeeded and the rerun certified (target: always).
+4. **Inside Inspect** (``--inspect-kills`` trials, default 10): ``inspect_ai.eval`` of 6 mock models
+   (``tests/inspect_toy.py``, 400 samples, each call 20 ms) under ``select_best`` at its default
+   concurrency, killed with ``kill -9`` at a random moment while samples are being generated and scored
+   (a random 0-300 ms after a random count of calls has returned), then the same eval is run again.
+   Counted per trial: samples that Inspect's scorer had scored before the kill and that are generated
+   again (target: 0; a sample generated but not yet scored may be), whether every log of the rerun
+   succeeded and the rerun certified (target: always).
 
     python benchmarks/durability/bench_kill.py --out docs/benchmarks/kill.json
     python benchmarks/durability/bench_kill.py --only backups --out docs/benchmarks/kill.json   # adds to it
@@ -275,7 +276,7 @@ def money(root: Path, count: int, concurrencies, seed: int) -> dict:
 TOY_MODELS = [f"toy/m{s}" for s in (85, 72, 66, 60, 54, 48)]
 
 
-def _inspect_eval(folder: Path, hang_after: int | None) -> subprocess.Popen:
+def _inspect_eval(folder: Path, hang_after: int | None = None, latency: float = 0.0) -> subprocess.Popen:
     """``inspect_ai.eval`` of the toy task under ``select_best`` (its default concurrency) in a subprocess."""
     tests = common.ROOT / "tests"
     code = ("import inspect_toy, inspect_ai, json\n"
@@ -289,6 +290,8 @@ def _inspect_eval(folder: Path, hang_after: int | None) -> subprocess.Popen:
                    "PYTHONPATH": os.pathsep.join([str(tests), str(common.ROOT)])}
     if hang_after is not None:
         environment["INSPECT_TOY_HANG_AFTER"] = str(hang_after)
+    if latency:
+        environment["INSPECT_TOY_LATENCY"] = str(latency)
     return subprocess.Popen([sys.executable, "-c", code], cwd=folder, env=environment, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
 
@@ -299,17 +302,19 @@ def _calls(folder: Path, name: str = "calls.txt") -> list[str]:
 
 
 def inspect_kills(root: Path, count: int, seed: int) -> list[dict]:
-    """kill -9 inside ``inspect eval`` at random numbers of generated samples, then the same eval again."""
+    """kill -9 inside ``inspect eval`` at random moments while samples are generated and scored, then the
+    same eval again."""
     rng, rows = random.Random(seed), []
     for k in range(count):
         folder = root / f"inspect{k}"
         folder.mkdir()
         at = rng.randint(20, 300)     # Inspect runs a task in its file's folder: every path is absolute
-        proc = _inspect_eval(folder, at)
+        proc = _inspect_eval(folder, latency=0.02)
         deadline = time.time() + 300
         while len(_calls(folder)) < at and proc.poll() is None and time.time() < deadline:
-            time.sleep(0.1)
-        time.sleep(1.0)             # every later call hangs; the finished samples are scored meanwhile
+            time.sleep(0.005)
+        delay = rng.uniform(0.0, 0.3)
+        time.sleep(delay)           # calls keep returning and samples keep being scored meanwhile
         running = proc.poll() is None
         proc.send_signal(signal.SIGKILL)
         proc.wait()
@@ -320,7 +325,7 @@ def inspect_kills(root: Path, count: int, seed: int) -> list[dict]:
         report_path = folder / "run_report" / "report.json"
         rep = json.loads(report_path.read_text()) if report_path.is_file() else {}
         statuses = json.loads(out.strip().splitlines()[-1]) if rerun.returncode == 0 else []
-        rows.append({"killed_after": at, "running_at_kill": running, "generated_before_kill": len(before),
+        rows.append({"killed_after": at, "delay_ms": round(1000 * delay), "running_at_kill": running, "generated_before_kill": len(before),
                      "scored_before_kill": len(scored), "scored_generated_again": len(scored & after),
                      "generated_again": len(set(before) & after), "rerun_exit": rerun.returncode,
                      "rerun_statuses": statuses, "certified": bool(rep.get("separated")),
@@ -370,13 +375,13 @@ def markdown(result: dict) -> str:
         lines += ["", "## Inside Inspect: kill -9, then the same eval again", "",
                   "*Generated*: the model call returned; *scored*: Inspect's scorer had scored the sample. Only a "
                   "sample generated and not yet scored at the kill may be generated again.", "",
-                  "| killed after (samples) | generated before the kill | scored before the kill | scored, generated "
+                  "| killed (calls + ms) | generated before the kill | scored before the kill | scored, generated "
                   "again | generated, generated again | rerun logs | certified |",
                   "|---:|---:|---:|---:|---:|---|---|"]
         for r in rows:
             ok = "all success" if r["rerun_statuses"] and set(r["rerun_statuses"]) == {"success"} else \
                 (", ".join(r["rerun_statuses"]) or f"exit {r['rerun_exit']}")
-            lines.append(f"| {r['killed_after']} | {r['generated_before_kill']} | {r['scored_before_kill']} | "
+            lines.append(f"| {r['killed_after']} + {r.get('delay_ms', 1000)} | {r['generated_before_kill']} | {r['scored_before_kill']} | "
                          f"{r['scored_generated_again']} | {r['generated_again']} | {ok} | "
                          f"{'yes' if r['certified'] else 'no'} |")
     return "\n".join(lines) + "\n"
@@ -387,7 +392,7 @@ def main(argv=None) -> int:
     parser.add_argument("--kills", type=int, default=10)
     parser.add_argument("--concurrency", default="16,64", help="comma-separated concurrencies for the kills")
     parser.add_argument("--only", default=None, choices=["kills", "money", "backups", "inspect"])
-    parser.add_argument("--inspect-kills", type=int, default=5)
+    parser.add_argument("--inspect-kills", type=int, default=10)
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="pulse-kill-"))
     result = {"command": "python benchmarks/durability/bench_kill.py " + " ".join(argv or sys.argv[1:]),

@@ -40,7 +40,8 @@ def add(sub) -> None:
     long.add_argument("file", help="the table (.csv, .jsonl or .parquet)")
     long.add_argument("--model-column", default="model", help="the column naming the model")
     long.add_argument("--example-column", default="example", help="the column naming the example")
-    long.add_argument("--score-column", default="score", help="the column holding the score, in [0, 1]")
+    long.add_argument("--score-column", default="score",
+                      help="the column holding the score, a number in [0, 1] (true and false read as 1 and 0)")
     for p in (lm, ins, long):
         p.add_argument("--out", required=True, help="the score matrix CSV to write")
         p.add_argument("--force", action="store_true", help="write over an existing --out file")

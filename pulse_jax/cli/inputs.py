@@ -61,12 +61,24 @@ def side_information(args, cand, n):
     if args.embeddings:
         return load_embeddings(args.embeddings, cand, n)
     train = data.align_train(cand, data.load(args.train))
+    say_missing_history(train, "--train")
     rank, settings = fit_rank(args, train.scores.shape), factorization.DEFAULT_STAGE0
     if getattr(args, "hparams", None):
         from pulse_jax import tuning
 
         rank, settings = tuning.load_hparams(args.hparams)
     return factorization.fit_example_embeddings(train.scores, rank=rank, settings=settings, seed=args.seed)
+
+
+def say_missing_history(train, option: str) -> None:
+    """One line when the historical scores have missing cells (empty, ``nan`` or ``NA`` in a CSV): the fit
+    uses the cells present, and the user learns that the file has holes."""
+    import numpy as np
+
+    missing = np.isnan(train.scores)
+    if missing.any():
+        print(f"pulse-jax: note: {option} {train.source}: {int(missing.sum()):,} of {missing.size:,} cells are missing "
+              "(empty, nan or NA); the fit uses the cells present", file=sys.stderr)
 
 
 def fit_rank(args, shape) -> int:

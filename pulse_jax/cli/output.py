@@ -71,7 +71,7 @@ def say_missing(cand):
     missing = np.isnan(cand.scores)
     if missing.any():
         sizes = (~missing).sum(axis=1)
-        print(f"note: {int(missing.sum()):,} of {missing.size:,} candidate cells are missing; each model is judged "
+        print(f"note: {int(missing.sum()):,} of {missing.size:,} candidate cells are missing (empty, nan or NA); each model is judged "
               f"on the examples it has a score for ({sizes.min():,}-{sizes.max():,} per model). "
               "--missing drop-examples or drop-models gives a common example set")
 

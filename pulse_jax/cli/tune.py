@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import sys
 
-from pulse_jax.cli.inputs import number_list
+from pulse_jax.cli.inputs import number_list, say_missing_history
 from pulse_jax.cli.options import HelpFormatter
 from pulse_jax.cli.output import Lines, bars_wanted, check_writable_file
 from pulse_jax.errors import require
@@ -40,6 +40,7 @@ def run(args) -> None:
     require(args.force or not files.exists(args.out), f"--out {args.out}: exists; pass --force to write over it")
     train = data.load(args.train)
     data.check_history(train)       # two models at least, none without a score
+    say_missing_history(train, "--train")
     grid = {"rank": number_list(args.ranks, "ranks", int), "lam": number_list(args.lams, "lams"),
             "lr": number_list(args.lrs, "lrs"), "epochs": number_list(args.epochs, "epochs", int)}
     limit = min(train.scores.shape)

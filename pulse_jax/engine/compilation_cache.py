@@ -64,6 +64,7 @@ class FolderCache(_CacheInterface):
         self._path.mkdir(parents=True, exist_ok=True)
         self.max_bytes = int(max_bytes)
         self._lock = threading.Lock()
+        self._said_unwritable = False
         self._bytes = sum(size for _, _, size in self._entries(remove_stale=True))
 
     def get(self, key: str) -> bytes | None:
@@ -86,13 +87,24 @@ class FolderCache(_CacheInterface):
             replaced = entry.stat().st_size
         except OSError:
             replaced = 0
-        for name, data in ((f"{key}{_ATIME}", time.time_ns().to_bytes(8, "little")), (entry.name, value)):
-            temporary = self._path / f".{name}.{uuid.uuid4().hex}.tmp"
-            try:
-                temporary.write_bytes(data)
-                os.replace(temporary, self._path / name)
-            finally:
-                temporary.unlink(missing_ok=True)
+        try:
+            for name, data in ((f"{key}{_ATIME}", time.time_ns().to_bytes(8, "little")), (entry.name, value)):
+                temporary = self._path / f".{name}.{uuid.uuid4().hex}.tmp"
+                try:
+                    temporary.write_bytes(data)
+                    os.replace(temporary, self._path / name)
+                finally:
+                    temporary.unlink(missing_ok=True)
+        except OSError as err:
+            # A read-only or full folder: said once per process (JAX would warn for every program), and
+            # each later program is tried again in silence (space may come back).
+            if not self._said_unwritable:
+                self._said_unwritable = True
+                warnings.warn(f"the compilation cache folder {self._path} takes no new programs "
+                              f"({err.strerror or err}): programs compiled now are compiled again in the next "
+                              "process; free space there, or set PULSE_JAX_CACHE to another folder or to off",
+                              stacklevel=2)
+            return
         with self._lock:
             self._bytes += len(value) - replaced
             over = self._bytes > self.max_bytes

@@ -13,7 +13,14 @@ from pulse_jax.errors import note, require
 
 def names_of(models, examples) -> tuple[tuple, tuple]:
     """The models' names and the example ids, none twice."""
+    models = list(models)
     names = tuple(str(m) for m in models)
+    numbers = [m for m in models if not isinstance(m, str)]
+    if numbers:     # the scorer, the log and the report see the names as text: say so once
+        note(f"models: {len(numbers)} name{'s' if len(numbers) > 1 else ''} given as "
+             f"{type(numbers[0]).__name__} ({', '.join(map(repr, numbers[:3]))}{', ...' if len(numbers) > 3 else ''}) "
+             f"{'are' if len(numbers) > 1 else 'is'} used as text ({', '.join(repr(str(m)) for m in numbers[:3])}"
+             f"{', ...' if len(numbers) > 3 else ''}): the scorer gets text, and the log and report name them so")
     empty = [k for k, name in enumerate(names) if not name.strip()]
     require(not empty, f"models: model {empty[0] if empty else 0} has an empty name; give every candidate a name")
     require(len(set(names)) == len(names), "models: duplicate model names")

@@ -72,8 +72,15 @@ class Ledger:
     def start(self, header: dict) -> None:
         """Begin a new log with ``header``."""
         self._journal.claim()
-        self._journal.append(header)
-        self._journal.start_asked({m: 0 for m in self.models})
+        try:
+            self._journal.append(header)
+            self._journal.start_asked({m: 0 for m in self.models})
+        except journal.LogFull as err:     # nothing was asked yet: nothing is lost, but say where and why
+            room = (f" (a new log needs about {2 * journal.RESERVE_BYTES // 1024 + 64:,} KiB: its reserve of "
+                    f"{journal.RESERVE_BYTES // 1024} KiB for a disk that fills up, and a rollback journal as large)"
+                    if err.errno == errno.ENOSPC else "")
+            raise LogWriteError(f"{self.path}: cannot start the log ({err.strerror}){room}; nothing was asked. "
+                                f"To go on, {journal.fix_for(err)}, or give --log in another folder") from None
         self._adopt_returned()       # a file left by another log of this name is ignored and emptied
 
     def settle(self) -> int:

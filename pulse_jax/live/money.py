@@ -114,8 +114,18 @@ def expected_cost_per_cell(models: Sequence[str], prices: Mapping[str, Price], h
     return np.array(out)
 
 
-def money(x: float) -> str:
-    return f"${x:,.2f}" if x >= 1 else f"${x:,.4f}"
+def money(x: float | None) -> str:
+    """Dollars as the cost lines and reports print them: cents from $1 up; below, four significant
+    digits (at least two decimals), so a per-cell price times a cell count checks against the total
+    printed beside it ($0.0003507 x 600 = $0.2104)."""
+    if x is None:
+        return "n/a"
+    if abs(x) >= 1:
+        return f"${x:,.2f}"
+    if x == 0:
+        return "$0.00"
+    text = f"{x:.{max(4, 3 - math.floor(math.log10(abs(x))))}f}".rstrip("0")
+    return "$" + text + "0" * max(0, 2 - len(text.split(".")[1]))
 
 
 class Meter:

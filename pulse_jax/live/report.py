@@ -10,6 +10,7 @@ import dataclasses
 import numpy as np
 
 from pulse_jax.fileio.jsonable import plain_number
+from pulse_jax.live.money import money
 
 
 @dataclasses.dataclass
@@ -145,10 +146,7 @@ class Report:
         return plotting.estimates_with_intervals(self, path)
 
 
-def _dollars(x):
-    if x is None:
-        return "n/a"
-    return f"${x:,.2f}" if x >= 1 else f"${x:,.4f}" if x >= 1e-4 else f"${x:.2g}"
+_dollars = money      # one way to print dollars, in the cost line and in the report
 
 
 def _fmt(x):
