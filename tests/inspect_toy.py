@@ -9,7 +9,8 @@ the N-th line in that file never returns. ``INSPECT_TOY_FAIL=name:K`` makes ``to
 ("the API is down") from its K-th call on (a model whose API fails); ``INSPECT_TOY_LATENCY`` (seconds)
 makes every call wait that long first (an API's latency); ``INSPECT_TOY_TIMES`` names a file that gets
 the time each call ends; ``INSPECT_TOY_SCORED`` names a file that gets one line per sample Inspect
-has scored (``model,sample prompt``, as in the calls file).
+has scored (``model,sample prompt``, as in the calls file), and ``INSPECT_TOY_SCORED_AT`` one that gets
+the same line after the time it was scored.
 """
 import hashlib
 import os
@@ -96,6 +97,11 @@ def recorded_match():
         result = await inner(state, target)
         with open(os.environ["INSPECT_TOY_SCORED"], "a") as fh:
             fh.write(f"{str(state.model).split('/')[-1]},{state.input_text}\n")
+        if os.environ.get("INSPECT_TOY_SCORED_AT"):
+            import time
+
+            with open(os.environ["INSPECT_TOY_SCORED_AT"], "a") as fh:
+                fh.write(f"{time.time()},{str(state.model).split('/')[-1]},{state.input_text}\n")
         return result
 
     return score

@@ -286,7 +286,7 @@ def _inspect_eval(folder: Path, hang_after: int | None = None, latency: float = 
             "display='none')\n"
             "print(json.dumps([l.status for l in logs]))\n")
     environment = {**os.environ, "INSPECT_TOY_CALLS": str(folder / "calls.txt"),
-                   "INSPECT_TOY_SCORED": str(folder / "scored.txt"),
+                   "INSPECT_TOY_SCORED": str(folder / "scored.txt"), "INSPECT_TOY_SCORED_AT": str(folder / "scored_at.txt"),
                    "PYTHONPATH": os.pathsep.join([str(tests), str(common.ROOT)])}
     if hang_after is not None:
         environment["INSPECT_TOY_HANG_AFTER"] = str(hang_after)
@@ -317,8 +317,10 @@ def inspect_kills(root: Path, count: int, seed: int) -> list[dict]:
         time.sleep(delay)           # calls keep returning and samples keep being scored meanwhile
         running = proc.poll() is None
         proc.send_signal(signal.SIGKILL)
+        killed_at = time.time()
         proc.wait()
         before, scored = _calls(folder), set(_calls(folder, "scored.txt"))
+        scored_at = {line.split(",", 1)[1]: float(line.split(",", 1)[0]) for line in _calls(folder, "scored_at.txt")}
         rerun = _inspect_eval(folder, None)
         out, _ = rerun.communicate(timeout=900)
         after = set(_calls(folder)[len(before):])
@@ -327,11 +329,16 @@ def inspect_kills(root: Path, count: int, seed: int) -> list[dict]:
         statuses = json.loads(out.strip().splitlines()[-1]) if rerun.returncode == 0 else []
         rows.append({"killed_after": at, "delay_ms": round(1000 * delay), "running_at_kill": running, "generated_before_kill": len(before),
                      "scored_before_kill": len(scored), "scored_generated_again": len(scored & after),
+                     # how long before the kill each of those was scored (the window a kill can still hit)
+                     "again_scored_ms_before_kill": sorted(round(1000 * (killed_at - scored_at[s]), 1)
+                                                           for s in scored & after if s in scored_at),
                      "generated_again": len(set(before) & after), "rerun_exit": rerun.returncode,
                      "rerun_statuses": statuses, "certified": bool(rep.get("separated")),
                      "leader": rep.get("leader")})
-        print(f"  inspect kill {k + 1}/{count} after {at}: {rows[-1]['scored_generated_again']} scored samples "
-              f"generated again ({rows[-1]['generated_again']} generated), "
+        print(f"  inspect kill {k + 1}/{count} after {at} calls + {rows[-1]['delay_ms']} ms: "
+              f"{rows[-1]['scored_generated_again']} scored samples generated again "
+              f"{rows[-1]['again_scored_ms_before_kill']} ms before the kill ({rows[-1]['generated_again']} "
+              "of all generated), "
               f"rerun {statuses}, certified {rows[-1]['certified']}", file=sys.stderr, flush=True)
     return rows
 

@@ -55,9 +55,9 @@ BUILTIN_BANDIT_CELLS = 6400
 
 def by_source(key: str, source: str = "any") -> str:
     """A default's words for a command whose scores come from ``source``: "live" (``select``),
-    "built-in" (``demo``) or "any" (the built-in benchmark or a file)."""
+    "built-in" (``demo``), "file" (``simulate``) or "any" (the built-in benchmark or a file)."""
     b, f = RUN_DEFAULTS["built-in"][key], RUN_DEFAULTS["file"][key]
-    if source in ("live", "built-in"):
+    if source in ("live", "built-in", "file"):
         return f"default: {RUN_DEFAULTS[source][key]:,}"
     return f"default: {b:,} on the built-in benchmark, {f:,} on a file"
 
@@ -217,6 +217,9 @@ class Parser(argparse.ArgumentParser):
     whole usage first, which buries the error)."""
 
     def error(self, message):
+        if "required: --scores" in message:     # where the built-in benchmark runs instead
+            message += ("; give your candidates' score matrix (CSV or NPZ), or run `pulse-jax demo` for the built-in "
+                        "benchmark (`pulse-jax sweep` also runs on it)")
         self.exit(2, f"pulse-jax: error: {self.prog.removeprefix('pulse-jax').strip() or 'pulse-jax'}: {message} "
                      f"(see {self.prog} --help)\n")
 

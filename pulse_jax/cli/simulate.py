@@ -16,7 +16,8 @@ def add(sub) -> None:
     add_input_options(sim, scores_required=True)
     add_cost_option(sim)
     sim.add_argument("--hparams", default=None, help="stage-0 settings from `pulse-jax tune` (overrides --rank)")
-    add_run_options(sim, reps=200, budget_help="total cells, initialization included (default: 25%% of all cells)")
+    add_run_options(sim, reps=200, budget_help="total cells, initialization included (default: 25%% of all cells)",
+                    source="file")
     sim.add_argument("--out", required=True, help="results directory (JSON + NPZ + PNG + provenance)")
 
 

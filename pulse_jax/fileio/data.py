@@ -94,8 +94,29 @@ def _layout_hint(names: list[str]) -> str:
     return f"; is the file transposed, or missing its header row? ({_LAYOUT})"
 
 
+#: Column names of a long table's example and score columns (one row per model, example and score).
+_LONG_EXAMPLE = _EXAMPLE_HEADERS + ("sample", "sample_id", "example_idx")
+_LONG_SCORE = ("score", "scores", "correct", "acc", "accuracy", "value", "result", "label")
+
+
+def _check_not_long(names: list[str], source: str) -> None:
+    """Refuse a long table (``model,example,score``) where a matrix is read, naming the command that
+    converts it: read as a matrix, each model would appear on many lines."""
+    rest = [n.lower() for n in names[1:]]
+    if len(rest) <= 4 and any(n in _LONG_EXAMPLE for n in rest) and any(n in _LONG_SCORE for n in rest):
+        example = next(n for n in names[1:] if n.lower() in _LONG_EXAMPLE)
+        score = next(n for n in names[1:] if n.lower() in _LONG_SCORE)
+        raise PulseInputError(
+            f"{source}: a long table (columns {', '.join(names)}: one row per model, example and score), where a "
+            f"score matrix is read ({_LAYOUT}); convert it first: pulse-jax import long {source} --out matrix.csv"
+            + (f" --model-column {names[0]}" if names[0] != "model" else "")
+            + (f" --example-column {example}" if example != "example" else "")
+            + (f" --score-column {score}" if score != "score" else ""))
+
+
 def _check_orientation(names: list[str], source: str) -> None:
     """Refuse a file whose header says it has one row per example (it would read as nonsense)."""
+    _check_not_long(names, source)
     first = names[0].lower().lstrip("#")
     if first in _EXAMPLE_HEADERS:
         raise PulseInputError(f"{source}: the first column is named {names[0]!r}, so the file has one row per example; "
@@ -322,7 +343,25 @@ def align_train(candidates: ScoreMatrix, train: ScoreMatrix) -> ScoreMatrix:
             f"{len(cand - tr)} only in candidates (e.g. {only_c}), {len(tr - cand)} only in train (e.g. {only_t})")
     position = {e: k for k, e in enumerate(train.examples)}
     order = [position[e] for e in candidates.examples]
-    return dataclasses.replace(train, scores=train.scores[:, order], examples=candidates.examples)
+    aligned = dataclasses.replace(train, scores=train.scores[:, order], examples=candidates.examples)
+    _say_leak(candidates, aligned)
+    return aligned
+
+
+def _say_leak(candidates: ScoreMatrix, train: ScoreMatrix) -> None:
+    """One note when the history holds candidates themselves: their scores in the side information are the
+    answers being estimated, so a simulation on them flatters PULSE (the predictions know the cells)."""
+    shared = [m for m in candidates.models if m in set(train.models)]
+    if not shared:
+        return
+    row = {m: k for k, m in enumerate(train.models)}
+    same = [m for m in shared if np.array_equal(np.nan_to_num(train.scores[row[m]], nan=-1.0),
+                                                np.nan_to_num(candidates.scores[candidates.models.index(m)], nan=-1.0))]
+    names = ", ".join(shared[:3]) + (f" and {len(shared) - 3} more" if len(shared) > 3 else "")
+    note(f"{train.source}: the history holds {len(shared)} of the candidates ({names})"
+         + (f", {len(same)} with exactly the candidates' scores" if same else "")
+         + ": their cells are what the selection estimates, so predictions fitted on them leak the answer and "
+           "flatter PULSE; give the scores of other (earlier) models as the history")
 
 
 # ----------------------------------------------------------------------------- splits and subsets

@@ -270,13 +270,19 @@ class Plan:
             return None, rank
         from pulse_jax.fileio import data
 
-        train = data.load(self.train)
-        data.check_history(train)
+        loaded = self.__dict__.get("_history")     # read and checked once per plan (select checks it early)
+        first = loaded is None or loaded[0] != self.train
+        if first:
+            train = data.load(self.train)
+            data.check_history(train)
+            object.__setattr__(self, "_history", (self.train, train))     # not a field: equality ignores it
+        train = self.__dict__["_history"][1]
         limit = min(train.scores.shape)
         if self.rank is None and rank > limit:
-            note(f"{spell('rank')} {rank} (the default) needs at least {rank} historical models; "
-                 f"{spell('train')} has {train.scores.shape[0]} models x {train.scores.shape[1]} examples, so rank "
-                 f"{limit} is used")
+            if first:
+                note(f"{spell('rank')} {rank} (the default) needs at least {rank} historical models; "
+                     f"{spell('train')} has {train.scores.shape[0]} models x {train.scores.shape[1]} examples, so "
+                     f"rank {limit} is used")
             rank = limit
         return train, rank
 

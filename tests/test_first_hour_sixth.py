@@ -1,0 +1,95 @@
+"""What a new user trips on in the second hour: hints that name the fix, notes said once, defaults that
+are the command's own."""
+import sys
+
+import numpy as np
+import pytest
+
+from conftest import cli_fails
+from pulse_jax import cli
+from pulse_jax.errors import PulseNote
+from pulse_jax.fileio import data
+
+
+def _matrix_csv(path, scores, prefix="m", example="e"):
+    lines = ["model," + ",".join(f"{example}{j}" for j in range(scores.shape[1]))]
+    lines += [f"{prefix}{i}," + ",".join(f"{x:g}" for x in row) for i, row in enumerate(scores)]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@pytest.mark.parametrize("header", ["model,example,score", "model,doc_id,acc", "name,sample_id,correct"])
+def test_a_long_table_where_a_matrix_is_read_names_the_import_command(tmp_path, capsys, header):
+    """A long table given to --scores (or --train) said "transposed?"; the line now gives the command that
+    converts it, with the columns it needs."""
+    model, example, score = header.split(",")
+    table = tmp_path / "long.csv"
+    table.write_text(header + "\na,1,1\na,2,0\nb,1,1\nb,2,1\n")
+    err = cli_fails(["simulate", "--scores", str(table), "--out", str(tmp_path / "o")], capsys,
+                    f"pulse-jax import long {table} --out matrix.csv")
+    for option, name, default in (("--model-column", model, "model"), ("--example-column", example, "example"),
+                                  ("--score-column", score, "score")):
+        assert (f"{option} {name}" in err) == (name != default), err
+    assert "transposed" not in err
+
+
+def test_simulate_without_scores_points_to_the_built_in_benchmark(tmp_path, capsys):
+    with pytest.raises(SystemExit) as stopped:
+        cli.main(["simulate", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err
+    assert stopped.value.code == 2 and len(err.strip().splitlines()) == 1
+    assert ("required: --scores; give your candidates' score matrix (CSV or NPZ), or run `pulse-jax demo` for the "
+            "built-in benchmark") in err
+
+
+def test_simulate_help_gives_the_defaults_simulate_uses(capsys):
+    """``simulate`` always reads a file: its help said "default: 16 on the built-in benchmark, 16 on a file"."""
+    with pytest.raises(SystemExit):
+        cli.main(["simulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    assert "built-in benchmark, " not in text and "on a file" not in text
+    assert "(default: 16)" in text        # --batch-size, the file default
+
+
+def test_the_candidates_own_scores_as_the_history_are_said(tmp_path):
+    """The candidates' own full scores given as --train ran without a word (a leaked benchmark)."""
+    rng = np.random.default_rng(0)
+    scores = (rng.random((4, 30)) < 0.6).astype(float)
+    cand = data.load(_matrix_csv(tmp_path / "c.csv", scores))
+    with pytest.warns(PulseNote, match=r"the history holds 4 of the candidates \(m0, m1, m2 and 1 more\), 4 with "
+                                       r"exactly the candidates' scores: .* leak the answer"):
+        data.align_train(cand, data.load(_matrix_csv(tmp_path / "t.csv", scores)))
+    other = data.load(_matrix_csv(tmp_path / "h.csv", (rng.random((5, 30)) < 0.5).astype(float), prefix="h"))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", PulseNote)
+        data.align_train(cand, other)                 # a history of other models: nothing to say
+
+
+def test_select_says_the_capped_default_rank_once(tmp_path, capsys):
+    """select checked the history early and again when it made the selector: the note on the default rank
+    was printed twice, and the training file parsed twice."""
+    rng = np.random.default_rng(1)
+    scores = (rng.random((4, 40)) < np.linspace(0.3, 0.8, 4)[:, None]).astype(float)
+    _matrix_csv(tmp_path / "train.csv", (rng.random((6, 40)) < 0.5).astype(float), prefix="h", example="")
+    (tmp_path / "models.txt").write_text("\n".join(f"m{i}" for i in range(4)) + "\n")
+    np.save(tmp_path / "s.npy", scores)
+    (tmp_path / "sixth_scorer.py").write_text(
+        f"import numpy as np\nS = np.load({str(tmp_path / 's.npy')!r})\n"
+        "def score(model, ids):\n    return S[int(model[1:]), [int(i) for i in ids]].tolist()\n")
+    loads = []
+    original = data.load
+    sys.path.insert(0, str(tmp_path))
+    try:
+        data.load = lambda path, *a, **k: loads.append(str(path)) or original(path, *a, **k)
+        assert cli.main(["select", "--models", str(tmp_path / "models.txt"), "--examples", "40", "--budget", "64",
+                         "--batch-size", "4", "--method", "pulse", "--train", str(tmp_path / "train.csv"),
+                         "--evaluate", "sixth_scorer:score", "--stop", "budget", "--quiet",
+                         "--log", str(tmp_path / "run.db")]) == 0
+    finally:
+        data.load = original
+        sys.path.remove(str(tmp_path))
+    err = capsys.readouterr().err
+    assert err.count("(the default) needs at least 16 historical models") == 1, err
+    assert loads.count(str(tmp_path / "train.csv")) == 1, loads
