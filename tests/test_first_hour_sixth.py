@@ -93,3 +93,29 @@ def test_select_says_the_capped_default_rank_once(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("(the default) needs at least 16 historical models") == 1, err
     assert loads.count(str(tmp_path / "train.csv")) == 1, loads
+
+
+@pytest.mark.parametrize("bounds", ["all", "certification"])
+def test_report_json_names_the_certified_pairs(tmp_path, bounds):
+    """``groups_ordered_with_guarantee: true`` read as "every member above every later group", which held
+    in half the reports: report.json now lists the pairs it certifies, all of which hold together, and each
+    one's lower bound clears the other's upper bound."""
+    from pulse_jax.live import Selector, run
+
+    rng = np.random.default_rng(3)
+    means = np.array([0.85, 0.6, 0.55, 0.3, 0.28])
+    scores = (rng.random((5, 300)) < means[:, None]).astype(float)
+    models = [f"m{i}" for i in range(5)]
+    selector = Selector(models, 300, 1500, method="ucbe", batch_size=10, bounds=bounds, stop="budget", seed=0)
+    report = run(lambda model, ids: scores[models.index(model), ids].tolist(), selector)
+    out = report.to_dict()
+    assert "groups_ordered_with_guarantee" not in out
+    assert out["group_heads_certified_above_later_groups"] is (bounds == "all")
+    pairs = out["certified_pairs"]
+    index = {m: i for i, m in enumerate(report.models)}
+    assert pairs and all(report.low[index[a]] > report.high[index[b]] for a, b in pairs)
+    if bounds == "all":     # every separated pair
+        assert len(pairs) == sum(report.low[i] > report.high[j] for i in range(5) for j in range(5))
+        assert ["m1", "m3"] in pairs
+    else:                   # the certified best above each other model, and nothing else
+        assert report.separated and sorted(pairs) == sorted(["m0", m] for m in models[1:])

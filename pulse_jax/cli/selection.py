@@ -54,8 +54,9 @@ def add(sub) -> None:
                                      "paid-for score, resumes from the log, stops once the best is certified.")
     sel.add_argument("--models", required=True, help="text file, one candidate name per line")
     sel.add_argument("--examples", default=None,
-                     help="number of examples (ids 0..N-1), or a text file with one example id per line "
-                          "(default with --lm-eval-task or --inspect-task: every document or sample of the task)")
+                     help="number of examples N (the scorer gets ids 0..N-1 as ints), or a text file with one "
+                          "example id per line (the scorer gets the lines as strings) (default with --lm-eval-task "
+                          "or --inspect-task: every document or sample of the task)")
     sel.add_argument("--budget", type=int, required=True, help="total cells, initialization included")
     sel.add_argument("--evaluate", default=None,
                      help="package.module:function taking (model, example_ids) and returning one score in [0, 1] "

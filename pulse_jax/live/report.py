@@ -67,12 +67,30 @@ class Report:
                 "tied_with_leader": list(self.tied_with_leader), "stop": self.stop, "stopped": self.stopped,
                 "finished": self.finished,
                 "claimed": list(self.claimed), "certificate": self.certificate,
-                "groups": [list(g) for g in self.groups], "groups_ordered_with_guarantee": self.simultaneous,
+                # Tie groups describe the intervals; what is certified is said by the next two fields.
+                "groups": [list(g) for g in self.groups],
+                "group_heads_certified_above_later_groups": self.simultaneous,
+                "certified_pairs": self.certified_pairs(),
                 **({"spend": self.spend} if self.spend is not None else {}),
                 "scorer_failures": {"failed_attempts": self.failed_attempts, "retries": self.retries},
                 "after_stop": self.after_stop,
                 "ranking": rows,
                 "evaluated": {k: list(v) for k, v in self.evaluated.items()}}
+
+    def certified_pairs(self) -> list[list[str]]:
+        """``[better, worse]`` pairs that hold together with probability at least ``1 - delta``: with every
+        interval holding at once (``simultaneous``), each pair whose lower bound clears the other's upper
+        bound; at certification levels, which cover the lower bounds and a best model's upper bound only,
+        the separated leader above each other model (docs/certificates.md), and nothing when it is not."""
+        low, high = np.asarray(self.low, np.float64), np.asarray(self.high, np.float64)
+        if not (np.isfinite(low).all() and np.isfinite(high).all()):
+            return []
+        order = [self.models.index(name) for name in self.ranking]
+        if self.simultaneous:
+            return [[self.models[i], self.models[j]] for i in order for j in order if low[i] > high[j]]
+        if not self.separated:
+            return []
+        return [[self.leader, self.models[j]] for j in order if self.models[j] != self.leader]
 
     def to_markdown(self) -> str:
         level = f"{1 - self.delta:.0%}"
