@@ -119,3 +119,35 @@ def test_report_json_names_the_certified_pairs(tmp_path, bounds):
         assert ["m1", "m3"] in pairs
     else:                   # the certified best above each other model, and nothing else
         assert report.separated and sorted(pairs) == sorted(["m0", m] for m in models[1:])
+
+
+def _report(n_tied: int, **fields):
+    from pulse_jax.live.report import Report
+
+    m = n_tied + 1
+    names = tuple(f"model-{i:02d}" for i in range(m))
+    est = np.linspace(0.7, 0.6, m)
+    return Report("pulse", 0, names, est, est - 0.2, est + 0.2, np.full(m, 8), np.ones(m), 100 * m, 100 * m, 0.05,
+                  names[0], False, names[1:], {}, stop="certified", finished=True,
+                  certificate="no model is certified best yet", **fields)
+
+
+def test_a_run_that_ends_before_its_stop_says_what_ended_it():
+    """A money-budget stop read "certified (finished): no model is certified best yet"."""
+    money = _report(2, spend={"cells": 300, "usd": 4.9, "stopped_by_budget": True}).to_markdown()
+    assert "Stopping rule `certified` (not reached: the money budget ran out first): no model is certified" in money
+    cells = _report(2).to_markdown()
+    assert "Stopping rule `certified` (not reached: the cell budget ran out first)" in cells
+    assert "(finished)" not in money + cells
+
+
+def test_a_long_tie_list_goes_below_the_table():
+    """38 "tied with the leader" names made one unreadable opening line."""
+    text = _report(38).to_markdown()
+    opening = text.splitlines()[2]
+    assert "tied with the leader: model-01, model-02, model-03, model-04, model-05 and 33 more (all listed below " \
+           "the table)" in opening
+    last = text.strip().splitlines()[-1]
+    assert last.startswith("Tied with the leader model-00 (not separated from it, 38): model-01, ") and "model-38" in last
+    short = _report(3).to_markdown()
+    assert "tied with the leader: model-01, model-02, model-03 (" in short and "below the table" not in short

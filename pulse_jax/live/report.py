@@ -102,15 +102,14 @@ class Report:
                  + (f"certified by `{self.stop}`: {self.certificate}. As the exact best it is not separated: "
                     f"{len(self.tied_with_leader)} model(s) overlap it" if other_claim else
                     "separated from every other model" if self.separated else
-                    "not yet separated; tied with the leader: " + ", ".join(self.tied_with_leader)
+                    "not yet separated; tied with the leader: " + _some(self.tied_with_leader)
                     if self.separated is not None else "no valid interval for this method")
                  + f" ({level} confidence sequences, valid at every look"
                  + (", simultaneous over the models)." if self.simultaneous else
                     "; certification levels: each holds on its own, and a certified best is wrong at most "
                     f"{self.delta:g} of the time, but not every interval holds at once)."), "",
-                 *((f"Stopping rule `{self.stop}`" + (" (stopped)" if self.stopped else " (finished)" if self.finished
-                                                      else " (running)")
-                    + f": {self.certificate}.", "") if self.certificate else ()),
+                 *((f"Stopping rule `{self.stop}` ({self._how_it_ended()}): {self.certificate}.", "")
+                   if self.certificate else ()),
                  *((self._groups_line(), "") if len(self.groups) > 1 else ()),
                  *((self.spend_line.capitalize() + ".", "") if self.spend_line else ()),
                  *((f"{self.after_stop:,} cells were asked before the stop and returned after it (batches in "
@@ -127,7 +126,24 @@ class Report:
                            if self.prices is not None else "")
             lines.append(f"| {k} | {row['model']} | {_fmt(row['estimate'])} | [{_fmt(row['low'])}, "
                          f"{_fmt(row['high'])}] | {row['cells']} |" + money_cells)
+        if len(self.tied_with_leader) > _SHOWN and not other_claim and not self.separated:
+            lines += ["", f"Tied with the leader {self.leader} (not separated from it, "
+                          f"{len(self.tied_with_leader)}): " + ", ".join(self.tied_with_leader) + "."]
         return "\n".join(lines) + "\n"
+
+    def _how_it_ended(self) -> str:
+        """Whether the stopping rule fired, or what ended the run before it could."""
+        if self.stopped:
+            return "stopped"
+        if not self.finished:
+            return "running"
+        if self.stop == "budget":
+            return "finished"
+        if self.spend and self.spend.get("stopped_by_budget"):
+            return "not reached: the money budget ran out first"
+        if self.spent >= self.budget:
+            return "not reached: the cell budget ran out first"
+        return "not reached: every model is evaluated on every example"
 
     def _groups_line(self) -> str:
         """What the tie groups certify, as a statement true as written: the groups' first models in a
@@ -162,6 +178,18 @@ class Report:
         from pulse_jax.analysis import plotting   # matplotlib only when a figure is asked for
 
         return plotting.estimates_with_intervals(self, path)
+
+
+#: Names listed in a report's opening line; a longer list goes below the table.
+_SHOWN = 5
+
+
+def _some(names) -> str:
+    """``names`` in a line: all of them up to `_SHOWN`, else the first ones and how many more."""
+    names = list(names)
+    if len(names) <= _SHOWN:
+        return ", ".join(names)
+    return ", ".join(names[:_SHOWN]) + f" and {len(names) - _SHOWN} more (all listed below the table)"
 
 
 _dollars = money      # one way to print dollars, in the cost line and in the report
