@@ -11,19 +11,19 @@ A script in a group folder (``speed/``, ``statistics/``, ...) imports this modul
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 
 import numpy as np
 
-#: The repository, the data shared beside it (never copied in), the published results.
+#: The repository, the paper-scale factor files shared beside it (docs/data.md), the published results.
 ROOT = Path(__file__).resolve().parents[1]
 SHARED = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "docs" / "benchmarks"
 #: The factor file of the paper's MMLU-Pro setting (1,000 x 12,032, rank 100).
 FACTORS = SHARED / "openllm_v2_mmlu_pro_factors.npz"
-#: The real score matrices, by the name the studies give them.
-REAL_FILES = {"cruxeval_o": "zeroeval_cruxeval_o.csv", "chembench": "chembench.csv"}
+#: The real score matrices, by the name the studies give them: shipped with the package
+#: (`pulse_jax.datasets`, sources and licences in docs/data.md), so no study skips them.
+REAL_FILES = {"cruxeval_o": "cruxeval_o.csv", "chembench": "chembench.csv"}
 
 #: The options many scripts take: name -> (type, help). A script names the ones it takes, with its defaults.
 OPTIONS = {
@@ -51,16 +51,11 @@ def parser(doc: str, **defaults) -> argparse.ArgumentParser:
 
 
 def real_split(name: str, seed: int = 0):
-    """``(train, candidates)`` of a real data set split as every study splits it (`pulse_jax.fileio.data.split_models`),
-    or None with a line on stderr when its file is absent."""
-    from pulse_jax.fileio import data
+    """``(train, candidates)`` of a real data set split as every study splits it (`pulse_jax.datasets.split`,
+    which is `pulse_jax.fileio.data.split_models`)."""
+    from pulse_jax import datasets
 
-    path = SHARED / REAL_FILES[name]
-    if not path.is_file():
-        print(f"skipping {name}: {path} is absent", file=sys.stderr)
-        return None
-    train, cand, _ = data.split_models(data.load(path), seed=seed)
-    return train, cand
+    return datasets.split(name, seed=seed)
 
 
 def datasets(rank: int, names=("builtin", *REAL_FILES)):

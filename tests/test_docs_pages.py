@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
-PAGES = ["simulations.md", "sweeps.md", "confidence.md", "certificates.md", "live.md"]
+PAGES = ["simulations.md", "sweeps.md", "confidence.md", "certificates.md", "live.md", "data.md"]
 
 
 def _code(page: str) -> str:

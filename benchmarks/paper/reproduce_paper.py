@@ -42,14 +42,15 @@ SHARED = common.SHARED
 FACTOR_FILES = {"mmlu_pro": "openllm_v2_mmlu_pro_factors.npz",
                 "bbh_composite": "openllm_v2_bbh_gpqa_ifeval_math_musr_factors.npz"}
 TINY_EXAMPLES = 300   # --tiny: every setting is 20 candidates x 300 examples, 1,500 bandit cells
-REAL_FILES = {"cruxeval": "zeroeval_cruxeval_o.csv", "chembench": "chembench.csv"}
+#: The real matrices shipped with the package (`pulse_jax.datasets`, docs/data.md), by this script's names.
+REAL_FILES = {"cruxeval": "cruxeval_o", "chembench": "chembench"}
 LABEL = {"mmlu_pro": "Bench 1 (MMLU-Pro)", "bbh_composite": "Bench 2 (BBH composite)",
          "cruxeval": "CRUXEval-O (real)", "chembench": "ChemBench (real)"}
 
 
 def parse_args(argv=None):
     p = common.parser(__doc__, out="results/paper", methods="ucbe,pulse,naive", reps=500, batch_size=64, refit_every=1000, seed=0)
-    p.add_argument("--data", default=str(SHARED), help="folder with the shared data files")
+    p.add_argument("--data", default=str(SHARED), help="folder with the paper-scale factor files (docs/data.md)")
     p.add_argument("--datasets", default="mmlu_pro,bbh_composite,cruxeval,chembench")
     p.add_argument("--deltas", default="0.01,0.02,0.03")
     p.add_argument("--candidates", type=int, default=1000)
@@ -97,10 +98,9 @@ def load_problem(args, dataset, delta, tiny_rows=None):
         train, cand, info = data.paper_scale_problem(path, seed=args.seed, n_candidates=args.candidates,
                                                      delta_top2=delta)
         return train, cand, info
-    path = folder / REAL_FILES[dataset]
-    if not path.is_file():
-        return None
-    train, cand, info = data.split_models(data.load(path), seed=args.seed)
+    from pulse_jax import datasets
+
+    train, cand, info = data.split_models(datasets.load(REAL_FILES[dataset]), seed=args.seed)
     cand.require_complete()
     if args.tiny:   # the factor settings' shape (their compiled programs are reused): first candidates/examples
         n = TINY_EXAMPLES

@@ -6,7 +6,8 @@ Parts (``--parts``, default all; each is kept in ``--out`` as it finishes, so a 
 * ``sim``: ``select``'s configuration (``pulse_hedged``, Top-Two with the interval challenger,
   certification bounds, betting sequences on 1,000 grid means, batch 8, stop when certified, budget =
   every cell), ``--reps`` paired repetitions at c = 1, 4, 16, 64, on the built-in live example (40 x
-  1,000, embeddings from ``stand_in``'s history at rank 16) and on a 200 x 1,300 leaderboard drawn from
+  1,000, embeddings from ``stand_in``'s history at rank 16), on its 24 x 300 slice (the kill benchmark's
+  selection) and on a 200 x 1,300 leaderboard drawn from
   the MMLU-Pro factor file (candidates from its second half, embeddings from 400 of its first half):
   mean cells, their ratio to c = 1 (targets 1.03, 1.10, 1.25) and wrong certificates.
 * ``live``: the live example through `pulse_jax.live.run` with a scorer that sleeps 50 ms, then
@@ -55,7 +56,10 @@ def problems():
     from pulse_jax.fileio import data
 
     bench = stand_in.benchmark()
-    out = {"live example 40 x 1000": (bench.scores, np.asarray(pj.fit_example_embeddings(bench.train, rank=16)))}
+    out = {"live example 40 x 1000": (bench.scores, np.asarray(pj.fit_example_embeddings(bench.train, rank=16))),
+           # the kill benchmark's selection: small enough that 64 batches in flight are a large share of it
+           "live slice 24 x 300": (bench.scores[:24, :300],
+                                   np.asarray(pj.fit_example_embeddings(bench.train[:, :300], rank=16)))}
     if common.FACTORS.is_file():
         half = data.load_factors(common.FACTORS)[0].shape[0]
         train, cand, _ = data.paper_scale_problem(common.FACTORS, seed=0, n_candidates=half - half // 2)

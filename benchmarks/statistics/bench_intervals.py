@@ -43,11 +43,7 @@ def problems(args):
             V = np.asarray(pj.fit_example_embeddings(bench.train, rank=16))
             out.append((name, bench.scores, V, 64, 20_000, 10))
         elif name in ("cruxeval", "chembench"):
-            path = Path(args.data) / {"cruxeval": "zeroeval_cruxeval_o.csv", "chembench": "chembench.csv"}[name]
-            if not path.is_file():
-                print(f"skipping {name}: {path} is absent", file=sys.stderr)
-                continue
-            train, cand, _ = data.split_models(data.load(path), seed=0)
+            train, cand = common.real_split({"cruxeval": "cruxeval_o"}.get(name, name))
             V = np.asarray(factorization.fit_example_embeddings(train.scores, rank=min(16, *train.shape)))
             m, n = cand.scores.shape
             out.append((name, cand.scores, V, 32, m * 32 + int(0.3 * m * n), 10))

@@ -12,7 +12,8 @@ benchmark, 40 x 1,000), under LUCB and Top-Two (interval challenger), with every
 
 and with certification bounds (``cs_simultaneous = 0``): UCB-E, PULSE, ``pulse_certify`` and
 ``pulse_certify`` with in-sample predictions. With ``--data``, the same certification rows under
-Top-Two for CRUXEval-O and ChemBench (``../shared/data``, split into train and candidate halves).
+Top-Two for CRUXEval-O and ChemBench (shipped with the package, `pulse_jax.datasets`; split into train and
+candidate halves).
 
 Beside them, the fixed-time oracle of ``benchmarks/statistics/oracle_variance.py --live`` (known variances,
 perfect allocation, Bernstein's bound: no anytime-valid sequence can need fewer cells).
@@ -36,8 +37,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: co
 import common  # noqa: E402
 
 ORACLE = common.RESULTS / "intervals" / "oracle_live_example.json"
-SHARED = common.SHARED
-FILES = {"cruxeval_o": "zeroeval_cruxeval_o.csv", "chembench": "chembench.csv"}
 
 
 def cells_to_top_two(res) -> dict:
@@ -69,21 +68,15 @@ def _runs(V, V_in_sample):
 
 
 def _data(names):
-    """``name -> (scores, V, V fitted in sample)``: the built-in benchmark and, when present, the real matrices
-    split as in ``bench_rules.py``."""
-    from pulse_jax.fileio import data
-
+    """``name -> (scores, V, V fitted in sample)``: the built-in benchmark and the real matrices split as in
+    ``bench_rules.py``."""
     out = {}
     for name in names:
         if name == "builtin":
             bench = pj.make_benchmark(seed=0)
             scores, train = bench.scores, bench.train
         else:
-            path = SHARED / FILES[name]
-            if not path.is_file():
-                print(f"skipping {name}: {path} is absent")
-                continue
-            train_matrix, cand, _ = data.split_models(data.load(path), seed=0)
+            train_matrix, cand = common.real_split(name)
             scores, train = cand.scores, train_matrix.scores
         out[name] = (scores, pj.fit_example_embeddings(train, rank=8),
                      pj.fit_example_embeddings(np.vstack([train, scores]), rank=8))

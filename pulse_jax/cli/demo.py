@@ -14,6 +14,10 @@ def add(sub) -> None:
     add_run_options(demo, reps=300, budget_help="total cells, initialization included "
                                                  f"(default: initialization + {BUILTIN_BANDIT_CELLS:,})",
                     source="built-in", costs="here every cell costs 1")
+    demo.add_argument("--data", default="builtin", choices=("builtin", "cruxeval_o", "chembench"),
+                      help="the benchmark: the built-in synthetic one, or a real matrix shipped with pulse-jax "
+                           "(CRUXEval-O 48 x 800, ChemBench 22 x 2,854; half the models are the history, chosen "
+                           "with --seed)")
     demo.add_argument("--out", default="pulse_demo", help="results directory")
 
 
@@ -25,7 +29,7 @@ def run(args) -> None:
     resolve_defaults(args, "built-in")
     check_out_dir(args.out, args.force)
     methods = parse_methods(args.method, args)
-    bench = synthetic.make_benchmark(seed=args.seed)
+    bench = synthetic.make_benchmark(seed=args.seed) if args.data == "builtin" else _real(args.data, args.seed)
     m, n = bench.scores.shape
     config = bandit_config(args, m, n, default_budget=m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS)
     check_param_options(args, [(e, config.rule, config.stop) for e in methods.values()])
@@ -40,3 +44,17 @@ def run(args) -> None:
     results = run_all(bench.scores, V, config, methods, args, bench.models)
     finish(results, args.out, bench.description)
     print(f"total {time.perf_counter() - start:.1f} s")
+
+
+def _real(name: str, seed: int):
+    """A shipped real matrix as the demo's benchmark: its models split in half at random (``seed``),
+    one half the history the embeddings are fitted on, the other the candidates."""
+    from types import SimpleNamespace
+
+    from pulse_jax import datasets
+
+    train, cand = datasets.split(name, seed=seed)
+    m, n = cand.scores.shape
+    return SimpleNamespace(scores=cand.scores, train=train.scores, models=cand.models,
+                           description=f"{datasets.title(name)}: {m} candidates x {n:,} examples, {train.scores.shape[0]} "
+                                       f"historical models (split with seed {seed})")
