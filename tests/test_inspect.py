@@ -314,3 +314,32 @@ def test_a_token_history_reads_logs_where_each_model_saw_other_samples(tmp_path)
     history = ih.usage_history([logs])
     assert history.scores.shape == (2, 4) and np.isnan(history.input_tokens).sum() == 1
     assert np.isfinite(np.nanmean(history.input_tokens, axis=1)).all()
+
+
+def test_select_best_wraps_each_scorer_keeping_its_name_and_metrics(tmp_path, monkeypatch):
+    """The wrapped scorers are the task's own to Inspect: same registry name, same metrics."""
+    from inspect_ai._util.registry import registry_info, registry_unqualified_name
+    from inspect_ai.model._model import active_model   # noqa: F401 -- the layout select_best reads
+
+    from pulse_jax.harnesses import inspect_select
+
+    monkeypatch.setattr(inspect_select, "_active_model", lambda: "toy/m70")
+    original = inspect_toy.match()
+    task = inspect_select.select_best(Task(dataset=inspect_toy.questions(12), solver=generate(), scorer=original),
+                                      log=str(tmp_path / "run.db"), method="ucbe", batch_size=4, seed=0)
+    (wrapped,) = task.scorer
+    assert wrapped is not original and wrapped.__wrapped__ is original
+    assert registry_unqualified_name(wrapped) == registry_unqualified_name(original) == "match"
+    assert registry_info(wrapped).metadata == registry_info(original).metadata
+
+
+def test_scorers_that_share_a_name_are_left_to_the_hook(tmp_path, monkeypatch):
+    """Two scorers named alike get unique names in the log only later: select_best leaves them as they are
+    (their scores are committed by the on_sample_event hook)."""
+    from pulse_jax.harnesses import inspect_select
+
+    monkeypatch.setattr(inspect_select, "_active_model", lambda: "toy/m70")
+    scorers = [inspect_toy.match(), inspect_toy.match()]
+    task = inspect_select.select_best(Task(dataset=inspect_toy.questions(12), solver=generate(), scorer=scorers),
+                                      log=str(tmp_path / "run.db"), method="ucbe", batch_size=4, seed=0)
+    assert task.scorer == scorers
