@@ -85,7 +85,8 @@ def add(sub) -> None:
                           "(default: no limit)")
     sel.add_argument("--retries", type=int, default=3,
                      help="retries of a failing evaluate call (rate limits, 5xx answers); only a failure that "
-                          "outlasts them stops the run")
+                          "outlasts them stops the run. An API that fails 30%% of calls wants 8 for a few hundred "
+                          "calls (docs/live.md, Rate-limited APIs)")
     sel.add_argument("--retry-wait", type=float, default=1.0,
                      help="seconds before the first retry; doubled each time, times a random factor in [0.5, 1] "
                           "(a scorer's own retry-after hint is followed instead)")
