@@ -5,6 +5,9 @@ with a one-line message that names what is wrong and where (file, row,
 column or parameter). The CLI prints that line and exits non-zero; nothing
 reaches the user as a traceback from inside JAX.
 """
+import contextlib
+import sys
+import warnings
 
 
 class PulseInputError(ValueError):
@@ -25,6 +28,23 @@ class PulseNote(UserWarning):
 
 def note(message: str) -> None:
     """Tell the user ``message`` as a `PulseNote` warning."""
-    import warnings
-
     warnings.warn(message, PulseNote, stacklevel=3)
+
+
+
+@contextlib.contextmanager
+def notes_as_lines():
+    """Inside this block, each `PulseNote` is printed as one plain ``pulse-jax: note: ...`` line on stderr
+    instead of a Python warning with a source path (what a host program such as ``inspect eval`` would
+    show); other warnings pass through as they are. Leaves the warning filters as it found them."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", PulseNote)
+        try:
+            yield
+        finally:
+            notes = [w for w in caught if issubclass(w.category, PulseNote)]
+            others = [w for w in caught if not issubclass(w.category, PulseNote)]
+    for w in notes:
+        print(f"pulse-jax: note: {w.message}", file=sys.stderr)
+    for w in others:
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

@@ -151,3 +151,37 @@ def test_a_long_tie_list_goes_below_the_table():
     assert last.startswith("Tied with the leader model-00 (not separated from it, 38): model-01, ") and "model-38" in last
     short = _report(3).to_markdown()
     assert "tied with the leader: model-01, model-02, model-03 (" in short and "below the table" not in short
+
+
+def test_notes_under_a_host_program_are_plain_lines(capsys):
+    """Under ``inspect eval`` a note showed as a Python warning with a source path: select_best prints
+    each as one ``pulse-jax: note:`` line, and passes other warnings on."""
+    import warnings
+
+    from pulse_jax.errors import note, notes_as_lines
+
+    before = list(warnings.filters)
+    with warnings.catch_warnings(record=True) as passed:
+        warnings.simplefilter("always")
+        with notes_as_lines():
+            note("--rank 16 (the default) needs at least 16 historical models")
+            warnings.warn("something else", DeprecationWarning)
+    assert capsys.readouterr().err == "pulse-jax: note: --rank 16 (the default) needs at least 16 historical models\n"
+    assert [w.category for w in passed] == [DeprecationWarning]
+    assert warnings.filters == before
+
+
+@pytest.mark.parametrize("given", [None, "0"])
+def test_the_command_line_turns_xla_s_log_lines_off_unless_told(given):
+    """XLA's "Very slow compile? If you want to file a bug ..." banner appeared mid-run and looked like an
+    error: the CLI sets TF_CPP_MIN_LOG_LEVEL=3 before JAX starts, unless the user set it."""
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    if given is not None:
+        env["TF_CPP_MIN_LOG_LEVEL"] = given
+    code = ("import os, sys\nfrom pulse_jax.cli import app\nassert 'jax' not in sys.modules\n"
+            "app.main(['demo', '--reps', '0'])\nprint(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == (given or "3"), out.stderr

@@ -54,6 +54,11 @@ def main(argv=None) -> int:
         print(f"pulse-jax: error: {command}: unrecognized arguments: {' '.join(extra)} (see pulse-jax {command} "
               "--help)", file=sys.stderr)
         return 2
+    if "jax" not in sys.modules:
+        # XLA's own C++ log lines ("Very slow compile? If you want to file a bug, ..." when a compile is
+        # slow on a busy machine) read as errors in the middle of a run; the command line shows its own
+        # lines and Python's warnings only. TF_CPP_MIN_LOG_LEVEL=0 brings XLA's back.
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from pulse_jax.engine.compilation_cache import use_compilation_cache
 
     use_compilation_cache()     # once per process; a cache the caller configured is left as it is

@@ -51,7 +51,7 @@ from typing import Mapping
 
 import numpy as np
 
-from pulse_jax.errors import PulseInputError, require
+from pulse_jax.errors import PulseInputError, notes_as_lines, require
 from pulse_jax.harnesses import inspect_logs
 from pulse_jax.harnesses.inspect_hooks import (MANAGER, noted_inspect_logs, scored_samples, selection_metadata,
                                                task_ended, task_started, watch_selections)
@@ -136,8 +136,9 @@ def _select_best(task, log, *, models, scorer, metric, value_map, report, option
     require("log" not in options, "select_best: log is given twice")
     try:
         require(report is None or isinstance(report, (str, Path)), f"report must be a folder name, got {report!r}")
-        plan = Plan.from_dict({"log": str(path), "report": None if report is None else str(report), **options})
-        plan.plugins()          # names, --param paths, the train file: refused before any sample
+        with notes_as_lines():
+            plan = Plan.from_dict({"log": str(path), "report": None if report is None else str(report), **options})
+            plan.plugins()      # names, --param paths, the train file: refused before any sample
     except PulseInputError as err:
         raise PulseInputError(f"select_best: {err}") from None
     selection = _RUNS.get(path)
@@ -329,10 +330,12 @@ class _Selection:
         examples = self.examples or sorted(first, key=inspect_logs.natural_order)
         history = inspect_logs.usage_history(self.plan.usage, self.scorer, self.metric, self.value_map) \
             if self.plan.usage and self.plan.has_money_side else None
-        self.meter = self.plan.meter(self.expected, self.token_sum, history=history)
-        self.selector = self.plan.selector(self.expected, examples, order={m: self.lanes[m].order for m in self.expected},
-                                           where="under Inspect",
-                                           cost=None if self.meter is None else self.meter.expected)
+        with notes_as_lines():      # under `inspect eval`, a note is a line, not a warning with a source path
+            self.meter = self.plan.meter(self.expected, self.token_sum, history=history)
+            self.selector = self.plan.selector(self.expected, examples,
+                                               order={m: self.lanes[m].order for m in self.expected},
+                                               where="under Inspect",
+                                               cost=None if self.meter is None else self.meter.expected)
         self._pool_inspect_logs()
         for m, cells in self.selector.evaluated().items():     # a resumed run's samples, told already
             self.lanes[m].scored.update(str(e) for e in cells)
