@@ -185,3 +185,63 @@ def test_the_command_line_turns_xla_s_log_lines_off_unless_told(given):
             "app.main(['demo', '--reps', '0'])\nprint(os.environ.get('TF_CPP_MIN_LOG_LEVEL'))")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == (given or "3"), out.stderr
+
+
+def _kept_figure(monkeypatch):
+    """Capture the figure a plotting function saves (instead of writing it)."""
+    from pulse_jax.analysis import plotting
+
+    kept = {}
+
+    def keep(fig, path):
+        fig.canvas.draw()
+        kept["fig"] = fig
+        return path
+
+    monkeypatch.setattr(plotting, "_save", keep)
+    return kept
+
+
+def test_the_estimates_legend_covers_no_model(monkeypatch, tmp_path):
+    from types import SimpleNamespace
+
+    from pulse_jax.analysis import plotting
+
+    kept = _kept_figure(monkeypatch)
+    names = tuple(f"candidate-{i:03d}" for i in range(40))
+    est = np.linspace(0.72, 0.58, 40)
+    report = SimpleNamespace(models=names, ranking=list(names), estimates=est, low=est - 0.1, high=est + 0.05,
+                             method="pulse_hedged", spent=20000, budget=40000, leader=names[0], delta=0.05,
+                             simultaneous=False)
+    plotting.estimates_with_intervals(report, tmp_path / "e.png")
+    (ax,) = kept["fig"].axes
+    legend = ax.get_legend().get_window_extent()
+    assert legend.y0 >= ax.get_window_extent().y1 - 1          # above the axes, not over the last rows
+
+
+def test_models_of_one_price_each_get_their_name_on_the_cost_plot(monkeypatch, tmp_path):
+    """38 models at one price were stacked on one line, and 12 of them named; each now has its own point
+    and its name, no two names overlapping."""
+    from pulse_jax.analysis import plotting
+
+    kept = _kept_figure(monkeypatch)
+    rng = np.random.default_rng(0)
+    est = np.sort(rng.uniform(0.58, 0.70, 40))[::-1]
+    cost = np.full(40, 0.001)
+    cost[[3, 7]] = [0.01, 0.02]
+    names = [f"candidate-{i:03d}" for i in range(40)]
+    plotting.cost_accuracy(tmp_path / "c.png", cost, est, names, low=est - 0.05, high=est + 0.05,
+                           claimed=np.arange(40) == 7, title="the cheapest model within epsilon 0.01 of the best: "
+                           "22,312 cells, $50.02 spent; claimed: " + ", ".join(names[:12]), unit="$")
+    fig = kept["fig"]
+    (ax,) = fig.axes
+    texts = [t for t in ax.texts if t.get_text().startswith("candidate-")]
+    assert sorted(t.get_text() for t in texts) == sorted(names)
+    from matplotlib.text import Text
+
+    boxes = [Text.get_window_extent(t) for t in texts]          # the name itself, not its leader line
+    assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    xs = ax.lines[0].get_xdata()
+    assert len(set(np.round(xs, 12))) == 40                     # one point each, none stacked
+    title = ax.title.get_window_extent()
+    assert title.x0 >= 0 and title.x1 <= fig.bbox.x1          # a long title wraps inside the figure

@@ -77,8 +77,11 @@ def estimates_with_intervals(report, path):
     ax.set_xlabel("estimated mean score")
     ax.set_xlim(0, 1)
     ax.grid(axis="x", alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(f"{report.method}: {report.spent:,} of {report.budget:,} cells; leader {report.leader}", fontsize=9)
+    ax.set_ylim(-0.7, len(order) - 0.3)
+    # Above the axes, under the title: inside them it covered the last models' rows.
+    ax.legend(loc="lower left", bbox_to_anchor=(0.0, 1.0), fontsize=8, frameon=False, ncol=1,
+              borderaxespad=0.2)
+    fig.suptitle(f"{report.method}: {report.spent:,} of {report.budget:,} cells; leader {report.leader}", fontsize=9)
     fig.tight_layout()
     return _save(fig, path)
 
@@ -94,8 +97,10 @@ def cost_accuracy(path, cost, estimates, names, *, low=None, high=None, claimed=
     cost, est = np.asarray(cost, float), np.asarray(estimates, float)
     share = np.zeros(len(est)) if claimed is None else np.asarray(claimed, float)
     one_price = bool(np.ptp(cost) == 0)
-    x = (np.argsort(np.argsort(-est, kind="stable"), kind="stable") + 1.0) if one_price else cost
-    fig, ax = plt.subplots(figsize=(7.2, 4.8), dpi=120)
+    x = (np.argsort(np.argsort(-est, kind="stable"), kind="stable") + 1.0) if one_price else _dodged(cost, est)
+    crowd = 0 if one_price else int(np.unique(cost, return_counts=True)[1].max())
+    # Tall enough for one line per name of the most crowded price (up to 100 of them).
+    fig, ax = plt.subplots(figsize=(7.2, max(4.8, min(crowd, 100) * 7.5 / 72 + 1.8)), dpi=120)
     if low is not None and high is not None:
         ax.vlines(x, low, high, color=COLORS["ucbe"], alpha=0.5, lw=3, zorder=0, label="confidence sequence")
     ax.plot(x, est, "o", color=COLORS["pulse"], ms=4 if len(est) > 60 else 5, label=label)
@@ -105,21 +110,85 @@ def cost_accuracy(path, cost, estimates, names, *, low=None, high=None, claimed=
                    zorder=3, label="claimed by the certificate" + (" (size: share of repetitions)"
                                                                     if share.max() < 1 or share.min() > 0 else ""))
         if hit.sum() > 1 and not one_price:
-            order = np.argsort(cost[hit], kind="stable")
-            ax.plot(cost[hit][order], est[hit][order], "-", color="black", lw=0.8, alpha=0.6)
+            order = np.lexsort((x[hit], cost[hit]))
+            ax.plot(x[hit][order], est[hit][order], "-", color="black", lw=0.8, alpha=0.6)
     if one_price:
         ax.set_xlabel(f"rank by estimate (every model costs {unit}{cost[0]:g} per cell)")
     else:
         ax.set_xscale("log")
         ax.set_xlabel(f"cost per cell{f' ({unit})' if unit else ''}, log scale")
         ax.margins(x=0.08)
+        ax.set_xlim(x.min() / 10 ** 0.15, x.max() * 10 ** 0.6)     # room for the names to the right
     ax.set_ylabel("mean score")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(title or "cost and accuracy", fontsize=9)
+    ax.set_title(textwrap.fill(title or "cost and accuracy", 95), fontsize=9)
     fig.tight_layout()
-    _labels(fig, ax, x, est, names, share)
+    if one_price:
+        _labels(fig, ax, x, est, names, share)
+    else:
+        _label_columns(fig, ax, x, est, names, share, cost)
     return _save(fig, path)
+
+
+#: How far (in decades of the log cost axis) the models of one price are spread apart, so that each has
+#: its own point and interval instead of one stacked line.
+_DODGE_DECADES = 0.1
+
+
+def _dodged(cost, est):
+    """Each model's x: its cost, with the models of one price spread over `_DODGE_DECADES` around it, best
+    estimate leftmost (the axis is logarithmic, so the spread looks the same at every price)."""
+    x = cost.copy()
+    for price in np.unique(cost):
+        group = np.flatnonzero(cost == price)
+        if len(group) > 1:
+            rank = np.argsort(np.argsort(-est[group], kind="stable"), kind="stable")
+            x[group] = price * 10 ** (_DODGE_DECADES * (rank / (len(group) - 1) - 0.5))
+    return x
+
+
+def _label_columns(fig, ax, x, y, names, share, cost) -> None:
+    """The models of each price named in a column right of their points, spread so no two names overlap,
+    each joined to its point by a thin line when moved; a price whose names do not all fit keeps the
+    claimed models and the best estimates and says how many more there are."""
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    frame = ax.get_window_extent(renderer)
+    step = 7.5 * fig.dpi / 72            # one 6-point line, in pixels
+    fits = max(int((frame.height - step) // step), 1)
+    for price in np.unique(cost):
+        group = np.flatnonzero(cost == price)
+        keep = sorted(group, key=lambda k: (not share[k] > 0, -float(y[k])))
+        hidden = len(keep) - fits if len(keep) > fits else 0
+        keep = keep[:len(keep) - hidden] if hidden else keep
+        points = {k: ax.transData.transform((x[k], y[k])) for k in keep}
+        column = max(points[k][0] for k in keep) + 10
+        order = sorted(keep, key=lambda k: points[k][1])
+        spots = _spread([points[k][1] for k in order], step, frame.y0 + step / 2, frame.y1 - step / 2)
+        for k, spot in zip(order, spots):
+            px, py = points[k]
+            moved = abs(spot - py) > step / 2
+            ax.annotate(str(names[k])[:24], (x[k], y[k]), xycoords="data", xytext=(column - px, spot - py),
+                        textcoords="offset pixels", fontsize=6, va="center", ha="left",
+                        fontweight="bold" if share[k] > 0 else "normal",
+                        arrowprops=dict(arrowstyle="-", lw=0.4, color="0.5", shrinkA=0, shrinkB=2) if moved else None)
+        if hidden:
+            ax.annotate(f"+{hidden} more at this price", (column, frame.y0 + step / 2), xycoords="figure pixels",
+                        fontsize=6, va="center", style="italic")
+
+
+def _spread(wanted, gap, low, high):
+    """Positions as near ``wanted`` (ascending) as possible, at least ``gap`` apart, within [low, high]."""
+    spots = list(np.clip(wanted, low, high))
+    for k in range(1, len(spots)):
+        spots[k] = max(spots[k], spots[k - 1] + gap)
+    over = spots[-1] - high if spots else 0
+    if over > 0:
+        spots = [s - over for s in spots]
+        for k in range(len(spots) - 2, -1, -1):
+            spots[k] = min(spots[k], spots[k + 1] - gap)
+    return spots
 
 
 def _labels(fig, ax, x, y, names, share) -> None:

@@ -323,7 +323,8 @@ class Plan:
         paid = f"${spend['usd']:,.2f}" if "usd" in spend else ""
         return (question.format(eps=f"epsilon {float(epsilon):g}" if epsilon is not None else "epsilon")
                 + f": {report.spent:,} cells" + (f", {paid} spent" if paid else "")
-                + (f"; claimed: {', '.join(report.claimed[:3])}{' ...' if len(report.claimed) > 3 else ''}"
+                + (f"; claimed: {', '.join(report.claimed[:3])}"
+                   + (f" and {len(report.claimed) - 3} more" if len(report.claimed) > 3 else "")
                    if report.claimed else ""))
 
     def selector_cost(self, cost):
