@@ -117,7 +117,7 @@ class SweepResult:
         lines = [f"{head} | {'accuracy@budget':>16} | {'to ' + tag + '% (95% CI)':>28} | {'cells':>8}"]
         lines.append("-" * len(lines[0]))
         for row in rows:
-            values = " | ".join(f"{_show(row[a]):>13}" for a in self.axes)
+            values = " | ".join(f"{metrics.grid_value_text(row[a]):>13}" for a in self.axes)
             b = row[f"budget_to_{tag}"]
             reach = "not reached" if b is None else (
                 f"{b:,.0f} [{_cells(row[f'budget_to_{tag}_low'])}, {_cells(row[f'budget_to_{tag}_high'])}]")
@@ -128,8 +128,6 @@ class SweepResult:
         return "\n".join(lines)
 
 
-def _show(x):
-    return "rule" if x is None else f"{x:g}"
 
 
 def _cells(x):

@@ -5,6 +5,7 @@ All budgets are in cells, initialization included unless a function says otherwi
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -537,3 +538,9 @@ def paired_certify_savings(method: SimulationResult, baseline: SimulationResult,
     alpha = (1 - level) / 2
     lo, hi = np.quantile(saved(a[resamples], b[resamples]), [alpha, 1 - alpha])
     return {"savings_pct": float(saved(a, b)), "low": float(lo), "high": float(hi)}
+
+
+def grid_value_text(x) -> str:
+    """A sweep grid value as tables and figures print it: a number, or ``adaptive`` for the NaN that means
+    the adaptive choice (``fixed_lambda = nan``: PULSE's own lambda; None in the result rows)."""
+    return "adaptive" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:g}"

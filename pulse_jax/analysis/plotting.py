@@ -262,8 +262,6 @@ def effective_budget_plot(results, path):
     return _save(fig, path)
 
 
-def _show(v) -> str:
-    return "rule" if v is None else f"{v:g}"   # fixed_lambda NaN (None in the rows) = the rule's lambda
 
 
 def _budget(row, tag: str, end: str = "") -> float:
@@ -283,7 +281,7 @@ def _sweep_line(sweep, rows, a: str, tag: str):
     for x, y in zip(xs, ys):
         if not np.isfinite(y):
             ax.annotate("not reached", (x, 0.5), xycoords=("data", "axes fraction"), ha="center", fontsize=8)
-    ax.set_xticks(xs, [_show(r[a]) for r in rows])
+    ax.set_xticks(xs, [metrics.grid_value_text(r[a]) for r in rows])
     ax.set_xlabel(a)
     ax.set_ylabel(f"cells to {tag}% accuracy (initialization included)")
     return fig
@@ -305,8 +303,8 @@ def _heat_panel(ax, group, axes_values, tag: str, limits):
         ax.text(j, i, text, ha="center", va="center", fontsize=6.5, color="white" if dark else "black")
     image = ax.imshow(np.ma.masked_invalid(grid), cmap="viridis_r", vmin=vmin, vmax=vmax, aspect="auto",
                       origin="lower")
-    ax.set_xticks(range(len(a_vals)), [_show(v) for v in a_vals])
-    ax.set_yticks(range(len(b_vals)), [_show(v) for v in b_vals])
+    ax.set_xticks(range(len(a_vals)), [metrics.grid_value_text(v) for v in a_vals])
+    ax.set_yticks(range(len(b_vals)), [metrics.grid_value_text(v) for v in b_vals])
     ax.set_xlabel(a)
     ax.set_ylabel(b)
     return image
@@ -329,7 +327,7 @@ def _sweep_heatmaps(rows, varying, tag: str):
     for ax, (key, group) in zip(axes[0], groups.items()):
         image = _heat_panel(ax, group, axes_values, tag, limits)
         if rest:
-            ax.set_title(", ".join(f"{c} = {_show(v)}" for c, v in zip(rest, key)), fontsize=9)
+            ax.set_title(", ".join(f"{c} = {metrics.grid_value_text(v)}" for c, v in zip(rest, key)), fontsize=9)
     fig.colorbar(image, ax=axes[0].tolist(), label=f"cells to {tag}% accuracy")
     return fig
 
