@@ -40,7 +40,7 @@ _EXPORTS = {
     "pulse_jax.live.runner": ["EvaluationError", "run"],
     "pulse_jax.live.selector": ["Request", "Selector"],
     "pulse_jax.simulation": ["SimulationResult", "simulate"],
-    "pulse_jax.engine.compilation_cache": ["enable_compilation_cache"],
+    "pulse_jax.compilation_cache": ["enable_compilation_cache"],
     "pulse_jax.sweeps": ["SweepResult", "sweep"],
     "pulse_jax.synthetic": ["Benchmark", "make_benchmark"],
 }

@@ -21,7 +21,7 @@ from pulse_jax import engine
 from pulse_jax.stats import factorization, without_replacement as sampling
 from pulse_jax.analysis.metrics import SimulationResult
 from pulse_jax.engine import BanditConfig
-from pulse_jax.engine.compilation_cache import use_compilation_cache
+from pulse_jax.compilation_cache import use_compilation_cache
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.engine.params import BanditParams, RunParams, check_params
 from pulse_jax.stats.seeds import check_seed, seed_key

@@ -21,7 +21,7 @@ if FAST_COMPILE:
     if "xla_cpu_use_fusion_emitters" not in os.environ.get("XLA_FLAGS", ""):
         os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_use_fusion_emitters=false").strip()
 
-from pulse_jax.engine.compilation_cache import enable_compilation_cache  # noqa: E402
+from pulse_jax.compilation_cache import enable_compilation_cache  # noqa: E402
 
 enable_compilation_cache()
 # At the settings above most of the suite's programs compile in under 0.5 s, the library's threshold for

@@ -1,4 +1,4 @@
-"""The persistent compilation cache's folder (`pulse_jax.engine.compilation_cache.FolderCache`): JAX uses
+"""The persistent compilation cache's folder (`pulse_jax.compilation_cache.FolderCache`): JAX uses
 it, a reader never sees an entry half written, the least recently used entries go first, and JAX's own
 size-limited cache can share the folder."""
 import contextlib
@@ -12,8 +12,8 @@ import jax.numpy as jnp
 import pytest
 from jax._src import compilation_cache as jax_cache, lru_cache, monitoring
 
-from pulse_jax.engine import compilation_cache
-from pulse_jax.engine.compilation_cache import CACHE_MAX_BYTES, FolderCache
+from pulse_jax import compilation_cache
+from pulse_jax.compilation_cache import CACHE_MAX_BYTES, FolderCache
 
 
 @contextlib.contextmanager

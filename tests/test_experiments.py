@@ -155,7 +155,7 @@ def test_enable_compilation_cache_is_exported_at_the_top_level():
 
     import pulse_jax as pj
 
-    module = importlib.import_module("pulse_jax.engine.compilation_cache")
+    module = importlib.import_module("pulse_jax.compilation_cache")
     assert pj.enable_compilation_cache is module.enable_compilation_cache
     assert "enable_compilation_cache" in pj.__all__
 

@@ -5,7 +5,7 @@ that lag generated scored samples again)."""
 import asyncio
 import types
 
-from pulse_jax.harnesses import inspect_select
+from pulse_jax.harnesses import inspect_hooks
 
 
 def test_a_wrapped_scorer_commits_the_score_before_it_returns_it():
@@ -20,7 +20,7 @@ def test_a_wrapped_scorer_commits_the_score_before_it_returns_it():
         return "Score(C)"
 
     match.registry_entry = "inspect's registry attributes"      # copied: Inspect sees the scorer it was given
-    wrapped = inspect_select._committing(match, "match", Selection(), "toy/m70")
+    wrapped = inspect_hooks._committing(match, "match", Selection(), "toy/m70")
     returned = asyncio.run(wrapped(types.SimpleNamespace(sample_id=17), "target"))
     assert returned == "Score(C)"
     assert events == [("scored", 17), ("committed", "toy/m70", 17, "match", "Score(C)")]

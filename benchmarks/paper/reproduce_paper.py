@@ -33,7 +33,7 @@ from pulse_jax.fileio import data
 from pulse_jax.analysis import metrics, plotting
 from pulse_jax.engine import BanditConfig
 from pulse_jax.analysis.results import clean_json
-from pulse_jax.engine.compilation_cache import enable_compilation_cache
+from pulse_jax.compilation_cache import enable_compilation_cache
 from pulse_jax.simulation import SimulationResult, simulate
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
 import common  # noqa: E402

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import common  # noqa: E402
 from jax._src import lru_cache  # noqa: E402
 
-from pulse_jax.engine.compilation_cache import CACHE_MAX_BYTES, FolderCache  # noqa: E402
+from pulse_jax.compilation_cache import CACHE_MAX_BYTES, FolderCache  # noqa: E402
 
 
 def _filled(folder: Path, entries: int, size: int) -> None:

@@ -1,12 +1,12 @@
 """A newcomer's mistakes at the command line: is each refused in one line, before anything compiles?
 
-Runs 90 mistaken ``pulse-jax`` commands (a missing or misspelt option, a value out of range, a file that
+Runs 94 mistaken ``pulse-jax`` commands (a missing or misspelt option, a value out of range, a file that
 is not what the command reads, two choices that contradict each other, ...) in a scratch folder with
 small files of the right and the wrong shape, each as its own process with ``JAX_LOG_COMPILES=1``.
 Each outcome is one of:
 
 * ``refused``: a nonzero exit, one line on stderr (notes and JAX's compile log aside), nothing
-  compiled before it (the target: at least 85 of 90);
+  compiled before it (the target: at least 89 of 94);
 * ``refused after compiling``: the same line, but only after JAX compiled a program (seconds lost);
 * ``several lines``: a nonzero exit whose message takes more than one line;
 * ``traceback``: a Python traceback (the target: none);
@@ -122,6 +122,11 @@ MISTAKES = [
     ("import without a source", "import"),
     ("import long from a file that does not exist", "import long nofile.csv --out m.csv"),
     ("import long without the score column", "import long long_bad.csv --out m.csv"),
+    # a long table where a matrix is read
+    ("a long table as the candidates' scores", "simulate --scores long.csv --out sim_out"),
+    ("a long table as the history", f"simulate {S} --train long.csv"),
+    ("a long table as select's history", f"{SEL} --train long.csv"),
+    ("a long table as tune's history", "tune --train long.csv --out tune_out"),
     ("import lm-eval from a folder that does not exist", "import lm-eval nodir --task t --metric acc --out m.csv"),
     ("log show on a file that does not exist", "log show nofile.db"),
     ("log show on a text file", "log show models.txt"),
@@ -163,9 +168,32 @@ def _write_files(folder: Path) -> None:
     (folder / "empty.txt").write_text("")
     (folder / "dup.txt").write_text("m0\nm1\nm0\n")
     (folder / "long_bad.csv").write_text("model,example,value\nm0,q0,1\n")
+    (folder / "long.csv").write_text("model,example,score\nm0,q0,1\nm0,q1,0\nm1,q0,1\nm1,q1,1\n")
     (folder / "scorer.py").write_text("def score(model, ids):\n    return [0.5 for _ in ids]\n")
     (folder / "full_folder").mkdir()
     (folder / "full_folder" / "results.json").write_text("{}")
+
+
+#: ``pulse-jax ARGS`` as ``python -m pulse_jax.cli`` runs it, then a note of whether JAX was imported by the
+#: time the command ended (a refusal should not need it: importing JAX alone costs about a CPU-second).
+PROBE = """import os, sys
+from pulse_jax.cli.app import main
+try:
+    code = main(sys.argv[1:])
+except SystemExit as stop:
+    code = stop.code
+with open(os.environ["MISTAKE_PROBE"], "w") as handle:
+    handle.write(str("jax" in sys.modules))
+sys.exit(code)
+"""
+
+
+def _children_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _classify(proc: subprocess.CompletedProcess) -> tuple[str, str]:
@@ -196,19 +224,29 @@ def run(out: Path) -> dict:
                     shutil.rmtree(path)
                 elif path.exists():
                     path.unlink()
-            start = time.perf_counter()
+            start, before = time.perf_counter(), _children_cpu()
+            probe = folder / "jax_imported.txt"
+            probe.unlink(missing_ok=True)
             try:
-                proc = subprocess.run([sys.executable, "-m", "pulse_jax.cli", *command.split()], cwd=folder,
-                                      env=env, capture_output=True, text=True, timeout=300)
+                proc = subprocess.run([sys.executable, "-c", PROBE, *command.split()], cwd=folder,
+                                      env={**env, "MISTAKE_PROBE": str(probe)}, capture_output=True, text=True,
+                                      timeout=300)
                 outcome, line = _classify(proc)
             except subprocess.TimeoutExpired:
                 outcome, line = "accepted", "still running after 300 s"
             rows.append({"mistake": what, "command": "pulse-jax " + command, "outcome": outcome, "line": line[:300],
-                         "seconds": round(time.perf_counter() - start, 1)})
+                         "seconds": round(time.perf_counter() - start, 1),
+                         "cpu_seconds": round(_children_cpu() - before, 2),
+                         "jax_imported": probe.is_file() and probe.read_text() == "True"})
             print(f"{k:3d} {outcome:24s} {what}: {line[:110]}", file=sys.stderr)
     counts = {o: sum(r["outcome"] == o for r in rows)
               for o in ("refused", "refused after compiling", "several lines", "traceback", "accepted")}
-    result = {"mistakes": len(rows), **counts, "rows": rows}
+    refused = [r for r in rows if r["outcome"] == "refused"]
+    result = {"mistakes": len(rows), **counts,
+              "refused_before_jax": sum(not r["jax_imported"] for r in refused),
+              "max_cpu_seconds_per_refusal": max((r["cpu_seconds"] for r in refused), default=0.0),
+              "median_cpu_seconds_per_refusal": float(np.median([r["cpu_seconds"] for r in refused])) if refused else 0.0,
+              "rows": rows}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))
     out.with_suffix(".md").write_text("# A newcomer's mistakes at the command line\n\n`python benchmarks/usability/"
@@ -220,11 +258,15 @@ def run(out: Path) -> dict:
 def table(result: dict) -> str:
     lines = [f"{result['mistakes']} mistaken commands: {result['refused']} refused in one line before anything "
              f"compiled, {result['refused after compiling']} after compiling, {result['several lines']} with a "
-             f"message of several lines, {result['traceback']} tracebacks, {result['accepted']} accepted.", "",
-             "| mistake | command | outcome | what it said |", "|---|---|---|---|"]
+             f"message of several lines, {result['traceback']} tracebacks, {result['accepted']} accepted. "
+             f"Of the refusals, {result['refused_before_jax']} came before JAX was imported; CPU time per refusal "
+             f"(the whole process): median {result['median_cpu_seconds_per_refusal']:.2f} s, at most "
+             f"{result['max_cpu_seconds_per_refusal']:.2f} s.", "",
+             "| mistake | command | outcome | JAX imported | CPU s | what it said |", "|---|---|---|---|---:|---|"]
     for r in result["rows"]:
         said = r["line"].replace("|", "\\|")
-        lines.append(f"| {r['mistake']} | `{r['command']}` | {r['outcome']} | {said} |")
+        lines.append(f"| {r['mistake']} | `{r['command']}` | {r['outcome']} | {'yes' if r['jax_imported'] else 'no'} | "
+                     f"{r['cpu_seconds']:.2f} | {said} |")
     return "\n".join(lines)
 
 

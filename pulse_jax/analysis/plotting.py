@@ -127,7 +127,7 @@ def cost_accuracy(path, cost, estimates, names, *, low=None, high=None, claimed=
     if one_price:
         _labels(fig, ax, x, est, names, share)
     else:
-        _label_columns(fig, ax, x, est, names, share, cost)
+        _label_columns(fig, ax, x, est, names, share, cost=cost)
     return _save(fig, path)
 
 
@@ -148,7 +148,7 @@ def _dodged(cost, est):
     return x
 
 
-def _label_columns(fig, ax, x, y, names, share, cost) -> None:
+def _label_columns(fig, ax, x, y, names, share, *, cost) -> None:
     """The models of each price named in a column right of their points, spread so no two names overlap,
     each joined to its point by a thin line when moved; a price whose names do not all fit keeps the
     claimed models and the best estimates and says how many more there are."""

@@ -4,6 +4,8 @@ Errors in the input print one line (``pulse-jax: error: ...``) and exit 2."""
 from __future__ import annotations
 
 import argparse
+import importlib.abc
+import importlib.util
 import os
 import sqlite3
 import sys
@@ -41,6 +43,43 @@ def parse(argv=None, parser=None):
     return args, extra
 
 
+def _use_the_cache() -> None:
+    from pulse_jax.compilation_cache import use_compilation_cache
+
+    use_compilation_cache()     # once per process; a cache the caller configured is left as it is
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then()`` the moment module ``name`` has been imported. A command refused on its arguments
+    never imports JAX (about a CPU-second), yet the disk cache is on before anything compiles."""
+
+    def __init__(self, name: str, then):
+        self.name, self.then = name, then
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = importlib.util.find_spec(fullname)
+        run, then = spec.loader.exec_module, self.then
+
+        def exec_module(module):
+            run(module)
+            then()
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
+def _once_jax_is_imported(then) -> None:
+    """``then()`` now if JAX is imported (the command line run in a process that has it), else right after
+    its import."""
+    if "jax" in sys.modules:
+        then()
+    elif not any(isinstance(f, _AfterImport) for f in sys.meta_path):
+        sys.meta_path.insert(0, _AfterImport("jax", then))
+
+
 def main(argv=None) -> int:
     words = sys.argv[1:] if argv is None else list(argv)
     if "--version" in words and len(words) > 1:      # argparse would print it and drop the rest unread
@@ -59,9 +98,7 @@ def main(argv=None) -> int:
         # slow on a busy machine) read as errors in the middle of a run; the command line shows its own
         # lines and Python's warnings only. TF_CPP_MIN_LOG_LEVEL=0 brings XLA's back.
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    from pulse_jax.engine.compilation_cache import use_compilation_cache
-
-    use_compilation_cache()     # once per process; a cache the caller configured is left as it is
+    _once_jax_is_imported(_use_the_cache)
     try:
         with warnings.catch_warnings():
             # a note (`pulse_jax.errors.PulseNote`) is one plain line on stderr, every time it is given

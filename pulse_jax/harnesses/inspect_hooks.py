@@ -7,6 +7,8 @@ Inspect's eval id; the hooks (``inspect_ai.hooks``, registered once per process)
 """
 from __future__ import annotations
 
+import functools
+import types
 from pathlib import Path
 
 from pulse_jax.fileio.jsonable import plain_float32
@@ -183,3 +185,33 @@ def selection_metadata(report, selection) -> dict:
                               plain_float32(report.high[i])]
                           for i, m in enumerate(report.models)},
             "log": str(selection.path), "report": str(selection.plan.report_folder / "report.md")}
+
+
+def commit_on_return(task, selection, model: str) -> None:
+    """Each of ``task``'s scorers commits the score it returns to the selection's log before it hands it to
+    Inspect: no event loop turn lies between a score and its commit, so a ``kill -9`` at any moment
+    loses no scored sample (the ``on_sample_event`` hook gets the same score later, from a queue that a
+    busy loop can hold for a fraction of a second). Scorers with the same name are left to the hook: their
+    names in the log are made unique only later."""
+    scorers = list(task.scorer or ())
+    try:
+        from inspect_ai._util.registry import registry_unqualified_name    # private, for want of a public one
+        names = [registry_unqualified_name(s) for s in scorers]
+    except (ImportError, ValueError, TypeError, AttributeError):
+        return
+    if len(set(names)) == len(names):
+        task.scorer = [_committing(s, name, selection, model) for s, name in zip(scorers, names)]
+
+
+def _committing(original, name: str, selection, model: str):
+    # functools.wraps copies the registry attributes too: Inspect sees the scorer it was given.
+    @functools.wraps(original)
+    async def score(state, target):
+        result = await original(state, target)
+        if result is not None and not isinstance(result, list):
+            selection.score_returned(model, state.sample_id,
+                                     types.SimpleNamespace(scorer=name, score=result, model_usage=None))
+        return result
+
+    return score
+

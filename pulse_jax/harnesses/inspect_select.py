@@ -41,7 +41,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import functools
 import json
 import math
 import time
@@ -53,8 +52,8 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, notes_as_lines, require
 from pulse_jax.harnesses import inspect_logs
-from pulse_jax.harnesses.inspect_hooks import (MANAGER, noted_inspect_logs, scored_samples, selection_metadata,
-                                               task_ended, task_started, watch_selections)
+from pulse_jax.harnesses.inspect_hooks import (MANAGER, commit_on_return, noted_inspect_logs, scored_samples,
+                                               selection_metadata, task_ended, task_started, watch_selections)
 
 _WAIT = object()      # schedule_sample's "not yet"
 _RUNS: dict = {}      # resolved log path -> the `_Selection` shared by the models' tasks in this process
@@ -164,37 +163,8 @@ def _select_best(task, log, *, models, scorer, metric, value_map, report, option
                                "for one model (each model then gets its own sample order)")
     task.dataset = selection.impose_order(task.dataset, model)
     task.early_stopping = manager
-    _commit_on_return(task, selection, model)
+    commit_on_return(task, selection, model)
     return task
-
-
-def _commit_on_return(task, selection, model: str) -> None:
-    """Each of ``task``'s scorers commits the score it returns to the selection's log before it hands it to
-    Inspect: no event loop turn lies between a score and its commit, so a ``kill -9`` at any moment
-    loses no scored sample (the ``on_sample_event`` hook gets the same score later, from a queue that a
-    busy loop can hold for a fraction of a second). Scorers with the same name are left to the hook: their
-    names in the log are made unique only later."""
-    scorers = list(task.scorer or ())
-    try:
-        from inspect_ai._util.registry import registry_unqualified_name    # private, for want of a public one
-        names = [registry_unqualified_name(s) for s in scorers]
-    except (ImportError, ValueError, TypeError, AttributeError):
-        return
-    if len(set(names)) == len(names):
-        task.scorer = [_committing(s, name, selection, model) for s, name in zip(scorers, names)]
-
-
-def _committing(original, name: str, selection, model: str):
-    # functools.wraps copies the registry attributes too: Inspect sees the scorer it was given.
-    @functools.wraps(original)
-    async def score(state, target):
-        result = await original(state, target)
-        if result is not None and not isinstance(result, list):
-            selection.score_returned(model, state.sample_id,
-                                     types.SimpleNamespace(scorer=name, score=result, model_usage=None))
-        return result
-
-    return score
 
 
 def _active_model() -> str | None:

@@ -137,8 +137,6 @@ class Report:
             return "stopped"
         if not self.finished:
             return "running"
-        if self.stop == "budget":
-            return "finished"
         if self.spend and self.spend.get("stopped_by_budget"):
             return "not reached: the money budget ran out first"
         if self.spent >= self.budget:

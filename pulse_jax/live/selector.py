@@ -46,7 +46,7 @@ import numpy as np
 
 from pulse_jax import choices, engine, stopping
 from pulse_jax.engine import BanditConfig
-from pulse_jax.engine.compilation_cache import use_compilation_cache
+from pulse_jax.compilation_cache import use_compilation_cache
 from pulse_jax.engine.params import BanditParams, declared_params
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.compiled import Waiting, compiled, first_draws
