@@ -372,17 +372,28 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
     return out, time.perf_counter() - start_time, compile_seconds
 
 
+#: The share of padded items a run accepts to keep the compiled chunk's shape (see `_chunk_of`).
+MAX_PADDING = 1 / 3
+
+
 def _chunk_of(config: BanditConfig, estimator, rank: int, total: int, chunk_size, mesh) -> int:
-    """Items per compiled call: ``chunk_size``, or sized from the device's memory (capped on a CPU);
-    equal chunks (the last one padded to reuse the compiled program), a multiple of the device count."""
+    """Items per compiled call, a multiple of the device count: ``chunk_size``, or sized from the device's
+    memory (capped on a CPU). More items than one chunk run in chunks of exactly that size, the last one
+    padded (its extra items are computed and dropped), so any larger count reuses the compiled program
+    (200 then 500 repetitions: one compile), unless the padding would exceed `MAX_PADDING` of the items;
+    then the chunks are made equal, and smaller, at the price of a program of their own."""
     device = mesh.devices.flat[0]
     chunk = int(chunk_size) if chunk_size else default_chunk_size(
-        config, rank, total, estimator.uses_predictions, device_memory_budget(device)) * mesh.size
+        config, rank, max(total, 1), estimator.uses_predictions, device_memory_budget(device)) * mesh.size
     if not chunk_size and device.platform == "cpu":
         chunk = min(chunk, CPU_MAX_CHUNK * mesh.size)
-    n_chunks = -(-total // min(chunk, total))
-    chunk = -(-total // n_chunks)
-    return -(-chunk // mesh.size) * mesh.size
+    chunk = -(-chunk // mesh.size) * mesh.size
+    if total <= chunk:
+        return -(-total // mesh.size) * mesh.size
+    if -(-total // chunk) * chunk - total <= MAX_PADDING * total:
+        return chunk
+    n_chunks = -(-total // chunk)
+    return -(-(-(-total // n_chunks)) // mesh.size) * mesh.size
 
 
 def _run_chunks(launch, total: int, chunk: int, report, start_time: float):

@@ -180,3 +180,31 @@ def test_cli_sweep_errors_are_one_line(argv, needle, tmp_path, capsys):
     assert cli.main(["sweep", "--out", str(tmp_path / "o")] + argv) == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
+
+
+def test_a_larger_repetition_count_adds_chunks_not_a_compile(problem, counted_traces):
+    """Repetitions beyond one chunk run in chunks of that exact size (the last padded), so 20 then 44
+    repetitions compile once; the results are those of one chunk per repetition (chunks never change
+    results)."""
+    scores, V, config = problem
+    first = pj.simulate(scores, config, "pulse", V=V, reps=20, seed=0, chunk_size=8)
+    before = len(COMPILES)
+    more = pj.simulate(scores, config, "pulse", V=V, reps=44, seed=0, chunk_size=8)
+    assert len(COMPILES) == before and len(counted_traces) == 1
+    assert more.reps == 44 and np.array_equal(more.chosen[:20], first.chosen)
+    alone = pj.simulate(scores, config, "pulse", V=V, reps=44, seed=0, chunk_size=44)
+    assert np.array_equal(more.chosen, alone.chosen)
+
+
+def test_the_default_chunk_keeps_its_shape_across_repetition_counts(problem, monkeypatch):
+    """Where memory sets the chunk (full scale: about 40 repetitions), 200 and 500 repetitions run in
+    chunks of one shape; only a count whose padding would pass a third of it gets equal, smaller chunks."""
+    scores, V, config = problem
+    from pulse_jax import registry
+
+    estimator = registry.estimator("pulse")
+    mesh = simulate_module.repetition_mesh()
+    monkeypatch.setattr(simulate_module, "default_chunk_size", lambda *a, **k: 42)
+    sizes = {total: simulate_module._chunk_of(config, estimator, 3, total, None, mesh) for total in (10, 200, 500, 50)}
+    assert sizes[200] == sizes[500] == 42 and sizes[10] == 10
+    assert sizes[50] == 25                  # 2 x 42 would pad 34 of 50: two equal chunks instead
