@@ -2,7 +2,9 @@
 
 Compiling a PULSE run takes 5-25 s; with the cache, a later process with the same
 shapes and settings loads the program instead. The folder is ``$PULSE_JAX_CACHE``
-(default ``~/.cache/pulse-jax/xla``); ``PULSE_JAX_CACHE=off`` turns it off.
+(default ``~/.cache/pulse-jax/xla``); ``PULSE_JAX_CACHE=off`` turns it off. The ``pulse-jax``
+command line turns it on; from Python, call `enable_compilation_cache` (the library itself never
+changes the process's JAX configuration).
 
 The folder is kept by `FolderCache` (JAX's cache interface): each entry is written to a
 temporary file and renamed into place, so processes that share the folder (two runs at once,
@@ -142,12 +144,22 @@ class FolderCache(_CacheInterface):
 
 
 def _install(path: str) -> bool:
-    """Make `FolderCache` at ``path`` JAX's persistent cache; False where this JAX has no place for it."""
+    """Make `FolderCache` at ``path`` JAX's persistent cache; False where this JAX has no place for it.
+
+    The one place that touches JAX's internals (``jax._src.compilation_cache``, for want of a public
+    way to give JAX a cache): it does what JAX's own ``_initialize_cache`` does with its file cache --
+    the smallest entry size worth keeping, and ``jax_compilation_cache_check_contents``, which wraps
+    the cache in JAX's verifying cache -- with `FolderCache` in place of JAX's."""
     if _jax_cache is None or not all(hasattr(_jax_cache, name) for name in ("_cache", "_cache_initialized",
                                                                           "_cache_initialized_mutex")):
         return False
     cache = FolderCache(path)
+    if getattr(jax.config, "jax_compilation_cache_check_contents", False) and hasattr(_jax_cache, "VerificationCache"):
+        cache = _jax_cache.VerificationCache(cache)
     with _jax_cache._cache_initialized_mutex:
+        if getattr(jax.config, "jax_persistent_cache_min_entry_size_bytes", None) == 0 and \
+                hasattr(_jax_cache, "default_min_cache_entry_size"):
+            jax.config.update("jax_persistent_cache_min_entry_size_bytes", _jax_cache.default_min_cache_entry_size())
         _jax_cache._cache = cache
         _jax_cache._cache_initialized = True
     return True
@@ -158,9 +170,11 @@ def enable_compilation_cache(path: str | None = None) -> str | None:
 
     The folder is ``path``, else ``$PULSE_JAX_CACHE``, else ``~/.cache/pulse-jax/xla``;
     ``PULSE_JAX_CACHE=off`` turns the cache off. Returns the folder (None when off).
-    `pulse_jax.simulate`, `pulse_jax.sweep` and the live selector call this once per
-    process themselves, unless JAX's ``jax_compilation_cache_dir`` is already set.
-    Programs that compile in 0.5 s or more are kept (``jax_persistent_cache_min_compile_time_secs``).
+    The library never calls it on its own (a library call leaves the process's JAX configuration as it
+    found it); the ``pulse-jax`` command line does, once per process, unless JAX's
+    ``jax_compilation_cache_dir`` is already set. It changes JAX's configuration for the whole
+    process: ``jax_compilation_cache_dir``, ``jax_persistent_cache_min_compile_time_secs`` (programs
+    that compile in 0.5 s or more are kept) and the cache object JAX uses.
 
     A folder that cannot be made or read (a file of that name, no permission) is said in one
     warning, and the run goes on without the cache (None).
@@ -211,6 +225,6 @@ def _add_missing_access_times(path: str) -> None:
 
 
 def use_compilation_cache() -> None:
-    """The first run in a process turns the disk cache on, unless the caller configured JAX's own."""
+    """The command line's call: the disk cache on, once per process, unless the caller configured JAX's own."""
     if not _cache_checked and not jax.config.jax_compilation_cache_dir:
         enable_compilation_cache()

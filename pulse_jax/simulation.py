@@ -21,7 +21,6 @@ from pulse_jax import engine
 from pulse_jax.stats import factorization, without_replacement as sampling
 from pulse_jax.analysis.metrics import SimulationResult
 from pulse_jax.engine import BanditConfig
-from pulse_jax.compilation_cache import use_compilation_cache
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.engine.params import BanditParams, RunParams, check_params
 from pulse_jax.stats.seeds import check_seed, seed_key
@@ -347,7 +346,6 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
     V_dev = (_put(V, replicated), engine.Start(_put(init_U, replicated), None if start.row_prior is None else
                                                jax.tree_util.tree_map(lambda a: _put(a, replicated), start.row_prior),
                                                None if start.cost is None else _put(start.cost, replicated)))
-    use_compilation_cache()
     if progress is None:
         progress = _interactive()
     report = _progress_printer(estimator.name) if progress is True else (progress or None)

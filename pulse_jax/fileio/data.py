@@ -349,17 +349,25 @@ def align_train(candidates: ScoreMatrix, train: ScoreMatrix) -> ScoreMatrix:
 
 
 def _say_leak(candidates: ScoreMatrix, train: ScoreMatrix) -> None:
-    """One note when the history holds candidates themselves: their scores in the side information are the
-    answers being estimated, so a simulation on them flatters PULSE (the predictions know the cells)."""
-    shared = [m for m in candidates.models if m in set(train.models)]
-    if not shared:
+    """One note when the history holds candidates themselves (by name, or rows equal to a candidate's
+    scores): their scores in the side information are the answers being estimated, so a simulation on
+    them flatters PULSE (the predictions know the cells). Names a file did not give (``model-0``, ...)
+    are not compared; rows are, where they are not constant."""
+    def given(names):
+        return names != tuple(f"model-{i}" for i in range(len(names)))
+
+    shared = [m for m in candidates.models if m in set(train.models)] \
+        if given(candidates.models) and given(train.models) else []
+    rows = {np.nan_to_num(row, nan=-1.0).tobytes() for row in np.asarray(train.scores, np.float64)}
+    same = [m for m, row in zip(candidates.models, np.asarray(candidates.scores, np.float64))
+            if np.nanmin(row) != np.nanmax(row) and np.nan_to_num(row, nan=-1.0).tobytes() in rows]
+    if not shared and not same:
         return
-    row = {m: k for k, m in enumerate(train.models)}
-    same = [m for m in shared if np.array_equal(np.nan_to_num(train.scores[row[m]], nan=-1.0),
-                                                np.nan_to_num(candidates.scores[candidates.models.index(m)], nan=-1.0))]
-    names = ", ".join(shared[:3]) + (f" and {len(shared) - 3} more" if len(shared) > 3 else "")
-    note(f"{train.source}: the history holds {len(shared)} of the candidates ({names})"
-         + (f", {len(same)} with exactly the candidates' scores" if same else "")
+    named = shared or same
+    names = ", ".join(named[:3]) + (f" and {len(named) - 3} more" if len(named) > 3 else "")
+    held = f"{len(shared)} of the candidates ({names})" if shared else f"the scores of {len(same)} candidates ({names})"
+    note(f"{train.source}: the history holds {held}"
+         + (f", {len(same)} with exactly the candidates' scores" if shared and same else "")
          + ": their cells are what the selection estimates, so predictions fitted on them leak the answer and "
            "flatter PULSE; give the scores of other (earlier) models as the history")
 

@@ -46,7 +46,6 @@ import numpy as np
 
 from pulse_jax import choices, engine, stopping
 from pulse_jax.engine import BanditConfig
-from pulse_jax.compilation_cache import use_compilation_cache
 from pulse_jax.engine.params import BanditParams, declared_params
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.live.compiled import Waiting, compiled, first_draws
@@ -160,7 +159,6 @@ class Selector:
         self._header = log_schema.run_header(self.config, self.params, self.estimator, self.seed,
                                              (self.models, self.example_ids), self.V,
                                              order_given=self._order is not None)
-        use_compilation_cache()
         self._first_look(m, n)
         self._episode = self._state = None
         self._asks = 0              # requests issued
