@@ -47,6 +47,7 @@ class Report:
     after_stop: int = 0           # cells asked before the stopping rule fired that returned after it (in flight)
     prices: tuple | None = None   # each model's expected dollars per cell (a run with prices)
     spent_by_model: tuple | None = None   # each model's dollars paid (pulse_jax.live.money.Meter.by_model)
+    stops_early: bool = True      # the stopping rule can end a run before its budget (a fixed budget cannot)
 
     @property
     def ranking(self) -> list[str]:
@@ -137,6 +138,8 @@ class Report:
             return "stopped"
         if not self.finished:
             return "running"
+        if not self.stops_early:
+            return "finished"
         if self.spend and self.spend.get("stopped_by_budget"):
             return "not reached: the money budget ran out first"
         if self.spent >= self.budget:

@@ -531,7 +531,7 @@ class Selector:
                       certificate=self.stop.statement(names, self.delta, self.params.stop),
                       finished=self._finished or self.spent >= c.budget, groups=self._groups(est, low, high),
                       failed_attempts=self.ledger.failures()[0], retries=self.ledger.failures()[1],
-                      after_stop=self._after_stop)
+                      after_stop=self._after_stop, stops_early=self.stop.stops_early)
 
     def _groups(self, est, low, high) -> tuple:
         """The models in groups whose intervals overlap, best first (none for a method without an interval)."""

@@ -27,9 +27,13 @@ What a stop certifies is the rule's to declare, not the engine's:
   paste into a paper (host side; ``names`` the claimed models' names);
 * ``holds(claimed, true_means, params) -> bool`` says whether a claim is true
   (host side; simulations count the false ones, `pulse_jax.analysis.metrics.claims`);
-* ``upper_models``: how many models' upper bounds the claim rests on. A claim
-  about the best model needs every lower bound and the best model's upper bound
-  (1, what certification levels, ``cs_simultaneous < 1``, pay for); a top-k set
+* ``upper_models``: how many models' upper bounds the claim rests on; by default
+  `EVERY_MODEL`, right for any claim (the levels then hold every bound at once).
+  A claim about the best model needs every lower bound and the best model's upper
+  bound only and declares 1 (what certification levels, ``cs_simultaneous < 1``,
+  pay for: the built-in best-model claims do); a claim about another
+  data-dependent model (the worst, say) must not, since its model's upper bound is
+  not one fixed model's; a top-k set
   needs the k best models' upper bounds, so it needs ``cs_simultaneous >=
   log k / log m`` (`pulse_jax.engine.check_levels` refuses less). `EVERY_MODEL` says every
   model's (certificates about costs: any model may be the one that decides), so ``cs_simultaneous = 1``;
@@ -157,6 +161,6 @@ class StoppingRule(NamedTuple):
     statement: StopStatement = no_statement
     params: tuple = ()   # the rule's own traced numbers with their defaults (its functions receive them)
     holds: StopHolds = no_claim_holds
-    upper_models: int = 1   # models whose upper bounds the claim rests on (see the module docstring)
+    upper_models: int = EVERY_MODEL   # models whose upper bounds the claim rests on (every one unless declared)
     uses_cost: bool = False   # the claim is about costs: ``holds(claimed, true_means, params, cost)``
     focus: StopClaim | None = None   # ``focus(inputs, params) -> (m,) bool``: the models the claim waits on

@@ -21,7 +21,7 @@ def _statement(names, delta, params):
 @functools.cache
 def spend_budget() -> StoppingRule:
     """Never stop before the budget is spent."""
-    return StoppingRule("budget", _never, stops_early=False, statement=_statement)
+    return StoppingRule("budget", _never, stops_early=False, statement=_statement, upper_models=1)   # claims nothing
 
 
 BUILT_IN["budget"] = spend_budget

@@ -36,7 +36,7 @@ def _statement(names, delta, params):
 def when_certified() -> StoppingRule:
     """Stop at the first certification (needs a method with an interval)."""
     return StoppingRule("certified", _certified, needs_interval=True, claim=_certified_model, statement=_statement,
-                        holds=best_claim_holds)
+                        holds=best_claim_holds, upper_models=1)   # the best model's upper bound only
 
 
 BUILT_IN["certified"] = when_certified

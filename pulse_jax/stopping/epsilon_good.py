@@ -65,7 +65,7 @@ def _holds(claimed, true_means, params):
 def epsilon_good() -> StoppingRule:
     """Stop once a model is certified within ``stop.epsilon`` of the best (needs an interval)."""
     return StoppingRule("epsilon_good", _done, needs_interval=True, claim=_claim, statement=_statement,
-                        params=EpsilonParams(), holds=_holds)
+                        params=EpsilonParams(), holds=_holds, upper_models=1)   # a best model's bound
 
 
 BUILT_IN["epsilon_good"] = epsilon_good

@@ -91,7 +91,7 @@ def groups(estimates, low, high) -> list[list[int]]:
 def tie_group() -> StoppingRule:
     """Stop once the leader's group has at most ``stop.size`` models (needs an interval)."""
     return StoppingRule("tie_group", _done, needs_interval=True, claim=_claim, statement=_statement,
-                        params=TieGroupParams(), holds=_holds)
+                        params=TieGroupParams(), holds=_holds, upper_models=1)   # the best model's bound
 
 
 BUILT_IN["tie_group"] = tie_group
