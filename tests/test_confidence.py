@@ -255,13 +255,13 @@ def test_betting_bounds_are_the_rejected_prefix_and_suffix():
 
 
 def _coverage_run(method, V, scores, reps, delta, budget, refit_every=5, batch_size=4, horizon=0.0,
-                  simultaneous=1.0, cs_grid=0, row_prior=None):
+                  simultaneous=1.0, cs_grid=0, row_prior=None, upper_share=0.5):
     m, n = scores.shape
     config = BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch_size, refit_every=refit_every,
                           cs_grid=cs_grid)
     return simulate(scores, config, method, V=V, reps=reps, seed=11, row_prior=row_prior,
                     params=BanditParams(delta=delta, cs_horizon=horizon, cs_simultaneous=simultaneous,
-                                        refit_prior=0.0 if row_prior is None else 1.0))
+                                        refit_prior=0.0 if row_prior is None else 1.0, cs_upper_share=upper_share))
 
 
 @pytest.mark.parametrize("n_sequences", [1, 2])
@@ -274,6 +274,15 @@ def test_certification_levels(n_sequences):
         low, high = (float(v) for v in confidence.cs_levels(delta, m, C, s))
         assert low == pytest.approx(np.log(2 * m * C / delta), rel=1e-6)
         assert high == pytest.approx(np.log(upper), rel=1e-6)
+    # delta split unevenly: (1 - u) delta to the lower bounds, u delta to the upper ones; u = 1/2 is the
+    # symmetric split above, to the last bit (results do not move)
+    for u in (0.05, 0.5, 0.95):
+        for s in (0.0, 1.0):
+            low, high = (float(v) for v in confidence.cs_levels(delta, m, C, s, u))
+            assert low == pytest.approx(np.log(m * C / ((1 - u) * delta)), rel=1e-6)
+            assert high == pytest.approx(np.log(C * m ** s / (u * delta)), rel=1e-6)
+    assert [float(v) for v in confidence.cs_levels(delta, m, C, 0.0, 0.5)] == \
+        [float(v) for v in confidence.cs_levels(delta, m, C, 0.0)]
     # a single level is both sides
     one = confidence.cs_bounds(jnp.float32(3.0), jnp.float32(6.0), jnp.float32(0.2), jnp.float32(0.4))
     two = confidence.cs_bounds(jnp.float32(3.0), jnp.float32(6.0), jnp.float32(0.2), (jnp.float32(0.4),) * 2)
@@ -316,6 +325,21 @@ def test_certification_levels_keep_their_guarantees(case):
     print(f"{case}: certification event failed {event:.3f}, worst model's own miss rate {own.max():.3f}")
     assert event <= DELTA + MC_TOL
     assert own.max() <= DELTA + MC_TOL
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("upper_share", [0.05, 0.95])
+@pytest.mark.parametrize("simultaneous", [0.0, 1.0])
+def test_any_split_of_delta_keeps_the_guarantees(upper_share, simultaneous):
+    """``cs_upper_share`` moves delta between the lower and the upper bounds; over 1,000 repetitions of
+    PULSE with adversarial predictions, the event the levels pay for (every bound at s = 1; every lower
+    bound and the best model's upper bound at s = 0) fails in at most delta of them, at either extreme."""
+    binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
+    res = _coverage_run("pulse", -3.0 * v, binary, REPS, DELTA, budget=5 * 4 + 120, simultaneous=simultaneous,
+                        upper_share=upper_share)
+    failed = 1 - (res.anytime_coverage() if simultaneous == 1.0 else res.certification_coverage())
+    print(f"u = {upper_share}, s = {simultaneous}: the paid-for event failed in {failed:.3f}")
+    assert failed <= DELTA + MC_TOL
 
 
 def _coverage_case(case, simultaneous=1.0):

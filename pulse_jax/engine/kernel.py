@@ -151,7 +151,7 @@ def _refit(episode: Episode, state: BanditState, settings: FitSettings, with_log
 def _log_inv_alpha(s: Static, params: RunParams):
     """The ``(lower, upper)`` levels of the confidence sequences (`confidence.cs_levels`)."""
     return confidence.cs_levels(params.delta, s.config.n_models, s.plugins.estimator.n_sequences,
-                                params.cs_simultaneous)
+                                params.cs_simultaneous, params.cs_upper_share)
 
 
 def _empty_log(s: Static) -> PullLog:

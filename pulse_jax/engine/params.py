@@ -57,6 +57,11 @@ class BanditParams(NamedTuple):
         probability at least ``1 - delta``, and each model's interval alone still holds with
         ``1 - delta``, but not all of them at once. Values between interpolate
         (``confidence.cs_levels``).
+      cs_upper_share: the share of ``delta`` given to the upper bounds (the rest to the lower ones;
+        ``confidence.cs_levels``). 1/2 (default): half each. A best-model claim rests on every lower
+        bound and one model's upper bound, and the upper bounds decide the exclusions, where most
+        cells go; any share in (0, 1) keeps ``P(a wrong claim) <= delta`` (the union bound holds for
+        every split).
       refit_prior: the weight, in cells, of a population prior in every refit of ``U``: each row is
         pulled towards the mean row of all candidates (``factorization.FitSettings.shrink``), so a
         model seen on one batch gets predictions near the candidates' average. 0 (default): the
@@ -72,6 +77,7 @@ class BanditParams(NamedTuple):
     cs_horizon: Number = 0.0
     cs_simultaneous: Number = 1.0
     refit_prior: Number = 0.0
+    cs_upper_share: Number = 0.5
 
     def as_arrays(self) -> "BanditParams":
         """Every number as a float32 array (what the compiled program takes)."""
@@ -96,6 +102,7 @@ RANGES = {
     "cs_horizon": Range(0.0, math.inf, low_closed=True),
     "cs_simultaneous": Range(0.0, 1.0, low_closed=True, high_closed=True),
     "refit_prior": Range(0.0, math.inf, low_closed=True),
+    "cs_upper_share": Range(0.0, 1.0),
 }
 
 
@@ -163,6 +170,7 @@ class RunParams(NamedTuple):
     cs_horizon = property(lambda self: self.engine.cs_horizon)
     cs_simultaneous = property(lambda self: self.engine.cs_simultaneous)
     refit_prior = property(lambda self: self.engine.refit_prior)
+    cs_upper_share = property(lambda self: self.engine.cs_upper_share)
 
     def as_arrays(self) -> "RunParams":
         """Every number as a float32 array (what the compiled program takes)."""

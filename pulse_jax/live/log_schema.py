@@ -33,6 +33,7 @@ MAGIC = b"SQLite format 3\x00"
 
 #: Header fields added after version 1 and the value an older log implies.
 HEADER_DEFAULTS = {"rule": "ucbe", "cs_horizon": 0.0, "cs_simultaneous": 1.0, "refit_prior": 0.0, "cs_grid": 0,
+                   "cs_upper_share": 0.5,
                    "example_order": "drawn"}
 #: Logs older than this version lack some header fields (every traced parameter, the plug-ins'
 #: settings); those fields are not compared when absent. From this version on every field must match.

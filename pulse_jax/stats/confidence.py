@@ -157,26 +157,33 @@ def cs_log_inv_alpha(delta, n_models: int, n_sequences: int = 1):
     return jnp.log(2.0 * n_models * n_sequences / jnp.asarray(delta, jnp.float32))
 
 
-def cs_levels(delta, n_models: int, n_sequences: int = 1, simultaneous=1.0):
+def cs_levels(delta, n_models: int, n_sequences: int = 1, simultaneous=1.0, upper_share=0.5):
     """``(log 1/alpha_low, log 1/alpha_high)``: the levels of the lower and the upper bounds.
 
-    ``simultaneous = 1``: both sides at ``alpha = delta / (2 m C)``, so every bound of every model
-    holds at every time at once (`cs_log_inv_alpha`).
+    ``delta`` is split between the two sides: ``u = upper_share`` of it to the upper bounds, ``1 - u`` to
+    the lower ones (``u = 1/2``: half each, the symmetric split).
 
-    ``simultaneous = s < 1``: the lower bounds keep ``delta / (2 m C)`` and every upper bound is
-    set at ``delta / (2 C m^s)`` -- at ``s = 0``, ``delta / (2 C)``: one model's C upper sequences
-    take ``delta / 2`` on their own. That is all certification needs. A certified model ``h`` is
-    wrong only if ``low_h > high_b`` for a best model ``b``; then either some lower bound failed
-    (all m C lower sequences together: probability at most ``delta / 2``) or *the best model's*
-    upper bound failed (one fixed model, whichever it is: at most ``C delta / (2 C m^s) <= delta / 2``).
-    So ``P(a wrong certification) <= delta`` for every ``s`` in [0, 1], while each model's interval
-    alone still holds with probability at least ``1 - delta``; the intervals of all models together
-    hold at once only at ``s = 1``. Upper bounds decide which models are excluded, where most cells
-    go, and ``s = 0`` cuts their ``log(1/alpha)`` by ``log m``.
+    ``simultaneous = 1``: each lower bound at ``alpha = (1 - u) delta / (m C)`` and each upper bound at
+    ``u delta / (m C)``, so every bound of every model holds at every time at once (a union over the
+    ``2 m C`` sequences: ``(1 - u) delta + u delta = delta``; at ``u = 1/2``, `cs_log_inv_alpha`).
+
+    ``simultaneous = s < 1``: the lower bounds keep ``(1 - u) delta / (m C)`` and every upper bound is
+    set at ``u delta / (C m^s)`` -- at ``s = 0``, ``u delta / C``: one model's C upper sequences take
+    ``u delta`` on their own. That is all certification needs. A certified model ``h`` is wrong only
+    if ``low_h > high_b`` for a best model ``b``; then either some lower bound failed (all m C lower
+    sequences together: probability at most ``(1 - u) delta``) or *the best model's* upper bound failed
+    (one fixed model, whichever it is: at most ``C u delta / (C m^s) <= u delta``). So
+    ``P(a wrong certification) <= delta`` for every ``s`` in [0, 1] and every ``u`` in (0, 1), while
+    each model's interval alone still holds with probability at least ``1 - delta``; the intervals of
+    all models together hold at once only at ``s = 1``. Upper bounds decide which models are excluded,
+    where most cells go: ``s = 0`` cuts their ``log(1/alpha)`` by ``log m``, and ``u > 1/2`` by
+    ``log(2u)``, for ``log(2 (1 - u))`` more on every lower bound.
     """
-    low = cs_log_inv_alpha(delta, n_models, n_sequences)
+    u = jnp.asarray(upper_share, jnp.float32)
+    d = jnp.asarray(delta, jnp.float32)
+    low = jnp.log(n_models * n_sequences / ((1.0 - u) * d))
     s = jnp.asarray(simultaneous, jnp.float32)
-    high = jnp.log(2.0 * n_sequences / jnp.asarray(delta, jnp.float32)) + s * math.log(n_models)
+    high = jnp.log(n_sequences / (u * d)) + s * math.log(n_models)
     return low, high
 
 

@@ -1,0 +1,102 @@
+"""How delta is split between the lower and the upper bounds, and the cells to certify: `select`'s
+configuration at several ``cs_upper_share`` values (the share of delta the upper bounds get), paired
+repetitions on the built-in live example and the two shipped real matrices.
+
+A best-model claim rests on every lower bound and one model's upper bound (docs/confidence.md), so
+any split keeps ``P(a wrong claim) <= delta``; the upper bounds decide the exclusions, where most
+cells go. ``cs_upper_share`` is traced: one compiled program per data set serves every value.
+
+    python benchmarks/statistics/delta_split.py --reps 200 --out docs/benchmarks/delta_split.json
+
+Prints a table and writes ``--out`` (JSON, each data set kept as it finishes, so a rerun resumes) and
+the same path with ``.md``.
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
+import common  # noqa: E402
+
+SHARES = (0.5, 0.8, 0.95)
+
+
+def _config(m: int, n: int):
+    import pulse_jax as pj
+
+    return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=1000,
+                           rule="top_two_interval", stop="certified", cs_grid=1000, record_steps=False)
+
+
+def study(name: str, scores, V, reps: int, seed: int) -> dict:
+    import pulse_jax as pj
+
+    m, n = scores.shape
+    start = time.perf_counter()
+    result = pj.sweep(scores, _config(m, n), "pulse_hedged", {"cs_upper_share": list(SHARES)}, reps=reps, seed=seed,
+                      V=V, base=pj.BanditParams(cs_simultaneous=0.0), progress=False)
+    best = set(np.flatnonzero(scores.mean(1) >= scores.mean(1).max() - 1e-9).tolist())
+    rows, base = [], None
+    for share, res in zip(SHARES, result.results):
+        cells = res.spent[:, -1].astype(float)
+        certified = res.certified_model
+        base = cells if base is None else base
+        diff = 1 - cells / base
+        rows.append({"upper_share": share, "mean_cells": float(cells.mean()),
+                     "se_cells": float(cells.std(ddof=1) / np.sqrt(reps)),
+                     "fewer_than_half_half_pct": float(100 * (1 - cells.mean() / base.mean())),
+                     "paired_se_pct": float(100 * diff.std(ddof=1) / np.sqrt(reps)),
+                     "certified": int((certified >= 0).sum()),
+                     "wrong": int(sum(int(c) >= 0 and int(c) not in best for c in certified))})
+    return {"data": name, "models": m, "examples": n, "reps": reps, "seconds": round(time.perf_counter() - start, 1),
+            "rows": rows}
+
+
+def table(done: dict) -> str:
+    lines = ["| data (m x n) | upper share | mean cells (SE) | fewer than 1/2 (paired SE) | certified | wrong |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for entry in done.values():
+        for r in entry["rows"]:
+            lines.append(f"| {entry['data']} ({entry['models']} x {entry['examples']:,}) | {r['upper_share']:g} | "
+                         f"{r['mean_cells']:,.0f} ({r['se_cells']:,.0f}) | {r['fewer_than_half_half_pct']:+.1f}% "
+                         f"({r['paired_se_pct']:.1f}) | {r['certified']}/{entry['reps']} | {r['wrong']} |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    p = common.parser(__doc__, reps=200, seed=0, rank=16, out="results/delta_split.json")
+    args = p.parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = json.loads(out.read_text()) if out.is_file() else {}
+    import pulse_jax as pj
+    from pulse_jax import stand_in
+
+    bench = stand_in.benchmark()
+    problems = {"live example": lambda: (bench.scores, np.asarray(pj.fit_example_embeddings(bench.train, rank=args.rank)))}
+    for name in ("cruxeval_o", "chembench"):
+        def real(name=name):
+            train, cand = common.real_split(name)
+            rank = min(args.rank, *train.scores.shape)     # ChemBench has 11 historical models
+            return cand.scores, np.asarray(pj.fit_example_embeddings(train.scores, rank=rank))
+        problems[name] = real
+    for name, make in problems.items():
+        if name in done:
+            continue
+        scores, V = make()
+        done[name] = study(name, scores, V, args.reps, args.seed)
+        out.write_text(json.dumps(done, indent=2))
+        out.with_suffix(".md").write_text(f"# Splitting delta between the bounds\n\n`python benchmarks/statistics/"
+                                          f"delta_split.py --reps {args.reps} --out {args.out}`\n\n{table(done)}\n")
+        print(f"{name}: done in {done[name]['seconds']} s", file=sys.stderr, flush=True)
+    print(table(done))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
