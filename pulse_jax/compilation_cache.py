@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import pathlib
+import stat
 import threading
 import time
 import uuid
@@ -70,11 +71,23 @@ class FolderCache(_CacheInterface):
         self._bytes = sum(size for _, _, size in self._entries(remove_stale=True))
 
     def get(self, key: str) -> bytes | None:
+        """The entry of ``key``, read only from a regular file: a FIFO or a device planted under an
+        entry's name would block the read or never end; it is passed over (None: the program is
+        compiled, and `put` puts a real entry in its place)."""
         entry = self._path / f"{key}{_ENTRY}"
         try:
-            value = entry.read_bytes()
-        except FileNotFoundError:
+            fd = os.open(entry, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            return None               # absent (or unreadable): a miss
+        try:
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                return None
+            with os.fdopen(fd, "rb", closefd=False) as handle:
+                value = handle.read()
+        except OSError:
             return None
+        finally:
+            os.close(fd)
         try:
             os.utime(entry)           # recently used: evicted last
         except OSError:

@@ -237,3 +237,20 @@ def test_a_folder_that_takes_no_new_programs_is_said_once_per_process(own_cache,
     said = [str(w.message) for w in caught]
     assert len(said) == 1 and "takes no new programs (No space left on device)" in said[0], said
     assert not [n for n in _entries(own_cache) if n.startswith("jit_<lambda>-")]
+
+
+def test_an_entry_that_is_not_a_regular_file_is_a_miss_not_a_hang(tmp_path):
+    """Every file the project reads by a fixed name is read as a regular file or passed over: a FIFO under
+    an entry's name blocked the read forever; it is now a miss, and the entry compiled in its place is
+    written as a regular file."""
+    import stat as stat_module
+
+    cache = FolderCache(str(tmp_path))
+    os.mkfifo(tmp_path / "k1-cache")
+    done = []
+    reader = threading.Thread(target=lambda: done.append(cache.get("k1")), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert done == [None]                                   # returned at once, a miss
+    cache.put("k1", b"program")
+    assert stat_module.S_ISREG(os.stat(tmp_path / "k1-cache").st_mode) and cache.get("k1") == b"program"
