@@ -53,8 +53,23 @@ def _call(kind, plugin, function, fn, *args):
     except PulseInputError:
         raise
     except Exception as err:   # noqa: BLE001 -- the user's code may raise anything while tracing
+        if isinstance(err, jax.errors.ConcretizationTypeError) or (
+                isinstance(err, TypeError) and ("Tracer" in str(err) or "concrete value" in str(err))):
+            _traced_as_fixed(kind, plugin, function, err)
         first = str(err).strip().splitlines()[0] if str(err).strip() else ""
         _fail(kind, plugin, function, f"fails on this run's shapes: {type(err).__name__}: {first}"[:400])
+
+
+def _traced_as_fixed(kind, plugin, function, err):
+    """A plug-in's params are traced (a sweep over them never recompiles), so none can set a shape, a Python
+    branch or an int(): say which and what to do, not JAX's text."""
+    what = {"TracerBoolConversionError": "in a Python `if` or `while`",
+            "TracerIntegerConversionError": "as a Python int (a size, an index, `range`)"}.get(
+                type(err).__name__, "where a fixed value is needed (a shape, a size such as `lax.top_k`'s k)")
+    _fail(kind, plugin, function, f"uses a traced number {what}: its inputs and its params are traced (params "
+                                  "so that sweeps never recompile); a number that sets a size or a branch belongs in "
+                                  "the plug-in's fixed settings (its factory's arguments, `settings`), not in its "
+                                  "params; branch on a traced value with jnp.where or lax.cond")
 
 
 def _expect_array(kind, plugin, function, value, shape, dtypes, *, what):
