@@ -43,3 +43,31 @@ def test_a_traced_number_used_as_a_size_or_a_branch_is_named_as_such(done, where
     assert message.startswith("stopping rule 'traced_k': done uses a traced number " + where), message
     assert "belongs in the plug-in's fixed settings" in message and "\n" not in message
     assert "Tracer" not in message and "jax" not in message.lower().replace("jax_", "")
+
+
+def test_a_params_field_no_function_reads_is_refused_naming_it():
+    """An estimator that reads a number closed over in its factory, not its params, made a sweep over that
+    number give identical points reported as an axis: refused before compiling, naming the field."""
+    import dataclasses
+
+    from pulse_jax import registry
+
+    class ShrinkParams(NamedTuple):
+        strength: float = 4.0
+
+    ucbe = registry.estimator("ucbe")
+    closed_over = 4.0
+
+    def estimate(state, ledger, params):
+        return ucbe.estimate(state, ledger, ucbe.params) * closed_over / closed_over   # ignores params.strength
+
+    frozen = ucbe._replace(name="frozen", estimate=estimate, params=ShrinkParams()) \
+        if hasattr(ucbe, "_replace") else dataclasses.replace(ucbe, name="frozen", estimate=estimate,
+                                                              params=ShrinkParams())
+    scores = (np.random.default_rng(0).random((5, 40)) < 0.5).astype(np.float32)
+    config = pj.BanditConfig(n_models=5, n_examples=40, budget=100, batch_size=4)
+    with pytest.raises(PulseInputError, match=r"estimator 'frozen': params field 'strength' is read by none of its "
+                                              r"functions: a sweep over it would give identical points"):
+        pj.simulate(scores, config, frozen, reps=2)
+    with pytest.raises(PulseInputError, match="field 'strength' is read by none"):
+        pj.sweep(scores, config, frozen, {"strength": [1.0, 8.0]}, reps=2)

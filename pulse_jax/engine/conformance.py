@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import jax
 import jax.numpy as jnp
+from jax.extend.core import Literal as _Literal
 import numpy as np
 
 from pulse_jax.engine import value_checks
@@ -180,9 +181,62 @@ def _abstract_params(params):
     return jax.tree_util.tree_map(lambda v: _struct((), _FLOAT), params)
 
 
-def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, params) -> None:
+def _fields_read(fn, args, at: int) -> set:
+    """The fields of ``args[at]`` (a params NamedTuple of abstract scalars) that ``fn(*args)`` reads: those
+    whose input variable takes part in the traced program (`jax.make_jaxpr`); a field closed over
+    instead never does."""
+    fields = getattr(args[at], "_fields", ())
+    if not fields:
+        return set()
+    try:
+        jaxpr = jax.make_jaxpr(fn)(*args).jaxpr
+    except Exception:   # noqa: BLE001 -- the shape checks above name a function that fails
+        return set(fields)
+    flat = [len(jax.tree_util.tree_leaves(a)) for a in args]
+    start = sum(flat[:at])
+    used = set()
+    for eqn in jaxpr.eqns:
+        used.update(v for v in eqn.invars if not isinstance(v, _Literal))
+    used.update(v for v in jaxpr.outvars if not isinstance(v, _Literal))
+    return {name for name, var in zip(fields, jaxpr.invars[start:start + len(fields)]) if var in used}
+
+
+class _Reading:
+    """``params`` as host functions see it, noting which fields they read."""
+
+    def __init__(self, params, seen: set):
+        self._params, self._seen = params, seen
+
+    def __getattr__(self, name):
+        self._seen.add(name)
+        return getattr(self._params, name)
+
+
+def _check_params_read(kind: str, plugin, params, traced, host=()) -> None:
+    """Every params field is read by some function of the plug-in: one read by none (a number closed over
+    in its factory instead) would make a sweep over it give identical points, reported as an axis."""
+    fields = getattr(params, "_fields", ())
+    if not fields:
+        return
+    read = set()
+    for fn, args, at in traced:
+        read |= _fields_read(fn, args, at)
+    for call in host:
+        try:
+            call(_Reading(params, read))
+        except Exception:   # noqa: BLE001 -- host functions are checked (and named) elsewhere
+            read |= set(fields)
+    unread = [f for f in fields if f not in read]
+    if unread:
+        _fail(kind, plugin, "params", f"field {unread[0]!r} is read by none of its functions: a sweep over it would "
+                                      "give identical points; read the number from params (one closed over in the "
+                                      "factory is fixed when the plug-in is built), or drop the field")
+
+
+def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, params) -> tuple:
     """Every function of ``estimator`` once on abstract inputs of the run's sizes (see the module docstring);
-    ``params`` the estimator's own params (their structure)."""
+    ``params`` the estimator's own params (their structure). Returns the arguments of the check that
+    every params field is read (`_check_params_read`), which runs after the value checks."""
     from pulse_jax.estimators.base import DrawDesign, Ledger, Pull
 
     kind = "estimator"
@@ -226,10 +280,20 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
         weights = _call(kind, estimator, "draw_weights", estimator.draw_weights, _struct((n,), _FLOAT),
                         _struct((n,), _BOOL), params)
         _expect_array(kind, estimator, "draw_weights", weights, (n,), ("float",), what="one weight per example")
+    traced = [(estimator.init, (ledger, params), 1), (estimator.estimate, (state, ledger, params), 2),
+              (lambda s, l, p, q: estimator.update(s, l, p, n, q), (state, ledger, pull, params), 3),
+              (lambda s, l, q: estimator.refresh(s, l, n, q), (state, ledger, params), 2),
+              (lambda s, l, d, q: estimator.radius(s, l, n, d, q), (state, ledger, vec_f, params), 3)]
+    if estimator.proxies is not None:
+        traced.append((lambda s, l, p, q: estimator.proxies(s, l, p, n, q), (state, ledger, pull, params), 3))
+    if estimator.draw_weights is not None:
+        traced.append((estimator.draw_weights, (_struct((n,), _FLOAT), _struct((n,), _BOOL), params), 2))
+    return kind, estimator, params, traced, ()
 
 
-def check_rule(rule, config, params) -> None:
-    """Every function of the sampling rule once on abstract inputs of the run's sizes."""
+def check_rule(rule, config, params) -> tuple:
+    """Every function of the sampling rule once on abstract inputs of the run's sizes; returns the
+    arguments of `_check_params_read`."""
     from pulse_jax.rules.base import RuleInputs
 
     kind = "sampling rule"
@@ -253,10 +317,12 @@ def check_rule(rule, config, params) -> None:
     if rule.eligible is not None:
         eligible = _call(kind, rule, "eligible", rule.eligible, state)
         _expect_array(kind, rule, "eligible", eligible, (m,), ("bool",), what="one flag per model")
+    return kind, rule, params, [(rule.choose, (state, inputs, _abstract_params(params)), 2)], ()
 
 
-def check_stop(stop, config, params) -> None:
-    """``done`` and ``claim`` of the stopping rule once on abstract inputs of the run's sizes."""
+def check_stop(stop, config, params) -> tuple:
+    """``done`` and ``claim`` of the stopping rule once on abstract inputs of the run's sizes; returns
+    the arguments of `_check_params_read`."""
     from pulse_jax.stopping.base import StopInputs
 
     kind = "stopping rule"
@@ -267,7 +333,7 @@ def check_stop(stop, config, params) -> None:
     inputs = StopInputs(_struct((), _INT), _struct((), _INT), config.budget, vec_f, vec_f, vec_f, _struct((), _BOOL),
                         _struct((), _INT), vec_f)
     _check_statement(kind, stop, params)
-    params = _abstract_params(params)
+    concrete, params = params, _abstract_params(params)
     done = _call(kind, stop, "done", stop.done, inputs, params)
     _expect_array(kind, stop, "done", done, (), ("bool",), what="one flag for the run")
     claim = _call(kind, stop, "claim", stop.claim, inputs, params)
@@ -276,6 +342,11 @@ def check_stop(stop, config, params) -> None:
         focus = _call(kind, stop, "focus", stop.focus, inputs, params)
         _expect_array(kind, stop, "focus", focus, (m,), ("bool",), what="one flag per model")
     _check_claim(stop, config.n_models)
+    claimed, means = np.arange(m) == m - 1, np.linspace(0.0, 1.0, m)     # one model claimed: holds reads on
+    return (kind, stop, concrete,
+            [(f, (inputs, params), 1) for f in (stop.done, stop.claim, stop.focus) if f is not None],
+            [lambda p: stop.statement(["model 0"], 0.05, p),
+             lambda p: stop.holds(claimed, means, p, np.ones(m)) if stop.uses_cost else stop.holds(claimed, means, p)])
 
 
 def _check_claim(stop, n_models: int) -> None:
@@ -311,9 +382,8 @@ def _check_hashable(config, estimator) -> None:
     from pulse_jax.engine.params import default_params
 
     params = default_params((estimator, config.rule, config.stop))
-    check_estimator(estimator, config.n_models, config.n_examples, config.batch_size, params.estimator)
-    check_rule(config.rule, config, params.rule)
-    check_stop(config.stop, config, params.stop)
+    reads = [check_estimator(estimator, config.n_models, config.n_examples, config.batch_size, params.estimator),
+             check_rule(config.rule, config, params.rule), check_stop(config.stop, config, params.stop)]
     # then once on concrete values: the mistakes that type-check and run (`value_checks`), in user code
     from pulse_jax.estimators import base as estimators
     from pulse_jax.rules import base as rules
@@ -326,6 +396,8 @@ def _check_hashable(config, estimator) -> None:
         value_checks.check_rule_values(config.rule, config, params.rule)
     if value_checks.written_by_user(config.stop, stops.built_ins()):
         value_checks.check_stop_values(config.stop, config, params.stop)
+    for read in reads:      # last: a plug-in that breaks a contract is told that first
+        _check_params_read(*read)
 
 
 def check_plugins(config, estimator) -> None:
