@@ -192,8 +192,11 @@ def test_progress_bars_from_python_follow_the_terminal(capsys, monkeypatch):
 
 @pytest.mark.integration   # subprocesses that compile cold: the second test command
 def test_the_python_api_uses_the_compilation_cache_unless_turned_off(tmp_path):
+    """From Python the cache is one call away (the library itself changes no JAX setting:
+    tests/test_library_leaves_the_process_alone.py); PULSE_JAX_CACHE=off turns that call off."""
     script = textwrap.dedent("""
         import sys, jax, pulse_jax as pj
+        pj.enable_compilation_cache()
         b = pj.make_benchmark(seed=0, n_models=6, n_examples=200, n_train=20)
         pj.simulate(b.scores, pj.BanditConfig(n_models=6, n_examples=200, budget=6 * 16 + 160, batch_size=16),
                     "ucbe", reps=2)

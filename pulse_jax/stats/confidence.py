@@ -179,11 +179,12 @@ def cs_levels(delta, n_models: int, n_sequences: int = 1, simultaneous=1.0, uppe
     where most cells go: ``s = 0`` cuts their ``log(1/alpha)`` by ``log m``, and ``u > 1/2`` by
     ``log(2u)``, for ``log(2 (1 - u))`` more on every lower bound.
     """
+    # The symmetric levels, then log(1 / (2 (1 - u))) and log(1 / (2 u)): exactly 0 at u = 1/2, so the
+    # default split computes what it always has, to the last bit, in every compiled program.
     u = jnp.asarray(upper_share, jnp.float32)
-    d = jnp.asarray(delta, jnp.float32)
-    low = jnp.log(n_models * n_sequences / ((1.0 - u) * d))
+    low = cs_log_inv_alpha(delta, n_models, n_sequences) - jnp.log(2.0 * (1.0 - u))
     s = jnp.asarray(simultaneous, jnp.float32)
-    high = jnp.log(n_sequences / (u * d)) + s * math.log(n_models)
+    high = jnp.log(2.0 * n_sequences / jnp.asarray(delta, jnp.float32)) + s * math.log(n_models) - jnp.log(2.0 * u)
     return low, high
 
 
