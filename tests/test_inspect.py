@@ -234,7 +234,7 @@ def test_money_budget_stops_before_passing_it_and_reports_the_spend(history, tmp
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     first = done.stdout.splitlines()[0]
-    assert first.startswith("cost: up to about $0.0100 (the money budget)"), first
+    assert first.startswith("cost: up to about $0.01 (the money budget)"), first
     spend = json.loads((tmp_path / "run_report" / "report.json").read_text())["spend"]
     assert spend["stopped_by_budget"] and spend["usd"] <= 0.01
     assert "(running)" not in (tmp_path / "run_report" / "report.md").read_text()   # the money budget ended it
