@@ -141,3 +141,22 @@ def test_written_files_follow_the_umask(tmp_path):
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode) == 0o644
     assert stat.S_IMODE(os.stat(tmp_path / "b.txt").st_mode) == 0o600
+
+
+def test_records_read_back_by_a_fixed_name_are_read_only_from_regular_files(tmp_path):
+    """report.json and provenance.json are read back to recognise an earlier run's folder: a FIFO under
+    either name blocked that read; it is now passed over, at once."""
+    import threading
+
+    from pulse_jax.fileio import files
+
+    for name in ("report.json", "provenance.json"):
+        os.mkfifo(tmp_path / name)
+    got = []
+    reader = threading.Thread(target=lambda: got.append((files.read_record(tmp_path / "report.json"),
+                                                         files.remove_previous_outputs(tmp_path))), daemon=True)
+    reader.start()
+    reader.join(5)
+    assert got == [(None, [])]
+    (tmp_path / "plain.json").write_text('{"log": "x"}')
+    assert files.read_record(tmp_path / "plain.json") == '{"log": "x"}'

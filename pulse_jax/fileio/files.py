@@ -118,6 +118,30 @@ def write_atomically(path, data) -> Path:
     return Path(path)
 
 
+#: The most a fixed-name record the project reads back (report.json, provenance.json) may hold.
+_RECORD_LIMIT = 64 * 2**20
+
+
+def read_record(path) -> str | None:
+    """The text of a record pulse-jax wrote earlier at a fixed name, read only from a regular file (a FIFO
+    or a device planted there would block the read or never end): None when absent, not a regular file,
+    larger than any record pulse-jax writes, or unreadable."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > _RECORD_LIMIT:
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read().decode("utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    finally:
+        os.close(fd)
+
+
 def remove_previous_outputs(folder) -> list[str]:
     """Remove the files an earlier pulse-jax run wrote into ``folder``, as its ``provenance.json`` lists
     them (``files``; a pulse-jax provenance without the list, from an earlier version: the fixed names it
@@ -125,8 +149,8 @@ def remove_previous_outputs(folder) -> list[str]:
     the folder. Returns the names removed."""
     folder = Path(folder)
     try:
-        record = json.loads((folder / PROVENANCE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        record = json.loads(read_record(folder / PROVENANCE) or "null")
+    except ValueError:
         return []
     if not isinstance(record, dict):
         return []

@@ -384,8 +384,8 @@ class Plan:
             files.check_out_dir(out, self.force, spell("report"), spell("force"))
             return
         try:
-            previous = json.loads((out / "report.json").read_text(encoding="utf-8")).get("log")
-        except (OSError, ValueError, AttributeError):
+            previous = json.loads(files.read_record(out / "report.json") or "{}").get("log")
+        except (ValueError, AttributeError):
             previous = None
         if previous != str(Path(self.log).resolve()):
             files.check_out_dir(out, False, spell("report"), spell("force"))
