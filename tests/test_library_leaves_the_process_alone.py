@@ -4,6 +4,8 @@ cache or change any other JAX setting (only the command line and a user who call
 import subprocess
 import sys
 
+import pytest
+
 CODE = r"""
 import json, jax, numpy as np
 import pulse_jax as pj
@@ -28,6 +30,7 @@ print(json.dumps({"changed": changed, "cache_before": before[1], "cache_after": 
 """
 
 
+@pytest.mark.integration   # a fresh process compiling a run (20 s): the second test command
 def test_simulate_and_a_selector_leave_jax_s_configuration_as_they_found_it(tmp_path):
     env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), "PULSE_JAX_CACHE": str(tmp_path / "cache")}
     out = subprocess.run([sys.executable, "-c", CODE], capture_output=True, text=True, timeout=600, env=env,

@@ -75,8 +75,8 @@ def test_one_step_lowers_to_no_more_operations_than_measured():
     """The StableHLO operations of one PULSE step with the Top-Two rule and the certified stop, on the
     small problem (`pulse_jax.engine.op_count.SMALL`), as docs/performance.md gives them. A change
     that adds operations to every step must raise this ceiling on purpose, not by accident."""
-    assert step_operations("pulse", stop="certified", rule="top_two_interval")["lowered"] <= 2513
-    assert step_operations("ucbe", stop="certified", rule="top_two_interval")["lowered"] <= 1781
+    assert step_operations("pulse", stop="certified", rule="top_two_interval")["lowered"] <= 2520
+    assert step_operations("ucbe", stop="certified", rule="top_two_interval")["lowered"] <= 1788
 
 
 def _state_leaves_read_by_a_step(method, **settings):
