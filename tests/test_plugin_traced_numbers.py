@@ -71,3 +71,21 @@ def test_a_params_field_no_function_reads_is_refused_naming_it():
         pj.simulate(scores, config, frozen, reps=2)
     with pytest.raises(PulseInputError, match="field 'strength' is read by none"):
         pj.sweep(scores, config, frozen, {"strength": [1.0, 8.0]}, reps=2)
+
+
+def test_an_estimate_outside_zero_one_is_refused_before_compiling():
+    """An estimator that returns a sum per batch instead of a mean per cell was reported beside intervals
+    like [0, 0.63]: refused after the first look, in one line naming the model and the value."""
+    from pulse_jax import registry
+
+    ucbe = registry.estimator("ucbe")
+
+    def estimate(state, ledger, params):      # a batch's sum of 8 scores, not their mean
+        return ucbe.estimate(state, ledger, params) * 8.0
+
+    summing = ucbe._replace(name="summing", estimate=estimate)
+    scores = (np.random.default_rng(0).random((5, 40)) < 0.5).astype(np.float32)
+    config = pj.BanditConfig(n_models=5, n_examples=40, budget=100, batch_size=4)
+    with pytest.raises(PulseInputError, match=r"estimator 'summing': estimate returned [\d.]+ for model \d after the "
+                                              r"first look, outside \[0, 1\]"):
+        pj.simulate(scores, config, summing, reps=2)

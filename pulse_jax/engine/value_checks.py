@@ -99,6 +99,11 @@ def _ledger_and_pull(m: int, n: int, B: int, with_design: bool, size: int):
     return ledger, pull
 
 
+#: How far outside [0, 1] an estimate after the first look may lie (a doubly robust estimate may step
+#: a little outside; a sum or a per-batch estimate lands far outside).
+ESTIMATE_SLACK = 0.05
+
+
 def check_estimator_values(estimator, n_models: int, n_examples: int, batch_size: int, params) -> None:
     """``update`` keeps the state on an empty pull; ``proxies`` lie in their declared range, with
     positive widths, on a full pull."""
@@ -115,6 +120,13 @@ def check_estimator_values(estimator, n_models: int, n_examples: int, batch_size
         _fail(kind, estimator, "estimate", f"returned {estimates[~np.isfinite(estimates)][0]} for model "
                                            f"{int(np.argmin(np.isfinite(estimates)))} after the first look; an estimate "
                                            "that is not finite makes the recommendation arbitrary")
+    outside = (estimates < -ESTIMATE_SLACK) | (estimates > 1 + ESTIMATE_SLACK)
+    if outside.any():
+        k = int(np.argmax(outside))
+        _fail(kind, estimator, "estimate", f"returned {estimates[k]:g} for model {k} after the first look, outside "
+                                           "[0, 1] where every mean score lies (a sum, or an estimate per batch, "
+                                           "instead of a mean per cell?); the report would print it beside its "
+                                           "interval")
     if with_design:
         _check_draw_weights(estimator, n, B, params)
     if estimator.proxies is None:
