@@ -31,9 +31,11 @@ jax.monitoring.register_event_duration_secs_listener(
 
 
 def negated_mean() -> pj.Estimator:
-    """The sample mean, negated: an estimator that prefers the *worst* model (no interval)."""
+    """One minus the sample mean: an estimator that prefers the *worst* model (no interval; its estimates
+    stay in [0, 1], as the checks before compiling require of every estimate)."""
     base = pj.ucbe()
-    return base._replace(name="negated_mean", estimate=lambda state, ledger, params: -ledger.obs_sum / ledger.n_obs,
+    return base._replace(name="negated_mean",
+                         estimate=lambda state, ledger, params: 1.0 - ledger.obs_sum / ledger.n_obs,
                          proxies=None, n_sequences=1)
 
 
@@ -79,7 +81,9 @@ def test_plugins_run_through_simulate(problem):
     neg = pj.simulate(scores, pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 4 + 120, batch_size=4),
                       NEGATED, reps=6, seed=2)
     assert neg.method == "negated_mean"
-    assert np.all(neg.estimates[neg.n_obs < 60] <= 0)     # (a model seen whole is known exactly)
+    seen = neg.n_obs < 60                                  # (a model seen whole is known exactly)
+    assert np.all((neg.estimates[seen] >= 0) & (neg.estimates[seen] <= 1))
+    assert np.corrcoef(neg.estimates[seen], np.broadcast_to(neg.true_means, neg.estimates.shape)[seen])[0, 1] < 0
     whole = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 60, batch_size=4, rule=ROUND_ROBIN)
     stopped = pj.simulate(scores, dataclasses.replace(whole, stop=NARROW_LEADER), "ucbe", reps=6, seed=2)
     full = pj.simulate(scores, whole, "ucbe", reps=6, seed=2)
@@ -128,7 +132,9 @@ def test_selector_runs_the_estimator_object_it_is_given(bench):
     negated = _drive(pj.Selector(b.models, 300, 8 * 8 + 160, method=NEGATED, **kw), b)
     assert negated.leader != plain.leader
     assert negated.leader == negated.models[int(np.argmax(negated.estimates))]
-    assert np.all(negated.estimates[negated.n_obs < 300] <= 0)
+    seen_means = np.array([b.scores[i, [int(e) for e in negated.evaluated[m]]].mean()
+                           for i, m in enumerate(negated.models)])
+    np.testing.assert_allclose(negated.estimates, 1.0 - seen_means, atol=1e-6)   # its own estimate, not UCB-E's
     assert negated.separated is None                       # it declares no interval
     lower = pj.pulse(variance_bound=1.0)
     sel = pj.Selector(b.models, 300, 8 * 8 + 160, method=lower, **kw)
