@@ -6,7 +6,7 @@ column or parameter). The CLI prints that line and exits non-zero; nothing
 reaches the user as a traceback from inside JAX.
 """
 import contextlib
-import sys
+import logging
 import warnings
 
 
@@ -34,9 +34,10 @@ def note(message: str) -> None:
 
 @contextlib.contextmanager
 def notes_as_lines():
-    """Inside this block, each `PulseNote` is printed as one plain ``pulse-jax: note: ...`` line on stderr
+    """Inside this block, each `PulseNote` goes to the ``pulse_jax`` logger as one ``note: ...`` record
     instead of a Python warning with a source path (what a host program such as ``inspect eval`` would
-    show); other warnings pass through as they are. Leaves the warning filters as it found them."""
+    show: it shows its loggers' records as lines); other warnings pass through as they are. Leaves the
+    warning filters as it found them."""
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", PulseNote)
         try:
@@ -45,6 +46,6 @@ def notes_as_lines():
             notes = [w for w in caught if issubclass(w.category, PulseNote)]
             others = [w for w in caught if not issubclass(w.category, PulseNote)]
     for w in notes:
-        print(f"pulse-jax: note: {w.message}", file=sys.stderr)
+        logging.getLogger("pulse_jax").warning("note: %s", w.message)
     for w in others:
         warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)

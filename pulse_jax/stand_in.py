@@ -62,6 +62,6 @@ score.check = check
 if __name__ == "__main__":     # the files are written by the command line's module, not by this library one
     import sys
 
-    print("the stand-in's files: python -m pulse_jax.cli.stand_in models | train FILE.csv | candidates FILE.csv",
-          file=sys.stderr)
+    sys.stderr.write("the stand-in's files: python -m pulse_jax.cli.stand_in models | train FILE.csv | "
+                     "candidates FILE.csv\n")
     sys.exit(2)

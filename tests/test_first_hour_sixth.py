@@ -153,20 +153,23 @@ def test_a_long_tie_list_goes_below_the_table():
     assert "tied with the leader: model-01, model-02, model-03 (" in short and "below the table" not in short
 
 
-def test_notes_under_a_host_program_are_plain_lines(capsys):
-    """Under ``inspect eval`` a note showed as a Python warning with a source path: select_best prints
-    each as one ``pulse-jax: note:`` line, and passes other warnings on."""
+def test_notes_under_a_host_program_are_plain_lines(caplog):
+    """Under ``inspect eval`` a note showed as a Python warning with a source path: select_best logs each
+    as one ``note:`` record of the ``pulse_jax`` logger (the host shows its log records as lines), and
+    passes other warnings on."""
+    import logging
     import warnings
 
     from pulse_jax.errors import note, notes_as_lines
 
     before = list(warnings.filters)
-    with warnings.catch_warnings(record=True) as passed:
+    with warnings.catch_warnings(record=True) as passed, caplog.at_level(logging.WARNING, logger="pulse_jax"):
         warnings.simplefilter("always")
         with notes_as_lines():
             note("--rank 16 (the default) needs at least 16 historical models")
             warnings.warn("something else", DeprecationWarning)
-    assert capsys.readouterr().err == "pulse-jax: note: --rank 16 (the default) needs at least 16 historical models\n"
+    assert [(r.name, r.getMessage()) for r in caplog.records] == \
+        [("pulse_jax", "note: --rank 16 (the default) needs at least 16 historical models")]
     assert [w.category for w in passed] == [DeprecationWarning]
     assert warnings.filters == before
 

@@ -300,7 +300,7 @@ class _Selection:
         examples = self.examples or sorted(first, key=inspect_logs.natural_order)
         history = inspect_logs.usage_history(self.plan.usage, self.scorer, self.metric, self.value_map) \
             if self.plan.usage and self.plan.has_money_side else None
-        with notes_as_lines():      # under `inspect eval`, a note is a line, not a warning with a source path
+        with notes_as_lines():      # under `inspect eval`, a note is a log line, not a warning with a source path
             self.meter = self.plan.meter(self.expected, self.token_sum, history=history)
             self.selector = self.plan.selector(self.expected, examples,
                                                order={m: self.lanes[m].order for m in self.expected},
