@@ -327,16 +327,32 @@ def test_certification_levels_keep_their_guarantees(case):
     assert own.max() <= DELTA + MC_TOL
 
 
+def _lowest_upper_bound(state, inputs, params):
+    """An adversarial sampling rule: always the pullable model whose upper bound is lowest, the one
+    nearest to failing from above (random ties)."""
+    from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform
+
+    del params
+    u = tie_uniform(inputs.tie_key, inputs.t, PULL)
+    return random_argmax(u, jnp.where(inputs.active, -inputs.high, -jnp.inf), inputs.model_order), state
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("rule", ["ucbe", "lowest_upper_bound"])
 @pytest.mark.parametrize("upper_share", [0.05, 0.95])
 @pytest.mark.parametrize("simultaneous", [0.0, 1.0])
-def test_any_split_of_delta_keeps_the_guarantees(upper_share, simultaneous):
+def test_any_split_of_delta_keeps_the_guarantees(upper_share, simultaneous, rule):
     """``cs_upper_share`` moves delta between the lower and the upper bounds; over 1,000 repetitions of
-    PULSE with adversarial predictions, the event the levels pay for (every bound at s = 1; every lower
-    bound and the best model's upper bound at s = 0) fails in at most delta of them, at either extreme."""
+    PULSE with adversarial predictions, under the index rule and under an adversarial sampling rule that
+    chases the lowest upper bound, the event the levels pay for (every bound at s = 1; every lower bound
+    and the best model's upper bound at s = 0) fails in at most delta of them, at either extreme."""
+    import pulse_jax as pj
+
     binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
-    res = _coverage_run("pulse", -3.0 * v, binary, REPS, DELTA, budget=5 * 4 + 120, simultaneous=simultaneous,
-                        upper_share=upper_share)
+    chosen = rule if rule == "ucbe" else pj.SamplingRule(rule, _lowest_upper_bound, needs_interval=True)
+    config = BanditConfig(n_models=5, n_examples=40, budget=5 * 4 + 120, batch_size=4, refit_every=5, rule=chosen)
+    res = simulate(binary, config, "pulse", V=-3.0 * v, reps=REPS, seed=11,
+                   params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous, cs_upper_share=upper_share))
     failed = 1 - (res.anytime_coverage() if simultaneous == 1.0 else res.certification_coverage())
     print(f"u = {upper_share}, s = {simultaneous}: the paid-for event failed in {failed:.3f}")
     assert failed <= DELTA + MC_TOL
