@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import os
 import pathlib
-import stat
 import threading
 import time
 import uuid
 import warnings
 
 import jax
+
+from pulse_jax.fileio.files import read_regular
 
 #: Where compiled programs are kept unless ``$PULSE_JAX_CACHE`` says otherwise.
 DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "pulse-jax", "xla")
@@ -75,19 +76,9 @@ class FolderCache(_CacheInterface):
         entry's name would block the read or never end; it is passed over (None: the program is
         compiled, and `put` puts a real entry in its place)."""
         entry = self._path / f"{key}{_ENTRY}"
-        try:
-            fd = os.open(entry, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-        except OSError:
-            return None               # absent (or unreadable): a miss
-        try:
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                return None
-            with os.fdopen(fd, "rb", closefd=False) as handle:
-                value = handle.read()
-        except OSError:
+        value = read_regular(entry)
+        if value is None:
             return None
-        finally:
-            os.close(fd)
         try:
             os.utime(entry)           # recently used: evicted last
         except OSError:

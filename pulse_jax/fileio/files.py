@@ -122,24 +122,33 @@ def write_atomically(path, data) -> Path:
 _RECORD_LIMIT = 64 * 2**20
 
 
-def read_record(path) -> str | None:
-    """The text of a record pulse-jax wrote earlier at a fixed name, read only from a regular file (a FIFO
-    or a device planted there would block the read or never end): None when absent, not a regular file,
-    larger than any record pulse-jax writes, or unreadable."""
+def read_regular(path, limit: int | None = None) -> bytes | None:
+    """The bytes of the file at ``path``, read only if it is a regular file (a FIFO or a device under a
+    name the project reads back would block the read or never end) of at most ``limit`` bytes; None when
+    absent, not a regular file, too large or unreadable."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError:
         return None
     try:
         info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > _RECORD_LIMIT:
+        if not stat.S_ISREG(info.st_mode) or (limit is not None and info.st_size > limit):
             return None
         with os.fdopen(fd, "rb", closefd=False) as handle:
-            return handle.read().decode("utf-8")
-    except (OSError, UnicodeDecodeError):
+            return handle.read()
+    except OSError:
         return None
     finally:
         os.close(fd)
+
+
+def read_record(path) -> str | None:
+    """The text of a record pulse-jax wrote earlier at a fixed name (`read_regular`), or None."""
+    raw = read_regular(path, _RECORD_LIMIT)
+    try:
+        return None if raw is None else raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def remove_previous_outputs(folder) -> list[str]:
