@@ -385,13 +385,15 @@ def _chunk_of(config: BanditConfig, estimator, rank: int, total: int, chunk_size
         config, rank, max(total, 1), estimator.uses_predictions, device_memory_budget(device)) * mesh.size
     if not chunk_size and device.platform == "cpu":
         chunk = min(chunk, CPU_MAX_CHUNK * mesh.size)
-    chunk = -(-chunk // mesh.size) * mesh.size
+    def up(x: int, k: int) -> int:         # x rounded up to a multiple of k
+        return -(-x // k) * k
+
+    chunk = up(chunk, mesh.size)
     if total <= chunk:
-        return -(-total // mesh.size) * mesh.size
-    if -(-total // chunk) * chunk - total <= MAX_PADDING * total:
+        return up(total, mesh.size)
+    if up(total, chunk) - total <= MAX_PADDING * total:
         return chunk
-    n_chunks = -(-total // chunk)
-    return -(-(-(-total // n_chunks)) // mesh.size) * mesh.size
+    return up(-(-total // -(-total // chunk)), mesh.size)     # equal chunks, as few as fit
 
 
 def _run_chunks(launch, total: int, chunk: int, report, start_time: float):

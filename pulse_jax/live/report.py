@@ -123,7 +123,7 @@ class Report:
                  + (" price per cell | spent |" if self.prices is not None else ""),
                  "|---:|---|---:|---|---:|" + ("---:|---:|" if self.prices is not None else "")]
         for k, row in enumerate(self.to_dict()["ranking"], start=1):
-            money_cells = (f" {_dollars(row['price_per_cell'])} | {_dollars(row.get('spent_usd'))} |"
+            money_cells = (f" {money(row['price_per_cell'])} | {money(row.get('spent_usd'))} |"
                            if self.prices is not None else "")
             lines.append(f"| {k} | {row['model']} | {_fmt(row['estimate'])} | [{_fmt(row['low'])}, "
                          f"{_fmt(row['high'])}] | {row['cells']} |" + money_cells)
@@ -193,7 +193,6 @@ def _some(names) -> str:
     return ", ".join(names[:_SHOWN]) + f" and {len(names) - _SHOWN} more (all listed below the table)"
 
 
-_dollars = money      # one way to print dollars, in the cost line and in the report
 
 
 def _fmt(x):
