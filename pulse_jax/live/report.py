@@ -193,7 +193,5 @@ def _some(names) -> str:
     return ", ".join(names[:_SHOWN]) + f" and {len(names) - _SHOWN} more (all listed below the table)"
 
 
-
-
 def _fmt(x):
     return "n/a" if x is None else f"{x:.3f}"
