@@ -12,6 +12,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def _run_notebook(name, monkeypatch) -> dict:
     """Execute every code cell in order (small configuration), skipping shell / magic lines."""
     monkeypatch.setenv("PULSE_NOTEBOOK_SMALL", "1")
+    # CI installs no IPython: run as plain Python does here too, whatever this environment has.
+    monkeypatch.setitem(sys.modules, "IPython", None)
+    monkeypatch.setitem(sys.modules, "IPython.display", None)
     notebook = json.loads((ROOT / "notebooks" / name).read_text())
     namespace = {"__name__": "__notebook__"}
     for cell in notebook["cells"]:
