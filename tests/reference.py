@@ -23,13 +23,16 @@ def _sigmoid(z):
     return 1.0 / (1.0 + np.exp(-z))
 
 
-def _adam_refit(U, V, S, mask, epochs, lr, lam, b1=0.9, b2=0.999, eps=1e-8):
-    """Full-batch Adam on the masked BCE + L2 objective, V frozen."""
+def _adam_refit(U, V, S, mask, epochs, lr, lam, b1=0.9, b2=0.999, eps=1e-8, carried=None):
+    """Full-batch Adam on the masked BCE + L2 objective, V frozen. ``carried``: a dict holding
+    Adam's ``mu``, ``nu`` and step count, continued and updated in place (None: a fresh run)."""
     m, n = S.shape
     count = max(mask.sum(), 1)
-    mu = np.zeros_like(U)
-    nu = np.zeros_like(U)
-    for step in range(1, epochs + 1):
+    state = carried if carried is not None else {}
+    mu = state.get("mu", np.zeros_like(U))
+    nu = state.get("nu", np.zeros_like(U))
+    done = state.get("steps", 0)
+    for step in range(done + 1, done + epochs + 1):
         P = _sigmoid(U @ V.T)
         grad = ((P - S) * mask) @ V / count + lam / (m + n) * U
         mu = b1 * mu + (1 - b1) * grad
@@ -37,6 +40,7 @@ def _adam_refit(U, V, S, mask, epochs, lr, lam, b1=0.9, b2=0.999, eps=1e-8):
         mhat = mu / (1 - b1**step)
         nhat = nu / (1 - b2**step)
         U = U - lr * mhat / (np.sqrt(nhat) + eps)
+    state.update(mu=mu, nu=nu, steps=done + epochs)
     return U
 
 
@@ -72,6 +76,7 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
     log_ia = np.log(2 * m * max(C, 1) / float(params.delta))
     cs = {k: np.zeros((m, max(C, 1))) for k in ("A", "D", "P", "xs", "dv")}
     cs_low, cs_high = np.zeros(m), np.ones(m)
+    carried = {}                          # the periodic refits' Adam run (BanditConfig.carry_refit_state)
 
     def cs_take(i, rows, scores_in_order, n_seen, seen_sum):
         """Sequences of model i take a batch: rows = [(y, lower, width)] per sequence, draw order."""
@@ -246,7 +251,8 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
         lam = np.nan
         if size > 0:
             if uses_pred and tau > 0 and t % tau == 0:
-                U = _adam_refit(U, V, S, observed_mask(), config.refit_epochs, refit_lr, float(params.refit_l2))
+                U = _adam_refit(U, V, S, observed_mask(), config.refit_epochs, refit_lr, float(params.refit_l2),
+                                carried=carried if config.carry_refit_state else None)
                 F, Phi = prediction_sums()
                 if method == "naive":
                     naive_mu = (obs_sum + F) / N

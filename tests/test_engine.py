@@ -62,6 +62,27 @@ def test_engine_matches_numpy_reference_step_for_step(method, case, rule):
     assert_engine_agrees(config, method, scores, V, params)
 
 
+@pytest.mark.parametrize("field", ["record_steps", "carry_refit_state"])
+def test_config_switches_must_be_booleans(field):
+    with pytest.raises(PulseInputError, match=f"BanditConfig.{field} must be True or False, got 1"):
+        BanditConfig(n_models=3, n_examples=10, budget=20, batch_size=2, **{field: 1})
+
+
+@pytest.mark.parametrize("method,case", [("pulse", "plain"), ("naive", "exhausts-models-partial-batches")])
+def test_carried_refit_state_matches_numpy_reference_step_for_step(method, case):
+    """``carry_refit_state``: the periodic refits continue one Adam run (moments and step count kept
+    from refit to refit), as the NumPy loop does with its own Adam; the fresh-Adam runs above would
+    differ from it after the second refit, so this fails if the state is dropped or reset."""
+    m, n, extra, batch, tau = CASES[case]
+    scores, _, V = tiny_problem(seed=list(CASES).index(case), m=m, n=n)
+    config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau, carry_refit_state=True)
+    assert_engine_agrees(config, method, scores, V, _params())
+    fresh = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
+    key = jax.random.PRNGKey(0)
+    carried_run, fresh_run = (jax.jit(engine.make_run(c, method))(key, scores, V, _params()) for c in (config, fresh))
+    assert not np.allclose(np.asarray(carried_run.steps.estimates), np.asarray(fresh_run.steps.estimates), atol=1e-4)
+
+
 @pytest.mark.parametrize("method,case", [("pulse", "plain"), ("naive", "exhausts-models-partial-batches"),
                                          ("pulse", "budget-not-multiple-of-batch")])
 def test_phased_scan_matches_numpy_reference_step_for_step(method, case, monkeypatch):

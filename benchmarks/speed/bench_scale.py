@@ -127,6 +127,7 @@ def child(spec: dict) -> dict:
     config = engine.BanditConfig(n_models=m, n_examples=n, budget=m * spec["batch"] + spec["bandit_budget"],
                                  batch_size=spec["batch"], refit_every=spec["refit_every"],
                                  refit_epochs=spec.get("refit_epochs", 10),
+                                 carry_refit_state=spec.get("carry_refit_state", False),
                                  cs_grid=BETTING_GRID if family == "betting" else 0)
     res = simulate(scores, config, method, V=np.asarray(V, np.float32), reps=spec["reps"], seed=0,
                    chunk_size=spec.get("chunk"), progress=True)
@@ -176,6 +177,8 @@ def main(argv=None) -> int:
     p.add_argument("--banditeval-steps", type=int, default=50,
                    help="banditeval steps to time before extrapolating to the whole run")
     p.add_argument("--refit-epochs", type=int, default=10, help="Adam epochs of each periodic refit (the paper's 10)")
+    p.add_argument("--carry-refit-state", action="store_true",
+                   help="the periodic refits continue one Adam run (BanditConfig.carry_refit_state)")
     p.add_argument("--chunk", type=int, help="repetitions per compiled batch (default: from the memory budget)")
     p.add_argument("--quick", action="store_true", help="small grid: 50 and 100 models x 1,000 examples")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -200,7 +203,7 @@ def main(argv=None) -> int:
     rows = []
     for m, n, r, b, budget, reps, method in grid:
         spec = {"models": m, "examples": n, "rank": r, "batch": b, "bandit_budget": budget, "reps": reps,
-                "refit_every": args.refit_every, "refit_epochs": args.refit_epochs, "method": method, "factors": args.factors, "chunk": args.chunk,
+                "refit_every": args.refit_every, "refit_epochs": args.refit_epochs, "carry_refit_state": args.carry_refit_state, "method": method, "factors": args.factors, "chunk": args.chunk,
                 "banditeval_steps": args.banditeval_steps}
         proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
                               text=True)   # the child's progress goes straight to stderr

@@ -14,6 +14,10 @@ ChemBench's candidate halves with embeddings fitted on their train halves, when
   mean cells, the paired saving against 10 epochs with a bootstrap 95% interval, wrong claims;
 * the run time of each (compiled apart).
 
+Each epoch count runs with Adam restarted at every refit (the paper's), and 3 and 1 epochs also
+with one Adam run carried from refit to refit (``BanditConfig.carry_refit_state``: rows "3
+carried", "1 carried").
+
     python benchmarks/statistics/refit_epochs.py --reps 300 --out docs/benchmarks/refit_epochs.json
 
 Prints a table and writes JSON (and ``.md``). Resumable: rows already in ``--out`` are kept.
@@ -32,10 +36,16 @@ from batch_effect import paired  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
 import common  # noqa: E402
 
-EPOCHS = (10, 5, 3, 1)
+#: Each setting's label: its epochs, followed by " carried" when the refits continue one Adam run.
+SETTINGS = ("10", "5", "3", "1", "3 carried", "1 carried")
 
 
-def fixed_budget(scores, V, epochs: int, args) -> dict:
+def _schedule(label: str) -> dict:
+    epochs, _, carried = label.partition(" ")
+    return {"refit_epochs": int(epochs), "carry_refit_state": carried == "carried"}
+
+
+def fixed_budget(scores, V, setting: str, args) -> dict:
     import pulse_jax as pj
 
     m, n = scores.shape
@@ -43,19 +53,19 @@ def fixed_budget(scores, V, epochs: int, args) -> dict:
     budget = m * batch + max(m * n // 16, 10 * batch)
     steps = -(-(budget - m * batch) // batch)
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch,
-                             refit_every=max(steps // 10, 1), refit_epochs=epochs)
+                             refit_every=max(steps // 10, 1), **_schedule(setting))
     res = pj.simulate(scores, config, "pulse", V=V, reps=args.reps, seed=args.seed, progress=False)
     return {"budget": budget, "refit_every": config.refit_every, "run_s": res.seconds - res.compile_seconds,
             "hits": res.is_best(res.best[:, -1]).astype(float).tolist()}
 
 
-def certify(scores, V, epochs: int, args) -> dict:
+def certify(scores, V, setting: str, args) -> dict:
     import pulse_jax as pj
     from pulse_jax.stats.confidence import BETTING_GRID
 
     m, n = scores.shape
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=100,
-                             refit_epochs=epochs, rule=pj.top_two(challenger="interval"), cs_grid=BETTING_GRID,
+                             **_schedule(setting), rule=pj.top_two(challenger="interval"), cs_grid=BETTING_GRID,
                              stop="certified", record_steps=False)
     res = pj.simulate(scores, config, "pulse_hedged", V=V, reps=args.reps, seed=args.seed, progress=False,
                       params={"delta": 0.05, "cs_simultaneous": 0.0})
@@ -70,7 +80,7 @@ def table(rows: dict) -> str:
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for data in dict.fromkeys(k.split("|")[0] for k in rows):
         ref_f, ref_c = rows.get(f"{data}|fixed|10"), rows.get(f"{data}|certify|10")
-        for e in EPOCHS:
+        for e in SETTINGS:
             f, c = rows.get(f"{data}|fixed|{e}"), rows.get(f"{data}|certify|{e}")
             cells = []
             if f:
@@ -82,7 +92,7 @@ def table(rows: dict) -> str:
                 cells += ["", "", ""]
             if c:
                 s, lo, hi = paired(c["cells"], ref_c["cells"])
-                cells += [f"{np.mean(c['cells']):,.0f}", "" if e == 10 else f"{s:+.1f}% [{lo:+.1f}, {hi:+.1f}]",
+                cells += [f"{np.mean(c['cells']):,.0f}", "" if e == "10" else f"{s:+.1f}% [{lo:+.1f}, {hi:+.1f}]",
                           f"{c['stopped']:.0%} / {c['wrong']:.3f}", f"{c['run_s']:.1f}"]
             else:
                 cells += ["", "", "", ""]
@@ -107,7 +117,7 @@ def main(argv=None) -> int:
         for part, run in (("fixed", fixed_budget), ("certify", certify)):
             if part not in parts:
                 continue
-            for e in EPOCHS:
+            for e in SETTINGS:
                 key = f"{data}|{part}|{e}"
                 if key not in rows:
                     rows[key] = run(scores, V, e, args)

@@ -42,6 +42,11 @@ class BanditConfig:
         1000); 0 disables refits after the initial one.
       init_refit_epochs: Adam steps of the initial refit of U (paper: 50).
       refit_epochs: Adam steps of each periodic refit of U (paper: 10).
+      carry_refit_state: ``False`` (the paper's): each periodic refit starts Adam afresh (zero
+        moments). ``True``: the periodic refits continue one Adam run, its moments carried in the
+        state from refit to refit (`pulse_jax.stats.factorization.continue_refit_on_blocks`), so
+        fewer ``refit_epochs`` reach the same fit (docs/performance.md, "The refit schedule").
+        Predictions stay fitted on observed cells only: every estimate stays unbiased either way.
       record_steps: keep a record per step (best guess, cells spent, model
         pulled, the estimator's info). ``False`` keeps only the summary: the
         records hold the final state alone (one "step"), so a fixed-confidence
@@ -95,10 +100,12 @@ class BanditConfig:
     snapshot_budgets: tuple = ()
     populations: tuple | None = None
     concurrency: int = 1
+    carry_refit_state: bool = False
 
     def __post_init__(self):
-        require(isinstance(self.record_steps, bool), f"BanditConfig.record_steps must be True or False, got "
-                                                     f"{self.record_steps!r}")
+        for name in ("record_steps", "carry_refit_state"):
+            require(isinstance(getattr(self, name), bool),
+                    f"BanditConfig.{name} must be True or False, got {getattr(self, name)!r}")
         for name in ("n_models", "n_examples", "budget", "batch_size", "init_batches", "refit_every",
                      "init_refit_epochs", "refit_epochs", "cs_grid", "concurrency"):
             value = getattr(self, name)

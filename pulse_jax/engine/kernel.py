@@ -130,20 +130,30 @@ def adam_refit(epochs: int, learning_rate, l2, shrink=0.0, row_prior=None) -> Fi
     return FitSettings(epochs, l2, optax.adam(learning_rate), shrink, row_prior)
 
 
+def _periodic_refit(config: BanditConfig, params: RunParams, episode: Episode) -> FitSettings:
+    return adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2, params.refit_prior, episode.row_prior)
+
+
 def _refit(episode: Episode, state: BanditState, settings: FitSettings, with_log: bool = True,
-           filled: factorization.FilledPrefix | None = None) -> BanditState:
+           filled: factorization.FilledPrefix | None = None, carry: bool = False) -> BanditState:
     """Refit U on every observed cell (V frozen, warm start); recompute F and Phi.
 
     ``F_i``/``Phi_i`` (sums of predictions and their squares over model i's
     unobserved cells) come from one pass over the dense predictions that leaves out
     the cells ``state.observed`` marks (the missing ones among them).
     ``with_log=False`` fits the initial batches alone; ``filled`` visits only the
-    log's used slots (see `pulse_jax.stats.factorization.FilledPrefix`).
+    log's used slots (see `pulse_jax.stats.factorization.FilledPrefix`); ``carry``
+    continues the optimizer run in ``state.refit_state`` (`BanditConfig.carry_refit_state`).
     """
     blocks = observed_blocks(episode, state, with_log)
     filled = filled if len(blocks) > 1 else None
     n = episode.scores.shape[1]
-    U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled=filled)
+    if carry:
+        U, refit_state = factorization.continue_refit_on_blocks(state.U, state.refit_state, episode.V, blocks, n,
+                                                                settings, filled=filled)
+        state = state._replace(refit_state=refit_state)
+    else:
+        U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled=filled)
     pred_sum, pred_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing, state.observed)
     return state._replace(U=U, ledger=state.ledger._replace(pred_sum=pred_sum, pred_sq_sum=pred_sq_sum))
 
@@ -208,6 +218,8 @@ def _init(s: Static, key, scores, V, params: RunParams, start: Start) -> tuple[E
         settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2,
                               params.refit_prior, episode.row_prior)
         state = _refit(episode, state, settings, with_log=False)     # nothing is in the log yet
+        if config.carry_refit_state:   # the periodic refits' one Adam run starts at the fitted U
+            state = state._replace(refit_state=_periodic_refit(config, params, episode).optimizer.init(state.U))
     state = state._replace(estimator=estimator.init(state.ledger, params.estimator))
     state = state._replace(best=_recommend(s, episode, state, params, 0))
     return episode, record_certificate(config, estimator, state, params)
@@ -368,10 +380,9 @@ def _refit_step(s: Static, episode: Episode, state: BanditState, params: RunPara
         return state
 
     def refit_if_live(state):
-        settings = adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2, params.refit_prior,
-                              episode.row_prior)
         filled = None if t is None else factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config))
-        new = _refit(episode, state, settings, filled=filled)
+        new = _refit(episode, state, _periodic_refit(config, params, episode), filled=filled,
+                     carry=config.carry_refit_state)
         new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.ledger, config.n_examples,
                                                                params.estimator))
         return _where_tree(choice.size > 0, new, state)

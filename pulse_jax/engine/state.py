@@ -57,6 +57,7 @@ class BanditState(NamedTuple):
     rule: chex.ArrayTree = ()   # the sampling rule's own state
     stopped: chex.Array | bool = False   # the stopping rule has fired (final: a stopped run pulls nothing more)
     cost: chex.Array | None = None       # (m,) each model's mean cost per cell, which the rules see (ones without costs)
+    refit_state: chex.ArrayTree = ()     # the periodic refits' Adam state (BanditConfig.carry_refit_state; else ())
 
 
 class StepRecord(NamedTuple):
