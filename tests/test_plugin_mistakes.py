@@ -55,6 +55,30 @@ def _state_estimator(**fields):
     return UCBE._replace(name="counter", init=lambda ledger, params: jnp.zeros_like(ledger.obs_sum), **fields)
 
 
+def _python_counter_choose():
+    """A rule that cycles through the models with a Python counter: the counter moves only when the program
+    is traced, so every step of a run would choose the same model."""
+    calls = [0]
+
+    def choose(state, inputs, params):
+        calls[0] += 1
+        return jnp.int32(calls[0] % M), state
+
+    return choose
+
+
+def _python_counter_done():
+    """A stopping rule meant to stop after 3 looks, counting them in Python: traced once, it answers the
+    same at every look (here: stop at the first)."""
+    looks = [0]
+
+    def done(inputs, params):
+        looks[0] += 1
+        return jnp.asarray(looks[0] >= 3) | (inputs.spent >= inputs.budget)
+
+    return done
+
+
 def _rule(**fields):
     return INDEX._replace(name="my_rule", **fields)
 
@@ -96,6 +120,9 @@ CASES = [
     ("rule without choose", UCBE, pj.SamplingRule(name="my_rule"), BUDGET, "'my_rule': choose must be a function"),
     ("choose names model m", UCBE, _rule(choose=lambda s, i, p: (jnp.int32(M), s)), BUDGET, f"returned model {M}"),
     ("choose names model -2", UCBE, _rule(choose=lambda s, i, p: (jnp.int32(-2), s)), BUDGET, "returned model -2"),
+    ("choose ignores inputs.active", UCBE, _rule(choose=lambda s, i, p: (jnp.argmax(i.estimates).astype(jnp.int32), s)), BUDGET, "while inputs.active marks it as not pullable"),
+    ("choose counts its calls in Python", UCBE, _rule(choose=_python_counter_choose()), BUDGET, "gives two answers on the same inputs"),
+    ("done counts its looks in Python", UCBE, INDEX, BUDGET._replace(name="my_stop", done=_python_counter_done()), "gives two answers on the same inputs"),
     ("choose reads bounds it was not given", UCBE, _rule(choose=lambda s, i, p: (jnp.argmax(i.high).astype(jnp.int32), s)), BUDGET, "without declaring needs_interval=True"),
     ("choose returns a float", UCBE, _rule(choose=lambda s, i, p: (jnp.float32(0), s)), BUDGET, "the model to pull as an integer scalar"),
     ("choose returns the model alone", UCBE, _rule(choose=lambda s, i, p: jnp.int32(0)), BUDGET, "expected a (model, state) pair"),

@@ -9,7 +9,12 @@ the function, what would otherwise be silent:
   or a width that is not positive: the confidence sequence clips such observations, and its
   guarantee no longer holds (a width of 0 gives NaN bounds);
 * ``update`` changing the state on an empty pull (``pull.size == 0``: a step that spent nothing);
-* a sampling rule's ``choose`` naming a model that does not exist (``>= m`` or below ``-1``);
+* a sampling rule's ``choose`` naming a model that does not exist (``>= m`` or below ``-1``), or one
+  that ``inputs.active`` says cannot be pulled (exhausted; in live selection, a batch in flight): a
+  run would stop spending there, and a live run report itself finished;
+* a function that gives two answers on the same concrete inputs: it keeps state in Python (a
+  counter, a list, the ``random`` module), which runs once, when the program is traced, and never
+  again at the steps (every function checked here is traced twice and the answers compared);
 * a sampling or stopping rule whose answer changes with ``inputs.low`` / ``inputs.high`` without
   declaring ``needs_interval``: it would read NaN bounds in every run;
 * a stopping rule's ``holds`` that raises or does not answer True or False;
@@ -29,6 +34,11 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError
 
+#: Why a function that answers twice differently on the same inputs is refused.
+_PYTHON_STATE = ("gives two answers on the same inputs: it keeps state in Python (a counter, a list, the random "
+                 "module), which runs once when the program is traced, not at every step; keep it in the plug-in's "
+                 "state or compute it from the inputs")
+
 #: Slack for float32 rounding when comparing proxies with their declared range.
 RANGE_SLACK = 1e-5
 
@@ -39,14 +49,18 @@ def _fail(kind: str, plugin, function: str, message: str):
 
 def _run(kind, plugin, function, fn, *args, static=()):
     """``fn(*args)`` compiled (one small program: eager control flow would compile every call), any
-    failure one line naming the plug-in and the function."""
+    failure one line naming the plug-in and the function. Traced twice (a fresh wrapper each time, so
+    JAX's trace cache cannot serve the second): answers that differ come from Python-side state."""
     try:
-        return jax.jit(fn, static_argnums=static)(*args)
+        first, again = (jax.jit(lambda *a: fn(*a), static_argnums=static)(*args) for _ in range(2))
     except PulseInputError:
         raise
     except Exception as err:   # noqa: BLE001 -- the user's code may raise anything
-        first = (str(err).strip().splitlines() or [""])[0]
-        _fail(kind, plugin, function, f"fails on concrete values of this run's shapes: {type(err).__name__}: {first}")
+        line = (str(err).strip().splitlines() or [""])[0]
+        _fail(kind, plugin, function, f"fails on concrete values of this run's shapes: {type(err).__name__}: {line}")
+    if not _same(first, again):
+        _fail(kind, plugin, function, _PYTHON_STATE)
+    return first
 
 
 def written_by_user(plugin, built_in: dict) -> bool:
@@ -162,14 +176,16 @@ def _check_draw_weights(estimator, n: int, seen: int, params) -> None:
                                                       "weights must be finite and >= 0 (a draw's probabilities)")
 
 
-def _rule_inputs(m: int, low, high, seed: int):
+def _rule_inputs(m: int, low, high, seed: int, exhausted: int = -1):
+    """A rule's inputs at step 3; model ``exhausted`` (if >= 0) has every example observed: not active."""
     from pulse_jax.rules.base import RuleInputs
 
     rng = np.random.default_rng(seed)
     estimates = rng.uniform(0.2, 0.8, m).astype(np.float32)
     key = np.array([0, seed], np.uint32)        # jax.random.PRNGKey(seed), without compiling it
+    done = np.arange(m) == exhausted
     return RuleInputs(*(jnp.asarray(x) for x in (np.int32(3), estimates, low, high, np.full(m, 8, np.int32),
-                                                  np.ones(m, np.int32), np.ones(m, bool), np.zeros(m, bool),
+                                                  np.ones(m, np.int32), ~done, done,
                                                   np.arange(m, dtype=np.int32), key, np.ones(m, np.float32),
                                                   np.ones(m, bool))))
 
@@ -185,8 +201,23 @@ def _bounds(m: int, seed: int):
     return (centre - half).astype(np.float32), (centre + half).astype(np.float32)
 
 
+def _check_blind(kind, plugin, function, answer, low, high) -> None:
+    """A function that does not declare ``needs_interval`` answers the same with NaN bounds. An answer
+    that changes is asked again with the real bounds: changed again, the function is not reading the
+    bounds but keeping Python-side state, and is refused for that."""
+    given = np.asarray(answer(low, high))
+    nan = jnp.full_like(low, jnp.nan)
+    if np.array_equal(given, np.asarray(answer(nan, nan))):
+        return
+    if not np.array_equal(given, np.asarray(answer(low, high))):
+        _fail(kind, plugin, function, _PYTHON_STATE)
+    _fail(kind, plugin, function, "reads inputs.low / inputs.high without declaring needs_interval=True; "
+                                  "without it they are NaN in every run")
+
+
 def check_rule_values(rule, config, params) -> None:
-    """``choose`` names a model that exists (or -1), and does not read the bounds it was not given."""
+    """``choose`` names a model that exists (or -1) and may be pulled, answers the same when traced again,
+    and does not read the bounds it was not given."""
     kind, m = "sampling rule", config.n_models
     try:
         state = rule.init(config)
@@ -195,7 +226,7 @@ def check_rule_values(rule, config, params) -> None:
     if rule.eligible is not None and not np.asarray(_run(kind, rule, "eligible", rule.eligible, state)).any():
         _fail(kind, rule, "eligible", "leaves no model eligible at the start; the recommendation is the best "
                                       "eligible model, so at least one must be")
-    nan = np.full(m, np.nan, np.float32)
+    chosen = []
     for seed in range(3):
         low, high = _bounds(m, seed)
         given = _run(kind, rule, "choose", rule.choose, state, _rule_inputs(m, low, high, seed), params)[0]
@@ -203,18 +234,26 @@ def check_rule_values(rule, config, params) -> None:
         if not -1 <= model < m:
             _fail(kind, rule, "choose", f"returned model {model}; a run has models 0..{m - 1} (-1: pull nothing)")
         if not rule.needs_interval:
-            blind = _run(kind, rule, "choose", rule.choose, state, _rule_inputs(m, nan, nan, seed), params)[0]
-            if int(np.asarray(blind)) != model:
-                _fail(kind, rule, "choose", "reads inputs.low / inputs.high without declaring needs_interval=True; "
-                                            "without it they are NaN in every run")
+            _check_blind(kind, rule, "choose", lambda low, high: _run(
+                kind, rule, "choose", rule.choose, state, _rule_inputs(m, low, high, seed), params)[0], low, high)
+        chosen.append(model)
+    for seed, model in enumerate(chosen):
+        low, high = _bounds(m, seed)
+        if model >= 0:      # the same step with that model exhausted: it must choose another (or -1)
+            inputs = _rule_inputs(m, low, high, seed, exhausted=model)
+            again = int(np.asarray(_run(kind, rule, "choose", rule.choose, state, inputs, params)[0]))
+            if again == model:
+                _fail(kind, rule, "choose", f"returned model {model} while inputs.active marks it as not pullable "
+                                            "(exhausted; in live selection, a batch in flight): a run would stop "
+                                            "spending there; choose among inputs.active (or -1)")
 
 
 def check_stop_values(stop, config, params) -> None:
-    """``done`` does not read bounds it was not given; ``holds`` answers True or False."""
+    """``done`` and ``focus`` answer the same when traced again and do not read bounds they were not given;
+    ``holds`` answers True or False."""
     from pulse_jax.stopping.base import StopInputs
 
     kind, m = "stopping rule", config.n_models
-    nan = jnp.asarray(np.full(m, np.nan, np.float32))
     for seed in range(3):
         low, high = _bounds(m, seed)
         inputs = StopInputs(jnp.asarray(np.int32(3)), jnp.asarray(np.int32(config.budget // 2)), config.budget,
@@ -224,11 +263,8 @@ def check_stop_values(stop, config, params) -> None:
             fn = getattr(stop, function)
             if fn is None or stop.needs_interval:
                 continue
-            given = np.asarray(_run(kind, stop, function, fn, inputs, params))
-            blind = np.asarray(_run(kind, stop, function, fn, inputs._replace(low=nan, high=nan), params))
-            if not np.array_equal(given, blind):
-                _fail(kind, stop, function, "reads inputs.low / inputs.high without declaring needs_interval=True; "
-                                            "without it they are NaN in every run")
+            _check_blind(kind, stop, function, lambda low, high, fn=fn, function=function, inputs=inputs: _run(
+                kind, stop, function, fn, inputs._replace(low=low, high=high), params), inputs.low, inputs.high)
     check_holds(stop, np.eye(m, dtype=bool)[0], np.linspace(0.9, 0.1, m), params)
 
 
