@@ -40,6 +40,14 @@ OPTIONS = {
 }
 
 
+def floor_cells(scores, delta: float = 0.05, first_look: int = 8) -> float:
+    """The finite-population information floor of a 0/1 matrix's best-model claim
+    (`pulse_jax.stats.information_floor`): the cells no delta-correct method can do without."""
+    from pulse_jax.stats.information_floor import information_floor
+
+    return information_floor(scores, delta, first_look).cells
+
+
 def parser(doc: str, **defaults) -> argparse.ArgumentParser:
     """An argument parser described by the first paragraph of ``doc`` with each named common option
     (`OPTIONS`) at the given default, e.g. ``parser(__doc__, reps=200, seed=0, out="x.json")``."""

@@ -20,6 +20,7 @@ from importlib import metadata as _metadata
 _EXPORTS = {
     "pulse_jax.engine": ["BanditConfig", "Kernel", "RunResult", "build_kernel", "make_run"],
     "pulse_jax.stats.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
+    "pulse_jax.stats.information_floor": ["information_floor"],
     "pulse_jax.fileio.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],
     "pulse_jax.errors": ["PulseInputError"],
     "pulse_jax.protocols": ["Range"],

@@ -22,7 +22,12 @@ that an allocation knowing the true means would get, from the sample-complexity 
 the saving the leaderboard's spread of means allows (the leading term only: the sequences' constants
 are left out, so a run can save somewhat more or less).
 
-and reports mean cells with the paired saving of each epsilon against exact certification, and of
+The *information floor* of each matrix (`pulse_jax.stats.information_floor`: Garivier & Kaufmann's
+bound with the finite population's variance ratio, every model's first batch at least) is the
+cells no delta-correct method can do without on average; the README's table divides the exact-best
+cells by it.
+
+It reports mean cells with the paired saving of each epsilon against exact certification, and of
 ``pulse_hedged`` against UCB-E, each with a paired bootstrap 95% interval, and the wrong claims.
 
     python benchmarks/statistics/real_data.py --reps 200 --out docs/benchmarks/real_data.json
@@ -178,14 +183,16 @@ def _label(name: str) -> str:
     return f"{board} leaderboard, {'near-tie ' if '@' in shape else ''}factor draw"
 
 
-def readme_table(rows) -> str:
-    """The README's table: exact best, epsilon 0.01 and top 3 with ``select``'s configuration."""
+def readme_table(rows, floors: dict) -> str:
+    """The README's table: exact best (with the information floor), epsilon 0.01 and top 3 with
+    ``select``'s configuration."""
     def find(data, method, target):
         return next((r for r in rows if r["data"] == data and r["method"] == method and r["target"] == target), None)
 
-    lines = ["| data (m x n, top-2 gap) | exact best: UCB-E | exact best: `select` | `select` vs UCB-E: fewer cells | "
-             "epsilon 0.01: `select` | fewer than exact | oracle estimate | top 3: `select` |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = ["| data (m x n, top-2 gap) | information floor | exact best: UCB-E | exact best: `select` | "
+             "`select` / floor | `select` vs UCB-E: fewer cells | epsilon 0.01: `select` | fewer than exact | "
+             "oracle estimate | top 3: `select` |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for data in dict.fromkeys(r["data"] for r in rows):
         u, s, e = find(data, "ucbe", "exact best"), find(data, "pulse_hedged", "exact best"), \
             find(data, "pulse_hedged", "epsilon 0.01")
@@ -195,19 +202,22 @@ def readme_table(rows) -> str:
         vs, lo, hi = paired(s["cells"], u["cells"])
         ev, elo, ehi = paired(e["cells"], s["cells"])
         ceiling = f"{100 * (1 - e['oracle_cells'] / s['oracle_cells']):.0f}%" if "oracle_cells" in e else ""
-        lines.append(f"| {_label(data)} ({s['shape']}, {s['gap']:.3f}) | {np.mean(u['cells']):,.0f} | "
-                     f"{np.mean(s['cells']):,.0f} | {vs:.0f}% [{lo:.0f}, {hi:.0f}] | {np.mean(e['cells']):,.0f} | "
+        floor = floors.get(data)
+        floor_text, ratio = (f"{floor:,.0f}", f"{np.mean(s['cells']) / floor:.2f}x") if floor else ("", "")
+        lines.append(f"| {_label(data)} ({s['shape']}, {s['gap']:.3f}) | {floor_text} | "
+                     f"{np.mean(u['cells']):,.0f} | {np.mean(s['cells']):,.0f} | {ratio} | "
+                     f"{vs:.0f}% [{lo:.0f}, {hi:.0f}] | {np.mean(e['cells']):,.0f} | "
                      f"{ev:.0f}% [{elo:.0f}, {ehi:.0f}] | {ceiling} | "
                      + (f"{np.mean(t['cells']):,.0f}" if t else "") + " |")
     return "\n".join(lines)
 
 
-def write_readme(path: Path, rows) -> None:
+def write_readme(path: Path, rows, floors: dict) -> None:
     """Replace the README's table between ``<!-- real-data -->`` and ``<!-- /real-data -->``."""
     text = path.read_text()
     head, rest = text.split("<!-- real-data -->\n", 1)
     _, tail = rest.split("<!-- /real-data -->", 1)
-    path.write_text(head + "<!-- real-data -->\n" + readme_table(rows) + "\n<!-- /real-data -->" + tail)
+    path.write_text(head + "<!-- real-data -->\n" + readme_table(rows, floors) + "\n<!-- /real-data -->" + tail)
 
 
 def main(argv=None) -> int:
@@ -215,14 +225,24 @@ def main(argv=None) -> int:
     p.add_argument("--batch-size", type=int, default=8, help="B (select's default, 8)")
     p.add_argument("--chunk", type=int, default=None, help="repetitions per compiled call (memory: a 1,000-candidate "
                    "PULSE sweep of 800 runs needs more than 13 GB in one call)")
+    p.add_argument("--floors-only", action="store_true", help="compute only the information floors of the data sets "
+                   "(every row already in --out is kept; none is run) and rewrite the tables")
     p.add_argument("--readme", action="append", default=[], help="also rewrite the real-data table of this Markdown "
                    "file (between <!-- real-data --> and <!-- /real-data -->; repeatable)")
     args = p.parse_args(argv)
     out = Path(args.out)
-    rows = json.loads(out.read_text())["rows"] if out.is_file() else []
+    saved = json.loads(out.read_text()) if out.is_file() else {}
+    if args.floors_only:
+        args.data = ",".join(dict.fromkeys(r["data"] for r in saved.get("rows", [])))
+    rows, floors = saved.get("rows", []), saved.get("floors", {})
     done = {(r["data"], r["method"], r["target"]) for r in rows}
     for name, scores, V in each_dataset(args.data.split(","), args.rank):
         means = np.sort(scores.mean(1))[::-1]
+        if name not in floors:
+            floors[name] = common.floor_cells(scores, BASE["delta"], args.batch_size)
+        if args.floors_only:
+            out.write_text(json.dumps({**saved, "rows": rows, "floors": floors}, indent=1))
+            continue
         for method in args.methods.split(","):
             new = []
             if (name, method, "exact best") not in done:
@@ -239,12 +259,13 @@ def main(argv=None) -> int:
             rows += new
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_text(json.dumps({"command": "python benchmarks/statistics/real_data.py "
-                                       + " ".join(argv if argv is not None else sys.argv[1:]), "rows": rows}, indent=1))
+                                       + " ".join(argv if argv is not None else sys.argv[1:]), "rows": rows,
+                                       "floors": floors}, indent=1))
     text = table(rows)
     print(text)
     out.with_suffix(".md").write_text(text + "\n")
     for page in args.readme:
-        write_readme(Path(page), rows)
+        write_readme(Path(page), rows, floors)
     return 0
 
 
