@@ -1,6 +1,7 @@
 """How many operations one kernel step lowers to (`pulse_jax.engine.op_count`): per method and
-stopping rule, the StableHLO operations JAX writes and the instructions XLA compiles on this backend.
-Fewer operations per step is what a GPU pays for in kernel launches.
+stopping rule, the StableHLO operations JAX writes, the instructions XLA compiles on this backend, and
+the thunks of a whole run's scan body per step, without and with a refit. Fewer operations per step
+is what a GPU pays for in kernel launches.
 
     python benchmarks/speed/step_operations.py --out docs/benchmarks/step_operations.json
 
@@ -20,18 +21,22 @@ import common  # noqa: E402
 def main(argv=None) -> int:
     import jax
 
-    from pulse_jax.engine.op_count import SMALL, step_operations
+    from pulse_jax.engine.op_count import SMALL, scan_body_thunks, step_operations
 
     args = common.parser(__doc__, out=None).parse_args(argv)
     rows = []
     for method in ("ucbe", "pulse", "pulse_hedged"):
         for stop in ("budget", "certified"):
             counts = step_operations(method, compiled=True, stop=stop, rule="top_two_interval")
-            rows.append({"method": method, "stop": stop, **counts})
-            print(f"{method:>12} {stop:>9}: {counts['lowered']:,} lowered, {counts['compiled']:,} compiled",
-                  file=sys.stderr)
-    lines = ["| method | stop | lowered operations | compiled instructions |", "|---|---|---:|---:|"]
-    lines += [f"| {r['method']} | {r['stop']} | {r['lowered']:,} | {r['compiled']:,} |" for r in rows]
+            thunks = scan_body_thunks(method, stop=stop, rule="top_two_interval")
+            rows.append({"method": method, "stop": stop, **counts, "thunks": thunks["step"],
+                         "thunks_with_refit": thunks["refit_step"]})
+            print(f"{method:>12} {stop:>9}: {counts['lowered']:,} lowered, {counts['compiled']:,} compiled, "
+                  f"{thunks['step']:,} thunks per step", file=sys.stderr)
+    lines = ["| method | stop | lowered operations | compiled instructions | thunks per step (with a refit) |",
+             "|---|---|---:|---:|---:|"]
+    lines += [f"| {r['method']} | {r['stop']} | {r['lowered']:,} | {r['compiled']:,} | {r['thunks']:,} "
+              f"({r['thunks_with_refit']:,}) |" for r in rows]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -4,6 +4,8 @@ the layout of the step can change (`benchmarks/speed/step_operations.py`, docs/p
 ``lowered`` counts the StableHLO operations of ``jax.jit(kernel.step).lower(...)`` (the program as
 JAX writes it, before XLA optimizes it: it depends on the kernel's code and the JAX version, not on
 the machine); ``compiled`` counts the instructions of the program XLA compiles for this backend.
+`scan_body_thunks` counts what a run executes per step: the thunks (fusions, dots, scatters, ...: one
+kernel launch each on a GPU) of the scan body of a whole compiled run.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.engine.config import BanditConfig, get_estimator, plugins_of, resolve_params
+from pulse_jax.engine.drivers import make_run
 from pulse_jax.engine.kernel import build_kernel
 
 #: The small problem the counts are taken on (the counts do not depend on its numbers, only on the
@@ -22,9 +25,8 @@ SMALL = {"n_models": 8, "n_examples": 96, "rank": 4, "batch_size": 8, "refit_eve
 _OPERATION = re.compile(r"^\s*(%\S+(:\d+)? = )?\"?(stablehlo|chlo|func\.call|mhlo)")
 
 
-def step_operations(method: str = "pulse", *, compiled: bool = False, **config) -> dict:
-    """``{"lowered": n[, "compiled": k]}`` for one step (``t`` traced) of ``method`` on `SMALL` (any
-    `BanditConfig` field in ``config`` replaces its setting there, e.g. ``stop="certified"``)."""
+def _problem(method: str, config: dict):
+    """`SMALL` with ``config``'s settings over it: ``(BanditConfig, estimator, params, scores, V)``."""
     settings = {**SMALL, **config}
     m, n, r = settings.pop("n_models"), settings.pop("n_examples"), settings.pop("rank")
     settings.setdefault("budget", m * settings["batch_size"] + 200)
@@ -33,8 +35,14 @@ def step_operations(method: str = "pulse", *, compiled: bool = False, **config) 
     V = rng.normal(size=(n, r)).astype(np.float32)
     bandit = BanditConfig(n_models=m, n_examples=n, **settings)
     estimator = get_estimator(method)
+    return bandit, estimator, resolve_params(None, plugins_of(bandit, estimator)), scores, V
+
+
+def step_operations(method: str = "pulse", *, compiled: bool = False, **config) -> dict:
+    """``{"lowered": n[, "compiled": k]}`` for one step (``t`` traced) of ``method`` on `SMALL` (any
+    `BanditConfig` field in ``config`` replaces its setting there, e.g. ``stop="certified"``)."""
+    bandit, estimator, params, scores, V = _problem(method, config)
     kernel = build_kernel(bandit, estimator)
-    params = resolve_params(None, plugins_of(bandit, estimator))
     episode, state = jax.jit(kernel.init)(jax.random.PRNGKey(0), scores, V, params)
     lowered = jax.jit(kernel.step).lower(episode, state, params, jnp.int32(1))
     out = {"lowered": sum(1 for line in lowered.as_text().splitlines() if _OPERATION.match(line))}
@@ -43,3 +51,56 @@ def step_operations(method: str = "pulse", *, compiled: bool = False, **config) 
         out["compiled"] = sum(1 for line in text.splitlines()
                               if " = " in line and not line.lstrip().startswith(("ROOT", "//")))
     return out
+
+
+#: Instructions that run no thunk: they name buffers or values the others compute.
+_NO_THUNK = ("parameter(", "constant(", "get-tuple-element(", "tuple(", "bitcast(", "after-all(")
+
+
+def _computations(text: str) -> tuple[dict, str]:
+    """The compiled HLO text's computations, ``name -> [instruction lines]``, and the entry's name."""
+    computations, current, entry = {}, None, None
+    for line in text.splitlines():
+        head = re.match(r"^(ENTRY )?%?([\w.\-]+) .*\{\s*$", line)
+        if head:
+            current = head.group(2)
+            computations[current] = []
+            entry = current if head.group(1) else entry
+        elif current and " = " in line:
+            computations[current].append(line)
+    return computations, entry
+
+
+def _thunks(computations: dict, name: str, pick) -> int:
+    """Thunks of computation ``name``: its instructions that run one, each loop's condition and body
+    counted once, and of a conditional's branches the one ``pick`` (min or max) chooses. A fusion's
+    computation and a reducer (``to_apply`` of a reduce, a scatter) run inside their instruction."""
+    total = 0
+    for line in computations[name]:
+        if any(word in line for word in _NO_THUNK):
+            continue
+        total += 1
+        if " while(" in line:
+            total += sum(_thunks(computations, re.search(key + r"=%?([\w.\-]+)", line).group(1), pick)
+                         for key in ("condition", "body"))
+        elif " conditional(" in line:
+            branches = re.search(r"branch_computations=\{([^}]*)\}", line)
+            names = re.findall(r"%?([\w.\-]+)", branches.group(1)) if branches else \
+                re.findall(r"(?:true|false)_computation=%?([\w.\-]+)", line)
+            total += pick(_thunks(computations, n, pick) for n in names if n in computations)
+        elif " call(" in line:
+            total += _thunks(computations, re.search(r"to_apply=%?([\w.\-]+)", line).group(1), pick)
+    return total
+
+
+def scan_body_thunks(method: str = "pulse", **config) -> dict:
+    """``{"step": n, "refit_step": k}``: the thunks of the largest loop body of one whole compiled run of
+    ``method`` on `SMALL` (the scan over steps), taking at each conditional its cheapest branch (a step
+    without a refit) or its costliest (a step with one). Loops inside the body count once."""
+    bandit, _, params, scores, V = _problem(method, config)
+    run = jax.jit(make_run(bandit, method))
+    text = run.lower(jax.random.PRNGKey(0), scores, V, params).compile().as_text()
+    computations, entry = _computations(text)
+    bodies = [re.search(r"body=%?([\w.\-]+)", line).group(1) for line in computations[entry] if " while(" in line]
+    step = max(bodies, key=lambda body: _thunks(computations, body, min))
+    return {"step": _thunks(computations, step, min), "refit_step": _thunks(computations, step, max)}
