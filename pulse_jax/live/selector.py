@@ -356,7 +356,8 @@ class Selector:
             batches[i] += 1
             np.bitwise_or.at(rows[i], index // 32, (np.uint32(1) << (index % 32).astype(np.uint32)))
         blocked = batches > 0 if self.estimator.draw_weights is not None else np.zeros(m, bool)
-        return engine.InFlight(jnp.asarray(cells), jnp.asarray(batches), jnp.asarray(rows)), blocked
+        # NumPy into the compiled programs: a jnp array here is an eager device operation per ask.
+        return engine.InFlight(cells, batches, rows), blocked
 
     def _issue(self, step: int, i: int, index: np.ndarray) -> Request:
         request = Request(self._asks, step, self.models[i], i, tuple(self.example_ids[j] for j in index),
@@ -386,8 +387,9 @@ class Selector:
                     return self._issue(0, i, first if self._order is None else self._next_in_order(i, len(first)))
             return None
         in_flight, blocked = self._in_flight()
-        status = self._status_fn(self._state, self._params, jnp.int32(self._t), in_flight)
-        if self._stopped or (not self._replaying and bool(status.done)):
+        status = self._status_fn(self._state, self._params, np.int32(self._t), in_flight)
+        done, hold_now = jax.device_get((status.done, status.hold))     # one transfer for both
+        if self._stopped or (not self._replaying and bool(done)):
             # The stopping rule says done: nothing more is asked (the batches in flight are still told).
             self._stopped = True
             if not self._pending:
@@ -402,25 +404,29 @@ class Selector:
         # end, e.g. a hold queued behind a batch of its model that never returned) is asked as the
         # kernel says now: with the same batches in flight as when it was first asked, the same.
         logged = self._replaying and self._asks in self._logged_tickets
-        hold = self._asks in self._logged_holds if logged else bool(status.hold)
-        status = status._replace(done=jnp.bool_(False), hold=jnp.bool_(hold))
-        state, i, size, examples = self._ask_fn(self._episode, self._state, self._params, jnp.int32(self._t), status,
-                                                Waiting(in_flight, jnp.asarray(blocked), jnp.bool_(due)))
+        hold = self._asks in self._logged_holds if logged else bool(hold_now)
+        status = status._replace(done=np.bool_(False), hold=np.bool_(hold))
+        state, i, size, examples = self._ask_fn(self._episode, self._state, self._params, np.int32(self._t), status,
+                                                Waiting(in_flight, blocked, np.bool_(due)))
+        i, size, examples = jax.device_get((i, size, examples))
         i, size = int(i), int(size)
         if hold:
             self._state = state
             request = self._issue(self._t, i, np.zeros(0, np.int64))
             self._t += 1
             return request
-        unobserved = (int(self._state.ledger.population[i]) - int(self._state.ledger.n_obs[i])
-                      - int(in_flight.cells[i])) if size else 0
+        if size:
+            population, n_obs = jax.device_get((self._state.ledger.population, self._state.ledger.n_obs))
+            unobserved = int(population[i]) - int(n_obs[i]) - int(in_flight.cells[i])
+        else:
+            unobserved = 0
         if size == 0 or size < min(config.batch_size, unobserved):
             # No full batch fits: stop here rather than shorten it (the stopping bound needs full batches).
             if not self._pending:
                 self._finished = True
             return None
         self._state = state
-        examples = np.asarray(examples)[:size] if self._order is None else self._next_in_order(i, size)
+        examples = examples[:size] if self._order is None else self._next_in_order(i, size)
         request = self._issue(self._t, i, examples)
         self._t += 1
         return request
@@ -469,15 +475,15 @@ class Selector:
         padded[:len(index)] = index
         values = np.zeros(self.config.batch_size, np.float32)
         values[:len(index)] = scores
-        batch = engine.Batch(jnp.int32(i), jnp.int32(len(index)), jnp.asarray(padded),
-                             jnp.asarray(np.arange(self.config.batch_size) < len(index)), jnp.asarray(values))
-        self._state = self._tell_fn(self._episode, self._state, self._params, jnp.int32(request.step), batch)
+        batch = engine.Batch(np.int32(i), np.int32(len(index)), padded, np.arange(self.config.batch_size) < len(index),
+                             values)
+        self._state = self._tell_fn(self._episode, self._state, self._params, np.int32(request.step), batch)
 
     # ------------------------------------------------------------------ results
 
     def _stopping_now(self) -> tuple[bool, np.ndarray]:
         """``(done, claim)`` of the stopping rule now (before step ``self._t``), as a simulation checks it."""
-        status = self._status_fn(self._state, self._params, jnp.int32(self._t), self._in_flight()[0])
+        status = self._status_fn(self._state, self._params, np.int32(self._t), self._in_flight()[0])
         return bool(status.done), np.asarray(status.claim, bool)
 
     @property
