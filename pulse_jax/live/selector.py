@@ -415,11 +415,7 @@ class Selector:
             request = self._issue(self._t, i, np.zeros(0, np.int64))
             self._t += 1
             return request
-        if size:
-            population, n_obs = jax.device_get((self._state.ledger.population, self._state.ledger.n_obs))
-            unobserved = int(population[i]) - int(n_obs[i]) - int(in_flight.cells[i])
-        else:
-            unobserved = 0
+        unobserved = self._unobserved(i, in_flight) if size else 0
         if size == 0 or size < min(config.batch_size, unobserved):
             # No full batch fits: stop here rather than shorten it (the stopping bound needs full batches).
             if not self._pending:
@@ -430,6 +426,11 @@ class Selector:
         request = self._issue(self._t, i, examples)
         self._t += 1
         return request
+
+    def _unobserved(self, i: int, in_flight: engine.InFlight) -> int:
+        """Model ``i``'s examples neither observed nor in flight."""
+        population, n_obs = jax.device_get((self._state.ledger.population, self._state.ledger.n_obs))
+        return int(population[i]) - int(n_obs[i]) - int(in_flight.cells[i])
 
     def _next_in_order(self, i: int, size: int) -> np.ndarray:
         """The examples of model ``i``'s next batch in its given order: its next ``size`` examples neither
