@@ -393,7 +393,8 @@ def _chunk_of(config: BanditConfig, estimator, rank: int, total: int, chunk_size
         return up(total, mesh.size)
     if up(total, chunk) - total <= MAX_PADDING * total:
         return chunk
-    return up(-(-total // -(-total // chunk)), mesh.size)     # equal chunks, as few as fit
+    n_chunks = -(-total // chunk)                 # as few chunks as fit, then made equal
+    return up(-(-total // n_chunks), mesh.size)
 
 
 def _run_chunks(launch, total: int, chunk: int, report, start_time: float):

@@ -44,9 +44,10 @@ class BanditConfig:
       refit_epochs: Adam steps of each periodic refit of U (paper: 10).
       carry_refit_state: ``False`` (the paper's): each periodic refit starts Adam afresh (zero
         moments). ``True``: the periodic refits continue one Adam run, its moments carried in the
-        state from refit to refit (`pulse_jax.stats.factorization.continue_refit_on_blocks`), so
-        fewer ``refit_epochs`` reach the same fit (docs/performance.md, "The refit schedule").
-        Predictions stay fitted on observed cells only: every estimate stays unbiased either way.
+        state from refit to refit (`pulse_jax.stats.factorization.continue_refit_on_blocks`).
+        Measured as accurate as the restart at the same ``refit_epochs`` and no more
+        (docs/performance.md, "How many epochs a refit needs"). Predictions stay fitted on observed
+        cells only: every estimate stays unbiased either way.
       record_steps: keep a record per step (best guess, cells spent, model
         pulled, the estimator's info). ``False`` keeps only the summary: the
         records hold the final state alone (one "step"), so a fixed-confidence

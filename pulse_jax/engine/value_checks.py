@@ -183,9 +183,9 @@ def _rule_inputs(m: int, low, high, seed: int, exhausted: int = -1):
     rng = np.random.default_rng(seed)
     estimates = rng.uniform(0.2, 0.8, m).astype(np.float32)
     key = np.array([0, seed], np.uint32)        # jax.random.PRNGKey(seed), without compiling it
-    done = np.arange(m) == exhausted
+    used_up = np.arange(m) == exhausted
     return RuleInputs(*(jnp.asarray(x) for x in (np.int32(3), estimates, low, high, np.full(m, 8, np.int32),
-                                                  np.ones(m, np.int32), ~done, done,
+                                                  np.ones(m, np.int32), ~used_up, used_up,
                                                   np.arange(m, dtype=np.int32), key, np.ones(m, np.float32),
                                                   np.ones(m, bool))))
 
@@ -201,11 +201,12 @@ def _bounds(m: int, seed: int):
     return (centre - half).astype(np.float32), (centre + half).astype(np.float32)
 
 
-def _check_blind(kind, plugin, function, answer, low, high) -> None:
-    """A function that does not declare ``needs_interval`` answers the same with NaN bounds. An answer
-    that changes is asked again with the real bounds: changed again, the function is not reading the
-    bounds but keeping Python-side state, and is refused for that."""
-    given = np.asarray(answer(low, high))
+def _check_blind(kind, plugin, function, answer, low, high, *, given=None) -> None:
+    """A function that does not declare ``needs_interval`` answers the same with NaN bounds (``given``:
+    its answer with ``low`` / ``high``, when the caller has it). An answer that changes is asked again
+    with the real bounds: changed again, the function is not reading the bounds but keeping Python-side
+    state, and is refused for that."""
+    given = np.asarray(answer(low, high) if given is None else given)
     nan = jnp.full_like(low, jnp.nan)
     if np.array_equal(given, np.asarray(answer(nan, nan))):
         return
@@ -229,13 +230,16 @@ def check_rule_values(rule, config, params) -> None:
     chosen = []
     for seed in range(3):
         low, high = _bounds(m, seed)
-        given = _run(kind, rule, "choose", rule.choose, state, _rule_inputs(m, low, high, seed), params)[0]
+
+        def choose(low, high, seed=seed):
+            return _run(kind, rule, "choose", rule.choose, state, _rule_inputs(m, low, high, seed), params)[0]
+
+        given = choose(low, high)
         model = int(np.asarray(given))
         if not -1 <= model < m:
             _fail(kind, rule, "choose", f"returned model {model}; a run has models 0..{m - 1} (-1: pull nothing)")
         if not rule.needs_interval:
-            _check_blind(kind, rule, "choose", lambda low, high: _run(
-                kind, rule, "choose", rule.choose, state, _rule_inputs(m, low, high, seed), params)[0], low, high)
+            _check_blind(kind, rule, "choose", choose, low, high, given=given)
         chosen.append(model)
     for seed, model in enumerate(chosen):
         low, high = _bounds(m, seed)
