@@ -6,6 +6,7 @@ Every scorer here records the cells whose scores it *returned* (``returned``): a
 paid for twice. Failed attempts are paid for too, but never returned scores, so they are counted apart.
 """
 import errno
+import re
 import threading
 import time
 
@@ -232,8 +233,12 @@ def test_the_command_line_after_a_keyboard_interrupt_in_the_scorer(tmp_path, mon
 
     assert cli.main(argv) == 0
     line = capsys.readouterr().out.split("\n")[0]
-    # the others in flight were logged as paid; the interrupted call's 16 cells are asked again
-    assert "48 cells paid for before are told from the log; 16 cells paid for whose calls never came back" in line, line
+    # The others in flight (at most 3 batches of 16) were logged as paid, those that had returned but
+    # were not told yet told from the log now (how many had been told before the interrupt depends on
+    # the threads' timing); the interrupted call's 16 cells are asked again.
+    told = re.search(r"([\d,]+) cells paid for before are told from the log; 16 cells paid for whose calls never "
+                     r"came back", line)
+    assert told and int(told.group(1).replace(",", "")) in (0, 16, 32, 48), line
     assert not [r for r in log_records(tmp_path / "run.db") if r["type"] == "paid"]
     returned = [c for k, c in enumerate(kiscore.CALLS) if k != 8]
     cells = [(m, i) for m, ids in returned for i in ids]
