@@ -125,15 +125,21 @@ def _frames_of_instructions(text: str) -> dict:
 
 def part_of(op: str, stack: list) -> str:
     """The part an operation named ``op`` belongs to, from its stack (innermost first)."""
+    def refit_part():
+        if "gather" in op:
+            return "refit: V-row gather"
+        if op.startswith("dot") or "dot" in op.split(".")[0].split("_"):
+            return "refit: contractions"
+        return "refit: residual, sigmoid, scatter, Adam"
+
     for file, function in stack:
         if file == "factorization.py" and function in _DENSE:
             return "dense sums (F, Phi)"
-        if file == "factorization.py":
-            if "gather" in op:
-                return "refit: V-row gather"
-            if op.startswith("dot") or "dot" in op.split(".")[0].split("_"):
-                return "refit: contractions"
-            return "refit: residual, sigmoid, scatter, Adam"
+        if file in ("factorization.py", "refit_by_model.py"):
+            return refit_part()
+    # Inside the one-repetition-at-a-time loop XLA keeps only the outer frames: the kernel's _refit.
+    if any(function == "_refit" for _, function in stack):
+        return refit_part()
     if any(function in ("init", "_init", "initial_draws") for _, function in stack):
         return "init"
     return "step"
@@ -167,7 +173,7 @@ def child(spec: dict) -> dict:
     frames = _functions(text)
     where = _frames_of_instructions(text)
     data = jax.profiler.ProfileData.from_file(sorted(glob.glob(f"{trace}/**/*.xplane.pb", recursive=True))[-1])
-    totals = collections.Counter()
+    totals, by_op = collections.Counter(), collections.Counter()
     for plane in data.planes:
         for line in plane.lines:
             for event in line.events:
@@ -175,9 +181,12 @@ def child(spec: dict) -> dict:
                 op = stats.get("hlo_op")
                 if op is None or stats.get("hlo_module") != "jit_batched" or op.split(".")[0] in _CONTAINERS:
                     continue
-                totals[part_of(op, _stack(frames, where.get(op, -1)))] += event.duration_ns / 1e9
+                stack = _stack(frames, where.get(op, -1))
+                totals[part_of(op, stack)] += event.duration_ns / 1e9
+                by_op[(op, part_of(op, stack), " < ".join(f for _, f in stack[:4]))] += event.duration_ns / 1e9
+    top = [{"op": op, "part": part, "stack": stack, "seconds": sec} for (op, part, stack), sec in by_op.most_common(12)]
     return {"method": spec["method"], "wall_run_s": wall, "compile_and_first_run_s": first.seconds,
-            "parts_s": {p: totals.get(p, 0.0) for p in PARTS}}
+            "parts_s": {p: totals.get(p, 0.0) for p in PARTS}, "top_operations": top}
 
 
 def table(rows: list) -> str:

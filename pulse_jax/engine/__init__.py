@@ -11,6 +11,8 @@ Reading order, one module each:
   bandit pull: ``stop_status`` (everything the stopping rule decides), ``ask`` (choose, refit when
   due, draw) and ``tell`` (observe); the concurrent loop and the live selector call ``stop_status``,
   ``ask`` and ``tell`` separately, on the same kernel;
+* `refit` -- the refit of ``U`` a step takes when due (and ``init`` once): on a CPU one repetition
+  and a few whole models at a time, while their cells are in cache;
 * `drivers` -- `make_run` (the whole run for one PRNG key) and
   `make_batched_run` (a batch that stops computing once every repetition has stopped);
 * `concurrent` -- `make_concurrent_run`: a batch of runs with ``config.concurrency`` batches in
@@ -45,7 +47,8 @@ from pulse_jax.engine.config import (INTERVALS, BanditConfig, Plugins, check_com
                                      log_chunk_slots, plugins_of, refit_due, refit_period, refits_periodically,
                                      resolve_params, traced_params)
 from pulse_jax.engine.drivers import EPISODE_AXES, STOP_BLOCK_STEPS, bind, make_batched_run, make_run
-from pulse_jax.engine.kernel import (Asked, Batch, Choice, InFlight, Kernel, Start, Static, Status, adam_refit,
+from pulse_jax.engine.refit import adam_refit
+from pulse_jax.engine.kernel import (Asked, Batch, Choice, InFlight, Kernel, Start, Static, Status,
                                     build_kernel, room)
 from pulse_jax.engine.concurrent_run import event_schedule, make_concurrent_run, n_events
 from pulse_jax.engine.state import (BanditState, Episode, PullLog, RunResult, StepInfo, StepRecord, Told, draw_keys,

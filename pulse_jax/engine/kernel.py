@@ -13,19 +13,18 @@ from typing import Callable, NamedTuple
 
 import jax
 import jax.numpy as jnp
-import optax
 
 from pulse_jax.engine.bookkeeping import (Certificate, Snapshots, current_estimates, half_widths, interval_bounds,
                                           record_certificate)
 from pulse_jax.engine.config import BanditConfig, Plugins, log_chunk_slots, plugins_of, refit_due
 from pulse_jax.engine.params import RunParams
+from pulse_jax.engine.refit import adam_refit, periodic_numbers, refit, refit_numbers
 from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepInfo, Told, cells_cost, draw_keys,
                                     initial_draws, observed_blocks)
 from pulse_jax.estimators.base import Estimator, Ledger, Pull, draw_design
 from pulse_jax.rules.base import RuleInputs
 from pulse_jax.stats import confidence, factorization
 from pulse_jax.stats import without_replacement as sampling
-from pulse_jax.stats.factorization import FitSettings
 from pulse_jax.stats.ties import BEST, random_argmax, tie_uniform
 from pulse_jax.stopping.base import StopInputs, no_claim
 
@@ -123,41 +122,6 @@ def _where_tree(pred, new, old):
     return jax.tree_util.tree_map(lambda a, b: jnp.where(pred, a, b), new, old)
 
 
-def adam_refit(epochs: int, learning_rate, l2, shrink=0.0, row_prior=None) -> FitSettings:
-    """The bandit's refit schedule: ``epochs`` (static) Adam steps; rate, L2 weight and the prior's
-    weight (``BanditParams.refit_prior``) may be traced; ``row_prior`` is the episode's
-    `pulse_jax.stats.factorization.RowPrior` (None: the candidates' own mean row)."""
-    return FitSettings(epochs, l2, optax.adam(learning_rate), shrink, row_prior)
-
-
-def _periodic_refit(config: BanditConfig, params: RunParams, episode: Episode) -> FitSettings:
-    return adam_refit(config.refit_epochs, params.refit_lr, params.refit_l2, params.refit_prior, episode.row_prior)
-
-
-def _refit(episode: Episode, state: BanditState, settings: FitSettings, with_log: bool = True,
-           filled: factorization.FilledPrefix | None = None, carry: bool = False) -> BanditState:
-    """Refit U on every observed cell (V frozen, warm start); recompute F and Phi.
-
-    ``F_i``/``Phi_i`` (sums of predictions and their squares over model i's
-    unobserved cells) come from one pass over the dense predictions that leaves out
-    the cells ``state.observed`` marks (the missing ones among them).
-    ``with_log=False`` fits the initial batches alone; ``filled`` visits only the
-    log's used slots (see `pulse_jax.stats.factorization.FilledPrefix`); ``carry``
-    continues the optimizer run in ``state.refit_state`` (`BanditConfig.carry_refit_state`).
-    """
-    blocks = observed_blocks(episode, state, with_log)
-    filled = filled if len(blocks) > 1 else None
-    n = episode.scores.shape[1]
-    if carry:
-        U, refit_state = factorization.continue_refit_on_blocks(state.U, state.refit_state, episode.V, blocks, n,
-                                                                settings, filled=filled)
-        state = state._replace(refit_state=refit_state)
-    else:
-        U = factorization.refit_rows_on_blocks(state.U, episode.V, blocks, n, settings, filled=filled)
-    pred_sum, pred_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing, state.observed)
-    return state._replace(U=U, ledger=state.ledger._replace(pred_sum=pred_sum, pred_sq_sum=pred_sq_sum))
-
-
 def _log_inv_alpha(s: Static, params: RunParams):
     """The ``(lower, upper)`` levels of the confidence sequences (`confidence.cs_levels`)."""
     return confidence.cs_levels(params.delta, s.config.n_models, s.plugins.estimator.n_sequences,
@@ -215,11 +179,11 @@ def _init(s: Static, key, scores, V, params: RunParams, start: Start) -> tuple[E
     state = _first_state(s, first, observed, population, U, params)
     state = state._replace(cost=_model_cost(cost, missing, population))
     if estimator.uses_predictions:
-        settings = adam_refit(config.init_refit_epochs, params.init_refit_lr, params.init_refit_l2,
-                              params.refit_prior, episode.row_prior)
-        state = _refit(episode, state, settings, with_log=False)     # nothing is in the log yet
+        numbers = refit_numbers(params.init_refit_lr, params.init_refit_l2, params.refit_prior, episode.row_prior)
+        state = refit(episode, state, config.init_refit_epochs, numbers, with_log=False)   # the log is empty
         if config.carry_refit_state:   # the periodic refits' one Adam run starts at the fitted U
-            state = state._replace(refit_state=_periodic_refit(config, params, episode).optimizer.init(state.U))
+            periodic = adam_refit(config.refit_epochs, *periodic_numbers(params, episode))
+            state = state._replace(refit_state=periodic.optimizer.init(state.U))
     state = state._replace(estimator=estimator.init(state.ledger, params.estimator))
     state = state._replace(best=_recommend(s, episode, state, params, 0))
     return episode, record_certificate(config, estimator, state, params)
@@ -381,7 +345,7 @@ def _refit_step(s: Static, episode: Episode, state: BanditState, params: RunPara
 
     def refit_if_live(state):
         filled = None if t is None else factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config))
-        new = _refit(episode, state, _periodic_refit(config, params, episode), filled=filled,
+        new = refit(episode, state, config.refit_epochs, periodic_numbers(params, episode), filled=filled,
                      carry=config.carry_refit_state)
         new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.ledger, config.n_examples,
                                                                params.estimator))

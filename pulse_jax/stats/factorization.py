@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+from jax.custom_batching import custom_vmap
 
 from pulse_jax.errors import require
 from pulse_jax.stats.seeds import seed_key
@@ -223,14 +224,48 @@ class FilledPrefix(NamedTuple):
     chunk: int
 
 
-#: Bytes of gathered ``V`` rows (per repetition) that a refit visits at a time on a CPU. Gathering
-#: the rows of every observed cell once per refit makes an array of ``|Omega| r`` floats (186 MB per
-#: repetition at 464,000 cells, rank 100) that every epoch reads twice from memory; gathered a chunk
-#: at a time from ``V`` (which stays in cache) and used at once, the rows never leave the cache.
-#: Full-scale PULSE on 2 cores (35 repetitions a batch): 1.22 s per repetition in chunks, 2.03 s gathering
-#: whole groups. Accelerators gather
-#: whole groups once per refit (``None``): there a chunk loop would cost kernel launches.
+#: Bytes of gathered ``V`` rows that a refit visits at a time on a CPU. Gathering the rows of every
+#: observed cell once per refit makes an array of ``|Omega| r`` floats (186 MB per repetition at
+#: 464,000 cells, rank 100) that every epoch reads twice from memory; gathered a chunk at a time from
+#: ``V`` (which stays in cache) and used at once, the rows never leave the cache. The budget is one
+#: repetition's: on a CPU the kernel refits the repetitions of a vmapped run one at a time
+#: (`one_repetition_at_a_time`), and where the rows decouple it takes every epoch of a chunk's models
+#: before moving on (`pulse_jax.stats.refit_by_model`). Accelerators gather whole groups once per
+#: refit (``None``): there a chunk loop would cost kernel launches.
 CPU_CHUNK_BYTES = 128 * 1024
+
+
+def one_repetition_at_a_time(fn):
+    """``fn`` (a function of array pytrees) that, under ``vmap``, runs its batch one member after
+    another (``lax.map``) instead of as one batched program; called unbatched it is ``fn``.
+
+    Why, on a CPU: a refit is ``epochs`` passes over the same observed cells. Batched over R
+    repetitions each pass is an op over R times the cells, so what one op writes has left the
+    caches before the next reads it; one repetition at a time, a repetition's cells and ``V`` are
+    still in cache for its next pass, and the batched program's per-op parallelism (about 1.35 of
+    2 cores) bought less than that loses. Measured on 2 cores, one refit of 100 repetitions as in
+    ``accelerator_report.py --quick``: 751 ms batched, 535 ms one at a time
+    (``benchmarks/speed/refit_chunks.py``). Each member's arithmetic is unchanged, so results are
+    the batched program's up to float summation order. Arguments the batch does not vary are
+    shared, not copied per member; nested ``vmap`` nests the loops.
+    """
+    wrapped = custom_vmap(fn)
+
+    @wrapped.def_vmap
+    def _batched(axis_size, in_batched, *args):
+        del axis_size
+        leaves, treedef = jax.tree_util.tree_flatten(args)
+        flags = jax.tree_util.tree_leaves(list(in_batched))
+        varying = [leaf for leaf, flag in zip(leaves, flags) if flag]
+
+        def member(xs):
+            xs = iter(xs)
+            return wrapped(*treedef.unflatten([next(xs) if flag else leaf for leaf, flag in zip(leaves, flags)]))
+
+        out = jax.lax.map(member, varying)
+        return out, jax.tree_util.tree_map(lambda _: True, out)
+
+    return wrapped
 
 
 def chunk_bytes(platform: str | None = None) -> int | None:

@@ -1,0 +1,138 @@
+"""On a CPU a vmapped run refits its repetitions one at a time (`factorization.one_repetition_at_a_time`):
+the same numbers as the batched refit, gathers whose size does not grow with the repetitions, and the
+kernel's run really taking that path."""
+import jax
+import jax.numpy as jnp
+import numpy as np
+from test_engine import _blocks_problem
+
+from pulse_jax import engine
+from pulse_jax.engine.drivers import make_run
+from pulse_jax.stats import factorization
+
+M, N, R_, L, K = 6, 40, 3, 4, 12
+
+
+def _refit(U, V, first, log, used, lr):
+    settings = engine.adam_refit(15, lr, 0.01)
+    return factorization.refit_rows_on_blocks(U, V, (first, log), N, settings,
+                                              filled=factorization.FilledPrefix(used, 4))
+
+
+def _batched_problem(reps):
+    """``reps`` repetitions of `_blocks_problem` sharing ``V`` (as a simulation's repetitions do)."""
+    problems = [_blocks_problem(20 + k, M, N, R_, L, K) for k in range(reps)]
+    V = problems[0][1]
+    stack = lambda *xs: jax.tree_util.tree_map(lambda *a: jnp.stack(a), *xs)   # noqa: E731
+    return V, stack(*(p[2] for p in problems)), stack(*(p[3] for p in problems)), stack(*(p[4] for p in problems))
+
+
+def test_one_at_a_time_equals_the_batched_refit_at_several_repetition_counts():
+    """Per repetition the arithmetic is the batched refit's: 15 Adam steps in float32 agree to 2e-5
+    (summation order only; a wrong member, a shared argument copied wrongly or a mixed-up ``used``
+    would differ by the size of an Adam step, 0.1). Covers 1 and 3 repetitions, a ``used`` that
+    varies across the batch and one that does not, and a nested vmap (2 points x 3 repetitions) with
+    a learning rate that varies across points, as a sweep has."""
+    sequential = factorization.one_repetition_at_a_time(_refit)
+    for reps in (1, 3):
+        V, U, first, log = _batched_problem(reps)
+        for used, axis in ((jnp.int32(9), None), (jnp.arange(reps, dtype=jnp.int32) + 7, 0)):
+            axes = (0, None, 0, 0, axis, None)
+            want = jax.jit(jax.vmap(_refit, axes))(U, V, first, log, used, 0.1)
+            got = jax.jit(jax.vmap(sequential, axes))(U, V, first, log, used, 0.1)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+    V, U, first, log = _batched_problem(3)
+    rates = jnp.asarray([0.05, 0.2], jnp.float32)
+    inner = (0, None, 0, 0, None, None)
+    nest = lambda f: jax.jit(jax.vmap(jax.vmap(f, inner), (None, None, None, None, None, 0)))  # noqa: E731
+    want = nest(_refit)(U, V, first, log, jnp.int32(9), rates)
+    got = nest(sequential)(U, V, first, log, jnp.int32(9), rates)
+    assert got.shape == (2, 3, M, R_)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+    assert float(jnp.max(jnp.abs(got[0] - got[1]))) > 1e-3      # the rate reached each point
+
+
+def _jaxprs(jaxpr):
+    """``jaxpr`` and every jaxpr nested in its equations (loop bodies, branches, calls)."""
+    yield jaxpr
+    for eqn in jaxpr.eqns:
+        for value in eqn.params.values():
+            for inner in value if isinstance(value, (tuple, list)) else (value,):
+                inner = getattr(inner, "jaxpr", inner)
+                if isinstance(inner, jax.extend.core.Jaxpr):
+                    yield from _jaxprs(inner)
+
+
+def _v_row_gathers(reps):
+    """Output sizes of the gathers from ``V`` (``(n, r)``) inside a loop of ``reps`` iterations in the
+    jaxpr of ``reps`` vmapped PULSE runs on the small problem."""
+    from pulse_jax.engine import op_count
+
+    bandit, _, params, scores, V = op_count._problem("pulse", {})
+    run = jax.vmap(make_run(bandit, "pulse"), (0, None, None, None))
+    closed = jax.make_jaxpr(run)(jax.random.split(jax.random.PRNGKey(0), reps), scores, V, params)
+    in_loops = []
+    for jaxpr in _jaxprs(closed.jaxpr):
+        for eqn in jaxpr.eqns:
+            if eqn.primitive.name == "scan" and eqn.params["length"] == reps:
+                in_loops += [e.outvars[0].aval.size for j in _jaxprs(eqn.params["jaxpr"].jaxpr) for e in j.eqns
+                             if e.primitive.name == "gather" and e.invars[0].aval.shape == V.shape]
+    return in_loops
+
+
+def test_the_refits_gathers_do_not_grow_with_the_repetitions():
+    """In a vmapped run on a CPU the refit's ``V``-row gathers sit in a loop over the repetitions, each
+    the size of one repetition's chunk: the same sizes at 2 and at 8 repetitions. Batched, they would
+    hold R chunks at once (R x 128 KiB per chunk at R = 100: out of the core's cache before the
+    second contraction reads it back)."""
+    two, eight = _v_row_gathers(2), _v_row_gathers(8)
+    assert two and sorted(set(two)) == sorted(set(eight))
+
+
+def _by_model_problem(seed):
+    """Six models, initial blocks two log blocks wide (each is split in two), a log of 12 blocks with
+    each model twice (4 blocks per model in all), then 4 empty slots holding out-of-range scores."""
+    rng, V, U0, _, log = _blocks_problem(seed, M, N, R_, L, 16)
+    first = factorization.CellBlocks(jnp.arange(M, dtype=jnp.int32), jnp.asarray(rng.integers(0, N, (M, 2 * L)), jnp.int32),
+                                     jnp.asarray(rng.random((M, 2 * L)), jnp.float32), jnp.ones((M, 2 * L), bool))
+    rows = jnp.asarray(np.r_[rng.permutation(M), rng.permutation(M), np.zeros(4, int)], jnp.int32)
+    valid = log.valid.at[12:].set(False)
+    log = log._replace(rows=rows, valid=valid, scores=jnp.where(valid, log.scores, 5.0))
+    return V, U0, (first, log)
+
+
+def test_the_refit_by_model_equals_the_full_batch_refit(monkeypatch):
+    """Every epoch done a few whole models at a time (chunks of 4 blocks: one model each; of 9: two)
+    ends where the full-batch refit does: 15 Adam steps agree to 2e-5 in float32 (summation order
+    only; a row stepped with another's cells, a model split across chunks or an empty slot's score
+    would move rows by about an Adam step, 0.1). With a `RowPrior` (which pulls each row on its own)
+    too."""
+    from pulse_jax.stats import refit_by_model
+
+    V, U0, blocks = _by_model_problem(3)
+    prior = factorization.RowPrior(jnp.full(R_, 0.3), jnp.eye(R_) * 2.0)
+    for settings in (engine.adam_refit(15, 0.1, 0.01), engine.adam_refit(15, 0.1, 0.01, 4.0, prior)):
+        want = factorization.refit_rows_on_blocks(U0, V, blocks, N, settings)
+        for cap in (4, 9, 40):
+            monkeypatch.setattr(refit_by_model, "capacity", lambda *a, cap=cap: cap)
+            got = jax.jit(lambda u: refit_by_model.refit_rows_by_model(u, V, blocks, N, settings))(U0)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+            got = jax.jit(lambda u: refit_by_model.refit_rows_in_cache(u, V, blocks, N, settings))(U0)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+
+
+def test_the_refit_in_cache_takes_the_full_batch_refit_where_rows_couple_or_a_model_overflows(monkeypatch):
+    """A prior towards the rows' own mean couples every row, and a model with more blocks than a chunk
+    holds cannot be stepped in one chunk: there `refit_rows_in_cache` gives the full-batch refit, where
+    the refit by model (run anyway to show the difference) ends elsewhere."""
+    from pulse_jax.stats import refit_by_model
+
+    V, U0, blocks = _by_model_problem(4)
+    coupled = engine.adam_refit(15, 0.1, 0.01, 40.0)
+    for settings, cap in ((coupled, 9), (engine.adam_refit(15, 0.1, 0.01), 3)):
+        monkeypatch.setattr(refit_by_model, "capacity", lambda *a, cap=cap: cap)
+        want = factorization.refit_rows_on_blocks(U0, V, blocks, N, settings)
+        got = jax.jit(lambda u: refit_by_model.refit_rows_in_cache(u, V, blocks, N, settings))(U0)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+        apart = jax.jit(lambda u: refit_by_model.refit_rows_by_model(u, V, blocks, N, settings))(U0)
+        assert float(jnp.max(jnp.abs(apart - want))) > 1e-3
