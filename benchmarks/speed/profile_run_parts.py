@@ -41,7 +41,7 @@ import common  # noqa: E402
 HERE = Path(__file__).resolve().parent
 PARTS = ("refit: V-row gather", "refit: contractions", "refit: residual, sigmoid, scatter, Adam",
          "dense sums (F, Phi)", "init", "step")
-_CONTAINERS = ("while", "conditional", "call")
+_CONTAINERS = ("while", "conditional", "cond", "call")
 _DENSE = {"prediction_row_sums", "rows_sums", "one_block", "part_of", "_sum_and_sum_of_squares", "predict",
           "_logits"}
 
@@ -137,8 +137,8 @@ def part_of(op: str, stack: list) -> str:
             return "dense sums (F, Phi)"
         if file in ("factorization.py", "refit_by_model.py"):
             return refit_part()
-    # Inside the one-repetition-at-a-time loop XLA keeps only the outer frames: the kernel's _refit.
-    if any(function == "_refit" for _, function in stack):
+    # Inside the one-repetition-at-a-time loop XLA keeps only the outer frames: engine/refit.py's.
+    if any(file == "refit.py" for file, _ in stack):
         return refit_part()
     if any(function in ("init", "_init", "initial_draws") for _, function in stack):
         return "init"
