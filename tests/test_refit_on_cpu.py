@@ -90,49 +90,50 @@ def test_the_refits_gathers_do_not_grow_with_the_repetitions():
 
 
 def _by_model_problem(seed):
-    """Six models, initial blocks two log blocks wide (each is split in two), a log of 12 blocks with
-    each model twice (4 blocks per model in all), then 4 empty slots holding out-of-range scores."""
+    """Six models, initial blocks two log blocks wide (each is split in two), a log of 12 blocks (one
+    model three times, one once, the others twice: 5, 3 and 4 blocks per model in all), then 4 empty
+    slots holding out-of-range scores."""
     rng, V, U0, _, log = _blocks_problem(seed, M, N, R_, L, 16)
     first = factorization.CellBlocks(jnp.arange(M, dtype=jnp.int32), jnp.asarray(rng.integers(0, N, (M, 2 * L)), jnp.int32),
                                      jnp.asarray(rng.random((M, 2 * L)), jnp.float32), jnp.ones((M, 2 * L), bool))
-    rows = jnp.asarray(np.r_[rng.permutation(M), rng.permutation(M), np.zeros(4, int)], jnp.int32)
+    second = rng.permutation(M)
+    rows = jnp.asarray(np.r_[rng.permutation(M), second[:5], second[0], np.zeros(4, int)], jnp.int32)
     valid = log.valid.at[12:].set(False)
     log = log._replace(rows=rows, valid=valid, scores=jnp.where(valid, log.scores, 5.0))
     return V, U0, (first, log)
 
 
 def test_the_refit_by_model_equals_the_full_batch_refit(monkeypatch):
-    """Every epoch done a few whole models at a time (chunks of 4 blocks: one model each; of 9: two)
-    ends where the full-batch refit does: 15 Adam steps agree to 2e-5 in float32 (summation order
-    only; a row stepped with another's cells, a model split across chunks or an empty slot's score
-    would move rows by about an Adam step, 0.1). With a `RowPrior` (which pulls each row on its own)
-    too."""
+    """Every epoch done a few whole models at a time, and the models with more blocks than a chunk
+    holds streamed on their own blocks, ends where the full-batch refit does: 15 Adam steps agree to
+    2e-5 in float32 (summation order only; a row stepped with another's cells, a model split across
+    chunks, a block visited twice or an empty slot's score would move rows by about an Adam step,
+    0.1). Chunks of 3 blocks (all but one model, with 4 or 5, streamed: 21 blocks), 4 (one model
+    streamed), 9 and 40; the streamed pieces 2 or 3 blocks long (a last piece part empty). With a `RowPrior` (which pulls
+    each row on its own) too."""
     from pulse_jax.stats import refit_by_model
 
     V, U0, blocks = _by_model_problem(3)
     prior = factorization.RowPrior(jnp.full(R_, 0.3), jnp.eye(R_) * 2.0)
     for settings in (engine.adam_refit(15, 0.1, 0.01), engine.adam_refit(15, 0.1, 0.01, 4.0, prior)):
         want = factorization.refit_rows_on_blocks(U0, V, blocks, N, settings)
-        for cap in (4, 9, 40):
+        for cap, size in ((3, 2), (3, 3), (4, 2), (9, 3), (40, 2)):
             monkeypatch.setattr(refit_by_model, "capacity", lambda *a, cap=cap: cap)
-            got = jax.jit(lambda u: refit_by_model.refit_rows_by_model(u, V, blocks, N, settings))(U0)
-            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
-            got = jax.jit(lambda u: refit_by_model.refit_rows_in_cache(u, V, blocks, N, settings))(U0)
-            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+            monkeypatch.setattr(refit_by_model, "piece", lambda *a, size=size: size)
+            for refit in (refit_by_model.refit_rows_by_model, refit_by_model.refit_rows_in_cache):
+                got = jax.jit(lambda u, refit=refit: refit(u, V, blocks, N, settings))(U0)
+                np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
 
 
-def test_the_refit_in_cache_takes_the_full_batch_refit_where_rows_couple_or_a_model_overflows(monkeypatch):
-    """A prior towards the rows' own mean couples every row, and a model with more blocks than a chunk
-    holds cannot be stepped in one chunk: there `refit_rows_in_cache` gives the full-batch refit, where
-    the refit by model (run anyway to show the difference) ends elsewhere."""
+def test_the_refit_in_cache_takes_the_full_batch_refit_where_the_rows_couple():
+    """A prior towards the rows' own mean couples every row: there `refit_rows_in_cache` gives the
+    full-batch refit, where the refit by model (run anyway to show the difference) ends elsewhere."""
     from pulse_jax.stats import refit_by_model
 
     V, U0, blocks = _by_model_problem(4)
     coupled = engine.adam_refit(15, 0.1, 0.01, 40.0)
-    for settings, cap in ((coupled, 9), (engine.adam_refit(15, 0.1, 0.01), 3)):
-        monkeypatch.setattr(refit_by_model, "capacity", lambda *a, cap=cap: cap)
-        want = factorization.refit_rows_on_blocks(U0, V, blocks, N, settings)
-        got = jax.jit(lambda u: refit_by_model.refit_rows_in_cache(u, V, blocks, N, settings))(U0)
-        np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
-        apart = jax.jit(lambda u: refit_by_model.refit_rows_by_model(u, V, blocks, N, settings))(U0)
-        assert float(jnp.max(jnp.abs(apart - want))) > 1e-3
+    want = factorization.refit_rows_on_blocks(U0, V, blocks, N, coupled)
+    got = jax.jit(lambda u: refit_by_model.refit_rows_in_cache(u, V, blocks, N, coupled))(U0)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+    apart = jax.jit(lambda u: refit_by_model.refit_rows_by_model(u, V, blocks, N, coupled))(U0)
+    assert float(jnp.max(jnp.abs(apart - want))) > 1e-3

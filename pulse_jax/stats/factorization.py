@@ -244,7 +244,7 @@ def one_repetition_at_a_time(fn):
     caches before the next reads it; one repetition at a time, a repetition's cells and ``V`` are
     still in cache for its next pass, and the batched program's per-op parallelism (about 1.35 of
     2 cores) bought less than that loses. Measured on 2 cores, one refit of 100 repetitions as in
-    ``accelerator_report.py --quick``: 833 ms batched, 542 ms one at a time, 339 ms one at a time
+    ``accelerator_report.py --quick``: 658 ms batched, 420 ms one at a time, 259 ms one at a time
     and a few whole models at a time (`pulse_jax.stats.refit_by_model`;
     ``benchmarks/speed/refit_chunks.py``). Each member's arithmetic is unchanged, so results are
     the batched program's up to float summation order. Arguments the batch does not vary are
