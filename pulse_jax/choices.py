@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
+from pulse_jax import registry
 from pulse_jax.errors import PulseInputError, note, require
 
 Spell = Callable[[str], str]
@@ -33,25 +34,37 @@ def at_most(value, name: str, high: int = LARGEST_COUNT) -> None:
 
 
 def plugin(kind: str, value, where: str):
-    """A sampling or stopping rule (or estimator): the plug-in itself, a registered name, or
-    ``module:attribute``, resolved before any computation."""
-    from pulse_jax import registry
-
+    """A sampling or stopping rule (or estimator) as chosen: a built-in's name gives its
+    `pulse_jax.registry.BuiltIn` (what it declares; the engine builds it, `pulse_jax.registry.resolve`),
+    so a command is checked without importing JAX; ``module:attribute`` is imported and a plug-in
+    given is kept."""
+    if isinstance(value, registry.BuiltIn) and value.kind == kind:
+        return value
     if isinstance(value, str) and ":" not in value:
         value = value.lower().replace("-", "_")
+        builtin = registry.builtin(kind, value)
+        if builtin is None:
+            raise registry.unknown_name(kind, value, where)
+        return builtin
     return registry.resolve(kind, value, where)
 
 
-def methods(text: str, where: str = "--method") -> dict:
-    """Comma-separated estimators (names or ``module:attribute``) as ``{name: Estimator}``."""
-    from pulse_jax import registry
+def same_plugin(kind: str, chosen, built) -> bool:
+    """``chosen`` (as `plugin` gives it) is the plug-in ``built`` (as a run built it)."""
+    if isinstance(chosen, registry.BuiltIn):
+        chosen = registry.resolve(kind, chosen)
+    return chosen is built
 
+
+def methods(text: str, where: str = "--method") -> dict:
+    """Comma-separated estimators (names or ``module:attribute``) as ``{name: estimator}``, each as
+    `plugin` gives it (a built-in's `pulse_jax.registry.BuiltIn`)."""
     items = [m.strip() for m in text.split(",") if m.strip()]
     require(items, f"{where}: no method given")
     out = {}
     for item in items:
         key = item if ":" in item else item.lower().replace("-", "")
-        estimator = registry.estimator(key, where)
+        estimator = plugin("estimator", key, where)
         require(estimator.name not in out, f"{where}: {estimator.name!r} given twice")
         out[estimator.name] = estimator
     return out
@@ -64,6 +77,10 @@ def methods(text: str, where: str = "--method") -> dict:
 DEFAULT_METHOD, DEFAULT_RULE, DEFAULT_BOUNDS, DEFAULT_SEQUENCE = "pulse_hedged", "top_two_interval", "certification", \
     "betting"
 DEFAULT_DELTA = 0.05
+#: Batches in flight by default (`pulse_jax.live.run`, ``select``, ``select_best``): on the built-in
+#: example in ``select``'s configuration, 16 pay 1.03x the cells of one at a time in simulation and,
+#: against a scorer that takes 50 ms a call, finish 9.6x sooner (docs/benchmarks/concurrency.md).
+CONCURRENCY = 16
 
 
 def default_method(has_history: bool) -> str:
@@ -90,17 +107,14 @@ def certificate_rule(stop, spell: Spell, certificate: str | None = None):
     stopping rule declares: a claim about cost (``uses_cost``) samples by ``focus``, a claim resting on the
     upper bounds of k models, 1 < k < every model (``upper_models``: a top-k set), by ``lucb_top_k(k)``. ``certificate``: how the caller
     named the claim (`certificate_words`), for the note."""
-    from pulse_jax.rules import focus, lucb_top_k
-    from pulse_jax.stopping.base import EVERY_MODEL
-
     if stop is None:
         return None, ()
     said = certificate or f"{spell('stop')} {stop.name}"
     if stop.uses_cost:
-        return focus(), (f"{said} samples by focus (the widest interval per unit of cost among the models the "
+        return registry.BUILT_INS["sampling rule"]["focus"], (f"{said} samples by focus (the widest interval per unit of cost among the models the "
                          f"certificate waits on); give {spell('rule')} to choose another",)
-    if 1 < stop.upper_models < EVERY_MODEL:      # a claim about a set of k models (its declared capability)
-        rule = lucb_top_k(stop.upper_models)
+    if 1 < stop.upper_models < registry.EVERY_MODEL:      # a claim about a set of k models (its declared capability)
+        rule = registry.builtin_lucb_top_k(stop.upper_models)
         return rule, (f"{said} samples by {rule.name} (the set's weakest member against the best outsider); give "
                       f"{spell('rule')} to choose another",)
     return None, ()
@@ -150,8 +164,6 @@ def certificate(given: Mapping[str, float | int | None], stop, spell: Spell):
     """``(stop, numbers)`` of the certificate shorthands ``epsilon`` / ``top_k`` / ``tie_group`` /
     ``cheapest`` / ``front`` (at most one given); ``(None, {})`` without them. ``stop``: the stopping rule
     also given (refused beside one)."""
-    from pulse_jax import stopping
-
     chosen = [(name, value) for name, value in given.items() if value is not None]
     if not chosen:
         return None, {}
@@ -161,11 +173,11 @@ def certificate(given: Mapping[str, float | int | None], stop, spell: Spell):
     if name in EPSILON_CERTIFICATES:
         require(isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1,
                 f"{spell(name)} must be in [0, 1), got {value!r}")
-        return getattr(stopping, EPSILON_CERTIFICATES[name])(), {"stop.epsilon": float(value)}
+        return registry.BUILT_INS["stopping rule"][EPSILON_CERTIFICATES[name]], {"stop.epsilon": float(value)}
     require(isinstance(value, int) and value >= 1, f"{spell(name)} must be a whole number >= 1, got {value}")
     if name == "top_k":
-        return stopping.top_k(value), {}
-    return stopping.tie_group(), {"stop.size": float(value)}
+        return registry.builtin_top_k(value), {}
+    return registry.BUILT_INS["stopping rule"]["tie_group"], {"stop.size": float(value)}
 
 
 #: The certificates whose number is ``stop.epsilon``: choice -> stopping rule.
@@ -262,8 +274,13 @@ def base_numbers(delta: float, bounds: str, exploration: float | None, spell: Sp
 
 def cs_grid(sequence: str, spell: Spell) -> int:
     """``BanditConfig.cs_grid`` of a sequence name: betting on `BETTING_GRID` bets, or Bernstein (0)."""
+    check_sequence(sequence, spell)
     from pulse_jax.stats.confidence import BETTING_GRID
 
+    return BETTING_GRID if sequence == "betting" else 0
+
+
+def check_sequence(sequence: str, spell: Spell) -> None:
+    """A confidence sequence's name: ``bernstein`` or ``betting``."""
     require(sequence in ("bernstein", "betting"), f"{spell('sequence')} must be 'bernstein' or 'betting', "
                                                   f"got {sequence!r}")
-    return BETTING_GRID if sequence == "betting" else 0

@@ -16,16 +16,18 @@ import importlib
 import math
 import sys
 import types
-from typing import Callable, NamedTuple, Protocol
+from typing import Any, Callable, NamedTuple, Protocol
 
-import chex
 
+
+# This module imports no JAX (the command line checks a command's plug-ins and numbers before it
+# imports JAX), so the pytree aliases below are ``Any`` where ``chex.ArrayTree`` would be spelt.
 #: An estimator's, a rule's own state: any pytree of arrays (``()`` for none).
-State = chex.ArrayTree
+State = Any
 #: An estimator's per-step record: any pytree of scalars (``()`` for none).
-Info = chex.ArrayTree
+Info = Any
 #: A plug-in's own traced numbers: the pytree its ``params`` field declares, with the run's values.
-Params = chex.ArrayTree
+Params = Any
 
 
 class RunShape(Protocol):

@@ -13,19 +13,187 @@ the CLI takes one, it also takes
 Nothing else in the package looks at a plug-in's name: behaviour follows
 the plug-in's declared capabilities (``uses_predictions``,
 ``has_interval``, ``needs_interval``).
+
+The built-ins as declared (`BUILT_INS`): each one's name, factory, capabilities and numbers (the
+params classes below, which the plug-ins' own modules import from here), readable without importing
+JAX. A mistaken command should be refused in one line before anything heavy loads (importing JAX
+costs about a CPU-second, tens on a busy machine, and every built-in's module imports it), so the
+checks a command makes before it runs (a method's name, whether it uses predictions or has an
+interval, a ``--param`` path and its range, what a certificate's claim rests on) read a `BuiltIn`;
+wherever a plug-in is taken a `BuiltIn` is taken too, and `resolve` builds it (`build`).
+``tests/test_registry_builtins.py`` checks every entry against the plug-in its factory builds, so the
+two cannot drift. This module imports no JAX until a plug-in is built or one of the user's imported.
 """
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import sys
-from typing import Callable, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
-from pulse_jax.errors import PulseInputError
+from pulse_jax.errors import PulseInputError, require
 from pulse_jax.fileio.jsonable import plain_value
-from pulse_jax.estimators import base as estimators
-from pulse_jax.rules import base as rules
-from pulse_jax.stopping import base as stopping
+from pulse_jax.protocols import Range
+
+#: What a stopping rule's claim rests on when it is every model's upper bound (a cost front).
+EVERY_MODEL = 1 << 30
+
+
+class PulseParams(NamedTuple):
+    """PULSE's number: ``fixed_lambda`` in [0, 1] holds lambda there (an ablation; swept as
+    ``estimator.fixed_lambda``); NaN (default) uses the estimator's own lambda rule."""
+
+    fixed_lambda: float = math.nan
+
+    RANGES = {"fixed_lambda": Range(0.0, 1.0, low_closed=True, high_closed=True, nan=True)}
+
+
+class IndexParams(NamedTuple):
+    """The index rule's number: ``exploration``, the ``a`` of ``mu_hat_i + sqrt(a / N_i)`` (paper: 1)."""
+
+    exploration: float = 1.0
+
+    RANGES = {"exploration": Range(0.0, math.inf, low_closed=True)}
+
+
+class TopTwoParams(NamedTuple):
+    """Top-Two's numbers: the leader's share ``beta`` and the fallback index rule's ``exploration``."""
+
+    leader_fraction: float = 0.5
+    exploration: float = 1.0
+
+    RANGES = {"leader_fraction": Range(0.0, 1.0), "exploration": Range(0.0, math.inf, low_closed=True)}
+
+
+class EpsilonParams(NamedTuple):
+    """The epsilon-good rule's number: how far below the best mean the claimed model may be."""
+
+    epsilon: float = 0.01
+
+    RANGES = {"epsilon": Range(0.0, 1.0, low_closed=True)}
+
+
+class TieGroupParams(NamedTuple):
+    """Stop once the leader's group has at most ``size`` models."""
+
+    size: float = 1.0
+
+    RANGES = {"size": Range(1.0, float("inf"), low_closed=True)}
+
+
+class BuiltIn(NamedTuple):
+    """A built-in plug-in as declared: its kind, name, factory (``"module:function"``, called with
+    ``args``), capabilities and numbers (``params``), without its functions. The capabilities are the
+    plug-in's fields of the same names (a kind's fields only: an estimator's ``needs_interval`` is
+    False here and absent there)."""
+
+    kind: str
+    name: str
+    factory: str
+    args: tuple = ()
+    params: Any = ()
+    uses_predictions: bool = False
+    has_interval: bool = False
+    needs_interval: bool = False
+    upper_models: int = EVERY_MODEL
+    uses_cost: bool = False
+
+
+def _estimator(name, factory, **fields):
+    return BuiltIn("estimator", name, "pulse_jax.estimators." + factory, **fields)
+
+
+def _rule(name, factory, **fields):
+    return BuiltIn("sampling rule", name, "pulse_jax.rules." + factory, **fields)
+
+
+def _stop(name, factory, **fields):
+    return BuiltIn("stopping rule", name, "pulse_jax.stopping." + factory, **fields)
+
+
+#: Every kind's built-ins by the name they are chosen by, in the order error messages list them.
+BUILT_INS = {
+    "estimator": {
+        "ucbe": _estimator("ucbe", "ucbe:ucbe", has_interval=True),
+        "pulse": _estimator("pulse", "pulse:pulse", params=PulseParams(), uses_predictions=True, has_interval=True),
+        "pulse_certify": _estimator("pulse_certify", "pulse:pulse_certify", params=PulseParams(),
+                                    uses_predictions=True, has_interval=True),
+        "pulse_hedged": _estimator("pulse_hedged", "pulse:pulse_hedged", params=PulseParams(), uses_predictions=True,
+                                   has_interval=True),
+        "pulse_adaptive": _estimator("pulse_adaptive", "adaptive:pulse_adaptive", uses_predictions=True,
+                                     has_interval=True),
+        "naive": _estimator("naive", "naive:naive_pooling", uses_predictions=True),
+    },
+    "sampling rule": {
+        "ucbe": _rule("ucbe", "ucb_index:ucb_index_rule", params=IndexParams()),
+        "lucb": _rule("lucb", "lucb:lucb", params=IndexParams(), needs_interval=True),
+        "top_two": _rule("top_two", "top_two:top_two", params=TopTwoParams()),
+        "top_two_interval": _rule("top_two", "top_two:top_two", args=(0.5, "interval"), params=TopTwoParams(),
+                                  needs_interval=True),
+        "successive_halving": _rule("successive_halving", "successive_halving:successive_halving"),
+        "focus": _rule("focus", "focus:focus", params=IndexParams(), needs_interval=True),
+    },
+    "stopping rule": {
+        "budget": _stop("budget", "budget:spend_budget", upper_models=1),
+        "certified": _stop("certified", "certified:when_certified", needs_interval=True, upper_models=1),
+        "epsilon_good": _stop("epsilon_good", "epsilon_good:epsilon_good", params=EpsilonParams(), needs_interval=True,
+                             upper_models=1),
+        "top_k": _stop("top_k", "top_k:top_k", needs_interval=True, upper_models=3),   # top_k() is for 3 models
+        "tie_group": _stop("tie_group", "tie_group:tie_group", params=TieGroupParams(), needs_interval=True,
+                          upper_models=1),
+        "cheapest_within": _stop("cheapest_within", "cost:cheapest_within", params=EpsilonParams(),
+                                 needs_interval=True, upper_models=EVERY_MODEL, uses_cost=True),
+        "cost_front": _stop("cost_front", "cost:cost_front", params=EpsilonParams(), needs_interval=True,
+                            upper_models=EVERY_MODEL, uses_cost=True),
+    },
+}
+
+#: Other spellings of the built-ins' names.
+ALIASES = {"ucb": "ucbe", "naive_pooling": "naive", "toptwo": "top_two", "halving": "successive_halving",
+           "sh": "successive_halving", "epsilon": "epsilon_good",
+           "topk": "top_k", "tie_groups": "tie_group"}
+
+
+def builtin(kind: str, name: str) -> BuiltIn | None:
+    """The built-in of ``kind`` chosen by ``name`` (or an alias), None for any other name."""
+    return BUILT_INS[kind].get(ALIASES.get(name, name))
+
+
+def builtin_top_k(k: int) -> BuiltIn:
+    """The top-k certificate for ``k`` models (`pulse_jax.stopping.top_k`)."""
+    return BUILT_INS["stopping rule"]["top_k"]._replace(args=(k,), upper_models=k)
+
+
+def builtin_lucb_top_k(k: int) -> BuiltIn:
+    """LUCB for a set of ``k`` models (`pulse_jax.rules.lucb_top_k`)."""
+    return _rule(f"lucb_top_{k}", "lucb:lucb_top_k", args=(k,), params=IndexParams(), needs_interval=True)
+
+
+def unknown_name(kind: str, value: str, where: str) -> PulseInputError:
+    """The one-line refusal of a name that is neither a built-in nor ``module:attribute``."""
+    label = "method (estimator)" if kind == "estimator" else kind
+    return PulseInputError(f"{where}: unknown {label} {value!r}; choose one of {', '.join(BUILT_INS[kind])} "
+                           "or give 'package.module:attribute'")
+
+
+def build(described: BuiltIn):
+    """The plug-in ``described`` declares, built by its factory (which imports JAX)."""
+    module, _, function = described.factory.partition(":")
+    return getattr(importlib.import_module(module), function)(*described.args)
+
+
+def check_interval_needs(estimator, rule, stop) -> None:
+    """A rule or stopping rule that needs confidence bounds runs only with a method that has them
+    (each as declared: a `BuiltIn` or the plug-in)."""
+    if estimator.has_interval:
+        return
+    for kind, plugin in (("rule", rule), ("stop", stop)):
+        require(not plugin.needs_interval,
+                f"method {estimator.name!r} has no valid interval, so it cannot use {kind}={plugin.name!r} "
+                "(it needs the confidence bounds)")
+
+
 
 # The interfaces only: each built-in adds itself to its kind's ``BUILT_IN`` table when its module
 # loads, and a kind's ``built_ins()`` loads them the first time a name is resolved; importing the
@@ -46,16 +214,18 @@ class BuiltIns(Mapping):
         return len(self._load())
 
 
-ESTIMATORS = BuiltIns(estimators.built_ins)
-SAMPLING_RULES = BuiltIns(rules.built_ins)
-STOPPING_RULES = BuiltIns(stopping.built_ins)
-ALIASES = {"ucb": "ucbe", "naive_pooling": "naive", "toptwo": "top_two", "halving": "successive_halving",
-           "sh": "successive_halving", "epsilon": "epsilon_good",
-           "topk": "top_k", "tie_groups": "tie_group"}
+def _interface(package: str):
+    return importlib.import_module(f"pulse_jax.{package}.base")
 
-_KINDS = {"estimator": (estimators.built_ins, estimators.Estimator, "method"),
-          "sampling rule": (rules.built_ins, rules.SamplingRule, "rule"),
-          "stopping rule": (stopping.built_ins, stopping.StoppingRule, "stop")}
+
+ESTIMATORS = BuiltIns(lambda: _interface("estimators").built_ins())
+SAMPLING_RULES = BuiltIns(lambda: _interface("rules").built_ins())
+STOPPING_RULES = BuiltIns(lambda: _interface("stopping").built_ins())
+
+#: kind -> (interface package, plug-in class, the option that chooses it)
+_KINDS = {"estimator": ("estimators", "Estimator", "method"),
+          "sampling rule": ("rules", "SamplingRule", "rule"),
+          "stopping rule": ("stopping", "StoppingRule", "stop")}
 
 
 def import_user_module(module_name: str, where: str, spec: str | None = None):
@@ -95,26 +265,25 @@ def load_attribute(spec: str, where: str = "plug-in"):
 
 def resolve(kind: str, value, where: str | None = None):
     """The plug-in of ``kind`` named or given by ``value`` (see the module docstring)."""
-    load, cls, option = _KINDS[kind]
+    package, class_name, option = _KINDS[kind]
     where = where or option
-    table = load()
+    if isinstance(value, str) and ":" not in value:
+        value = builtin(kind, value) or value
+    if isinstance(value, BuiltIn) and value.kind == kind:
+        return build(value)
+    if isinstance(value, str) and ":" not in value:
+        raise unknown_name(kind, value, where)
+    cls = getattr(_interface(package), class_name)
     if isinstance(value, cls):
         return value
     if isinstance(value, str):
-        name = ALIASES.get(value, value)
-        if name in table:
-            return table[name]()
-        if ":" in value:
-            obj = load_attribute(value, where)
-            if callable(obj) and not isinstance(obj, cls):
-                obj = _call_factory(obj, value, where, kind)
-            if isinstance(obj, cls):
-                return obj
-            raise PulseInputError(f"{where}: {value!r} is {_a(type(obj).__name__)}, not {_a(kind)} "
-                                  f"(pulse_jax.{cls.__module__.split('.', 1)[1]}.{cls.__name__})")
-        label = "method (estimator)" if kind == "estimator" else kind
-        raise PulseInputError(f"{where}: unknown {label} {value!r}; choose one of {', '.join(table)} "
-                              "or give 'package.module:attribute'")
+        obj = load_attribute(value, where)
+        if callable(obj) and not isinstance(obj, cls):
+            obj = _call_factory(obj, value, where, kind)
+        if isinstance(obj, cls):
+            return obj
+        raise PulseInputError(f"{where}: {value!r} is {_a(type(obj).__name__)}, not {_a(kind)} "
+                              f"(pulse_jax.{package}.{cls.__name__})")
     raise PulseInputError(f"{where} must be {_a(kind)} ({cls.__name__}) or its name, got {type(value).__name__}")
 
 
@@ -142,20 +311,25 @@ def _a(noun: str) -> str:
     return f"{'an' if noun[:1].lower() in 'aeiou' else 'a'} {noun}"
 
 
-def estimator(value, where: str | None = None) -> estimators.Estimator:
+def estimator(value, where: str | None = None):
+    """The `pulse_jax.Estimator` named or given by ``value``."""
     return resolve("estimator", value, where)
 
 
-def sampling_rule(value, where: str | None = None) -> rules.SamplingRule:
+def sampling_rule(value, where: str | None = None):
+    """The `pulse_jax.rules.SamplingRule` named or given by ``value``."""
     return resolve("sampling rule", value, where)
 
 
-def stopping_rule(value, where: str | None = None) -> stopping.StoppingRule:
+def stopping_rule(value, where: str | None = None):
+    """The `pulse_jax.stopping.StoppingRule` named or given by ``value``."""
     return resolve("stopping rule", value, where)
 
 
 def describe(plugin) -> dict:
     """A plug-in's identity for logs and results: its name and its settings."""
+    if isinstance(plugin, BuiltIn):
+        plugin = build(plugin)
     settings = {k: plain_value(v) for k, v in getattr(plugin, "settings", ())}
     return {"name": plugin.name, "settings": settings}
 

@@ -8,6 +8,9 @@ each rank compiles once. The 1-SE rule (Friedman, Hastie & Tibshirani 2010)
 keeps the simplest setting whose mean held-out loss is within one standard
 error of the best: the lowest rank, then the strongest regularisation, then
 the fewest epochs.
+
+JAX is imported by the functions that fit (`cross_validate`, `load_hparams`), not with the module,
+so ``pulse-jax tune`` refuses a wrong grid (`check_grid`) before it loads JAX.
 """
 from __future__ import annotations
 
@@ -16,16 +19,15 @@ import itertools
 import json
 import math
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import jax
-import jax.numpy as jnp
 import numpy as np
-import optax
 
-from pulse_jax.stats import factorization
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.stats.factorization import FitSettings
 from pulse_jax.stats.seeds import seed_key
+
+if TYPE_CHECKING:
+    from pulse_jax.stats.factorization import FitSettings
 
 #: The most full-batch Adam steps a setting may take (the step counter is a 32-bit integer, and a
 #: million steps on the whole history is already hours).
@@ -37,23 +39,29 @@ DEFAULT_GRID = {"rank": (4, 8, 16, 32), "lam": (0.001, 0.01, 0.1), "lr": (0.05,)
 @functools.lru_cache(maxsize=8)
 def _fold_losses(rank: int, folds: int):
     """jit(vmap over folds) of fit-then-score, for one rank."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    from pulse_jax.stats import factorization
 
     def one_fold(key, scores, fit_mask, test_mask, setting):
         # setting = (lam, lr, epochs), traced: one compilation serves the whole grid of a rank.
         lam, lr, epochs = setting
-        U, V = factorization.fit(key, scores, fit_mask, rank, FitSettings(epochs, lam, optax.adam(lr)))
+        U, V = factorization.fit(key, scores, fit_mask, rank, factorization.FitSettings(epochs, lam, optax.adam(lr)))
         return factorization.masked_bce(U @ V.T, scores, test_mask) / jnp.maximum(jnp.sum(test_mask), 1)
 
     return jax.jit(jax.vmap(one_fold, in_axes=(None, None, 0, 0, None)))
 
 
-def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 0, progress=None) -> dict:
-    """Cross-validate the grid on ``train`` (NaN = missing); return the table and the 1-SE choice."""
+def check_grid(train, grid: dict | None = None, folds: int = 5) -> dict:
+    """The grid over `DEFAULT_GRID` (``grid``'s values in place of its defaults), every value and
+    ``folds`` checked against ``train`` (NaN = missing); a wrong one refused in one line."""
     grid = {**DEFAULT_GRID, **(grid or {})}
     train = np.asarray(train, np.float32)
     require(train.ndim == 2, f"train must be 2-D, got shape {train.shape}")
-    observed = ~np.isnan(train)
-    require(observed.sum() >= 2 * folds, f"train has {observed.sum()} observed cells; too few for {folds} folds")
+    observed = int(np.sum(~np.isnan(train)))
+    require(observed >= 2 * folds, f"train has {observed} observed cells; too few for {folds} folds")
     require(folds >= 2, f"folds must be >= 2, got {folds}")
     for rank in grid["rank"]:
         require(1 <= rank <= min(train.shape), f"grid rank {rank} is not allowed for a {train.shape} train matrix")
@@ -62,6 +70,16 @@ def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 
                             f"a whole number from 1 to {MAX_EPOCHS:,}")):
         for value in grid[name]:
             require(np.isfinite(value) and ok(value), f"grid {name} {value!r} is out of range; it must be {rule}")
+    return grid
+
+
+def cross_validate(train, grid: dict | None = None, folds: int = 5, seed: int = 0, progress=None) -> dict:
+    """Cross-validate the grid on ``train`` (NaN = missing); return the table and the 1-SE choice."""
+    import jax.numpy as jnp
+
+    grid = check_grid(train, grid, folds)
+    train = np.asarray(train, np.float32)
+    observed = ~np.isnan(train)
     fold_of = np.random.default_rng(seed).integers(0, folds, size=train.shape)
     test_masks = np.stack([observed & (fold_of == k) for k in range(folds)])
     fit_masks = observed[None] & ~test_masks
@@ -113,6 +131,8 @@ def load_hparams(path) -> tuple[int, FitSettings]:
         require(ok, f"{path}: {key} is {value!r}; it must be "
                     + ("a positive number" if low is None else f"{'a whole number' if kind is int else 'a number'} "
                                                                f">= {low:g}"))
+    from pulse_jax.stats import factorization
+
     return int(values["rank"]), factorization.adam_settings(int(values["epochs"]), float(values["lr"]),
                                                             float(values["lam"]))
 

@@ -243,9 +243,9 @@ def test_bounds_option_and_the_select_defaults(tmp_path, monkeypatch):
     # --sequence picks the confidence sequences' family (BanditConfig.cs_grid)
     bet = parse(["simulate", "--scores", "s.csv", "--out", "o", "--sequence", "betting"])
     bet.batch_size, bet.refit_every = 16, 10
-    assert sim.sequence == "bernstein" and cli.options.bandit_config(bet, 4, 100, 400).cs_grid == 1000
+    assert sim.sequence == "bernstein" and cli.options.bandit_config(bet, 4, 100, 400, cli.options.rule_and_stop(bet)).cs_grid == 1000
     bet.sequence = "bernstein"
-    assert cli.options.bandit_config(bet, 4, 100, 400).cs_grid == 0
+    assert cli.options.bandit_config(bet, 4, 100, 400, cli.options.rule_and_stop(bet)).cs_grid == 0
 
 
 @pytest.mark.parametrize("extra, needle", [

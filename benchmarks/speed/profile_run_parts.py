@@ -80,7 +80,9 @@ def _stack(frames: dict, frame_id: int) -> list:
     while frame_id in frames and frame_id not in seen:
         seen.add(frame_id)
         file, function, parent = frames[frame_id]
-        out.append((Path(file).name, function.split(".<locals>.")[-1]))
+        # optax's Adam runs only inside the refits; its frames are marked so `part_of` can say so
+        name = ("optax:" if "optax" in Path(file).parts else "") + Path(file).name
+        out.append((name, function.split(".<locals>.")[-1]))
         frame_id = parent
     return out
 
@@ -138,7 +140,7 @@ def part_of(op: str, stack: list) -> str:
         if file in ("factorization.py", "refit_by_model.py"):
             return refit_part()
     # Inside the one-repetition-at-a-time loop XLA keeps only the outer frames: engine/refit.py's.
-    if any(file == "refit.py" for file, _ in stack):
+    if any(file == "refit.py" or file.startswith("optax:") for file, _ in stack):
         return refit_part()
     if any(function in ("init", "_init", "initial_draws") for _, function in stack):
         return "init"
@@ -184,7 +186,7 @@ def child(spec: dict) -> dict:
                 stack = _stack(frames, where.get(op, -1))
                 totals[part_of(op, stack)] += event.duration_ns / 1e9
                 by_op[(op, part_of(op, stack), " < ".join(f for _, f in stack[:4]))] += event.duration_ns / 1e9
-    top = [{"op": op, "part": part, "stack": stack, "seconds": sec} for (op, part, stack), sec in by_op.most_common(12)]
+    top = [{"op": op, "part": part, "stack": stack, "seconds": sec} for (op, part, stack), sec in by_op.most_common(spec["top"])]
     return {"method": spec["method"], "wall_run_s": wall, "compile_and_first_run_s": first.seconds,
             "parts_s": {p: totals.get(p, 0.0) for p in PARTS}, "top_operations": top}
 
@@ -214,6 +216,7 @@ def main(argv=None) -> int:
     p.add_argument("--bandit-budget", type=int, default=40_000)
     p.add_argument("--reps", type=int, default=100)
     p.add_argument("--methods", default="ucbe,pulse")
+    p.add_argument("--top", type=int, default=12, help="how many of the costliest operations the JSON lists")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     if args.child:
@@ -224,7 +227,7 @@ def main(argv=None) -> int:
         with tempfile.TemporaryDirectory(prefix="pulse-dump-") as dump:
             spec = {"models": args.models, "examples": args.examples, "rank": args.rank, "batch": args.batch,
                     "bandit_budget": args.bandit_budget, "reps": args.reps, "refit_every": args.refit_every,
-                    "method": method, "dump": dump}
+                    "method": method, "dump": dump, "top": args.top}
             env = {**os.environ, "PULSE_JAX_CACHE": "off", "JAX_ENABLE_COMPILATION_CACHE": "false",
                    "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} --xla_dump_to={dump} --xla_dump_hlo_as_text",
                    "PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")])}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, uses_predictions
+from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, numbers_of, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, rule_and_stop, run_budget, uses_predictions
 from pulse_jax.cli.output import check_out_dir, finish, run_all
 
 
@@ -23,7 +23,6 @@ def add(sub) -> None:
 
 def run(args) -> None:
     from pulse_jax import synthetic
-    from pulse_jax.stats import factorization
 
     check_run_args(args)
     resolve_defaults(args, "built-in")
@@ -31,12 +30,17 @@ def run(args) -> None:
     methods = parse_methods(args.method, args)
     bench = synthetic.make_benchmark(seed=args.seed) if args.data == "builtin" else _real(args.data, args.seed)
     m, n = bench.scores.shape
-    config = bandit_config(args, m, n, default_budget=m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS)
-    check_param_options(args, [(e, config.rule, config.stop) for e in methods.values()])
+    rule, stop = rule_and_stop(args)
+    check_param_options(args, [(e, rule, stop) for e in methods.values()])
+    budget = run_budget(args, m, n, default_budget=m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS)
+    numbers_of(args)        # the numbers' own checks (range, one owner each), before JAX is imported
+    config = bandit_config(args, m, n, budget, (rule, stop))
     print(bench.description)
     print(f"budget {config.budget:,} cells ({config.init_cells:,} for initialization), batch {config.batch_size}, "
           f"refit every {config.refit_every} steps, {args.reps} repetitions per method")
     start = time.perf_counter()
+    from pulse_jax.stats import factorization   # JAX: imported once every option is checked
+
     V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
         if uses_predictions(methods) else None
     if args.chunk_size is None:  # a few chunks so the progress bar moves

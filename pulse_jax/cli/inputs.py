@@ -54,7 +54,6 @@ def load_embeddings(path, cand, n):
 
 def side_information(args, cand, n):
     """V from --embeddings, or fitted on --train (aligned to the candidates' examples)."""
-    from pulse_jax.stats import factorization
     from pulse_jax.fileio import data
 
     one_side_information(args)
@@ -62,6 +61,8 @@ def side_information(args, cand, n):
         return load_embeddings(args.embeddings, cand, n)
     train = data.align_train(cand, data.load(args.train))
     say_missing_history(train, "--train")
+    from pulse_jax.stats import factorization     # JAX, once the history is checked
+
     rank, settings = fit_rank(args, train.scores.shape), factorization.DEFAULT_STAGE0
     if getattr(args, "hparams", None):
         from pulse_jax import tuning

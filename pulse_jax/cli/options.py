@@ -257,9 +257,15 @@ def check_first_look(budget: int, models: int, args, where: str) -> None:
     choices.check_first_look(budget, models, args.batch_size, args.init_batches, where, choices.flag)
 
 
-def bandit_config(args, m: int, n: int, default_budget: int):
-    from pulse_jax.engine import BanditConfig
+def rule_and_stop(args) -> tuple:
+    """``(rule, stop)`` as chosen (`pulse_jax.choices.plugin`: checked, not yet built), a note said where
+    a certificate chooses the rule."""
+    return rule_option(args), certificate_of(args)[0] or plugin_option("stopping rule", args.stop, "--stop")
 
+
+def run_budget(args, m: int, n: int, default_budget: int) -> int:
+    """The run's budget in cells on an ``m x n`` matrix (``default_budget`` without ``--budget``), with
+    every option `bandit_config` reads checked (nothing here imports JAX)."""
     budget = args.budget if args.budget is not None else default_budget
     if budget > m * n:
         print(f"note: --budget {budget:,} is more than the matrix's {m * n:,} cells; using {m * n:,}")
@@ -270,11 +276,19 @@ def bandit_config(args, m: int, n: int, default_budget: int):
     check_certificate_size(args, m)
     concurrency = getattr(args, "concurrency", 1)
     require(1 <= concurrency <= 1024, f"--concurrency must be between 1 and 1024, got {concurrency}")
+    choices.check_sequence(args.sequence, choices.flag)
+    return budget
+
+
+def bandit_config(args, m: int, n: int, budget: int, rule_and_stop: tuple):
+    """The run's `pulse_jax.BanditConfig` (JAX is imported here) with `run_budget`'s ``budget`` and
+    ``rule_and_stop`` (`rule_and_stop`)."""
+    from pulse_jax.engine import BanditConfig
+
+    rule, stop = rule_and_stop
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
-                        init_batches=args.init_batches, refit_every=args.refit_every,
-                        rule=rule_option(args),
-                        stop=certificate_of(args)[0] or plugin_option("stopping rule", args.stop, "--stop"),
-                        cs_grid=cs_grid(args), concurrency=concurrency)
+                        init_batches=args.init_batches, refit_every=args.refit_every, rule=rule, stop=stop,
+                        cs_grid=cs_grid(args), concurrency=getattr(args, "concurrency", 1))
 
 
 def cs_grid(args) -> int:
@@ -342,6 +356,6 @@ def numbers_of(args, config=None, estimator=None) -> dict:
         given = {name: value for name, value in given.items() if choices.has_number(defaults, name)}
     out.update(given)
     stop, numbers = certificate_of(args)
-    if config is not None and stop is not None and config.stop is stop:
+    if config is not None and stop is not None and choices.same_plugin("stopping rule", stop, config.stop):
         out = choices.certificate_levels({**out, **numbers}, stop, config.n_models, choices.flag)
     return out

@@ -210,9 +210,7 @@ def check_concurrency(args) -> None:
     evals run one at a time (more is refused)."""
     harness = getattr(args, "inspect_task", None) or getattr(args, "lm_eval_task", None)
     if args.concurrency is None:
-        from pulse_jax.live import CONCURRENCY
-
-        args.concurrency = 1 if harness else CONCURRENCY
+        args.concurrency = 1 if harness else choices.CONCURRENCY
     require(not harness or args.concurrency == 1,
             f"--concurrency {args.concurrency}: an --inspect-task or --lm-eval-task scorer runs one eval at a "
             "time; leave --concurrency out (inside Inspect, select_best evaluates many samples at once)")

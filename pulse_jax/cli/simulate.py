@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pulse_jax.cli.inputs import check_side_information, costs_of, one_side_information, side_information
-from pulse_jax.cli.options import HelpFormatter, add_cost_option, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, uses_predictions
+from pulse_jax.cli.options import HelpFormatter, add_cost_option, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, numbers_of, rule_and_stop, run_budget, uses_predictions
 from pulse_jax.cli.output import check_out_dir, finish, hash_inputs, run_all, say_missing
 from pulse_jax.errors import require
 
@@ -34,8 +34,10 @@ def run(args) -> None:
     say_missing(cand)
     require(len(cand.models) >= 2, f"{cand.source}: need at least 2 candidate models, found {len(cand.models)}")
     m, n = cand.shape
-    config = bandit_config(args, m, n, default_budget=max(m * args.batch_size * args.init_batches, (m * n) // 4))
-    check_param_options(args, [(e, config.rule, config.stop) for e in methods.values()])
+    rule, stop = rule_and_stop(args)
+    check_param_options(args, [(e, rule, stop) for e in methods.values()])
+    budget = run_budget(args, m, n, default_budget=max(m * args.batch_size * args.init_batches, (m * n) // 4))
+    numbers_of(args)        # the numbers' own checks (range, one owner each), before JAX is imported
     V = None
     if not uses_predictions(methods) and (args.train or args.embeddings):
         check_side_information(args, cand, n)     # given but unused: still refuse a wrong one
@@ -44,8 +46,10 @@ def run(args) -> None:
         require(args.train or args.embeddings,
                 f"--method {users} needs side information: pass --train FILE or --embeddings FILE "
                 "(or use --method ucbe)")
-        V = side_information(args, cand, n)
     cost = costs_of(args, cand.models, cand.examples, cand.scores)
+    if uses_predictions(methods):
+        V = side_information(args, cand, n)       # fitted (JAX) once everything else is checked
+    config = bandit_config(args, m, n, budget, (rule, stop))
     results = run_all(cand.scores, V, config, methods, args, cand.models, cost=cost)
     finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples",
             inputs=inputs)

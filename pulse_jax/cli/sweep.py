@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from pulse_jax.cli.inputs import costs_of, one_side_information, side_information
-from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_cost_option, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, for_method, numbers_of, parse_methods, plugin_option, resolve_defaults
+from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_cost_option, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, for_method, numbers_of, parse_methods, plugin_option, resolve_defaults, rule_and_stop, run_budget
 from pulse_jax.cli.output import check_out_dir, hash_inputs, say_missing, say_ties, simulation_progress
 from pulse_jax.errors import require
 
@@ -36,8 +36,6 @@ def add(sub) -> None:
 
 
 def run(args) -> None:
-    from pulse_jax.sweeps import sweep
-
     check_run_args(args)
     require(0 < args.target < 1, f"--target must lie in (0, 1), got {args.target}")
     resolve_defaults(args, "built-in" if args.scores is None else "file")
@@ -51,7 +49,8 @@ def run(args) -> None:
     scores, names, title, default_budget, V, inputs, examples = _sweep_data(args, method, estimator)
     cost = costs_of(args, names, examples, scores)
     m, n = scores.shape
-    config = for_method(bandit_config(args, m, n, default_budget), estimator, alone=True)
+    config = for_method(bandit_config(args, m, n, run_budget(args, m, n, default_budget), rule_and_stop(args)), estimator,
+                        alone=True)
     points = int(np.prod([len(values) for values in grid.values()]))
     print(title)
     print(f"sweep of {method}: {points} points x {args.reps} repetitions = {points * args.reps:,} runs as one "
@@ -60,6 +59,8 @@ def run(args) -> None:
         print(f"pulse-jax: {points:,} points x {args.reps} repetitions = {points * args.reps:,} runs: this can take a "
               f"long time (Ctrl-C stops it); the table below shows the {SHOWN_ROWS} best points, sweep.csv holds "
               "every one", file=sys.stderr)
+    from pulse_jax.sweeps import sweep
+
     result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=numbers_of(args, config, estimator),
                    baseline=baseline, chunk_size=args.chunk_size, progress=simulation_progress(args, "sweep"),
                    model_names=names, cost=cost)
@@ -111,7 +112,6 @@ def _sweep_grid(args, plugins) -> tuple[dict, dict | None]:
 def _sweep_data(args, method, estimator):
     """``(scores, model names, title, default budget, V, input files, example ids)`` of a sweep."""
     from pulse_jax import synthetic
-    from pulse_jax.stats import factorization
     from pulse_jax.fileio import data
 
     one_side_information(args)
@@ -121,6 +121,8 @@ def _sweep_data(args, method, estimator):
                                                      "brings its own train split)")
         bench = synthetic.make_benchmark(seed=args.seed)
         m = bench.scores.shape[0]
+        from pulse_jax.stats import factorization
+
         V = factorization.fit_example_embeddings(bench.train, rank=args.rank, seed=args.seed) \
             if estimator.uses_predictions else None
         default_budget = m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS

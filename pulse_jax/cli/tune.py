@@ -30,7 +30,7 @@ def add(sub) -> None:
 
 
 def run(args) -> None:
-    from pulse_jax import tuning
+    from pulse_jax import tuning      # imports JAX only to fit, after `tuning.check_grid`
     from pulse_jax.fileio import data
 
     from pulse_jax.stats.seeds import check_seed
@@ -51,6 +51,7 @@ def run(args) -> None:
               f"{','.join(map(str, kept))} are tried", file=sys.stderr)
         grid["rank"] = kept
 
+    tuning.check_grid(train.scores, grid, args.folds)
     lines = None if getattr(args, "quiet", False) or sys.stderr.isatty() else Lines()
 
     def progress(done, total):

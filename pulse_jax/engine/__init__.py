@@ -42,22 +42,23 @@ so UCB-E, PULSE and Naive-Pooling with the same key see the same initial
 batches, and the same k-th batch of a model whenever both pull it k times.
 """
 
-from pulse_jax.engine.bookkeeping import Certificate, Snapshots
-from pulse_jax.engine.config import (INTERVALS, BanditConfig, Plugins, check_compatible, check_levels, get_estimator,
-                                     log_chunk_slots, plugins_of, refit_due, refit_period, refits_periodically,
-                                     resolve_params, traced_params)
-from pulse_jax.engine.drivers import EPISODE_AXES, STOP_BLOCK_STEPS, bind, make_batched_run, make_run
-from pulse_jax.engine.refit import adam_refit
-from pulse_jax.engine.kernel import (Asked, Batch, Choice, InFlight, Kernel, Start, Static, Status,
-                                    build_kernel, room)
-from pulse_jax.engine.concurrent_run import event_schedule, make_concurrent_run, n_events
-from pulse_jax.engine.state import (BanditState, Episode, PullLog, RunResult, StepInfo, StepRecord, Told, draw_keys,
-                                    initial_draws, observed_blocks)
-from pulse_jax.engine.run_trace import Trace
+from pulse_jax.protocols import lazy
 
-__all__ = ["Asked", "BanditConfig", "BanditState", "Batch", "Certificate", "Choice", "EPISODE_AXES", "Episode", "INTERVALS",
-           "InFlight", "Kernel", "Plugins", "PullLog", "RunResult", "STOP_BLOCK_STEPS", "Snapshots", "Start", "Static", "Status",
-           "StepInfo", "StepRecord", "Told", "Trace", "adam_refit", "bind", "build_kernel", "check_compatible", "check_levels", "draw_keys",
-           "event_schedule", "get_estimator", "initial_draws", "log_chunk_slots", "make_batched_run", "make_concurrent_run", "make_run",
-           "n_events", "observed_blocks",
-           "plugins_of", "refit_due", "refit_period", "refits_periodically", "resolve_params", "room", "traced_params"]
+# Names load on first use: importing the package (or `pulse_jax.engine.params`, which a command's
+# checks read) imports no JAX.
+_EXPORTS = {
+    "pulse_jax.engine.bookkeeping": ["Certificate", "Snapshots"],
+    "pulse_jax.engine.config": ["INTERVALS", "BanditConfig", "Plugins", "check_compatible", "check_levels", "get_estimator",
+                                "log_chunk_slots", "plugins_of", "refit_due", "refit_period", "refits_periodically",
+                                "resolve_params", "traced_params"],
+    "pulse_jax.engine.drivers": ["EPISODE_AXES", "STOP_BLOCK_STEPS", "bind", "make_batched_run", "make_run"],
+    "pulse_jax.engine.refit": ["adam_refit"],
+    "pulse_jax.engine.kernel": ["Asked", "Batch", "Choice", "InFlight", "Kernel", "Start", "Static", "Status", "build_kernel",
+                                "room"],
+    "pulse_jax.engine.concurrent_run": ["event_schedule", "make_concurrent_run", "n_events"],
+    "pulse_jax.engine.state": ["BanditState", "Episode", "PullLog", "RunResult", "StepInfo", "StepRecord", "Told",
+                               "draw_keys", "initial_draws", "observed_blocks"],
+    "pulse_jax.engine.run_trace": ["Trace"],
+}
+
+__getattr__, __dir__, __all__ = lazy(globals(), _EXPORTS)

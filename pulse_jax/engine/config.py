@@ -259,14 +259,10 @@ def traced_params(plugins: Plugins, params) -> RunParams:
 def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
     """Refuse, in one line, a plug-in that breaks its contract on this run's shapes
     (`pulse_jax.engine.conformance.check_plugins`), or a rule or stopping rule that needs an interval
-    the method does not have."""
+    the method does not have. ``estimator``: the plug-in, its name or its `pulse_jax.registry.BuiltIn`."""
+    estimator = get_estimator(estimator)
     conformance.check_plugins(config, estimator)
-    if estimator.has_interval:
-        return
-    for kind, plugin in (("rule", config.rule), ("stop", config.stop)):
-        require(not plugin.needs_interval,
-                f"method {estimator.name!r} has no valid interval, so it cannot use {kind}={plugin.name!r} "
-                "(it needs the confidence bounds)")
+    registry.check_interval_needs(estimator, config.rule, config.stop)
 
 
 def check_levels(config: BanditConfig, plugins: Plugins, params: RunParams, where: str = "params") -> None:

@@ -20,10 +20,7 @@ naming the path.
 from __future__ import annotations
 
 import math
-from typing import Mapping, NamedTuple, Union
-
-import jax
-import jax.numpy as jnp
+from typing import Any, Mapping, NamedTuple, Union
 
 from pulse_jax.fileio.jsonable import plain_number
 from pulse_jax.errors import PulseInputError, require
@@ -31,7 +28,7 @@ from pulse_jax.protocols import Range
 
 
 #: A number of a run: a float on the host, a (possibly stacked) array inside the compiled program.
-Number = Union[float, jax.Array]
+Number = Union[float, Any]   # a float, or a JAX array once traced
 
 
 class BanditParams(NamedTuple):
@@ -81,10 +78,18 @@ class BanditParams(NamedTuple):
 
     def as_arrays(self) -> "BanditParams":
         """Every number as a float32 array (what the compiled program takes)."""
-        return jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), self)
+        return _as_float32_arrays(self)
 
     def to_dict(self) -> dict:
         return {k: plain_number(getattr(self, k)) for k in NUMBER_FIELDS}
+
+
+def _as_float32_arrays(tree):
+    # JAX is imported here, not with the module: a command's numbers are checked before it loads.
+    import jax
+    import jax.numpy as jnp
+
+    return jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), tree)
 
 
 #: The engine's numbers, in `BanditParams`' order.
@@ -174,7 +179,7 @@ class RunParams(NamedTuple):
 
     def as_arrays(self) -> "RunParams":
         """Every number as a float32 array (what the compiled program takes)."""
-        return jax.tree_util.tree_map(lambda v: jnp.asarray(v, jnp.float32), self)
+        return _as_float32_arrays(self)
 
     def paths(self) -> tuple[str, ...]:
         """Every number's path, ``part.field``."""

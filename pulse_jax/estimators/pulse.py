@@ -3,7 +3,6 @@ proxies and the certification variants `pulse_certify` and `pulse_hedged`."""
 from __future__ import annotations
 
 import functools
-import math
 from typing import Callable, NamedTuple
 
 import chex
@@ -12,22 +11,13 @@ import jax.numpy as jnp
 from pulse_jax.stats import confidence
 from pulse_jax.errors import require
 from pulse_jax.estimators.base import BUILT_IN, Estimator, Ledger, observed_mean, populations, raw_proxies
-from pulse_jax.protocols import Range
+from pulse_jax.registry import PulseParams   # PULSE's number, declared where a command is checked
 
 
 class PulseInfo(NamedTuple):
     """What PULSE reports about one pull."""
 
     lam: chex.Array   # the lambda the pull used (NaN for a step without a pull)
-
-
-class PulseParams(NamedTuple):
-    """PULSE's number: ``fixed_lambda`` in [0, 1] holds lambda there (an ablation; swept as
-    ``estimator.fixed_lambda``); NaN (default) uses the estimator's own lambda rule."""
-
-    fixed_lambda: float = math.nan
-
-    RANGES = {"fixed_lambda": Range(0.0, 1.0, low_closed=True, high_closed=True, nan=True)}
 
 
 class PulseState(NamedTuple):

@@ -7,14 +7,18 @@ The pieces live in their own modules; this one gathers them:
 * `pulse_jax.live.journal`: the durable log (an SQLite database) and its verified replay;
 * `Report` (`pulse_jax.live.report`): ranking, confidence sequences, separation.
 """
-from pulse_jax.live.journal import LOG_VERSION
-from pulse_jax.live.report import Report
-from pulse_jax.live.runner import CallTimeout, EvaluationError, Interrupted, run
-from pulse_jax.live.compiled import draw_order
-from pulse_jax.live.ledger import LogWriteError
-from pulse_jax.live.plan import Plan
-from pulse_jax.live.request import Request
-from pulse_jax.live.selector import CONCURRENCY, Selector
+from pulse_jax.protocols import lazy
 
-__all__ = ["Selector", "Plan", "Request", "Report", "run", "EvaluationError", "Interrupted", "LogWriteError", "LOG_VERSION",
-           "draw_order", "CONCURRENCY", "CallTimeout"]
+# Names load on first use: a command's checks read `pulse_jax.live.plan` before JAX is imported.
+_EXPORTS = {
+    "pulse_jax.live.journal": ["LOG_VERSION"],
+    "pulse_jax.live.report": ["Report"],
+    "pulse_jax.live.runner": ["CallTimeout", "EvaluationError", "Interrupted", "run"],
+    "pulse_jax.live.compiled": ["draw_order"],
+    "pulse_jax.live.ledger": ["LogWriteError"],
+    "pulse_jax.live.plan": ["Plan"],
+    "pulse_jax.live.request": ["Request"],
+    "pulse_jax.live.selector": ["CONCURRENCY", "Selector"],
+}
+
+__getattr__, __dir__, __all__ = lazy(globals(), _EXPORTS)

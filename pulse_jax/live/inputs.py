@@ -7,7 +7,7 @@ from typing import Mapping
 
 import numpy as np
 
-from pulse_jax import choices, engine
+from pulse_jax import choices, engine, registry
 from pulse_jax.errors import note, require
 
 
@@ -58,7 +58,7 @@ def plugins_of(method, rule, stop, has_history: bool):
         rule, notes = choices.default_rule(estimator, stop, choices.keyword)
         for text in notes:
             note(text)
-    return estimator, rule, stop
+    return estimator, registry.sampling_rule(rule, "rule"), registry.stopping_rule(stop, "stop")
 
 
 def check_cost(cost, models, stop):

@@ -28,7 +28,7 @@ from typing import Callable, Mapping, Sequence
 
 import numpy as np
 
-from pulse_jax import choices
+from pulse_jax import choices, registry
 from pulse_jax.choices import DEFAULT_BOUNDS, DEFAULT_DELTA, DEFAULT_METHOD, DEFAULT_SEQUENCE
 from pulse_jax.errors import PulseInputError, note, require
 from pulse_jax.live import money, side_information
@@ -117,7 +117,7 @@ class Plan:
         params = self.param.items() if isinstance(self.param, Mapping) else self.param
         set_("param", tuple(choices.param_values(params, self._shorthands_given(), spell).items()))
         self.numbers_of_shorthands()       # bounds, delta, exploration: checked
-        choices.cs_grid(self.sequence, spell)
+        choices.check_sequence(self.sequence, spell)
         self.certificate()                 # one certificate, not beside a stopping rule
         require(self.cheapest is None and self.front is None or self.price or self.cost_per_call is not None,
                 f"{spell('cheapest' if self.cheapest is not None else 'front')} ranks the models by price: give "
@@ -183,6 +183,7 @@ class Plan:
         if resolved is None:
             resolved = self._resolve_plugins()
             spell = self.spell
+            registry.check_interval_needs(*resolved)
             choices.check_param_paths(dict(self.param), [resolved], spell)   # each --param path names a number
             require(self.train is None or not resolved[0].uses_predictions or Path(self.train).is_file(),
                     f"{spell('train')} {self.train}: no such file"

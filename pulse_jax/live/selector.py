@@ -58,11 +58,7 @@ from pulse_jax.live import side_information
 from pulse_jax.stats import confidence, factorization
 from pulse_jax.stats.seeds import check_seed, seed_key
 
-
-#: Batches in flight by default (`pulse_jax.live.run`, ``select``, ``select_best``): on the built-in
-#: example in ``select``'s configuration, 16 pay 1.03x the cells of one at a time in simulation and,
-#: against a scorer that takes 50 ms a call, finish 9.6x sooner (docs/benchmarks/concurrency.md).
-CONCURRENCY = 16
+CONCURRENCY = choices.CONCURRENCY
 
 
 class Selector:

@@ -13,7 +13,6 @@ import numpy as np
 from pulse_jax.errors import PulseInputError, require
 from pulse_jax.fileio import files
 from pulse_jax.live import log_schema
-from pulse_jax.stats import factorization
 
 
 def save_atomically(path: Path, array) -> None:
@@ -83,6 +82,8 @@ def embeddings(estimator, example_ids, given: Given, log_path: Path | None, resu
         train = np.asarray(train, np.float32)
         require(train.ndim == 2 and train.shape[1] == n,
                 f"train must have one column per example ({n}), got shape {train.shape}")
+        from pulse_jax.stats import factorization   # JAX, once the plan's checks are done
+
         V = factorization.fit_example_embeddings(train, rank=rank, seed=seed)
     V = np.asarray(V, np.float32)
     require(V.ndim == 2 and V.shape[0] == n and np.isfinite(V).all(),

@@ -34,15 +34,13 @@ so the rule plugs into every estimator.
 from __future__ import annotations
 
 import functools
-import math
-from typing import NamedTuple
 
 import jax.numpy as jnp
 
 from pulse_jax.rules.base import BUILT_IN, SamplingRule
 from pulse_jax.rules.ucb_index import choose_by_index
 from pulse_jax.stats.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
-from pulse_jax.protocols import Range
+from pulse_jax.registry import TopTwoParams   # the rule's numbers, declared where a command is checked
 
 
 def transportation_cost(estimates, n_obs, leader):
@@ -100,15 +98,6 @@ CHALLENGERS = ("transportation", "interval", "interval_symmetric")
 COSTS = {"interval": interval_cost, "interval_symmetric": symmetric_interval_cost}
 
 
-class TopTwoParams(NamedTuple):
-    """Top-Two's numbers: the leader's share ``beta`` and the fallback index rule's ``exploration``."""
-
-    leader_fraction: float = 0.5
-    exploration: float = 1.0
-
-    RANGES = {"leader_fraction": Range(0.0, 1.0), "exploration": Range(0.0, math.inf, low_closed=True)}
-
-
 @functools.cache
 def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") -> SamplingRule:
     """Top-Two with a fixed leader fraction ``beta`` in (0, 1) (0.5: the usual choice) and the
@@ -143,4 +132,4 @@ def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") ->
 
 
 BUILT_IN["top_two"] = top_two
-BUILT_IN["top_two_interval"] = functools.partial(top_two, challenger="interval")
+BUILT_IN["top_two_interval"] = functools.partial(top_two, 0.5, "interval")   # as `pulse_jax.registry.BUILT_INS` builds it

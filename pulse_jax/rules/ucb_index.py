@@ -7,20 +7,10 @@ It is the default rule of every method.
 from __future__ import annotations
 
 import functools
-import math
-from typing import NamedTuple
 
 from pulse_jax.rules.base import BUILT_IN, SamplingRule, ucb_index
 from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform
-from pulse_jax.protocols import Range
-
-
-class IndexParams(NamedTuple):
-    """The index rule's number: ``exploration``, the ``a`` of ``mu_hat_i + sqrt(a / N_i)`` (paper: 1)."""
-
-    exploration: float = 1.0
-
-    RANGES = {"exploration": Range(0.0, math.inf, low_closed=True)}
+from pulse_jax.registry import IndexParams   # the rule's number, declared where a command is checked
 
 
 def choose_by_index(state, inputs, params):

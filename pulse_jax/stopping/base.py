@@ -55,6 +55,7 @@ import chex
 import jax.numpy as jnp
 import numpy as np
 
+from pulse_jax import registry
 from pulse_jax.protocols import import_all
 from pulse_jax.protocols import Params
 
@@ -85,7 +86,7 @@ class StopInputs(NamedTuple):
 
 
 #: ``upper_models`` of a claim that rests on every model's upper bound (any number >= the models).
-EVERY_MODEL = 1 << 30
+EVERY_MODEL = registry.EVERY_MODEL
 
 
 def no_claim(inputs: StopInputs, params) -> chex.Array:

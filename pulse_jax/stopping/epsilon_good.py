@@ -15,20 +15,11 @@ example of both models; epsilon-good stops once their difference no longer matte
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import jax.numpy as jnp
 
 from pulse_jax.stopping.base import BUILT_IN, TIE_TOLERANCE, StoppingRule, others_max
-from pulse_jax.protocols import Range
-
-
-class EpsilonParams(NamedTuple):
-    """The epsilon-good rule's number: how far below the best mean the claimed model may be."""
-
-    epsilon: float = 0.01
-
-    RANGES = {"epsilon": Range(0.0, 1.0, low_closed=True)}
+from pulse_jax.registry import EpsilonParams   # the rule's number, declared where a command is checked
 
 
 def _margins(inputs, params):

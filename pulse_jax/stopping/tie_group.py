@@ -18,21 +18,12 @@ show both.
 from __future__ import annotations
 
 import functools
-from typing import NamedTuple
 
 import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax.stopping.base import BUILT_IN, TIE_TOLERANCE, StoppingRule
-from pulse_jax.protocols import Range
-
-
-class TieGroupParams(NamedTuple):
-    """Stop once the leader's group has at most ``size`` models."""
-
-    size: float = 1.0
-
-    RANGES = {"size": Range(1.0, float("inf"), low_closed=True)}
+from pulse_jax.registry import TieGroupParams   # the rule's number, declared where a command is checked
 
 
 def leader_group(inputs) -> jnp.ndarray:
