@@ -127,3 +127,14 @@ def test_the_structure_check_finds_a_circle_and_a_private_name():
     edges, private = structure.imports(trees)
     assert structure.cycles(edges) == [["pulse_jax.a", "pulse_jax.b"]]
     assert private == [("pulse_jax.a", "pulse_jax.b", "_hidden")]
+
+
+def test_nothing_outside_live_holds_a_selectors_log():
+    """The command line and the Inspect harness read and write a selection's log through
+    `pulse_jax.live.runner_log` (or the selector), never through ``selector.ledger``."""
+    reach = re.compile(r"\bselector\.ledger\b")
+    found = [f"{path.relative_to(PACKAGE)}:{n}" for path in sorted(PACKAGE.rglob("*.py"))
+             if path.parent.name != "live"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if reach.search(line)]
+    assert found == []
+    assert reach.search("x = self.selector.ledger.asked_cells()")       # the check sees the reach it forbids

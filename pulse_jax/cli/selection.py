@@ -12,6 +12,7 @@ from pulse_jax.cli.options import PLUGIN_HELP, HelpFormatter, add_bandit_options
 from pulse_jax.cli.output import Lines, hash_inputs
 from pulse_jax.cli.scorers import scorer_of
 from pulse_jax.errors import PulseInputError, require
+from pulse_jax.live import runner_log
 
 
 def _add_scoring_options(sel) -> None:
@@ -148,25 +149,22 @@ def run(args) -> None:
     selector = plan.selector(models, examples, where=f"in {args.models}",
                              cost=None if meter is None else meter.expected)
     if meter is not None:
-        meter.update(selector.evaluated(), selector.ledger.asked_cells())
+        meter.update(selector.evaluated(), runner_log.asked_cells(selector))
         print(meter.cost_line(selector.config.budget, len(models) * plan.batch_size * plan.init_batches)
               + (f"; {meter.line()} before this run" if selector.spent else ""))
     try:
         report = _drive(args, plan, selector, evaluate, meter)
         if meter is not None:
-            meter.update(selector.evaluated(), selector.ledger.asked_cells())
+            meter.update(selector.evaluated(), runner_log.asked_cells(selector))
             report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
                                          finished=report.finished or meter.stopped,   # the money budget ended it
                                          prices=tuple(meter.expected), spent_by_model=tuple(meter.by_model()))
         out = plan.write_report(report, selector, inputs=inputs)
         if report.finished:     # in the log while the run holds it: a copy written over it is found at close
-            selector.ledger.mark_finished(_finished_key(args, plan, inputs, models))
+            runner_log.mark_finished(selector, _finished_key(args, plan, inputs, models))
     finally:
         selector.close()
-    if selector.ledger.replaced:      # copied over after the last commit: found as the log is let go
-        from pulse_jax.live import LogWriteError
-
-        raise LogWriteError(selector.ledger.replaced)
+    runner_log.check_kept(selector)      # copied over after the last commit: found as the log is let go
     print(report.to_markdown())
     figures = "estimates.png, cost_accuracy.png" if selector.cost is not None else "estimates.png"
     print(f"report: {out / 'report.md'} (+ report.json, {figures}, provenance.json)")
@@ -178,7 +176,7 @@ def _drive(args, plan, selector, evaluate, meter):
 
     allow = None if meter is None or meter.budget_usd is None else \
         (lambda request: meter.fits(request.model, len(request.example_ids), selector.evaluated(),
-                                    selector.ledger.asked_cells()))
+                                    runner_log.asked_cells(selector)))
     if selector.resumed:     # also a log killed before its first batch was told: its calls are asked again
         _say_resume(selector, args.log)
     try:
@@ -219,9 +217,10 @@ def check_concurrency(args) -> None:
 def _say_resume(selector, log) -> None:
     """What a resumed run starts from: the cells in the log, the paid batches it tells from the log, and
     the batches that were in flight, which it asks again."""
-    print(f"resuming {log}: {selector.spent:,} cells already evaluated; {selector.ledger.paid_held:,} cells paid for "
-          f"before are told from the log; {selector.ledger.unreturned_cells(selector.spent):,} cells paid for whose calls never came "
-          "back (in flight when the last run ended) are asked again")
+    held, unreturned = runner_log.resume_counts(selector)
+    print(f"resuming {log}: {selector.spent:,} cells already evaluated; {held:,} cells paid for before are told from "
+          f"the log; {unreturned:,} cells paid for whose calls never came back (in flight when the last run ended) are "
+          "asked again")
 
 
 def _live_progress(args):

@@ -55,7 +55,7 @@ _EXPORTS = {
     "pulse_jax.engine.refit": ["adam_refit"],
     "pulse_jax.engine.kernel": ["Asked", "Batch", "Choice", "InFlight", "Kernel", "Start", "Static", "Status", "build_kernel",
                                 "room"],
-    "pulse_jax.engine.concurrent_run": ["event_schedule", "make_concurrent_run", "n_events"],
+    "pulse_jax.engine.concurrent_run": ["blocked_by_flight", "event_schedule", "make_concurrent_run", "n_events"],
     "pulse_jax.engine.state": ["BanditState", "Episode", "PullLog", "RunResult", "StepInfo", "StepRecord", "Told",
                                "draw_keys", "initial_draws", "observed_blocks"],
     "pulse_jax.engine.run_trace": ["Trace"],

@@ -101,14 +101,21 @@ def empty_queue(config: BanditConfig, state: BanditState) -> Queue:
                  state.observed)
 
 
+def blocked_by_flight(estimator, batches):
+    """The models that may not be asked now, from ``batches`` in flight per model: with a weighted draw
+    (``estimator.draw_weights``) a model's design is recomputed at the tell, so a model with a batch in
+    flight waits for it; None (nothing blocked) with a uniform draw. NumPy or JAX arrays alike: the
+    simulated concurrent run and the live selector apply this one rule."""
+    return batches > 0 if estimator.draw_weights is not None else None
+
+
 def _ask(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, params, event):
     """The event's step ``t``: its choice with the queue's cells allocated, its refit when due, its draw;
     the batch joins the event's ask slot. ``t = 0``: no ask (the slot is left as it is)."""
     t, slot, refit, _, _ = event
     plugins = kernel.plugins
     in_flight = InFlight(queue.cells, queue.batches, queue.rows)
-    # A weighted draw's design is recomputed at the tell from the state: one batch per model at a time.
-    blocked = queue.batches > 0 if plugins.estimator.draw_weights is not None else None
+    blocked = blocked_by_flight(plugins.estimator, queue.batches)
     status = kernel.stop_status(state, params, t, in_flight)
     state, ask = kernel.ask(episode, state, params, t, status, in_flight=in_flight, blocked=blocked, due=refit)
     i, size, examples, valid, asked = ask.model, ask.size, ask.examples, ask.valid, t > 0

@@ -52,6 +52,7 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, notes_as_lines, require
 from pulse_jax.harnesses import inspect_logs
+from pulse_jax.live import runner_log
 from pulse_jax.harnesses.inspect_hooks import (MANAGER, commit_on_return, noted_inspect_logs, scored_samples,
                                                selection_metadata, task_ended, task_started, watch_selections)
 
@@ -333,8 +334,8 @@ class _Selection:
                 if request is None:
                     break
             if self.meter is not None and request.example_ids and not self.meter.fits(
-                    request.model, len(request.example_ids) - len(selector.ledger.paid_cells(request)),
-                    selector.evaluated(), selector.ledger.asked_cells()):
+                    request.model, runner_log.unpaid_cells(selector, request),
+                    selector.evaluated(), runner_log.asked_cells(selector)):
                 # Not paid for: it waits for the batches in flight (`pulse_jax.live.run` does the same), and
                 # the selection ends for its money budget if it still does not fit with nothing in flight.
                 self.waiting = request
@@ -346,8 +347,7 @@ class _Selection:
 
     def _release(self, request) -> None:
         """Let ``request``'s samples be evaluated (those the log holds as paid are told from it)."""
-        known = self.selector.ledger.paid_cells(request)
-        self.selector.ledger.record_asked(request, len(request.example_ids) - len(known))   # before any is generated
+        known = runner_log.release(self.selector, request)     # the others counted as paid before any is generated
         self.batches.setdefault(request.model, []).append(_Batch(request, dict(known)))
         lane = self.lanes[request.model]
         lane.scored.update(str(e) for e in known)
@@ -399,7 +399,7 @@ class _Selection:
             for sample, (_, tokens) in cells.items():
                 if sample not in self.tokens.get(model, {}):
                     self._keep_tokens(model, sample, *tokens)
-            self.selector.ledger.log_scored(model, {sample: value for sample, (value, _) in cells.items()})
+            runner_log.keep_scored(self.selector, model, {sample: value for sample, (value, _) in cells.items()})
 
     def score_returned(self, model: str, sample_id, event) -> None:
         """A sample's final score as its scorer returns it (an Inspect ``ScoreEvent``): recorded then, with
@@ -427,7 +427,7 @@ class _Selection:
         report = self.selector.result()
         self.selector_seconds += time.perf_counter() - start
         if self.meter is not None:
-            self.meter.update(self.selector.evaluated(), self.selector.ledger.asked_cells())
+            self.meter.update(self.selector.evaluated(), runner_log.asked_cells(self.selector))
             report = dataclasses.replace(report, spend=self.meter.summary(), spend_line=self.meter.line(),
                                          finished=True, prices=tuple(self.meter.expected),
                                          spent_by_model=tuple(self.meter.by_model()))

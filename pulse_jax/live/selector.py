@@ -351,7 +351,8 @@ class Selector:
             cells[i] += len(index)
             batches[i] += 1
             np.bitwise_or.at(rows[i], index // 32, (np.uint32(1) << (index % 32).astype(np.uint32)))
-        blocked = batches > 0 if self.estimator.draw_weights is not None else np.zeros(m, bool)
+        blocked = engine.blocked_by_flight(self.estimator, batches)
+        blocked = np.zeros(m, bool) if blocked is None else blocked     # the compiled ask takes an array
         # NumPy into the compiled programs: a jnp array here is an eager device operation per ask.
         return engine.InFlight(cells, batches, rows), blocked
 
