@@ -41,3 +41,15 @@ def test_simulate_and_a_selector_leave_jax_s_configuration_as_they_found_it(tmp_
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["changed"] == [] and result["cache_before"] == result["cache_after"] == "None", result
     assert not (tmp_path / "cache").exists() and not (tmp_path / ".cache").exists()
+
+
+def test_importing_the_package_s_modules_registers_nothing_at_exit_and_loads_no_jax():
+    """Importing the Inspect harness (or any front door) registers no exit handler and imports no JAX: the
+    harness's one process-wide state, its selections, registers its handler when the first is made."""
+    code = ("import atexit, logging, sys\n"
+            "n = atexit._ncallbacks()\n"
+            "import pulse_jax.harnesses.inspect_select, pulse_jax.live, pulse_jax.cli.app, pulse_jax.registry\n"
+            "print(atexit._ncallbacks() - n, 'jax' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["0", "False"], out.stdout
