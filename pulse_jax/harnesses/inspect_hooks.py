@@ -3,14 +3,19 @@ returns, a failed sample ends its selection at once, and a log Inspect finishes 
 carries the certificate.
 
 The manager (`pulse_jax.harnesses.inspect_select.SelectBest`) registers each task it runs here by
-Inspect's eval id; the hooks (``inspect_ai.hooks``, registered once per process) look the task up.
+Inspect's eval id; the hooks (``inspect_ai.hooks``, registered once per process) look the task up. The
+selections themselves, one per log, are `SELECTIONS`. This module holds the harness's process-wide
+state; importing it changes nothing in the process (the hooks register with the first task, the exit
+handler with the first selection).
 """
 from __future__ import annotations
 
+import atexit
 import functools
 import types
 from pathlib import Path
 
+from pulse_jax.errors import require
 from pulse_jax.fileio.jsonable import plain_float32
 
 #: The early-stopping manager's name in Inspect's logs.
@@ -19,6 +24,46 @@ _TASKS: dict = {}     # Inspect eval id -> (the `_Selection`, the model) of a ta
 _RUNNING: dict = {}   # a running sample's execution id -> (its eval id, its dataset sample id)
 _ENDED: dict = {}     # Inspect eval id -> (its early stops, the certificate's metadata), from ``complete_task``
 _REGISTERED: list = []
+
+
+class Selections:
+    """The selections ``select_best`` runs in this process, one per log: Inspect builds each model's task
+    on its own, and the tasks of one eval share the selection of their log. The one process-wide
+    state of the harness, reached only through `SELECTIONS`: importing the module changes nothing, and
+    the first selection made registers `close_all` to run at exit (an eval that failed ends without its
+    tasks' last call; its log's rollback journal then goes with it instead of staying beside the log)."""
+
+    def __init__(self):
+        self._by_log: dict = {}          # resolved log path -> the `_Selection` its tasks share
+        self._at_exit = False
+
+    def shared(self, path: Path, plan, models, make):
+        """The selection of the log ``path``: the running one when it has the same ``plan`` and ``models``
+        (refused otherwise), else a new one from ``make()`` (a failed eval's is let go first)."""
+        selection = self._by_log.get(path)
+        if selection is not None and selection.error and not selection.over:
+            selection.close()        # an eval that failed: its tasks are gone; the log is free for this one
+        if selection is None or selection.over:
+            selection = self._by_log[path] = make()
+            if not self._at_exit:
+                atexit.register(self.close_all)
+                self._at_exit = True
+            return selection
+        require(selection.plan == plan and selection.named_models == (None if models is None else list(models)),
+                f"select_best: {path} is used by another select_best with other options in this process")
+        return selection
+
+    def close_all(self) -> None:
+        """Let go of every log still open."""
+        for selection in list(self._by_log.values()):
+            try:
+                selection.close()
+            except Exception:   # noqa: BLE001 -- interpreter shutdown: nothing left to tell
+                pass
+
+
+#: The harness's selections in this process (`Selections`): its one entry point to them.
+SELECTIONS = Selections()
 
 
 def task_started(eval_id, selection, model: str) -> None:

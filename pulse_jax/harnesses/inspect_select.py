@@ -38,7 +38,6 @@ log is an error; the others end early-stopped) generates no scored sample twice.
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import json
@@ -53,50 +52,13 @@ import numpy as np
 from pulse_jax.errors import PulseInputError, notes_as_lines, require
 from pulse_jax.harnesses import inspect_logs
 from pulse_jax.live import runner_log
-from pulse_jax.harnesses.inspect_hooks import (MANAGER, commit_on_return, noted_inspect_logs, scored_samples,
-                                               selection_metadata, task_ended, task_started, watch_selections)
+from pulse_jax.harnesses.inspect_hooks import (MANAGER, SELECTIONS, commit_on_return, noted_inspect_logs,
+                                               scored_samples, selection_metadata, task_ended, task_started,
+                                               watch_selections)
 
 _WAIT = object()      # schedule_sample's "not yet"
 
 
-class Selections:
-    """The selections ``select_best`` runs in this process, one per log: Inspect builds each model's task
-    on its own, and the tasks of one eval share the selection of their log. The one process-wide
-    state of the harness, reached only through `SELECTIONS`: importing the module changes nothing, and
-    the first selection made registers `close_all` to run at exit (an eval that failed ends without its
-    tasks' last call; its log's rollback journal then goes with it instead of staying beside the log)."""
-
-    def __init__(self):
-        self._by_log: dict = {}          # resolved log path -> the `_Selection` its tasks share
-        self._at_exit = False
-
-    def shared(self, path: Path, plan, models, make) -> "_Selection":
-        """The selection of the log ``path``: the running one when it has the same ``plan`` and ``models``
-        (refused otherwise), else a new one from ``make()`` (a failed eval's is let go first)."""
-        selection = self._by_log.get(path)
-        if selection is not None and selection.error and not selection.over:
-            selection.close()        # an eval that failed: its tasks are gone; the log is free for this one
-        if selection is None or selection.over:
-            selection = self._by_log[path] = make()
-            if not self._at_exit:
-                atexit.register(self.close_all)
-                self._at_exit = True
-            return selection
-        require(selection.plan == plan and selection.named_models == (None if models is None else list(models)),
-                f"select_best: {path} is used by another select_best with other options in this process")
-        return selection
-
-    def close_all(self) -> None:
-        """Let go of every log still open."""
-        for selection in list(self._by_log.values()):
-            try:
-                selection.close()
-            except Exception:   # noqa: BLE001 -- interpreter shutdown: nothing left to tell
-                pass
-
-
-#: The harness's selections in this process (`Selections`).
-SELECTIONS = Selections()
 def select_best(task=None, *, log, models=None, scorer: str | None = None, metric: str | None = None,
                 value_map: Mapping | None = None, report=None, **options):
     """Certified best-model selection as Inspect's early-stopping manager.

@@ -11,6 +11,7 @@ import numpy as np
 
 from pulse_jax import engine
 from pulse_jax.engine import BanditConfig
+from pulse_jax.stats import confidence
 from pulse_jax.stats.seeds import seed_key
 
 
@@ -89,7 +90,8 @@ def compiled(config: BanditConfig, estimator):
         return kernel.tell(episode, state, params, t, batch)[0]
 
     def summary(state, params):
+        # the certificate compiled with the bounds: run eagerly it would compile each of its operations
         estimates, low, high = kernel.bounds(state, params)
-        return estimates, state.ledger, low, high
+        return estimates, state.ledger, low, high, confidence.certify(low, high)
 
     return kernel, jax.jit(kernel.init), jax.jit(kernel.stop_status), jax.jit(ask), jax.jit(tell), jax.jit(summary)

@@ -55,7 +55,7 @@ from pulse_jax.fileio.jsonable import plain_number
 from pulse_jax.live.report import Report
 from pulse_jax.live.request import Request, check_scores
 from pulse_jax.live import side_information
-from pulse_jax.stats import confidence, factorization
+from pulse_jax.stats import factorization
 from pulse_jax.stats.seeds import check_seed, seed_key
 
 CONCURRENCY = choices.CONCURRENCY
@@ -505,7 +505,7 @@ class Selector:
         """Ranking, estimates with intervals, separation and the audit trail, at any time."""
         c, m = self.config, len(self.models)
         if self.initialized:
-            est, ledger, low, high = self._summary_fn(self._state, self._params)
+            est, ledger, low, high, (ok, certified) = jax.device_get(self._summary_fn(self._state, self._params))
             est, n_obs, n_pulls = np.asarray(est, np.float64), np.asarray(ledger.n_obs), np.asarray(ledger.n_pulls)
             low, high = np.asarray(low, np.float64), np.asarray(high, np.float64)
         else:   # during initialization: sample means of what has been seen, no bound yet
@@ -514,6 +514,7 @@ class Selector:
             sums = self._initial_scores.sum(axis=1)
             est = np.where(n_obs > 0, sums / np.maximum(n_obs, 1), np.nan)
             low, high = np.zeros(m), np.ones(m)
+            ok = certified = False
         if not self.estimator.has_interval:
             low, high = np.full(m, np.nan), np.full(m, np.nan)
         seen = np.where(n_obs > 0, est, -np.inf)
@@ -521,7 +522,6 @@ class Selector:
         if not self.estimator.has_interval:
             separated, tied = None, ()
         else:
-            ok, certified = confidence.certify(jnp.asarray(low), jnp.asarray(high))
             separated = bool(ok) and self.initialized
             if separated:
                 leader = int(certified)
