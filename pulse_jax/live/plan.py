@@ -172,7 +172,9 @@ class Plan:
     def plugins(self):
         """``(estimator, rule, stop)``: the plug-ins the plan names (``stop`` None: the certificate's, else
         certified with an interval, budget without), with each ``param`` path and the ``train`` file
-        checked against them.
+        checked against them. A built-in comes as its `pulse_jax.registry.BuiltIn` (what it declares,
+        read without importing JAX; `pulse_jax.registry.resolve` builds it), a plug-in of your own as
+        itself.
 
         Resolved on the first call, once, for the plan's whole life: making a plan only checks its
         values, so a plug-in named ``package.module:attribute`` is imported here, not when the plan is
