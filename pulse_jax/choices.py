@@ -111,8 +111,9 @@ def certificate_rule(stop, spell: Spell, certificate: str | None = None):
         return None, ()
     said = certificate or f"{spell('stop')} {stop.name}"
     if stop.uses_cost:
-        return registry.BUILT_INS["sampling rule"]["focus"], (f"{said} samples by focus (the widest interval per unit of cost among the models the "
-                         f"certificate waits on); give {spell('rule')} to choose another",)
+        focus = registry.BUILT_INS["sampling rule"]["focus"]
+        return focus, (f"{said} samples by focus (the widest interval per unit of cost among the models the "
+                       f"certificate waits on); give {spell('rule')} to choose another",)
     if 1 < stop.upper_models < registry.EVERY_MODEL:      # a claim about a set of k models (its declared capability)
         rule = registry.builtin_lucb_top_k(stop.upper_models)
         return rule, (f"{said} samples by {rule.name} (the set's weakest member against the best outsider); give "

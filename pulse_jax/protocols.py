@@ -18,8 +18,6 @@ import sys
 import types
 from typing import Any, Callable, NamedTuple, Protocol
 
-
-
 # This module imports no JAX (the command line checks a command's plug-ins and numbers before it
 # imports JAX), so the pytree aliases below are ``Any`` where ``chex.ArrayTree`` would be spelt.
 #: An estimator's, a rule's own state: any pytree of arrays (``()`` for none).

@@ -57,12 +57,6 @@ def test_names_and_aliases_resolve_through_the_declarations():
     assert registry.resolve("estimator", registry.BUILT_INS["estimator"]["pulse"]) is registry.estimator("pulse")
 
 
-def test_a_declaration_that_drifts_from_its_plug_in_is_caught():
-    """The comparison above can fail: a declaration with a wrong capability differs from its plug-in."""
-    wrong = registry.BUILT_INS["estimator"]["naive"]._replace(has_interval=True)
-    assert wrong.has_interval != registry.build(wrong).has_interval
-
-
 #: Commands refused by their checks; after all of them ``jax`` must still not be imported.
 REFUSED = [
     ["simulate", "--scores", "cand.csv", "--out", "o", "--method", "pulsar"],

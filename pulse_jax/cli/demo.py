@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 
-from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, numbers_of, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, rule_and_stop, run_budget, uses_predictions
+from pulse_jax.cli.options import BUILTIN_BANDIT_CELLS, HelpFormatter, add_run_options, bandit_config, check_param_options, check_run_args, numbers_of, parse_methods, resolve_defaults, rule_and_stop, run_budget, uses_predictions
 from pulse_jax.cli.output import check_out_dir, finish, run_all
 
 

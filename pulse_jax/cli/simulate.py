@@ -4,7 +4,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from pulse_jax.cli.inputs import check_side_information, costs_of, one_side_information, side_information
-from pulse_jax.cli.options import HelpFormatter, add_cost_option, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, parse_methods, resolve_defaults, numbers_of, rule_and_stop, run_budget, uses_predictions
+from pulse_jax.cli.options import HelpFormatter, add_cost_option, add_input_options, add_run_options, bandit_config, check_param_options, check_run_args, numbers_of, parse_methods, resolve_defaults, rule_and_stop, run_budget, uses_predictions
 from pulse_jax.cli.output import check_out_dir, finish, hash_inputs, run_all, say_missing
 from pulse_jax.errors import require
 

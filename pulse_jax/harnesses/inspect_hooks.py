@@ -28,9 +28,8 @@ _REGISTERED: list = []
 
 class Selections:
     """The selections ``select_best`` runs in this process, one per log: Inspect builds each model's task
-    on its own, and the tasks of one eval share the selection of their log. The one process-wide
-    state of the harness, reached only through `SELECTIONS`: importing the module changes nothing, and
-    the first selection made registers `close_all` to run at exit (an eval that failed ends without its
+    on its own, and the tasks of one eval share the selection of their log. They are reached only
+    through `SELECTIONS`: importing the module changes nothing, and the first selection made registers `close_all` to run at exit (an eval that failed ends without its
     tasks' last call; its log's rollback journal then goes with it instead of staying beside the log)."""
 
     def __init__(self):

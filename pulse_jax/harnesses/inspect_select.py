@@ -51,10 +51,10 @@ import numpy as np
 
 from pulse_jax.errors import PulseInputError, notes_as_lines, require
 from pulse_jax.harnesses import inspect_logs
-from pulse_jax.live import runner_log
 from pulse_jax.harnesses.inspect_hooks import (MANAGER, SELECTIONS, commit_on_return, noted_inspect_logs,
                                                scored_samples, selection_metadata, task_ended, task_started,
                                                watch_selections)
+from pulse_jax.live import runner_log
 
 _WAIT = object()      # schedule_sample's "not yet"
 
