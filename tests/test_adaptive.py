@@ -11,7 +11,7 @@ import pulse_jax as pj
 from pulse_jax.stats import without_replacement as sampling
 from pulse_jax.estimators import adaptive
 from pulse_jax.errors import PulseInputError
-from pulse_jax.estimators import Ledger, Pull, draw_design
+from pulse_jax.estimators import ModelSums, Pull, draw_design
 
 
 def test_weighted_draw_is_sequential_sampling_proportional_to_the_weights():
@@ -52,7 +52,7 @@ def test_desraj_proxies_are_unbiased_by_exact_enumeration(share):
     B = 3
     est = pj.pulse_adaptive(share)
     obs = float(scores[~unseen].sum())
-    ledger = Ledger(jnp.asarray([1]), jnp.asarray([1]), jnp.asarray([obs]), jnp.asarray([obs ** 2]),
+    ledger = ModelSums(jnp.asarray([1]), jnp.asarray([1]), jnp.asarray([obs]), jnp.asarray([obs ** 2]),
                     jnp.asarray([float(preds[unseen].sum())]), jnp.asarray([float((preds[unseen] ** 2).sum())]),
                     jnp.asarray([len(scores)]))
     theta_mean = 0.0

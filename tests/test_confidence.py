@@ -10,7 +10,7 @@ import pytest
 from conftest import tiny_problem
 from pulse_jax import BanditConfig, BanditParams, RowPrior, estimators, registry
 from pulse_jax.stats import confidence
-from pulse_jax.estimators import Ledger, Pull
+from pulse_jax.estimators import ModelSums, Pull
 from pulse_jax.simulation import simulate
 
 #: Monte Carlo studies whose run outweighs an optimized compile (the hedged betting cases share one
@@ -22,7 +22,7 @@ def _pulse_proxies(scores, preds, observed, order, lam_state, est=None):
     """PULSE's (Y, lower, width) proxy row for drawing ``order`` (example indices) after ``observed``."""
     n = len(scores)
     unobs = [j for j in range(n) if j not in observed]
-    ledger = Ledger(jnp.array([len(observed), 1]), jnp.array([2, 1]), jnp.array([scores[observed].sum(), 0.0]),
+    ledger = ModelSums(jnp.array([len(observed), 1]), jnp.array([2, 1]), jnp.array([scores[observed].sum(), 0.0]),
                     jnp.array([scores[observed].sum(), 0.0]), jnp.array([preds[unobs].sum(), 0.0]),
                     jnp.array([(preds[unobs] ** 2).sum(), 0.0]))
     pull = Pull(jnp.int32(0), jnp.int32(len(order)), jnp.float32(0), jnp.float32(0),
@@ -45,7 +45,7 @@ def test_proxy_conditional_mean_is_the_unseen_mean_by_exact_enumeration(z_histor
     preds = np.array([0.1, 0.8, 0.9, 0.3, 0.2, 0.7, 0.6])   # anti-correlated with the scores: bad on purpose
     observed = [0, 4]
     est = registry.estimator(name)
-    ledger0 = Ledger(jnp.array([2, 1]), jnp.array([2, 1]), jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]),
+    ledger0 = ModelSums(jnp.array([2, 1]), jnp.array([2, 1]), jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]),
                      jnp.array([1.0, 0.0]), jnp.array([1.0, 0.0]))
     state = est.init(ledger0, est.params)._replace(z_sum=jnp.array([z_history[0], 0.0]),
                                                     n_z=jnp.array([z_history[1], 0]))

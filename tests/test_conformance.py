@@ -153,8 +153,8 @@ def test_an_estimator_built_by_keyword_takes_the_no_op_defaults():
 
 
 def test_observed_mean_is_the_mean_of_the_observed_cells():
-    from pulse_jax.estimators import Ledger
+    from pulse_jax.estimators import ModelSums
 
-    ledger = Ledger(jnp.array([2, 0, 4]), jnp.array([1, 0, 1]), jnp.array([1.0, 0.0, 3.0]), jnp.zeros(3), jnp.zeros(3),
+    ledger = ModelSums(jnp.array([2, 0, 4]), jnp.array([1, 0, 1]), jnp.array([1.0, 0.0, 3.0]), jnp.zeros(3), jnp.zeros(3),
                     jnp.zeros(3))
     np.testing.assert_allclose(observed_mean(ledger), [0.5, 0.0, 0.75])

@@ -507,7 +507,7 @@ def test_init_U_sets_the_first_rows_and_zero_epochs_keep_them_through_refits():
         state, _ = step(episode, state, params, t)
         np.testing.assert_array_equal(np.asarray(state.U), U0)
         unseen = ~np.asarray(sampling.unpack(state.observed, n)).astype(bool)
-        np.testing.assert_allclose(state.ledger.pred_sum, (P * unseen).sum(1), rtol=0, atol=2e-4)
+        np.testing.assert_allclose(state.sums.pred_sum, (P * unseen).sum(1), rtol=0, atol=2e-4)
     # The default start is zeros: passing zeros changes nothing.
     cfg = SEEDED_CONFIG
     zeros = simulate(SEEDED[0], cfg, "pulse", V=SEEDED[2], reps=7, seed=11, chunk_size=7,

@@ -9,7 +9,7 @@ import pytest
 
 from pulse_jax import estimators, registry
 from pulse_jax.stats import confidence
-from pulse_jax.estimators import Ledger, Pull
+from pulse_jax.estimators import ModelSums, Pull
 
 
 def _enumerate_thetas(scores, observed, preds, batch_size, lam):
@@ -50,7 +50,7 @@ def test_lemma1_through_the_estimator_update_with_the_paper_lambda():
     observed = [0, 4]
     est = estimators.pulse()
     unobs = [j for j in range(n) if j not in observed]
-    ledger = Ledger(
+    ledger = ModelSums(
         n_obs=jnp.array([len(observed), 2]), n_pulls=jnp.array([3, 1]),
         obs_sum=jnp.array([scores[observed].sum(), 1.0]), obs_sq_sum=jnp.array([scores[observed].sum(), 1.0]),
         pred_sum=jnp.array([preds[unobs].sum(), 0.0]), pred_sq_sum=jnp.array([(preds[unobs] ** 2).sum(), 0.0]))
@@ -102,7 +102,7 @@ def test_bernstein_serfling_radius_formula():
 def test_update_with_an_empty_pull_changes_nothing(name):
     """The engine relies on it: a step that spends nothing passes ``size = 0`` (and arbitrary sums)."""
     est = registry.ESTIMATORS[name]()
-    ledger = Ledger(jnp.array([3, 5, 2, 7]), jnp.array([1, 2, 1, 3]), jnp.array([1.0, 3.0, 1.0, 4.0]),
+    ledger = ModelSums(jnp.array([3, 5, 2, 7]), jnp.array([1, 2, 1, 3]), jnp.array([1.0, 3.0, 1.0, 4.0]),
                     jnp.array([1.0, 3.0, 1.0, 4.0]), jnp.array([2.0, 1.0, 3.0, 0.5]),
                     jnp.array([1.0, 0.5, 2.0, 0.2]))
     params = est.params
@@ -139,7 +139,7 @@ def test_inverse_variance_weights_are_predictable_and_keep_lemma1():
     observed = [0, 4]
     est = estimators.pulse(weighting="inverse_variance")
     unobs = [j for j in range(n) if j not in observed]
-    ledger = Ledger(
+    ledger = ModelSums(
         n_obs=jnp.array([len(observed), 2]), n_pulls=jnp.array([3, 1]),
         obs_sum=jnp.array([scores[observed].sum(), 1.0]), obs_sq_sum=jnp.array([scores[observed].sum(), 1.0]),
         pred_sum=jnp.array([preds[unobs].sum(), 0.0]), pred_sq_sum=jnp.array([(preds[unobs] ** 2).sum(), 0.0]),

@@ -138,3 +138,18 @@ def test_nothing_outside_live_holds_a_selectors_log():
              for n, line in enumerate(path.read_text().splitlines(), 1) if reach.search(line)]
     assert found == []
     assert reach.search("x = self.selector.ledger.asked_cells()")       # the check sees the reach it forbids
+
+
+def test_only_the_kernel_sets_a_stop_and_the_selector_stays_thin():
+    """A run's stop is decided by the kernel's ``stop_status`` and set in ``BanditState.stopped`` by the
+    kernel alone: no module outside ``engine/kernel.py`` replaces a `Status`'s ``done`` or ``hold`` or a
+    state's ``stopped`` (a live selection once kept its own stop flag beside the kernel's). The live
+    selector is a thin shell around `pulse_jax.live.core`: at most 250 lines."""
+    replaces = re.compile(r"_replace\((?:[^)]*\b)?(done|hold|stopped)\s*=")
+    found = [f"{path.relative_to(PACKAGE)}:{n}" for path in sorted(PACKAGE.rglob("*.py"))
+             if path.relative_to(PACKAGE).as_posix() != "engine/kernel.py"
+             for n, line in enumerate(path.read_text().splitlines(), 1) if replaces.search(line)]
+    assert found == []
+    assert replaces.search("status = status._replace(done=np.bool_(False), hold=hold)")   # what it forbids
+    assert replaces.search("state._replace(U=U, stopped=state.stopped | fires)")
+    assert len((PACKAGE / "live" / "selector.py").read_text().splitlines()) <= 250

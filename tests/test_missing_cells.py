@@ -11,7 +11,7 @@ from conftest import tiny_problem
 from pulse_jax import engine, cli, estimators
 from pulse_jax.fileio import data
 from pulse_jax.errors import PulseInputError
-from pulse_jax.estimators import Ledger, Pull
+from pulse_jax.estimators import ModelSums, Pull
 from reference import reference_run
 
 
@@ -57,7 +57,7 @@ def test_pulse_one_step_estimate_is_unbiased_over_a_ragged_population_by_enumera
     seen = [0, 4]
     unseen = [k for k in range(6) if k not in seen]
     est = estimators.pulse()
-    ledger = Ledger(jnp.array([2, 3]), jnp.array([1, 1]), jnp.array([scores[seen].sum(), 1.0]),
+    ledger = ModelSums(jnp.array([2, 3]), jnp.array([1, 1]), jnp.array([scores[seen].sum(), 1.0]),
                     jnp.array([scores[seen].sum(), 1.0]), jnp.array([preds[unseen].sum(), 0.0]),
                     jnp.array([(preds[unseen] ** 2).sum(), 0.0]), jnp.array([6, 9]))
     state = est.init(ledger, est.params)._replace(z_sum=jnp.array([1.7, 0.0]), n_z=jnp.array([1, 0]))

@@ -50,7 +50,7 @@ def test_a_live_selection_builds_one_kernel_with_its_own_stopping_rule(small_ben
         sel.tell(request, b.scores[request.model_index, list(request.example_index)])
     compiled.compiled.cache_clear()
     assert built == [sel.config]                          # one kernel, on the selector's own config
-    kernel = sel._kernel
+    kernel = sel._programs.kernel
     assert kernel.plugins == engine.plugins_of(sel.config, sel.estimator)
     assert kernel.plugins.stop.name == "certified"
 

@@ -138,7 +138,7 @@ def test_selector_runs_the_estimator_object_it_is_given(bench):
     assert negated.separated is None                       # it declares no interval
     lower = pj.pulse(variance_bound=1.0)
     sel = pj.Selector(b.models, 300, 8 * 8 + 160, method=lower, **kw)
-    assert sel.estimator is lower and sel._kernel is not None
+    assert sel.estimator is lower and sel._programs.kernel is not None
 
 
 def test_selector_with_a_custom_rule_equals_simulate(bench):

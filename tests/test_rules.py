@@ -53,7 +53,7 @@ def test_top_two_pulls_the_leader_at_its_leader_fraction():
     kernel = engine.bind(config, "ucbe")
     keys = jax.random.split(jax.random.PRNGKey(0), 16)
     # beta is traced (rule.leader_fraction): both values run the same two compiled programs.
-    first = jax.jit(jax.vmap(lambda k, params: kernel.init(k, scores, V, params)[1].ledger, in_axes=(0, None)))
+    first = jax.jit(jax.vmap(lambda k, params: kernel.init(k, scores, V, params)[1].sums, in_axes=(0, None)))
     runs = jax.jit(jax.vmap(run, in_axes=(0, None, None, None)))
     for beta in (0.2, 0.8):
         params = engine.resolve_params({"rule.leader_fraction": beta}, kernel.plugins)

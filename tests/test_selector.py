@@ -52,7 +52,7 @@ def test_ask_tell_replay_makes_the_simulation_engines_choices(bench, method):
         sel.tell(request, b.scores[request.model_index, list(request.example_index)])
         if request.step:
             chosen.append(request.model_index)
-            best.append(int(sel._state.best))
+            best.append(int(sel._live.bandit.best))
     config = BanditConfig(n_models=8, n_examples=300, budget=sel.config.budget, batch_size=B, refit_every=7)
     sim = simulate(b.scores, config, method, V=V, reps=1, seed=3)
     steps = len(chosen)
@@ -314,10 +314,10 @@ def test_selector_with_swept_parameters_equals_simulate_and_writes_nothing_into_
         if request.step:
             chosen.append(request.model_index)
         elif sel.initialized:
-            episode = sel._episode
+            episode = sel._live.episode
             initial = np.asarray(episode.scores).copy()
-    assert sel._episode is episode                                   # never replaced
-    np.testing.assert_array_equal(np.asarray(sel._episode.scores), initial)
+    assert sel._live.episode is episode                                   # never replaced
+    np.testing.assert_array_equal(np.asarray(sel._live.episode.scores), initial)
     assert np.count_nonzero(initial) <= 8 * B                      # the initial batches only
     config = BanditConfig(n_models=8, n_examples=300, budget=sel.config.budget, batch_size=B, refit_every=7)
     sim = simulate(b.scores, config, "pulse", V=V, reps=1, seed=3, params=params)

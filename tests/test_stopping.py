@@ -74,7 +74,9 @@ def test_use_stop_lets_a_certified_run_go_on(bench):
     b, V = bench
     sel, report = _live(bench, "certified")
     assert sel.ask() is None                                   # stopped: nothing more is asked
+    assert report.stopped and sel.stopped and bool(sel._live.bandit.stopped)   # the kernel's own stop
     sel.use_stop("budget")
+    assert not bool(sel._live.bandit.stopped)
     assert sel.ask() is not None and not sel.stopped
     fresh = Selector(b.models, 400, 6 * B + 8 * 20, batch_size=B, V=V, seed=3, refit_every=7, concurrency=1)
     assert fresh.stop.name == "certified"                     # the default for a method with an interval

@@ -66,16 +66,18 @@ def _timed(selector) -> list:
     are ready; returns the one-element list the seconds add up in."""
     import jax
 
-    total = [0.0]
-    for name in ("_status_fn", "_ask_fn", "_tell_fn"):
-        fn = getattr(selector, name)
+    total, programs = [0.0], selector._programs
 
-        def timed(*args, fn=fn):
+    def timed(fn):
+        def call(*args):
             start = time.perf_counter()
             out = jax.block_until_ready(fn(*args))
             total[0] += time.perf_counter() - start
             return out
-        setattr(selector, name, timed)
+        return call
+
+    selector._programs = programs._replace(status=timed(programs.status), ask=timed(programs.ask),
+                                           tell=timed(programs.tell))
     return total
 
 

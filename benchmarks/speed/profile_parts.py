@@ -69,7 +69,7 @@ def main(argv=None):
     rows = [
         ("one example draw (B examples)", timed(jax.jit(lambda k, w: sampling.draw(k, w, 100, n, B)), key, row)),
         ("reset, UCB-E (m initial draws)",
-         timed(jax.jit(lambda k, s: engine.bind(config, ucbe()).init(k, s, V[:, :1], engine.resolve_params(None, engine.bind(config, ucbe()).plugins))[1].ledger.obs_sum), key, S)),
+         timed(jax.jit(lambda k, s: engine.bind(config, ucbe()).init(k, s, V[:, :1], engine.resolve_params(None, engine.bind(config, ucbe()).plugins))[1].sums.obs_sum), key, S)),
         # (blocks passed as arguments, not closed over: XLA would constant-fold their gathers)
         (f"initial refit, 50 epochs on {m * B:,} cells",
          timed(jax.jit(lambda u, v, b: factorization.refit_rows_on_blocks(u, v, b, n, factorization.PAPER_INIT_REFIT)),

@@ -32,10 +32,10 @@ class Snapshots(NamedTuple):
 
 def current_estimates(estimator, state, n_examples: int, params) -> chex.Array:
     """``mu_hat`` of every model; exhausted models (all ``N_i`` examples seen) are known exactly."""
-    ledger = state.ledger
-    size = populations(ledger, n_examples)
-    return jnp.where(ledger.n_obs >= size, ledger.obs_sum / size,
-                     estimator.estimate(state.estimator, ledger, params.estimator))
+    sums = state.sums
+    size = populations(sums, n_examples)
+    return jnp.where(sums.n_obs >= size, sums.obs_sum / size,
+                     estimator.estimate(state.estimator, sums, params.estimator))
 
 
 def interval_bounds(estimator, state, config, params, interval: str | None = None) -> tuple[chex.Array, chex.Array]:
@@ -45,7 +45,7 @@ def interval_bounds(estimator, state, config, params, interval: str | None = Non
     ``"cs"``: the running intersection of the anytime-valid confidence sequences. ``"paper"``: the
     estimator's fixed-count radius at ``delta / (m k (k + 1))`` for a model's k-th pull (a union
     bound over models and pulls)."""
-    ledger, n, m = state.ledger, config.n_examples, config.n_models
+    sums, n, m = state.sums, config.n_examples, config.n_models
     if not estimator.has_interval:
         nan = jnp.full(m, jnp.nan, jnp.float32)
         return nan, nan
@@ -53,12 +53,12 @@ def interval_bounds(estimator, state, config, params, interval: str | None = Non
         low, high = state.cs.low, state.cs.high
     else:
         mu = current_estimates(estimator, state, n, params)
-        r = estimator.radius(state.estimator, ledger, n, confidence.anytime_delta(params.delta, ledger.n_pulls, m),
+        r = estimator.radius(state.estimator, sums, n, confidence.anytime_delta(params.delta, sums.n_pulls, m),
                              params.estimator)
         low, high = jnp.clip(mu - r, 0.0, 1.0), jnp.clip(mu + r, 0.0, 1.0)
-    size = populations(ledger, n)
-    exact = ledger.n_obs >= size
-    mean = ledger.obs_sum / size
+    size = populations(sums, n)
+    exact = sums.n_obs >= size
+    mean = sums.obs_sum / size
     return jnp.where(exact, mean, low), jnp.where(exact, mean, high)
 
 
@@ -75,6 +75,6 @@ def record_certificate(config, estimator, state, params):
 def half_widths(config, estimator, state, params):
     """Every model's confidence-sequence half-width and the paper's fixed-count radius at delta."""
     low, high = interval_bounds(estimator, state, config, params, "cs")
-    radius = estimator.radius(state.estimator, state.ledger, config.n_examples, params.delta, params.estimator)
-    exhausted = state.ledger.n_obs >= populations(state.ledger, config.n_examples)
+    radius = estimator.radius(state.estimator, state.sums, config.n_examples, params.delta, params.estimator)
+    exhausted = state.sums.n_obs >= populations(state.sums, config.n_examples)
     return (high - low) / 2, jnp.where(exhausted, 0.0, radius)

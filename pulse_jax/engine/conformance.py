@@ -237,7 +237,7 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
     """Every function of ``estimator`` once on abstract inputs of the run's sizes (see the module docstring);
     ``params`` the estimator's own params (their structure). Returns the arguments of the check that
     every params field is read (`_check_params_read`), which runs after the value checks."""
-    from pulse_jax.estimators.base import DrawDesign, Ledger, Pull
+    from pulse_jax.estimators.base import DrawDesign, ModelSums, Pull
 
     kind = "estimator"
     _check_fields(kind, estimator, {"init": False, "update": False, "refresh": False, "estimate": False,
@@ -247,7 +247,7 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
         _fail(kind, estimator, "n_sequences", f"must be >= 1, got {estimator.n_sequences}")
     m, n, B, C = n_models, n_examples, batch_size, estimator.n_sequences
     vec_f, vec_i = _struct((m,), _FLOAT), _struct((m,), _INT)
-    ledger = Ledger(vec_i, vec_i, vec_f, vec_f, vec_f, vec_f, vec_i)
+    sums = ModelSums(vec_i, vec_i, vec_f, vec_f, vec_f, vec_f, vec_i)
     scalar_f, scalar_i = _struct((), _FLOAT), _struct((), _INT)
     batch_f = _struct((B,), _FLOAT)
     design = DrawDesign(batch_f, scalar_f, scalar_f, scalar_f, scalar_f, scalar_f) \
@@ -255,21 +255,21 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
     pull = Pull(scalar_i, scalar_i, scalar_f, scalar_f, batch_f, batch_f, _struct((B,), _BOOL), design)
     params = _abstract_params(params)
 
-    state = _call(kind, estimator, "init", estimator.init, ledger, params)
-    estimate = _call(kind, estimator, "estimate", estimator.estimate, state, ledger, params)
+    state = _call(kind, estimator, "init", estimator.init, sums, params)
+    estimate = _call(kind, estimator, "estimate", estimator.estimate, state, sums, params)
     _expect_array(kind, estimator, "estimate", estimate, (m,), ("float",), what="one estimate per model")
-    out = _call(kind, estimator, "update", lambda s, l, p, q: estimator.update(s, l, p, n, q), state, ledger, pull,
+    out = _call(kind, estimator, "update", lambda s, l, p, q: estimator.update(s, l, p, n, q), state, sums, pull,
                 params)
     if not (isinstance(out, tuple) and len(out) == 2):
         _fail(kind, estimator, "update", f"returned {_describe(out)}; expected a (state, info) pair")
     _same_structure(kind, estimator, "update", state, out[0])
-    refreshed = _call(kind, estimator, "refresh", lambda s, l, q: estimator.refresh(s, l, n, q), state, ledger, params)
+    refreshed = _call(kind, estimator, "refresh", lambda s, l, q: estimator.refresh(s, l, n, q), state, sums, params)
     _same_structure(kind, estimator, "refresh", state, refreshed)
-    radius = _call(kind, estimator, "radius", lambda s, l, d, q: estimator.radius(s, l, n, d, q), state, ledger, vec_f,
+    radius = _call(kind, estimator, "radius", lambda s, l, d, q: estimator.radius(s, l, n, d, q), state, sums, vec_f,
                    params)
     _expect_array(kind, estimator, "radius", radius, (m,), ("float",), what="one half-width per model")
     if estimator.proxies is not None:
-        rows = _call(kind, estimator, "proxies", lambda s, l, p, q: estimator.proxies(s, l, p, n, q), state, ledger,
+        rows = _call(kind, estimator, "proxies", lambda s, l, p, q: estimator.proxies(s, l, p, n, q), state, sums,
                      pull, params)
         if not (isinstance(rows, tuple) and len(rows) == 3):
             _fail(kind, estimator, "proxies", f"returned {_describe(rows)}; expected a (Y, lower, width) triple")
@@ -280,12 +280,12 @@ def check_estimator(estimator, n_models: int, n_examples: int, batch_size: int, 
         weights = _call(kind, estimator, "draw_weights", estimator.draw_weights, _struct((n,), _FLOAT),
                         _struct((n,), _BOOL), params)
         _expect_array(kind, estimator, "draw_weights", weights, (n,), ("float",), what="one weight per example")
-    traced = [(estimator.init, (ledger, params), 1), (estimator.estimate, (state, ledger, params), 2),
-              (lambda s, l, p, q: estimator.update(s, l, p, n, q), (state, ledger, pull, params), 3),
-              (lambda s, l, q: estimator.refresh(s, l, n, q), (state, ledger, params), 2),
-              (lambda s, l, d, q: estimator.radius(s, l, n, d, q), (state, ledger, vec_f, params), 3)]
+    traced = [(estimator.init, (sums, params), 1), (estimator.estimate, (state, sums, params), 2),
+              (lambda s, l, p, q: estimator.update(s, l, p, n, q), (state, sums, pull, params), 3),
+              (lambda s, l, q: estimator.refresh(s, l, n, q), (state, sums, params), 2),
+              (lambda s, l, d, q: estimator.radius(s, l, n, d, q), (state, sums, vec_f, params), 3)]
     if estimator.proxies is not None:
-        traced.append((lambda s, l, p, q: estimator.proxies(s, l, p, n, q), (state, ledger, pull, params), 3))
+        traced.append((lambda s, l, p, q: estimator.proxies(s, l, p, n, q), (state, sums, pull, params), 3))
     if estimator.draw_weights is not None:
         traced.append((estimator.draw_weights, (_struct((n,), _FLOAT), _struct((n,), _BOOL), params), 2))
     return kind, estimator, params, traced, ()

@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from pulse_jax.engine import run_trace as tracing
 from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths, interval_bounds
 from pulse_jax.engine.config import BanditConfig, check_compatible, get_estimator, refits_periodically, traced_params
-from pulse_jax.engine.kernel import Kernel, Start, build_kernel, sequence_bounds
+from pulse_jax.engine.kernel import Kernel, Start, build_kernel, record_stop, sequence_bounds
 from pulse_jax.engine.params import RunParams
 from pulse_jax.engine.state import BanditState, Episode, RunResult, StepRecord, Told, cells_cost
 from pulse_jax.engine.run_trace import Trace
@@ -207,7 +207,7 @@ def _settle(kernel: Kernel, carry: tuple[BanditState, Trace], params: RunParams,
     state, trace = carry
     status = kernel.stop_status(state, params, t)
     fires = status.done & ~state.stopped & (t <= kernel.config.n_steps)
-    return state._replace(stopped=state.stopped | fires), trace._replace(
+    return record_stop(state, fires), trace._replace(
         claimed=jnp.where(fires, status.claim, trace.claimed))
 
 
@@ -277,8 +277,8 @@ def run_result(kernel: Kernel, state: BanditState, trace: Trace, params: RunPara
     config, estimator = kernel.config, kernel.plugins.estimator
     init_best, init_money = first
     n = config.n_examples
-    radius = estimator.radius(state.estimator, state.ledger, n, params.delta, params.estimator)
-    radius = jnp.where(state.ledger.n_obs >= state.ledger.population, 0.0, radius)
+    radius = estimator.radius(state.estimator, state.sums, n, params.delta, params.estimator)
+    radius = jnp.where(state.sums.n_obs >= state.sums.population, 0.0, radius)
     # The interval certification used: a model evaluated on every example is known exactly (its mean,
     # not the running interval of its sequence, which need not contain it once the population is spent).
     cs_low, cs_high = interval_bounds(estimator, state, config, params, "cs")     # NaN without an interval
@@ -288,6 +288,6 @@ def run_result(kernel: Kernel, state: BanditState, trace: Trace, params: RunPara
     # Budgets never reached (an early stop, exhausted models) take the final widths.
     final = half_widths(config, estimator, state, params)
     snaps = Snapshots(*(jnp.where(jnp.isnan(a), f[None], a) for a, f in zip(trace.snapshots, final)))
-    return RunResult(records, init_best, current_estimates(estimator, state, n, params), radius, state.ledger.n_obs,
-                     state.ledger.n_pulls, cs_low, cs_high, state.certified, snaps, seq_low, seq_high, state.stopped,
+    return RunResult(records, init_best, current_estimates(estimator, state, n, params), radius, state.sums.n_obs,
+                     state.sums.n_pulls, cs_low, cs_high, state.certified, snaps, seq_low, seq_high, state.stopped,
                      trace.claimed, init_money)

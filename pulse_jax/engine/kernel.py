@@ -20,8 +20,8 @@ from pulse_jax.engine.config import BanditConfig, Plugins, log_chunk_slots, plug
 from pulse_jax.engine.params import RunParams
 from pulse_jax.engine.refit import adam_refit, periodic_numbers, refit, refit_numbers
 from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepInfo, Told, cells_cost, draw_keys,
-                                    initial_draws, observed_blocks)
-from pulse_jax.estimators.base import Estimator, Ledger, Pull, draw_design
+                                    initial_draws)
+from pulse_jax.estimators.base import Estimator, ModelSums, Pull, draw_design
 from pulse_jax.rules.base import RuleInputs
 from pulse_jax.stats import confidence, factorization
 from pulse_jax.stats import without_replacement as sampling
@@ -144,7 +144,7 @@ def _first_state(s: Static, first, observed, population, U, params: RunParams) -
     config, plugins = s
     m, C = config.n_models, plugins.estimator.n_sequences
     zeros = jnp.zeros(m, jnp.float32)
-    ledger = Ledger(jnp.full(m, config.init_cells_per_model, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1),
+    sums = ModelSums(jnp.full(m, config.init_cells_per_model, jnp.int32), jnp.ones(m, jnp.int32), first.sum(1),
                     (first * first).sum(1), zeros, zeros, population)
     # The initial batches enter the confidence sequences as raw scores: no prediction exists yet
     # (for PULSE this is lambda = 0), and each batch is in its sampler's uniform draw order.
@@ -155,7 +155,7 @@ def _first_state(s: Static, first, observed, population, U, params: RunParams) -
                                  jnp.ones(first.shape, bool))
         raw = confidence.Observations(rows, jnp.zeros_like(rows), jnp.ones_like(rows))
         cs = confidence.cs_update_all(cs, draws, raw, _log_inv_alpha(s, params), params.cs_horizon)
-    return BanditState(ledger, None, U, observed, first, _empty_log(s),
+    return BanditState(sums, None, U, observed, first, _empty_log(s),
                        jnp.int32(config.init_cells), jnp.int32(0), cs, Certificate(jnp.int32(-1), jnp.int32(-1)),
                        plugins.rule.init(config), jnp.bool_(False))
 
@@ -184,7 +184,7 @@ def _init(s: Static, key, scores, V, params: RunParams, start: Start) -> tuple[E
         if config.carry_refit_state:   # the periodic refits' one Adam run starts at the fitted U
             periodic = adam_refit(config.refit_epochs, *periodic_numbers(params, episode))
             state = state._replace(refit_state=periodic.optimizer.init(state.U))
-    state = state._replace(estimator=estimator.init(state.ledger, params.estimator))
+    state = state._replace(estimator=estimator.init(state.sums, params.estimator))
     state = state._replace(best=_recommend(s, episode, state, params, 0))
     return episode, record_certificate(config, estimator, state, params)
 
@@ -214,9 +214,9 @@ def sequence_bounds(kernel: "Kernel", state: BanditState, params: RunParams):
 def room(config: BanditConfig, state: BanditState, i, reserved=0, in_flight: InFlight | None = None):
     """``B' = min(B, |U_i|, budget left - reserved)`` for model ``i`` (never below 0); ``U_i`` leaves out
     the examples in flight."""
-    ledger = state.ledger
-    allocated = ledger.n_obs[i] if in_flight is None else ledger.n_obs[i] + in_flight.cells[i]
-    size = jnp.minimum(jnp.minimum(config.batch_size, ledger.population[i] - allocated),
+    sums = state.sums
+    allocated = sums.n_obs[i] if in_flight is None else sums.n_obs[i] + in_flight.cells[i]
+    size = jnp.minimum(jnp.minimum(config.batch_size, sums.population[i] - allocated),
                        config.budget - state.spent - reserved)
     return jnp.maximum(size, 0)
 
@@ -231,22 +231,49 @@ def _stop_inputs(s: Static, state: BanditState, params: RunParams, t) -> StopInp
                       state.cost)
 
 
-def _stop_status(s: Static, state: BanditState, params: RunParams, t, in_flight: InFlight | None = None) -> Status:
+#: ``logged`` codes of `Kernel.stop_status` while a live selection replays its log.
+REPLAYED_ASK, REPLAYED_HOLD, REPLAYED_UNTOLD = 0, 1, 2
+
+
+def _stop_status(s: Static, state: BanditState, params: RunParams, t, in_flight: InFlight | None = None,
+                 logged=None) -> Status:
     """Everything the stopping rule decides at step ``t``, in one place (`Status`): whether the run
     stops (or already has), the models its certificate names now, where its claim waits (``focus``,
     which the sampling rule is given), and, with batches ``in_flight``, whether an ask holds back
-    (`_held`). Simulation, the concurrent event loop and live selection all stop through it."""
+    (`_held`). Simulation, the concurrent event loop and live selection all stop through it.
+
+    ``logged`` (a live selection replaying its log; -1 or None: not a replay): the logged run went on
+    at this step whatever the rule says now (it may have stopped by another rule, `resumed`), so the
+    run is not done; it held back where the log holds a hold (`REPLAYED_HOLD`), asked where the log
+    holds a batch (`REPLAYED_ASK`), and holds as the rule says for an ask the log never told
+    (`REPLAYED_UNTOLD`: it was in flight when the logged run ended)."""
     config, (_, _, stop) = s
     looks = _stop_inputs(s, state, params, t)
     focus = jnp.ones(config.n_models, bool) if stop.focus is None else stop.focus(looks, params.stop)
     hold = jnp.bool_(False) if in_flight is None else _held(s, state, params, looks, in_flight, t)
-    return Status(state.stopped | stop.done(looks, params.stop), stop.claim(looks, params.stop), focus, hold, looks)
+    done = state.stopped | stop.done(looks, params.stop)
+    if logged is not None:
+        told = (logged == REPLAYED_ASK) | (logged == REPLAYED_HOLD)
+        done, hold = done & (logged < 0), jnp.where(told, logged == REPLAYED_HOLD, hold)
+    return Status(done, stop.claim(looks, params.stop), focus, hold, looks)
+
+
+def record_stop(state: BanditState, fires) -> BanditState:
+    """``state`` with its stop recorded where ``fires``: the one place a run's stop is set (`resumed`
+    clears it); a stopped run pulls nothing more."""
+    return state._replace(stopped=state.stopped | fires)
 
 
 def _apply_status(state: BanditState, status: Status, t) -> BanditState:
     """The stop recorded in the state: it fires at step ``t >= 1`` (the claim made then is the step's
     `StepInfo`'s, `_record`)."""
-    return state._replace(stopped=state.stopped | (status.done & (t >= 1)))
+    return record_stop(state, status.done & (t >= 1))
+
+
+def resumed(state: BanditState) -> BanditState:
+    """``state`` going on after its stop: a live selection given another stopping rule
+    (`pulse_jax.live.Selector.use_stop`) asks again until that rule fires."""
+    return state._replace(stopped=jnp.zeros_like(state.stopped))
 
 
 def _choose(s: Static, episode: Episode, state: BanditState, params: RunParams, t, status: Status, *,
@@ -265,16 +292,16 @@ def _choose(s: Static, episode: Episode, state: BanditState, params: RunParams, 
     left outside them is not ``active``; the budget left leaves their cells out.
     """
     config, (estimator, rule, stop) = s
-    m, ledger, looks = config.n_models, state.ledger, status.looks
-    exhausted = ledger.n_obs >= ledger.population
-    n_alloc, pulls, reserved = ledger.n_obs, ledger.n_pulls, 0
+    m, sums, looks = config.n_models, state.sums, status.looks
+    exhausted = sums.n_obs >= sums.population
+    n_alloc, pulls, reserved = sums.n_obs, sums.n_pulls, 0
     if in_flight is not None:
         n_alloc, pulls, reserved = n_alloc + in_flight.cells, pulls + in_flight.batches, jnp.sum(in_flight.cells)
-    active = n_alloc < ledger.population
+    active = n_alloc < sums.population
     active = active if blocked is None else active & ~blocked
     low, high = looks.low, looks.high
     if in_flight is not None:
-        low, high = _hallucinated(looks.estimates, low, high, ledger, n_alloc)
+        low, high = _hallucinated(looks.estimates, low, high, sums, n_alloc)
     inputs = RuleInputs(t, looks.estimates, low, high, n_alloc, pulls, active, exhausted,
                         episode.model_order, episode.key, state.cost, status.focus)
     i, rule_state = rule.choose(state.rule, inputs, params.rule)
@@ -292,15 +319,15 @@ def _choose(s: Static, episode: Episode, state: BanditState, params: RunParams, 
                          (t >= 1) & ~done & status.hold)
 
 
-def _hallucinated(estimates, low, high, ledger: Ledger, n_alloc):
+def _hallucinated(estimates, low, high, sums: ModelSums, n_alloc):
     """The bounds a rule sees with cells in flight: each side's distance from the estimate shrunk as a
     without-replacement width shrinks from ``n_obs`` to ``n_alloc`` draws, by
     ``sqrt((1 / n_alloc - 1 / N) / (1 / n_obs - 1 / N))`` (``N`` the population); the estimates do not
     move. (GP-BUCB's hallucinated observations: Desautels, Krause & Burdick, JMLR 2014.) Only the
     choice sees them; the stopping rule, the certificate and the estimates use the bounds of the
     cells observed."""
-    N = ledger.population.astype(jnp.float32)
-    n, n_new = ledger.n_obs.astype(jnp.float32), n_alloc.astype(jnp.float32)
+    N = sums.population.astype(jnp.float32)
+    n, n_new = sums.n_obs.astype(jnp.float32), n_alloc.astype(jnp.float32)
     before = jnp.maximum(1.0 / jnp.maximum(n, 1.0) - 1.0 / N, 0.0)
     after = jnp.maximum(1.0 / jnp.maximum(n_new, 1.0) - 1.0 / N, 0.0)
     factor = jnp.where(before > 0, jnp.sqrt(after / jnp.where(before > 0, before, 1.0)), 1.0)
@@ -315,8 +342,8 @@ def _held(s: Static, state: BanditState, params: RunParams, looks: StopInputs, i
     ``c - 1`` for asks near the budget's end, the rest for holds), so holds never cost a run its
     budget."""
     config, stop = s.config, s.plugins.stop
-    n_alloc = state.ledger.n_obs + in_flight.cells
-    low, high = _hallucinated(looks.estimates, looks.low, looks.high, state.ledger, n_alloc)
+    n_alloc = state.sums.n_obs + in_flight.cells
+    low, high = _hallucinated(looks.estimates, looks.low, looks.high, state.sums, n_alloc)
     ok, model = confidence.certify(low, high)
     ahead = stop.done(looks._replace(low=low, high=high, certified=looks.certified | ok,
                                      certified_model=jnp.where(looks.certified, looks.certified_model, model)),
@@ -347,7 +374,7 @@ def _refit_step(s: Static, episode: Episode, state: BanditState, params: RunPara
         filled = None if t is None else factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config))
         new = refit(episode, state, config.refit_epochs, periodic_numbers(params, episode), filled=filled,
                      carry=config.carry_refit_state)
-        new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.ledger, config.n_examples,
+        new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.sums, config.n_examples,
                                                                params.estimator))
         return _where_tree(choice.size > 0, new, state)
 
@@ -361,7 +388,7 @@ def _draw(s: Static, episode: Episode, state: BanditState, params: RunParams, ch
     them drawn one after another with probabilities proportional to its weights
     (`sampling.weighted_draw`; such a model is never asked while it has a batch in flight)."""
     i, size = choice.model, choice.size
-    B, n_obs_i = s.config.batch_size, state.ledger.n_obs[i]
+    B, n_obs_i = s.config.batch_size, state.sums.n_obs[i]
     row = state.observed[i]
     if in_flight is not None:   # the examples in flight count as seen: the key and the row skip them
         n_obs_i, row = n_obs_i + in_flight.cells[i], in_flight.rows[i]
@@ -369,7 +396,7 @@ def _draw(s: Static, episode: Episode, state: BanditState, params: RunParams, ch
     if s.plugins.estimator.draw_weights is not None:
         _, _, weights = _draw_weights(s.plugins, episode, state, params, i)
         return sampling.weighted_draw(key, weights, B), jnp.arange(B) < size
-    examples = sampling.draw(key, row, n_obs_i, state.ledger.population[i], B)
+    examples = sampling.draw(key, row, n_obs_i, state.sums.population[i], B)
     return examples, jnp.arange(B) < size
 
 
@@ -396,13 +423,13 @@ def _pull(plugins: Plugins, episode: Episode, state: BanditState, params: RunPar
     return Pull(i, batch.size, jnp.sum(s), jnp.sum(f), s, f, valid, design)
 
 
-def _add_to_ledger(ledger: Ledger, pull: Pull) -> Ledger:
+def _add_to_sums(sums: ModelSums, pull: Pull) -> ModelSums:
     i, s, f = pull.model, pull.scores, pull.preds
-    return Ledger(population=ledger.population, n_obs=ledger.n_obs.at[i].add(pull.size),
-                  n_pulls=ledger.n_pulls.at[i].add((pull.size > 0).astype(jnp.int32)),
-                  obs_sum=ledger.obs_sum.at[i].add(pull.score_sum), obs_sq_sum=ledger.obs_sq_sum.at[i].add(jnp.sum(s * s)),
-                  pred_sum=ledger.pred_sum.at[i].add(-pull.pred_sum),
-                  pred_sq_sum=ledger.pred_sq_sum.at[i].add(-jnp.sum(f * f)))
+    return ModelSums(population=sums.population, n_obs=sums.n_obs.at[i].add(pull.size),
+                  n_pulls=sums.n_pulls.at[i].add((pull.size > 0).astype(jnp.int32)),
+                  obs_sum=sums.obs_sum.at[i].add(pull.score_sum), obs_sq_sum=sums.obs_sq_sum.at[i].add(jnp.sum(s * s)),
+                  pred_sum=sums.pred_sum.at[i].add(-pull.pred_sum),
+                  pred_sq_sum=sums.pred_sq_sum.at[i].add(-jnp.sum(f * f)))
 
 
 def _add_to_log(log: PullLog, t, pull: Pull, examples) -> PullLog:
@@ -421,22 +448,22 @@ def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams,
 
     The confidence sequences and the estimator take the batch in from the
     bookkeeping *before* it (everything they use is predictable), then the
-    ledger, the pull log and the rule take it in, and the recommendation and the
+    sums, the pull log and the rule take it in, and the recommendation and the
     certificate are brought up to date.
     """
     config, plugins = s
-    estimator, n, ledger, i = plugins.estimator, config.n_examples, state.ledger, batch.model
+    estimator, n, sums, i = plugins.estimator, config.n_examples, state.sums, batch.model
     pull = _pull(plugins, episode, state, params, batch)
     cs, seq = state.cs, ((), ())
     if estimator.has_interval:
-        obs = confidence.Observations(*estimator.proxies(state.estimator, ledger, pull, n, params.estimator))
-        draws = confidence.Draws(ledger.n_obs[i], ledger.obs_sum[i], ledger.population[i].astype(jnp.float32),
+        obs = confidence.Observations(*estimator.proxies(state.estimator, sums, pull, n, params.estimator))
+        draws = confidence.Draws(sums.n_obs[i], sums.obs_sum[i], sums.population[i].astype(jnp.float32),
                                  pull.scores, batch.valid)
         cs, seq = confidence.cs_update_and_bounds(cs, i, draws, obs, _log_inv_alpha(s, params), params.cs_horizon)
-    est, info = estimator.update(state.estimator, ledger, pull, n, params.estimator)   # a no-op when size == 0
+    est, info = estimator.update(state.estimator, sums, pull, n, params.estimator)   # a no-op when size == 0
     observed = state.observed.at[i].set(sampling.mark(state.observed[i], batch.examples, batch.valid))
     log = _add_to_log(state.log, t, pull, batch.examples) if estimator.uses_predictions else state.log
-    state = state._replace(ledger=_add_to_ledger(ledger, pull), estimator=est, observed=observed, log=log,
+    state = state._replace(sums=_add_to_sums(sums, pull), estimator=est, observed=observed, log=log,
                            spent=state.spent + batch.size, cs=cs, rule=plugins.rule.update(state.rule, i, batch.size))
     state = state._replace(best=jnp.where(batch.size > 0, _recommend(s, episode, state, params, t), state.best))
     return record_certificate(config, estimator, state, params), \
@@ -501,8 +528,9 @@ class Kernel(NamedTuple):
     the same kernel object.
 
     * ``init(key, scores, V, params, start=Start()) -> (episode, state)``: the first look and fit;
-    * ``stop_status(state, params, t, in_flight=None) -> Status``: everything the stopping rule
-      decides at step ``t``, in one place (done, claim, focus, and the hold with batches in flight);
+    * ``stop_status(state, params, t, in_flight=None, logged=None) -> Status``: everything the stopping
+      rule decides at step ``t``, in one place (done, claim, focus, and the hold with batches in
+      flight; ``logged``: what a replayed log did at this step);
     * ``ask(episode, state, params, t, status, *, follow=None, in_flight=None, blocked=None, due=None)
       -> (state, Asked)``: the stop recorded, the model chosen by the sampling rule (given the
       status's focus), U refit when due, the batch drawn;
@@ -541,8 +569,8 @@ def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
     def init(key, scores, V, params, start=Start()):
         return _init(s, key, scores, V, params, start)
 
-    def stop_status(state, params, t, in_flight=None):
-        return _stop_status(s, state, params, t, in_flight)
+    def stop_status(state, params, t, in_flight=None, logged=None):
+        return _stop_status(s, state, params, t, in_flight, logged)
 
     def ask(episode, state, params, t, status, *, follow=None, in_flight=None, blocked=None, due=None):
         return _ask(s, episode, state, params, t, status, follow=follow, in_flight=in_flight, blocked=blocked,

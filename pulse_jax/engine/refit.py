@@ -79,4 +79,4 @@ def refit(episode: Episode, state: BanditState, epochs: int, numbers: RefitNumbe
     U, refit_state = fit(state.U, state.refit_state, episode.V, blocks, used, numbers)
     pred_sum, pred_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing, state.observed)
     return state._replace(U=U, refit_state=refit_state,
-                          ledger=state.ledger._replace(pred_sum=pred_sum, pred_sq_sum=pred_sq_sum))
+                          sums=state.sums._replace(pred_sum=pred_sum, pred_sq_sum=pred_sq_sum))

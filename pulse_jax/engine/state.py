@@ -12,7 +12,7 @@ from pulse_jax.stats import factorization, without_replacement as sampling
 from pulse_jax.stats.confidence import ConfSeq
 from pulse_jax.engine.bookkeeping import Certificate, Snapshots
 from pulse_jax.engine.config import BanditConfig
-from pulse_jax.estimators.base import Ledger
+from pulse_jax.estimators.base import ModelSums
 from pulse_jax.stats.factorization import RowPrior
 
 
@@ -44,7 +44,7 @@ class BanditState(NamedTuple):
     report reads (the money spent, the stop's claim, the interval snapshots) is not here: each step
     returns it in its `StepInfo`, and the drivers fold that into a `pulse_jax.engine.run_trace.Trace`."""
 
-    ledger: Ledger        # per-model observed / predicted sums
+    sums: ModelSums        # per-model observed / predicted sums
     estimator: chex.ArrayTree   # the estimator's own state
     U: chex.Array         # (m, r) current model factors
     observed: chex.Array  # (m, ceil(n / 32)) uint32: packed mask of the observed cells

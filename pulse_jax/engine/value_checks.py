@@ -87,17 +87,17 @@ def _same(a, b) -> bool:
                                       for x, y in zip(la, lb))
 
 
-def _ledger_and_pull(m: int, n: int, B: int, with_design: bool, size: int):
-    """A plausible ledger after the first look (``B`` cells per model) and a pull of ``size`` draws of
+def _sums_and_pull(m: int, n: int, B: int, with_design: bool, size: int):
+    """Plausible sums after the first look (``B`` cells per model) and a pull of ``size`` draws of
     model 0, built in NumPy (no small programs compiled to make them)."""
-    from pulse_jax.estimators.base import DrawDesign, Ledger, Pull
+    from pulse_jax.estimators.base import DrawDesign, ModelSums, Pull
 
     rng = np.random.default_rng(0)
     f32 = lambda x: jnp.asarray(np.asarray(x, np.float32))   # noqa: E731
     obs = rng.integers(0, 2, (m, B)).astype(np.float32)
     preds = rng.uniform(0.1, 0.9, (m, n)).astype(np.float32)
     unseen_pred = preds[:, B:]
-    ledger = Ledger(jnp.asarray(np.full(m, B, np.int32)), jnp.asarray(np.ones(m, np.int32)), f32(obs.sum(1)),
+    sums = ModelSums(jnp.asarray(np.full(m, B, np.int32)), jnp.asarray(np.ones(m, np.int32)), f32(obs.sum(1)),
                     f32((obs ** 2).sum(1)), f32(unseen_pred.sum(1)), f32((unseen_pred ** 2).sum(1)),
                     jnp.asarray(np.full(m, n, np.int32)))
     valid = np.arange(B) < size
@@ -110,7 +110,7 @@ def _ledger_and_pull(m: int, n: int, B: int, with_design: bool, size: int):
                             f32((unseen / 1.0).max()), f32(((1.0 - unseen) / 1.0).max()))
     pull = Pull(jnp.asarray(np.int32(0)), jnp.asarray(np.int32(size)), f32(scores.sum()), f32(batch_preds.sum()),
                 f32(scores), f32(batch_preds), jnp.asarray(valid), design)
-    return ledger, pull
+    return sums, pull
 
 
 #: How far outside [0, 1] an estimate after the first look may lie (a doubly robust estimate may step
@@ -123,13 +123,13 @@ def check_estimator_values(estimator, n_models: int, n_examples: int, batch_size
     positive widths, on a full pull."""
     kind, m, n, B = "estimator", n_models, n_examples, min(batch_size, max(n_examples // 2, 1))
     with_design = estimator.draw_weights is not None
-    ledger, empty = _ledger_and_pull(m, n, B, with_design, 0)
-    state = _run(kind, estimator, "init", estimator.init, ledger, params)
-    after, _ = _run(kind, estimator, "update", estimator.update, state, ledger, empty, n, params, static=(3,))
+    sums, empty = _sums_and_pull(m, n, B, with_design, 0)
+    state = _run(kind, estimator, "init", estimator.init, sums, params)
+    after, _ = _run(kind, estimator, "update", estimator.update, state, sums, empty, n, params, static=(3,))
     if not _same(state, after):
         _fail(kind, estimator, "update", "changed the state on an empty pull (pull.size == 0, a step that spent "
                                          "nothing); mask its changes with pull.size > 0")
-    estimates = np.asarray(_run(kind, estimator, "estimate", estimator.estimate, state, ledger, params))
+    estimates = np.asarray(_run(kind, estimator, "estimate", estimator.estimate, state, sums, params))
     if not np.isfinite(estimates).all():
         _fail(kind, estimator, "estimate", f"returned {estimates[~np.isfinite(estimates)][0]} for model "
                                            f"{int(np.argmin(np.isfinite(estimates)))} after the first look; an estimate "
@@ -145,9 +145,9 @@ def check_estimator_values(estimator, n_models: int, n_examples: int, batch_size
         _check_draw_weights(estimator, n, B, params)
     if estimator.proxies is None:
         return
-    _, pull = _ledger_and_pull(m, n, B, with_design, B)
+    _, pull = _sums_and_pull(m, n, B, with_design, B)
     y, lower, width = (np.asarray(v, np.float64) for v in
-                       _run(kind, estimator, "proxies", estimator.proxies, state, ledger, pull, n, params, static=(3,)))
+                       _run(kind, estimator, "proxies", estimator.proxies, state, sums, pull, n, params, static=(3,)))
     valid = np.broadcast_to(np.asarray(pull.valid), y.shape)
     if not (np.isfinite(y[valid]).all() and np.isfinite(lower[valid]).all() and np.isfinite(width[valid]).all()):
         _fail(kind, estimator, "proxies", "returned values that are not finite (NaN or infinite) for draws that "

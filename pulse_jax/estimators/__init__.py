@@ -4,18 +4,18 @@
 An estimator is a `Estimator` -- a small set of pure functions over its
 own state pytree -- that the bandit step calls at fixed points:
 
-* ``init(ledger, params)`` after the initial batch of every model;
-* ``update(state, ledger, pull, n_examples, params) -> (state, info)`` when
-  model ``pull.model`` receives a batch (``ledger`` is the bookkeeping
+* ``init(sums, params)`` after the initial batch of every model;
+* ``update(state, sums, pull, n_examples, params) -> (state, info)`` when
+  model ``pull.model`` receives a batch (``sums`` is the bookkeeping
   *before* the batch, so everything the update takes from it is predictable);
   ``info`` is the estimator's own pytree of per-step numbers (PULSE:
   `PulseInfo`, its lambda; ``()`` for none), which the engine records
   for every step without reading its fields;
-* ``refresh(state, ledger, n_examples, params)`` right after a factorization refit;
-* ``estimate(state, ledger, params)`` the current ``mu_hat`` of every model;
-* ``radius(state, ledger, n_examples, delta, params)`` the half-width of the paper's
+* ``refresh(state, sums, n_examples, params)`` right after a factorization refit;
+* ``estimate(state, sums, params)`` the current ``mu_hat`` of every model;
+* ``radius(state, sums, n_examples, delta, params)`` the half-width of the paper's
   fixed-count ``1 - delta`` interval (NaN where the method has none);
-* ``proxies(state, ledger, pull, n_examples, params)`` the per-draw observations of the
+* ``proxies(state, sums, pull, n_examples, params)`` the per-draw observations of the
   pull for the anytime-valid confidence sequence (`confidence.ConfSeq`),
   ``(Y, lower, width)`` with ``E[Y_s | past]`` the mean of the model's
   still-unseen scores and ``Y_s`` in ``[lower_s, lower_s + width_s]``; ``None``
@@ -35,7 +35,7 @@ these weights instead of uniformly, and hands the estimator the
 LUCB-style rules and certified stopping are available). ``settings`` lists
 the static settings as ``(name, value)`` pairs, which logs record.
 
-All three share the `Ledger` of observed-cell and prediction sums kept
+All three share the `ModelSums` of observed-cell and prediction sums kept
 by the bandit engine, so the statistics exist once.
 """
 
@@ -44,7 +44,7 @@ from pulse_jax.protocols import lazy
 #: The built-ins, in the order their names list (each adds itself to ``BUILT_IN`` as it loads;
 #: `pulse_jax.estimators.base.built_ins` loads them when a name is resolved).
 _EXPORTS = {
-    "pulse_jax.estimators.base": ["DrawDesign", "Estimator", "Ledger", "Pull", "draw_design", "observed_mean", "populations", "raw_proxies"],
+    "pulse_jax.estimators.base": ["DrawDesign", "Estimator", "ModelSums", "Pull", "draw_design", "observed_mean", "populations", "raw_proxies"],
     "pulse_jax.estimators.ucbe": ["ucbe"],
     "pulse_jax.estimators.pulse": ["LambdaRule", "PulseInfo", "PulseParams", "PulseState", "aipw_proxies", "constant_lambda", "inverse_variance_weight", "paper_lambda", "pulse", "pulse_certify", "pulse_hedged", "pulse_theta"],
     "pulse_jax.estimators.adaptive": ["pulse_adaptive"],

@@ -28,7 +28,7 @@ import chex
 import jax.numpy as jnp
 
 from pulse_jax.errors import require
-from pulse_jax.estimators.base import BUILT_IN, Estimator, Ledger, Pull, observed_mean, populations
+from pulse_jax.estimators.base import BUILT_IN, Estimator, ModelSums, Pull, observed_mean, populations
 
 
 def residual_sd_weights(uniform_share: float):
@@ -79,33 +79,33 @@ def pulse_adaptive(uniform_share: float = 0.5) -> Estimator:
     require(0.0 < float(uniform_share) <= 1.0, f"pulse_adaptive: uniform_share must lie in (0, 1], "
                                                f"got {uniform_share!r}")
 
-    def init(ledger: Ledger, params):
+    def init(sums: ModelSums, params):
         del params
-        m = ledger.n_obs.shape[0]
-        return AdaptiveState(observed_mean(ledger), jnp.ones(m, jnp.float32))
+        m = sums.n_obs.shape[0]
+        return AdaptiveState(observed_mean(sums), jnp.ones(m, jnp.float32))
 
-    def theta(ledger, pull, n_examples):
+    def theta(sums, pull, n_examples):
         """The pull's one-step estimates of the model's mean, averaged over its draws."""
         i = pull.model
         y, _, _ = desraj_proxies(pull.scores, pull.preds, pull.design, pull.valid)
         count = jnp.maximum(pull.design.unseen - jnp.arange(y.shape[0], dtype=jnp.float32), 1.0)
-        seen = ledger.obs_sum[i] + jnp.cumsum(pull.scores) - pull.scores
-        thetas = (seen + count * y) / populations(ledger, n_examples)[i]
+        seen = sums.obs_sum[i] + jnp.cumsum(pull.scores) - pull.scores
+        thetas = (seen + count * y) / populations(sums, n_examples)[i]
         return jnp.sum(jnp.where(pull.valid, thetas, 0.0)) / jnp.maximum(pull.size, 1)
 
-    def update(state, ledger, pull: Pull, n_examples, params):
+    def update(state, sums, pull: Pull, n_examples, params):
         del params
         live = (pull.size > 0).astype(jnp.float32)
         i = pull.model
-        return AdaptiveState(state.theta_sum.at[i].add(live * theta(ledger, pull, n_examples)),
+        return AdaptiveState(state.theta_sum.at[i].add(live * theta(sums, pull, n_examples)),
                              state.n_theta.at[i].add(live)), ()
 
-    def estimate(state, ledger, params):
-        del ledger, params
+    def estimate(state, sums, params):
+        del sums, params
         return state.theta_sum / state.n_theta
 
-    def proxies(state, ledger, pull, n_examples, params):
-        del state, ledger, n_examples, params
+    def proxies(state, sums, pull, n_examples, params):
+        del state, sums, n_examples, params
         return tuple(r[None] for r in desraj_proxies(pull.scores, pull.preds, pull.design, pull.valid))
 
     # No fixed-count radius (the default NaN) and nothing to refresh after a refit (the default).

@@ -1,5 +1,5 @@
 """The estimator interface: `Estimator`, and the bookkeeping every estimator shares
-(`Ledger`, `Pull`, `DrawDesign`). See `pulse_jax.estimators`."""
+(`ModelSums`, `Pull`, `DrawDesign`). See `pulse_jax.estimators`."""
 from __future__ import annotations
 
 from typing import NamedTuple, Protocol
@@ -22,7 +22,7 @@ def built_ins() -> dict:
     return import_all("pulse_jax.estimators", BUILT_IN_MODULES, BUILT_IN)
 
 
-class Ledger(NamedTuple):
+class ModelSums(NamedTuple):
     """Per-model sufficient statistics shared by every estimator (shape ``(m,)`` each).
 
     ``pred_sum`` / ``pred_sq_sum`` are ``F_i = sum_{j in U_i} f_ij`` and
@@ -42,10 +42,10 @@ class Ledger(NamedTuple):
     population: chex.Array = None
 
 
-def populations(ledger: Ledger, n_examples) -> chex.Array:
-    """``N_i`` of every model, as float32 ``(m,)``: the ledger's, else ``n_examples`` for all."""
-    size = ledger.population if ledger.population is not None else n_examples
-    return jnp.broadcast_to(jnp.asarray(size, jnp.float32), ledger.n_obs.shape)
+def populations(sums: ModelSums, n_examples) -> chex.Array:
+    """``N_i`` of every model, as float32 ``(m,)``: the sums', else ``n_examples`` for all."""
+    size = sums.population if sums.population is not None else n_examples
+    return jnp.broadcast_to(jnp.asarray(size, jnp.float32), sums.n_obs.shape)
 
 
 class Pull(NamedTuple):
@@ -87,71 +87,71 @@ def draw_design(preds, unseen, weights, examples, valid) -> DrawDesign:
                       jnp.max(jnp.where(unseen, (1.0 - preds) / safe, 0.0)))
 
 
-def _no_state(ledger, params):
-    del ledger, params
+def _no_state(sums, params):
+    del sums, params
     return ()
 
 
-def _no_update(state, ledger, pull, n_examples, params):
-    del ledger, pull, n_examples, params
+def _no_update(state, sums, pull, n_examples, params):
+    del sums, pull, n_examples, params
     return state, ()
 
 
-def _no_refresh(state, ledger, n_examples, params):
-    del ledger, n_examples, params
+def _no_refresh(state, sums, n_examples, params):
+    del sums, n_examples, params
     return state
 
 
-def _observed_mean(state, ledger, params):
+def _observed_mean(state, sums, params):
     del state, params
-    return observed_mean(ledger)
+    return observed_mean(sums)
 
 
-def _no_radius(state, ledger, n_examples, delta, params):
+def _no_radius(state, sums, n_examples, delta, params):
     del state, n_examples, delta, params
-    return jnp.full(ledger.n_obs.shape, jnp.nan, jnp.float32)
+    return jnp.full(sums.n_obs.shape, jnp.nan, jnp.float32)
 
 
 class EstimatorInit(Protocol):
-    """``init(ledger, params) -> state``, after every model's initial batches."""
+    """``init(sums, params) -> state``, after every model's initial batches."""
 
-    def __call__(self, ledger: Ledger, params: Params) -> State: ...
+    def __call__(self, sums: ModelSums, params: Params) -> State: ...
 
 
 class EstimatorUpdate(Protocol):
-    """``update(state, ledger, pull, n_examples, params) -> (state, info)``; ``ledger`` is the
+    """``update(state, sums, pull, n_examples, params) -> (state, info)``; ``sums`` is the
     bookkeeping before the pull; the state must not change when ``pull.size == 0``."""
 
-    def __call__(self, state: State, ledger: Ledger, pull: Pull, n_examples: int,
+    def __call__(self, state: State, sums: ModelSums, pull: Pull, n_examples: int,
                  params: Params) -> tuple[State, Info]: ...
 
 
 class EstimatorRefresh(Protocol):
-    """``refresh(state, ledger, n_examples, params) -> state``, right after a refit of the factorization."""
+    """``refresh(state, sums, n_examples, params) -> state``, right after a refit of the factorization."""
 
-    def __call__(self, state: State, ledger: Ledger, n_examples: int, params: Params) -> State: ...
+    def __call__(self, state: State, sums: ModelSums, n_examples: int, params: Params) -> State: ...
 
 
 class EstimatorEstimate(Protocol):
-    """``estimate(state, ledger, params) -> (m,) float``: every model's current mean estimate."""
+    """``estimate(state, sums, params) -> (m,) float``: every model's current mean estimate."""
 
-    def __call__(self, state: State, ledger: Ledger, params: Params) -> chex.Array: ...
+    def __call__(self, state: State, sums: ModelSums, params: Params) -> chex.Array: ...
 
 
 class EstimatorRadius(Protocol):
-    """``radius(state, ledger, n_examples, delta, params) -> (m,) float``: the fixed-count ``1 - delta``
+    """``radius(state, sums, n_examples, delta, params) -> (m,) float``: the fixed-count ``1 - delta``
     half-width (NaN where the method has none); ``delta`` may be an ``(m,)`` array."""
 
-    def __call__(self, state: State, ledger: Ledger, n_examples: int, delta: chex.Array,
+    def __call__(self, state: State, sums: ModelSums, n_examples: int, delta: chex.Array,
                  params: Params) -> chex.Array: ...
 
 
 class EstimatorProxies(Protocol):
-    """``proxies(state, ledger, pull, n_examples, params) -> (Y, lower, width)``, each ``(C, B)``:
+    """``proxies(state, sums, pull, n_examples, params) -> (Y, lower, width)``, each ``(C, B)``:
     per-draw observations with ``E[Y_s | past]`` the mean of the unseen scores, and ``Y_s`` in
     ``[lower_s, lower_s + width_s]``."""
 
-    def __call__(self, state: State, ledger: Ledger, pull: Pull, n_examples: int,
+    def __call__(self, state: State, sums: ModelSums, pull: Pull, n_examples: int,
                  params: Params) -> tuple[chex.Array, chex.Array, chex.Array]: ...
 
 
@@ -200,9 +200,9 @@ class Estimator(NamedTuple):
         return self.proxies is not None
 
 
-def observed_mean(ledger: Ledger) -> chex.Array:
+def observed_mean(sums: ModelSums) -> chex.Array:
     """Every model's mean over its observed cells (0 for a model with none)."""
-    return ledger.obs_sum / jnp.maximum(ledger.n_obs, 1)
+    return sums.obs_sum / jnp.maximum(sums.n_obs, 1)
 
 
 def raw_proxies(pull: Pull):

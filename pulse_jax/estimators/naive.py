@@ -18,23 +18,23 @@ def naive_pooling() -> Estimator:
     biased whenever the predictions are, so it has no valid interval (NaN).
     """
 
-    def init(ledger, params):
+    def init(sums, params):
         del params
-        return observed_mean(ledger)
+        return observed_mean(sums)
 
-    def update(mu, ledger, pull, n_examples, params):
+    def update(mu, sums, pull, n_examples, params):
         del params
         i = pull.model
-        value = (ledger.obs_sum[i] + pull.score_sum + ledger.pred_sum[i] - pull.pred_sum) / populations(
-            ledger, n_examples)[i]
+        value = (sums.obs_sum[i] + pull.score_sum + sums.pred_sum[i] - pull.pred_sum) / populations(
+            sums, n_examples)[i]
         return mu.at[i].set(jnp.where(pull.size > 0, value, mu[i])), ()
 
-    def refresh(mu, ledger, n_examples, params):
+    def refresh(mu, sums, n_examples, params):
         del mu, params
-        return (ledger.obs_sum + ledger.pred_sum) / populations(ledger, n_examples)
+        return (sums.obs_sum + sums.pred_sum) / populations(sums, n_examples)
 
-    def estimate(mu, ledger, params):
-        del ledger, params
+    def estimate(mu, sums, params):
+        del sums, params
         return mu
 
     # No interval: the default radius (NaN) and no proxies.

@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from pulse_jax.stats import confidence
 from pulse_jax.errors import require
-from pulse_jax.estimators.base import BUILT_IN, Estimator, Ledger, observed_mean, populations, raw_proxies
+from pulse_jax.estimators.base import BUILT_IN, Estimator, ModelSums, observed_mean, populations, raw_proxies
 from pulse_jax.registry import PulseParams   # PULSE's number, declared where a command is checked
 
 
@@ -98,7 +98,7 @@ def aipw_proxies(scores, preds, pred_sum_unobserved, n_unobserved, lam):
         fbar_s = (F - sum of f over the batch's earlier draws) / (N - s + 1),
 
     ``fbar_s`` the mean prediction over the examples still unseen before
-    draw s (``F`` = the ledger's prediction sum over the unobserved ones).
+    draw s (``F`` = the sums' prediction sum over the unobserved ones).
     Draw s is uniform over those examples given the past, so
     ``E[S_s | past]`` is the mean of the unseen scores and
     ``E[f_s | past] = fbar_s``: ``E[Y_s | past] = m_s(mu)`` for *any*
@@ -120,22 +120,22 @@ def aipw_proxies(scores, preds, pred_sum_unobserved, n_unobserved, lam):
     return y, lam * (fbar - 1.0), jnp.full_like(y, 1.0 + lam)
 
 
-def _first_weight(ledger: Ledger) -> chex.Array:
+def _first_weight(sums: ModelSums) -> chex.Array:
     """The initial theta's weight: a batch of ``n0`` draws of a score with variance 1/4 (the most a
     score in [0, 1] can have), with the without-replacement factor when ``N_i`` is known."""
-    n0 = jnp.maximum(ledger.n_obs.astype(jnp.float32), 1.0)
-    fpc = 1.0 if ledger.population is None else \
-        jnp.maximum(ledger.population - n0, 0.0) / jnp.maximum(ledger.population - 1.0, 1.0)
+    n0 = jnp.maximum(sums.n_obs.astype(jnp.float32), 1.0)
+    fpc = 1.0 if sums.population is None else \
+        jnp.maximum(sums.population - n0, 0.0) / jnp.maximum(sums.population - 1.0, 1.0)
     return jnp.minimum(1.0 / jnp.maximum(0.25 / n0 * fpc, 1e-6), 1e6)
 
 
 def _lambda_of(lambda_rule: LambdaRule):
-    """``lam_for(state, ledger, i, n_unobserved, params)``: the rule's lambda, or ``params.fixed_lambda``
+    """``lam_for(state, sums, i, n_unobserved, params)``: the rule's lambda, or ``params.fixed_lambda``
     where that is not NaN (a traced switch)."""
 
-    def lam_for(state, ledger, i, n_unobserved, params):
+    def lam_for(state, sums, i, n_unobserved, params):
         mean_past_z = jnp.where(state.n_z[i] > 0, state.z_sum[i] / jnp.maximum(state.n_z[i], 1), 0.0)
-        lam = lambda_rule(ledger.pred_sum[i], ledger.pred_sq_sum[i], mean_past_z, n_unobserved)
+        lam = lambda_rule(sums.pred_sum[i], sums.pred_sq_sum[i], mean_past_z, n_unobserved)
         fixed = jnp.asarray(params.fixed_lambda, jnp.float32)
         return jnp.where(jnp.isnan(fixed), lam, fixed)
 
@@ -146,22 +146,22 @@ def _running_theta(lambda_rule: LambdaRule, weighted: bool):
     """PULSE's ``(init, update, estimate)``: the running (equal or inverse-variance weighted) mean of theta."""
     lam_for = _lambda_of(lambda_rule)
 
-    def init(ledger, params):
+    def init(sums, params):
         del params
-        m = ledger.n_obs.shape[0]
+        m = sums.n_obs.shape[0]
         zeros = jnp.zeros(m, jnp.float32)
-        first = _first_weight(ledger) if weighted else None   # theta_sum is a weighted sum only when weighted
-        return PulseState(observed_mean(ledger) * (first if weighted else 1.0), zeros, jnp.zeros(m, jnp.int32), first)
+        first = _first_weight(sums) if weighted else None   # theta_sum is a weighted sum only when weighted
+        return PulseState(observed_mean(sums) * (first if weighted else 1.0), zeros, jnp.zeros(m, jnp.int32), first)
 
-    def update(state, ledger, pull, n_examples, params):
+    def update(state, sums, pull, n_examples, params):
         i = pull.model
-        size_i = populations(ledger, n_examples)[i]
-        n_unobserved = size_i - ledger.n_obs[i].astype(jnp.float32)
-        lam = lam_for(state, ledger, i, n_unobserved, params)
+        size_i = populations(sums, n_examples)[i]
+        n_unobserved = size_i - sums.n_obs[i].astype(jnp.float32)
+        lam = lam_for(state, sums, i, n_unobserved, params)
         size = pull.size.astype(jnp.float32)
-        theta, z = pulse_theta(ledger.obs_sum[i], ledger.pred_sum[i], n_unobserved, pull.score_sum,
+        theta, z = pulse_theta(sums.obs_sum[i], sums.pred_sum[i], n_unobserved, pull.score_sum,
                                pull.pred_sum, size, lam=lam, n_examples=size_i)
-        w = inverse_variance_weight(ledger.pred_sum[i], ledger.pred_sq_sum[i], n_unobserved, size, lam,
+        w = inverse_variance_weight(sums.pred_sum[i], sums.pred_sq_sum[i], n_unobserved, size, lam,
                                     size_i) if weighted else 1.0
         live = pull.size > 0
         return PulseState(
@@ -171,11 +171,11 @@ def _running_theta(lambda_rule: LambdaRule, weighted: bool):
             weight_sum=state.weight_sum.at[i].add(jnp.where(live, w, 0.0)) if weighted else None,
         ), PulseInfo(jnp.where(live, lam, jnp.nan))
 
-    def estimate(state, ledger, params):
+    def estimate(state, sums, params):
         del params
         if weighted:
             return state.theta_sum / jnp.maximum(state.weight_sum, 1e-12)
-        return state.theta_sum / jnp.maximum(ledger.n_pulls, 1)
+        return state.theta_sum / jnp.maximum(sums.n_pulls, 1)
 
     return init, update, estimate
 
@@ -184,16 +184,16 @@ def _intervals(lambda_rule: LambdaRule, variance_bound, raw_sequence: bool):
     """PULSE's ``(radius, proxies)``: Theorem 1's fixed-count radius and the confidence sequences' draws."""
     lam_for = _lambda_of(lambda_rule)
 
-    def radius(state, ledger, n_examples, delta, params):
+    def radius(state, sums, n_examples, delta, params):
         del state, params
-        return confidence.freedman_radius(ledger.n_pulls, populations(ledger, n_examples), delta, variance_bound)
+        return confidence.freedman_radius(sums.n_pulls, populations(sums, n_examples), delta, variance_bound)
 
-    def proxies(state, ledger, pull, n_examples, params):
+    def proxies(state, sums, pull, n_examples, params):
         """`aipw_proxies` of the pull (with the raw scores as a first row when ``raw_sequence``)."""
         i = pull.model
-        n_unobserved = populations(ledger, n_examples)[i] - ledger.n_obs[i].astype(jnp.float32)
-        lam = lam_for(state, ledger, i, n_unobserved, params)
-        rows = aipw_proxies(pull.scores, pull.preds, ledger.pred_sum[i], n_unobserved, lam)
+        n_unobserved = populations(sums, n_examples)[i] - sums.n_obs[i].astype(jnp.float32)
+        lam = lam_for(state, sums, i, n_unobserved, params)
+        rows = aipw_proxies(pull.scores, pull.preds, sums.pred_sum[i], n_unobserved, lam)
         if not raw_sequence:
             return tuple(r[None] for r in rows)
         return tuple(jnp.stack([r[0], p]) for r, p in zip(raw_proxies(pull), rows))

@@ -17,14 +17,14 @@ def ucbe() -> Estimator:
     """
 
     # No state of its own, no refresh, and the mean of the observed cells: the defaults.
-    def radius(state, ledger, n_examples, delta, params):
+    def radius(state, sums, n_examples, delta, params):
         del state, params
-        mean = observed_mean(ledger)
-        variance = ledger.obs_sq_sum / jnp.maximum(ledger.n_obs, 1) - mean * mean
-        return confidence.bernstein_serfling_radius(ledger.n_obs, populations(ledger, n_examples), variance, delta)
+        mean = observed_mean(sums)
+        variance = sums.obs_sq_sum / jnp.maximum(sums.n_obs, 1) - mean * mean
+        return confidence.bernstein_serfling_radius(sums.n_obs, populations(sums, n_examples), variance, delta)
 
-    def proxies(state, ledger, pull, n_examples, params):
-        del state, ledger, n_examples, params
+    def proxies(state, sums, pull, n_examples, params):
+        del state, sums, n_examples, params
         return raw_proxies(pull)
 
     return Estimator(name="ucbe", radius=radius, proxies=proxies)

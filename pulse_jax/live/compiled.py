@@ -67,19 +67,30 @@ class Waiting(NamedTuple):
     due: jax.Array
 
 
-@functools.lru_cache(maxsize=16)
-def compiled(config: BanditConfig, estimator):
-    """The kernel of one configuration and estimator object and its pieces jitted for a live selection,
-    shared by every selector that uses them (parameters are traced: selectors that differ only in them
-    share the programs): ``(kernel, init, status, ask, tell, summary)``.
+class Programs(NamedTuple):
+    """The kernel of one configuration and estimator object, and its pieces jitted for a live selection
+    (`compiled`): ``init``, ``status`` (the kernel's ``stop_status``, with ``logged`` for a replay),
+    ``ask`` (the kernel's ask: ``(state, model, size, examples)``), ``tell`` (the state after a batch)
+    and ``summary`` (estimates, the per-model sums, bounds and the certificate, in one call)."""
 
-    The selector decides the stop itself: before each ask it reads the kernel's ``stop_status`` (with
-    its batches in flight, for the hold) and asks only when the run goes on, so the ask is given that
-    status with ``done`` False. A replayed log is thereby followed to its end whatever the rule (a
-    resumed run may stop by another rule, e.g. spend the rest of the budget after a certificate), its
-    holds the logged ones. It is the same kernel a simulation steps, with the selector's own rule.
-    """
+    kernel: engine.Kernel
+    init: object
+    status: object
+    ask: object
+    tell: object
+    summary: object
+
+
+@functools.lru_cache(maxsize=16)
+def compiled(config: BanditConfig, estimator) -> Programs:
+    """`Programs` of one configuration and estimator object, shared by every selector that uses them
+    (parameters are traced: selectors that differ only in them share the programs). It is the same
+    kernel a simulation steps: the ask is given the kernel's own ``stop_status``, which records the stop
+    in the state (`pulse_jax.live.core.ask`)."""
     kernel = engine.build_kernel(config, estimator)
+
+    def status(state, params, t, in_flight, logged):
+        return kernel.stop_status(state, params, t, in_flight, logged)
 
     def ask(episode, state, params, t, status: engine.Status, waiting: Waiting):
         state, asked = kernel.ask(episode, state, params, t, status, in_flight=waiting.in_flight,
@@ -92,6 +103,6 @@ def compiled(config: BanditConfig, estimator):
     def summary(state, params):
         # the certificate compiled with the bounds: run eagerly it would compile each of its operations
         estimates, low, high = kernel.bounds(state, params)
-        return estimates, state.ledger, low, high, confidence.certify(low, high)
+        return estimates, state.sums, low, high, confidence.certify(low, high)
 
-    return kernel, jax.jit(kernel.init), jax.jit(kernel.stop_status), jax.jit(ask), jax.jit(tell), jax.jit(summary)
+    return Programs(kernel, jax.jit(kernel.init), jax.jit(status), jax.jit(ask), jax.jit(tell), jax.jit(summary))

@@ -3,7 +3,7 @@
 that names the parameter."""
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 import numpy as np
 
@@ -93,3 +93,58 @@ def check_order(order, models, example_ids, estimator):
                 + (f" ({len(missing)} missing, e.g. {missing[0]!r})" if missing else ""))
         rows.append([column[e] for e in ids])
     return rows
+
+
+class Prepared(NamedTuple):
+    """A selector's checked choices: its plug-ins (``estimator``; the rule and stop in ``config``), its
+    `pulse_jax.BanditConfig` and resolved `pulse_jax.RunParams`, each model's ``cost`` per cell (or None)
+    and the given orders as example columns (or None)."""
+
+    estimator: object
+    config: object
+    params: object
+    cost: object
+    order: object
+
+
+def prepare(models, example_ids, budget: int, has_history: bool, options: dict) -> Prepared:
+    """The `Prepared` choices of a `pulse_jax.live.Selector` from its keyword ``options`` (each None
+    replaced by the live default), checked together: plug-ins, numbers and their levels, costs, orders."""
+    from pulse_jax.engine import BanditConfig
+
+    o = options
+    estimator, rule, stop = plugins_of(o["method"], o["rule"], o["stop"], has_history)
+    cs_grid = choices.cs_grid(choices.DEFAULT_SEQUENCE, choices.keyword) if o["cs_grid"] is None else o["cs_grid"]
+    config = BanditConfig(n_models=len(models), n_examples=len(example_ids), budget=int(budget),
+                          batch_size=o["batch_size"], init_batches=o["init_batches"], refit_every=o["refit_every"],
+                          rule=rule, cs_grid=cs_grid, stop=stop,
+                          concurrency=choices.CONCURRENCY if o["concurrency"] is None else o["concurrency"])
+    params = params_of(o["params"], o["delta"], o["exploration"], o["bounds"], stop, len(models))
+    engine.check_compatible(config, estimator)
+    plugins = engine.plugins_of(config, estimator)
+    cost = check_cost(o["cost"], models, plugins.stop)
+    params = engine.resolve_params(params, plugins)
+    engine.check_levels(config, plugins, params)
+    return Prepared(estimator, config, params, cost, check_order(o["order"], models, example_ids, estimator))
+
+
+def with_stop(config, estimator, params, cost, stop, numbers=None):
+    """``(config, params)`` of a selector that checks ``stop`` from now on (`pulse_jax.live.Selector.use_stop`):
+    the stop's own numbers, or ``numbers`` (``{"epsilon": 0.02}`` or ``{"stop.epsilon": 0.02}``), checked
+    with the estimator, the costs and the levels its claim needs."""
+    import dataclasses
+
+    from pulse_jax.engine.params import declared_params
+
+    config = dataclasses.replace(config, stop=stop)
+    engine.check_compatible(config, estimator)
+    plugins = engine.plugins_of(config, estimator)
+    require(cost is not None or not plugins.stop.uses_cost,
+            f"stopping rule {getattr(stop, 'name', stop)!r} ranks the models by cost; this selector has none "
+            "(pass cost= when making it)")
+    new = engine.resolve_params(params._replace(stop=declared_params(config.stop)), plugins)
+    if numbers:
+        new = engine.resolve_params(new.replace({k if "." in k else f"stop.{k}": v for k, v in numbers.items()}),
+                                    plugins, "use_stop params")
+    engine.check_levels(config, plugins, new)
+    return config, new

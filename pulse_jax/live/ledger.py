@@ -11,6 +11,7 @@ selector's."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import sqlite3
 import threading
@@ -213,6 +214,19 @@ class Ledger:
                 self._spool.keep(request.model, [e for e, _ in known], [x for _, x in known])
             self._write(record, synced)
         self.keep_paid(record)
+
+    def log_partial(self, request: Request, scores, asks_issued: int) -> None:
+        """Log the scores that have come back of a batch in flight (None for the others) as paid, each
+        checked; not synced to the disk (it outlives a killed process; a power cut re-asks them)."""
+        values = list(scores)
+        if len(values) != len(request.example_ids):
+            raise PulseInputError(f"log_partial: {len(values)} scores for {len(request.example_ids)} examples")
+        known = [k for k, x in enumerate(values) if x is not None]
+        checked = check_scores(dataclasses.replace(request, example_ids=tuple(request.example_ids[k] for k in known)),
+                               [values[k] for k in known]) if known else []
+        for k, x in zip(known, checked):
+            values[k] = float(x)
+        self.log_paid(request, values, asks_issued, synced=False)
 
     def log_scored(self, model: str, cells: dict) -> int:
         """Commit ``{example id: score}`` of ``model``, scored outside any request (an earlier eval's own

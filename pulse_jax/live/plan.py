@@ -293,7 +293,8 @@ class Plan:
         """The running `pulse_jax.live.Selector` of this plan on ``models`` and ``examples`` (a count or
         ids); ``order``: per-model example orders (Inspect's); ``cost``: each model's expected cost per cell (the `meter`'s
         ``expected``), which the rules spend by and the certificates about cost rank by."""
-        from pulse_jax.live.selector import CONCURRENCY, Selector
+        from pulse_jax.choices import CONCURRENCY
+        from pulse_jax.live.selector import Selector
 
         n_examples = examples if isinstance(examples, int) else len(examples)
         cells = len(models) * n_examples

@@ -28,6 +28,20 @@ class Request:
     selector: str = ""          # the asking selector's identity (random per selector object)
 
 
+def check_request(request, identity: str, pending: dict) -> None:
+    """Refuse, before anything is written, a request that the selector of ``identity`` (whose requests in
+    flight are ``pending``, by ticket) did not hand out as it is."""
+    require(isinstance(request, Request), f"tell: expected a Request from ask(), got {type(request).__name__}")
+    require(request.selector == identity,
+            f"tell: request {request.ticket} was made by another selector; tell each selector its own requests")
+    mine = pending.get(request.ticket)
+    require(mine is not None, f"tell: request {request.ticket} is not in flight (already told, or never asked)")
+    if mine != request:
+        field = next(f.name for f in dataclasses.fields(Request) if getattr(mine, f.name) != getattr(request, f.name))
+        raise PulseInputError(f"tell: request {request.ticket} was changed after ask() (its {field} differs); "
+                              "tell the request exactly as asked")
+
+
 def check_scores(request: Request, scores, where: str | None = None) -> np.ndarray:
     """``scores`` of ``request`` as float32, one per example, each a number in [0, 1]; anything else is one
     line naming the request (or ``where``) and what is wrong."""

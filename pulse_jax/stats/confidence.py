@@ -116,7 +116,7 @@ class ConfSeq(NamedTuple):
     horizon of ``t0`` draws, ``t0`` in place of ``s log(1 + s)``: ``BanditParams.cs_horizon``),
     ``sig2_{s-1} = (1/4 + sum_{j<s} (x_j - xhat_j)^2) / s``,
     ``xhat_j = (1/2 + sum_{k<=j} x_k) / (j + 1)``. The draw count ``s`` and the
-    sum ``Ssum`` of true scores seen come from the engine's ledger.
+    sum ``Ssum`` of true scores seen come from the engine's sums.
 
     A model may run ``C`` sequences on different observations of the same draws
     (PULSE: the raw scores and the AIPW proxies); each is valid on its own, so
