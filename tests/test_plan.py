@@ -11,6 +11,7 @@ from pulse_jax import choices, cli
 from pulse_jax.errors import PulseInputError
 from pulse_jax.live import journal
 from pulse_jax.live.plan import Plan
+from pulse_jax.live.report_files import write_report
 
 OPTIONS = {"budget": 400, "method": "ucbe", "epsilon": 0.02, "param": ["rule.leader_fraction=0.25"], "seed": 3,
            "batch_size": 4, "retries": 5, "price": ["*=3/15"], "budget_usd": 2.5, "concurrency": 4,
@@ -164,7 +165,7 @@ def test_a_plan_runs_to_the_same_report_as_the_selector_it_builds(tmp_path):
         return scores["abc".index(model), list(ids)]
 
     report = live.run(evaluate, selector, progress=False, **plan.run_options())
-    out = plan.write_report(report, selector, figure=False)
+    out = write_report(plan, report, selector, figure=False)
     written = json.loads((out / "report.json").read_text())
     assert written["plan"] == plan.to_dict() and written["spent"] == report.to_dict()["spent"]
 

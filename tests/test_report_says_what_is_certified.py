@@ -5,6 +5,7 @@ import pytest
 
 from pulse_jax.analysis.plotting import interval_label
 from pulse_jax.live.report import Report
+from pulse_jax.live.report_files import cost_title
 from pulse_jax.stopping import groups
 
 
@@ -86,8 +87,6 @@ def test_cost_accuracy_names_fit_without_overlap_and_the_claimed_ones_are_always
 def test_the_cost_report_has_prices_spend_and_a_title_that_says_the_question():
     from types import SimpleNamespace
 
-    from pulse_jax.live.plan import Plan
-
     r = _report([0.6, 0.5], [0.55, 0.45], [0.65, 0.55])
     r = __import__("dataclasses").replace(r, prices=(0.05, 0.01), spent_by_model=(1.25, 0.5), stop="cheapest_within",
                                            claimed=("m1",), spend={"usd": 1.75})
@@ -95,7 +94,7 @@ def test_the_cost_report_has_prices_spend_and_a_title_that_says_the_question():
     assert "| price per cell | spent |" in table and "| $0.05 | $1.25 |" in table
     assert r.to_dict()["ranking"][0]["spent_usd"] == 1.25
     selector = SimpleNamespace(params=SimpleNamespace(stop=SimpleNamespace(epsilon=0.02)))
-    title = Plan.cost_title(r, selector)
+    title = cost_title(r, selector)
     assert title.startswith("the cheapest model within epsilon 0.02 of the best") and "$1.75 spent" in title
 
 

@@ -12,7 +12,7 @@ from pulse_jax.cli.options import PLUGIN_HELP, HelpFormatter, add_bandit_options
 from pulse_jax.cli.output import Lines, hash_inputs
 from pulse_jax.cli.scorers import scorer_of
 from pulse_jax.errors import PulseInputError, require
-from pulse_jax.live import runner_log
+from pulse_jax.live import report_files, runner_log
 
 
 def _add_scoring_options(sel) -> None:
@@ -143,7 +143,7 @@ def run(args) -> None:
     evaluate, examples = scorer_of(args, models)
     check = getattr(evaluate, "check", None)     # a scorer that can refuse its models or examples up front
     if callable(check):
-        plan.check_report_folder()                   # the plan's own checks first, in the order they are made
+        report_files.check_report_folder(plan)                   # the plan's own checks first, in the order they are made
         check(models, examples)
     meter = plan.meter(models, getattr(evaluate, "tokens", None), history=_usage(args, plan))
     selector = plan.selector(models, examples, where=f"in {args.models}",
@@ -159,7 +159,7 @@ def run(args) -> None:
             report = dataclasses.replace(report, spend=meter.summary(), spend_line=meter.line(),
                                          finished=report.finished or meter.stopped,   # the money budget ended it
                                          prices=tuple(meter.expected), spent_by_model=tuple(meter.by_model()))
-        out = plan.write_report(report, selector, inputs=inputs)
+        out = report_files.write_report(plan, report, selector, inputs=inputs)
         if report.finished:     # in the log while the run holds it: a copy written over it is found at close
             runner_log.mark_finished(selector, _finished_key(args, plan, inputs, models))
     finally:

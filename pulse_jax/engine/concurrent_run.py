@@ -109,15 +109,64 @@ def blocked_by_flight(estimator, batches):
     return batches > 0 if estimator.draw_weights is not None else None
 
 
+class Waiting(NamedTuple):
+    """What an ask is given besides the state: the batches in flight (an `InFlight`), the models that may
+    not be asked now (``blocked``, `blocked_by_flight`) and whether the step refits (``due``)."""
+
+    in_flight: InFlight
+    blocked: jax.Array | None
+    due: jax.Array | bool
+
+
+class AskNow(NamedTuple):
+    """An ask's outputs (`ask_now`): the stop's ``done`` and ``hold``, the chosen ``model``, its batch
+    ``size``, ``examples`` and which are ``valid``, and the model's examples neither observed nor in
+    flight before it (``unobserved``)."""
+
+    done: jax.Array
+    hold: jax.Array
+    model: jax.Array
+    size: jax.Array
+    examples: jax.Array
+    valid: jax.Array
+    unobserved: jax.Array
+
+
+def ask_now(kernel: Kernel, episode: Episode, state: BanditState, params, t, waiting: Waiting, *, logged=None,
+            wait=False):
+    """``(state, status, AskNow)``: the kernel's ``stop_status`` with the batches in flight, then its ``ask``
+    given that status (the stop recorded in the state when it fires: the ask then chooses nothing).
+    The simulated concurrent run and the live selector (`pulse_jax.live.core.ask`) ask through it.
+
+    ``logged``: what a replayed log did at this step (`pulse_jax.engine.kernel.REPLAYED_ASK` ...);
+    ``wait`` (a live selection: the step refits and batches are in flight): unless the run is done the
+    state is left as it was and nothing is asked (Python False: never, and no conditional is built, as
+    under ``vmap``)."""
+    status = kernel.stop_status(state, params, t, waiting.in_flight, logged)
+
+    def asked(state):
+        due = waiting.due if wait is False else waiting.due & ~wait
+        new, out = kernel.ask(episode, state, params, t, status, in_flight=waiting.in_flight,
+                              blocked=waiting.blocked, due=due)
+        return new, (out.model, out.size, out.examples, out.valid)
+
+    def waits(state):
+        B = kernel.config.batch_size
+        return state, (jnp.int32(0), jnp.int32(0), jnp.zeros(B, jnp.int32), jnp.zeros(B, bool))
+
+    new, (i, size, examples, valid) = asked(state) if wait is False else \
+        jax.lax.cond(wait & ~status.done, waits, asked, state)
+    unobserved = state.sums.population[i] - state.sums.n_obs[i] - waiting.in_flight.cells[i]
+    return new, status, AskNow(status.done, status.hold, i, size, examples, valid, unobserved)
+
+
 def _ask(kernel: Kernel, episode: Episode, state: BanditState, queue: Queue, params, event):
     """The event's step ``t``: its choice with the queue's cells allocated, its refit when due, its draw;
     the batch joins the event's ask slot. ``t = 0``: no ask (the slot is left as it is)."""
     t, slot, refit, _, _ = event
-    plugins = kernel.plugins
     in_flight = InFlight(queue.cells, queue.batches, queue.rows)
-    blocked = blocked_by_flight(plugins.estimator, queue.batches)
-    status = kernel.stop_status(state, params, t, in_flight)
-    state, ask = kernel.ask(episode, state, params, t, status, in_flight=in_flight, blocked=blocked, due=refit)
+    waiting = Waiting(in_flight, blocked_by_flight(kernel.plugins.estimator, queue.batches), refit)
+    state, status, ask = ask_now(kernel, episode, state, params, t, waiting)
     i, size, examples, valid, asked = ask.model, ask.size, ask.examples, ask.valid, t > 0
     put = lambda a, v: a.at[slot].set(jnp.where(asked, v, a[slot]))   # noqa: E731
     queue = queue._replace(models=put(queue.models, i), steps=put(queue.steps, t), sizes=put(queue.sizes, size),

@@ -54,7 +54,7 @@ from pulse_jax.harnesses import inspect_logs
 from pulse_jax.harnesses.inspect_hooks import (MANAGER, SELECTIONS, commit_on_return, noted_inspect_logs,
                                                scored_samples, selection_metadata, task_ended, task_started,
                                                watch_selections)
-from pulse_jax.live import runner_log
+from pulse_jax.live import report_files, runner_log
 
 _WAIT = object()      # schedule_sample's "not yet"
 
@@ -434,7 +434,7 @@ class _Selection:
                   f"selection stopped; {told:,} cells are safe in {self.path.name}: fix the model and run the same "
                   "eval again to continue")
         if self.selector is not None:
-            self.plan.write_report(self.selector.result(), self.selector, figure=False, preface=f"**Stopped:** {self.error}",
+            report_files.write_report(self.plan, self.selector.result(), self.selector, figure=False, preface=f"**Stopped:** {self.error}",
                                    extra={"error": self.error, "manager": MANAGER})
 
     def wake(self, model: str | None = None) -> None:
@@ -502,7 +502,7 @@ class _Selection:
         return float(np.nansum([r[0] for r in rows])), float(np.nansum([r[1] for r in rows]))
 
     def _write_report(self, report) -> None:
-        self.plan.write_report(report, self.selector, extra={"manager": MANAGER})   # as select's: figure, provenance
+        report_files.write_report(self.plan, report, self.selector, extra={"manager": MANAGER})   # as select's: figure, provenance
 
 
 @contextlib.contextmanager

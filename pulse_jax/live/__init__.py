@@ -18,6 +18,7 @@ _EXPORTS = {
     "pulse_jax.live.compiled": ["draw_order"],
     "pulse_jax.live.ledger": ["LogWriteError"],
     "pulse_jax.live.plan": ["Plan"],
+    "pulse_jax.live.report_files": ["write_report"],
     "pulse_jax.live.request": ["Request"],
     "pulse_jax.live.selector": ["Selector"],
     "pulse_jax.live.core": ["LiveState"],

@@ -57,21 +57,11 @@ def batch_draw(n_examples: int, batch_size: int):
     return jax.jit(draw)
 
 
-class Waiting(NamedTuple):
-    """What a live ask is given besides the state: the batches in flight (an `pulse_jax.engine.InFlight`),
-    the models that may not be asked now (``blocked``: with a batch in flight, for an estimator that
-    draws by weights) and whether the step refits (``due``)."""
-
-    in_flight: engine.InFlight
-    blocked: jax.Array
-    due: jax.Array
-
-
 class Programs(NamedTuple):
     """The kernel of one configuration and estimator object, and its pieces jitted for a live selection
     (`compiled`): ``init``, ``status`` (the kernel's ``stop_status``, with ``logged`` for a replay),
-    ``ask`` (the kernel's ask: ``(state, model, size, examples)``), ``tell`` (the state after a batch)
-    and ``summary`` (estimates, the per-model sums, bounds and the certificate, in one call)."""
+    ``ask`` (`pulse_jax.engine.ask_now`: the status and the ask in one call), ``tell`` (the state after a batch) and
+    ``summary`` (estimates, the per-model sums, bounds and the certificate, in one call)."""
 
     kernel: engine.Kernel
     init: object
@@ -92,10 +82,9 @@ def compiled(config: BanditConfig, estimator) -> Programs:
     def status(state, params, t, in_flight, logged):
         return kernel.stop_status(state, params, t, in_flight, logged)
 
-    def ask(episode, state, params, t, status: engine.Status, waiting: Waiting):
-        state, asked = kernel.ask(episode, state, params, t, status, in_flight=waiting.in_flight,
-                                  blocked=waiting.blocked, due=waiting.due)
-        return state, asked.model, asked.size, asked.examples
+    def ask(episode, state, params, t, waiting: engine.Waiting, *, logged, wait):
+        state, _, out = engine.ask_now(kernel, episode, state, params, t, waiting, logged=logged, wait=wait)
+        return state, out
 
     def tell(episode, state, params, t, batch: engine.Batch):
         return kernel.tell(episode, state, params, t, batch)[0]

@@ -16,7 +16,7 @@ import jax
 import numpy as np
 
 from pulse_jax import engine
-from pulse_jax.live.compiled import Programs, Waiting
+from pulse_jax.live.compiled import Programs
 
 #: ``logged`` of a live ask (`ask`): not replaying a log.
 LIVE = -1
@@ -74,30 +74,23 @@ def ask(programs: Programs, live: LiveState, params, flight, pending: bool, logg
     a replayed log did at this step (`pulse_jax.engine.REPLAYED_ASK` ...), `LIVE` otherwise."""
     config, plugins = programs.kernel.config, programs.kernel.plugins
     counts, blocked = flight
-    t = np.int32(live.step)
-    status = programs.status(live.bandit, params, t, counts, np.int32(logged))
-    done, hold = jax.device_get((status.done, status.hold))     # one transfer for both
-    if done:
-        # the kernel's ask records the stop (it chooses nothing and does not refit)
-        bandit = programs.ask(live.episode, live.bandit, params, t, status, Waiting(counts, blocked, np.bool_(False)))[0]
-        return Asked(live._replace(bandit=bandit, finished=not pending), -1, np.zeros(0, np.int64))
     due = bool(engine.refit_due(config, plugins, live.step))
+    bandit, out = programs.ask(live.episode, live.bandit, params, np.int32(live.step),
+                               engine.Waiting(counts, blocked, np.bool_(due)), logged=np.int32(logged),
+                               wait=np.bool_(due and pending))
+    out = jax.device_get(out)                                  # one transfer for everything the host reads
+    none = np.zeros(0, np.int64)
+    if out.done:     # the kernel's ask recorded the stop (it chose nothing and did not refit)
+        return Asked(live._replace(bandit=bandit, finished=not pending), -1, none)
     if due and pending:
-        return Asked(live, -1, np.zeros(0, np.int64))
-    bandit, i, size, examples = programs.ask(live.episode, live.bandit, params, t, status,
-                                             Waiting(counts, blocked, np.bool_(due)))
-    i, size, examples = jax.device_get((i, size, examples))
-    i, size = int(i), int(size)
-    if hold:
-        return Asked(live._replace(bandit=bandit, step=live.step + 1), i, np.zeros(0, np.int64), True)
-    unobserved = 0
-    if size:
-        population, n_obs = jax.device_get((live.bandit.sums.population, live.bandit.sums.n_obs))
-        unobserved = int(population[i]) - int(n_obs[i]) - int(counts.cells[i])
-    if size == 0 or size < min(config.batch_size, unobserved):
+        return Asked(live, -1, none)
+    i, size = int(out.model), int(out.size)
+    if out.hold:
+        return Asked(live._replace(bandit=bandit, step=live.step + 1), i, none, True)
+    if size == 0 or size < min(config.batch_size, int(out.unobserved)):
         # No full batch fits: stop here rather than shorten it (the stopping bound needs full batches).
-        return Asked(live._replace(finished=not pending), -1, np.zeros(0, np.int64))
-    return Asked(live._replace(bandit=bandit, step=live.step + 1), i, np.asarray(examples[:size]))
+        return Asked(live._replace(finished=not pending), -1, none)
+    return Asked(live._replace(bandit=bandit, step=live.step + 1), i, np.asarray(out.examples[:size]))
 
 
 def tell(programs: Programs, live: LiveState, params, request, scores) -> LiveState:

@@ -21,7 +21,6 @@ what the plan chose on its own is in `Plan.notes` for its caller to say.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 from pathlib import Path
 from typing import Callable, Mapping, Sequence
@@ -294,6 +293,7 @@ class Plan:
         ids); ``order``: per-model example orders (Inspect's); ``cost``: each model's expected cost per cell (the `meter`'s
         ``expected``), which the rules spend by and the certificates about cost rank by."""
         from pulse_jax.choices import CONCURRENCY
+        from pulse_jax.live import report_files
         from pulse_jax.live.selector import Selector
 
         n_examples = examples if isinstance(examples, int) else len(examples)
@@ -310,26 +310,12 @@ class Plan:
         self.say_method()
         numbers = self.numbers(plugins, len(models))
         train, rank = self.side_information(plugins[0])
-        self.check_report_folder()
+        report_files.check_report_folder(self)
         return Selector(models, examples, budget, method=plugins[0], batch_size=self.batch_size,
                         init_batches=self.init_batches, refit_every=self.refit_every, seed=self.seed, train=train,
                         rank=rank, log=self.log, rule=plugins[1], params=numbers,
                         cs_grid=choices.cs_grid(self.sequence, self.spell), stop=plugins[2], order=order,
                         concurrency=self.concurrency or CONCURRENCY, plan=self.to_dict(), cost=self.selector_cost(cost))
-
-    @staticmethod
-    def cost_title(report, selector) -> str:
-        """``cost_accuracy.png``'s title: the question the stopping rule answers, its epsilon and the spend."""
-        question = {"cheapest_within": "the cheapest model within {eps} of the best",
-                    "cost_front": "the cost-accuracy front (within {eps})"}.get(report.stop, "cost and accuracy")
-        epsilon = getattr(selector.params.stop, "epsilon", None)
-        spend = report.spend or {}
-        paid = f"${spend['usd']:,.2f}" if "usd" in spend else ""
-        return (question.format(eps=f"epsilon {float(epsilon):g}" if epsilon is not None else "epsilon")
-                + f": {report.spent:,} cells" + (f", {paid} spent" if paid else "")
-                + (f"; claimed: {', '.join(report.claimed[:3])}"
-                   + (f" and {len(report.claimed) - 3} more" if len(report.claimed) > 3 else "")
-                   if report.claimed else ""))
 
     def selector_cost(self, cost):
         """``cost`` when every model has a positive one; None otherwise (refused when a certificate about
@@ -374,54 +360,6 @@ class Plan:
     def report_folder(self) -> Path:
         log = Path(self.log)
         return Path(self.report) if self.report else log.with_name(log.stem + "_report")
-
-    def check_report_folder(self) -> None:
-        """New, empty, or holding this same log's report (a resumed run writes it again); another run's
-        results need ``force``."""
-        from pulse_jax.fileio import files
-
-        out, spell = self.report_folder, self.spell
-        require(not (out.is_symlink() and not out.exists()),
-                f"{spell('report')} {out}: a symbolic link to nothing; remove it or give another folder")
-        require(not out.exists() or out.is_dir(), f"{spell('report')} {out}: exists and is not a directory")
-        if not out.is_dir() or self.force or not any(out.iterdir()):
-            files.check_out_dir(out, self.force, spell("report"), spell("force"))
-            return
-        try:
-            previous = json.loads(files.read_record(out / "report.json") or "{}").get("log")
-        except (ValueError, AttributeError):
-            previous = None
-        if previous != str(Path(self.log).resolve()):
-            files.check_out_dir(out, False, spell("report"), spell("force"))
-
-    def write_report(self, report, selector, *, extra: Mapping | None = None, inputs=None, figure: bool = True,
-                     preface: str = "") -> Path:
-        """``report.md`` (after a ``preface`` paragraph), ``report.json`` (naming its log, recording the plan,
-        with ``extra``) and, with ``figure``, ``estimates.png`` and ``provenance.json`` in the report folder;
-        returns the folder."""
-        from pulse_jax.fileio import files, provenance
-
-        out = self.report_folder
-        out.mkdir(parents=True, exist_ok=True)
-        files.remove_previous_outputs(out)
-        log = str(Path(self.log).resolve())
-        files.write_atomically(out / "report.md", (f"{preface}\n\n" if preface else "") + report.to_markdown())
-        files.write_atomically(out / "report.json", json.dumps(provenance.clean_json(
-            {**report.to_dict(), "log": log, "plan": self.to_dict(), **dict(extra or {})}), indent=2))
-        if figure:
-            report.plot(out / "estimates.png")
-            if selector.cost is not None:
-                from pulse_jax.analysis import plotting
-
-                plotting.cost_accuracy(out / "cost_accuracy.png", selector.cost, report.estimates, report.models,
-                                       low=report.low, high=report.high,
-                                       claimed=np.isin(report.models, report.claimed),
-                                       title=self.cost_title(report, selector), unit="$")
-            provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=self.seed,
-                                                     inputs=inputs or (), method=selector.method, extra={"log": log}),
-                             files=["report.md", "report.json", "estimates.png"]
-                             + (["cost_accuracy.png"] if selector.cost is not None else []))
-        return out
 
     # ------------------------------------------------------------------ serialization
 
