@@ -8,7 +8,7 @@ the records its functions receive: `pulse_jax.estimators.base`, `pulse_jax.rules
 `pulse_jax.engine.conformance.check_plugins` enforces the shapes on a run's own sizes before
 anything is compiled. Shapes use ``m`` models, ``n`` examples, ``B`` the batch size and ``C`` the
 estimator's ``n_sequences``. This module imports nothing of the package; it also holds how a kind's
-package exports its names lazily and loads its built-ins (`lazy`, `import_all`).
+package exports its names lazily (`lazy`).
 """
 from __future__ import annotations
 
@@ -93,22 +93,3 @@ def lazy(package: dict, exports: dict[str, list[str]]) -> tuple[Callable, Callab
         return sorted(set(package) | set(where))
 
     return getattr_, dir_, sorted(where)
-
-
-def import_all(package: str, modules: tuple[str, ...], table: dict) -> dict:
-    """Import ``package.<module>`` for each of ``modules`` (a kind's built-ins add themselves to its
-    ``BUILT_IN`` ``table`` as they load), then put ``table`` in the modules' order whatever order they
-    loaded in, so every listing of the names is the same."""
-    for module in modules:
-        importlib.import_module(f"{package}.{module}")
-    rank = {f"{package}.{m}": i for i, m in enumerate(modules)}
-
-    def where(item):
-        factory = getattr(item[1], "func", item[1])     # functools.partial: its function's module
-        return rank.get(getattr(factory, "__module__", ""), len(rank))
-
-    ordered = sorted(table.items(), key=where)          # stable: each module's own order is kept
-    if list(table) != [k for k, _ in ordered]:
-        table.clear()
-        table.update(ordered)
-    return table

@@ -21,8 +21,10 @@ costs about a CPU-second, tens on a busy machine, and every built-in's module im
 checks a command makes before it runs (a method's name, whether it uses predictions or has an
 interval, a ``--param`` path and its range, what a certificate's claim rests on) read a `BuiltIn`;
 wherever a plug-in is taken a `BuiltIn` is taken too, and `resolve` builds it (`build`).
-``tests/test_registry_builtins.py`` checks every entry against the plug-in its factory builds, so the
-two cannot drift. This module imports no JAX until a plug-in is built or one of the user's imported.
+The declaration is a built-in's one registration: each kind's table of built-ins (`factories`, which
+``built_ins()`` of `pulse_jax.estimators`, `pulse_jax.rules` and `pulse_jax.stopping` return) is made
+from it, and ``tests/test_registry_builtins.py`` checks every entry's capabilities and numbers against
+the plug-in its factory builds. This module imports no JAX until a plug-in is built or one of the user's imported.
 """
 from __future__ import annotations
 
@@ -155,6 +157,25 @@ ALIASES = {"ucb": "ucbe", "naive_pooling": "naive", "toptwo": "top_two", "halvin
            "topk": "top_k", "tie_groups": "tie_group"}
 
 
+_FACTORIES: dict = {}
+
+
+def factories(kind: str) -> dict:
+    """Each built-in of ``kind`` by name, as the function that builds it: its declared factory with its
+    declared arguments (`BUILT_INS`, the one registration of a built-in), in the declarations' order.
+    Imports the built-ins' modules (and JAX) the first time a kind is read."""
+    if kind not in _FACTORIES:
+        import functools
+
+        table = {}
+        for name, declared in BUILT_INS[kind].items():
+            module, _, function = declared.factory.partition(":")
+            made = getattr(importlib.import_module(module), function)
+            table[name] = functools.partial(made, *declared.args) if declared.args else made
+        _FACTORIES[kind] = table
+    return _FACTORIES[kind]
+
+
 def builtin(kind: str, name: str) -> BuiltIn | None:
     """The built-in of ``kind`` chosen by ``name`` (or an alias), None for any other name."""
     return BUILT_INS[kind].get(ALIASES.get(name, name))
@@ -195,9 +216,8 @@ def check_interval_needs(estimator, rule, stop) -> None:
 
 
 
-# The interfaces only: each built-in adds itself to its kind's ``BUILT_IN`` table when its module
-# loads, and a kind's ``built_ins()`` loads them the first time a name is resolved; importing the
-# engine or a plug-in package loads none of them.
+# The interfaces only: a kind's ``built_ins()`` (`factories`) loads the built-ins' modules the first
+# time a name is resolved; importing the engine or a plug-in package loads none of them.
 class BuiltIns(Mapping):
     """A kind's built-ins by name (read-only), loaded on first read."""
 

@@ -29,7 +29,7 @@ def test_every_declared_built_in_is_what_its_factory_builds(kind):
     declared = registry.BUILT_INS[kind]
     assert list(declared) == list(TABLES[kind])          # the same names, in the order messages list them
     for name, builtin in declared.items():
-        plugin = TABLES[kind][name]()                    # as the plug-in package registers it
+        plugin = TABLES[kind][name]()                    # as the plug-in package's table builds it
         assert registry.build(builtin) is plugin, name  # the same (cached) factory call
         for field in CAPABILITIES[kind]:
             assert getattr(builtin, field) == getattr(plugin, field), (name, field)

@@ -28,7 +28,7 @@ import chex
 import jax.numpy as jnp
 
 from pulse_jax.errors import require
-from pulse_jax.estimators.base import BUILT_IN, Estimator, ModelSums, Pull, observed_mean, populations
+from pulse_jax.estimators.base import Estimator, ModelSums, Pull, observed_mean, populations
 
 
 def residual_sd_weights(uniform_share: float):
@@ -112,6 +112,3 @@ def pulse_adaptive(uniform_share: float = 0.5) -> Estimator:
     return Estimator(name="pulse_adaptive", uses_predictions=True, init=init, update=update, estimate=estimate,
                      proxies=proxies, settings=(("uniform_share", float(uniform_share)),),
                      draw_weights=residual_sd_weights(float(uniform_share)))
-
-
-BUILT_IN["pulse_adaptive"] = pulse_adaptive

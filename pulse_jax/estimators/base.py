@@ -7,19 +7,14 @@ from typing import NamedTuple, Protocol
 import chex
 import jax.numpy as jnp
 
-from pulse_jax.protocols import import_all
 from pulse_jax.protocols import Info, Params, State
 
-#: The built-in estimators by name. Each built-in's own file adds itself; the names resolve in
-#: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
-BUILT_IN: dict = {}
-#: The modules of the built-ins, in the order their names list.
-BUILT_IN_MODULES = ("ucbe", "pulse", "adaptive", "naive")
-
-
 def built_ins() -> dict:
-    """The built-in estimators by name, their modules loaded first (importing the package loads none)."""
-    return import_all("pulse_jax.estimators", BUILT_IN_MODULES, BUILT_IN)
+    """The built-in estimators by name: the factories `pulse_jax.registry.BUILT_INS` declares, their modules
+    loaded the first time (importing the package loads none)."""
+    from pulse_jax import registry
+
+    return registry.factories("estimator")
 
 
 class ModelSums(NamedTuple):

@@ -5,7 +5,7 @@ import functools
 
 import jax.numpy as jnp
 
-from pulse_jax.estimators.base import BUILT_IN, Estimator, observed_mean, populations
+from pulse_jax.estimators.base import Estimator, observed_mean, populations
 
 
 @functools.cache
@@ -40,6 +40,3 @@ def naive_pooling() -> Estimator:
     # No interval: the default radius (NaN) and no proxies.
     return Estimator(name="naive", uses_predictions=True, init=init, update=update, refresh=refresh,
                      estimate=estimate)
-
-
-BUILT_IN["naive"] = naive_pooling

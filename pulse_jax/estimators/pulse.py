@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from pulse_jax.stats import confidence
 from pulse_jax.errors import require
-from pulse_jax.estimators.base import BUILT_IN, Estimator, ModelSums, observed_mean, populations, raw_proxies
+from pulse_jax.estimators.base import Estimator, ModelSums, observed_mean, populations, raw_proxies
 from pulse_jax.registry import PulseParams   # PULSE's number, declared where a command is checked
 
 
@@ -262,8 +262,3 @@ def pulse_hedged() -> Estimator:
     `pulse_certify` is the better choice.
     """
     return pulse(constant_lambda(0.5), None, raw_sequence=True)._replace(name="pulse_hedged")
-
-
-BUILT_IN["pulse"] = pulse
-BUILT_IN["pulse_certify"] = pulse_certify
-BUILT_IN["pulse_hedged"] = pulse_hedged

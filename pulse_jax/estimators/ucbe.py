@@ -6,7 +6,7 @@ import functools
 import jax.numpy as jnp
 
 from pulse_jax.stats import confidence
-from pulse_jax.estimators.base import BUILT_IN, Estimator, observed_mean, populations, raw_proxies
+from pulse_jax.estimators.base import Estimator, observed_mean, populations, raw_proxies
 
 
 @functools.cache
@@ -28,6 +28,3 @@ def ucbe() -> Estimator:
         return raw_proxies(pull)
 
     return Estimator(name="ucbe", radius=radius, proxies=proxies)
-
-
-BUILT_IN["ucbe"] = ucbe

@@ -16,7 +16,7 @@ import functools
 
 import jax.numpy as jnp
 
-from pulse_jax.rules.base import BUILT_IN, SamplingRule, cost_share
+from pulse_jax.rules.base import SamplingRule, cost_share
 from pulse_jax.rules.ucb_index import IndexParams, choose_by_index
 from pulse_jax.stats.ties import COIN, tie_uniform
 
@@ -35,6 +35,3 @@ def _choose(state, inputs, params):
 def focus() -> SamplingRule:
     """Pull the models the stopping rule waits on, each with probability proportional to its cost share."""
     return SamplingRule("focus", _choose, needs_interval=True, params=IndexParams())
-
-
-BUILT_IN["focus"] = focus

@@ -20,7 +20,7 @@ import functools
 import jax
 import jax.numpy as jnp
 
-from pulse_jax.rules.base import BUILT_IN, SamplingRule, cost_weighted_width
+from pulse_jax.rules.base import SamplingRule, cost_weighted_width
 from pulse_jax.rules.ucb_index import IndexParams, choose_by_index
 from pulse_jax.stats.ties import CHALLENGER, LEADER, random_argmax, tie_uniform
 
@@ -51,7 +51,6 @@ def lucb() -> SamplingRule:
     return SamplingRule("lucb", _choose, needs_interval=True, params=IndexParams())
 
 
-BUILT_IN["lucb"] = lucb
 
 
 def _choose_top_k(k, state, inputs, params):

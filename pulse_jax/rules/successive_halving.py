@@ -24,7 +24,7 @@ import chex
 import jax
 import jax.numpy as jnp
 
-from pulse_jax.rules.base import BUILT_IN, SamplingRule
+from pulse_jax.rules.base import SamplingRule
 from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform
 
 
@@ -91,6 +91,3 @@ def _survivors(state: HalvingState):
 def successive_halving() -> SamplingRule:
     """Successive halving over the run's bandit budget (see the module docstring)."""
     return SamplingRule("successive_halving", _choose, _init, _update, _survivors, plans_on_budget=True)
-
-
-BUILT_IN["successive_halving"] = successive_halving

@@ -37,7 +37,7 @@ import functools
 
 import jax.numpy as jnp
 
-from pulse_jax.rules.base import BUILT_IN, SamplingRule
+from pulse_jax.rules.base import SamplingRule
 from pulse_jax.rules.ucb_index import choose_by_index
 from pulse_jax.stats.ties import CHALLENGER, COIN, LEADER, random_argmax, tie_uniform
 from pulse_jax.registry import TopTwoParams   # the rule's numbers, declared where a command is checked
@@ -129,7 +129,3 @@ def top_two(leader_fraction: float = 0.5, challenger: str = "transportation") ->
 
     return SamplingRule("top_two", choose, needs_interval=by_interval, settings=(("challenger", challenger),),
                         params=TopTwoParams(leader_fraction=beta))
-
-
-BUILT_IN["top_two"] = top_two
-BUILT_IN["top_two_interval"] = functools.partial(top_two, 0.5, "interval")   # as `pulse_jax.registry.BUILT_INS` builds it

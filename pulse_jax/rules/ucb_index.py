@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 
-from pulse_jax.rules.base import BUILT_IN, SamplingRule, ucb_index
+from pulse_jax.rules.base import SamplingRule, ucb_index
 from pulse_jax.stats.ties import PULL, random_argmax, tie_uniform
 from pulse_jax.registry import IndexParams   # the rule's number, declared where a command is checked
 
@@ -23,6 +23,3 @@ def choose_by_index(state, inputs, params):
 def ucb_index_rule() -> SamplingRule:
     """UCB-E's index rule (the paper's Algorithm 1, step 1)."""
     return SamplingRule("ucbe", choose_by_index, params=IndexParams())
-
-
-BUILT_IN["ucbe"] = ucb_index_rule

@@ -12,7 +12,7 @@
 
 from pulse_jax.protocols import lazy
 
-#: The built-ins, in the order their names list (each adds itself to ``BUILT_IN`` as it loads;
+#: The package's names, loaded on first use (the built-ins are declared in `pulse_jax.registry.BUILT_INS`;
 #: `pulse_jax.stopping.base.built_ins` loads them when a name is resolved).
 _EXPORTS = {
     "pulse_jax.stopping.base": ["StopInputs", "StoppingRule"],

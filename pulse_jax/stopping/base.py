@@ -56,19 +56,14 @@ import jax.numpy as jnp
 import numpy as np
 
 from pulse_jax import registry
-from pulse_jax.protocols import import_all
 from pulse_jax.protocols import Params
 
-#: The built-in stopping rules by name. Each built-in's own file adds itself; the names resolve in
-#: `pulse_jax.registry` (aliases and ``package.module:attribute`` plug-ins too).
-BUILT_IN: dict = {}
-#: The modules of the built-ins, in the order their names list.
-BUILT_IN_MODULES = ("budget", "certified", "epsilon_good", "top_k", "tie_group", "cost")
-
-
 def built_ins() -> dict:
-    """The built-in stopping rules by name, their modules loaded first (importing the package loads none)."""
-    return import_all("pulse_jax.stopping", BUILT_IN_MODULES, BUILT_IN)
+    """The built-in stopping rules by name: the factories `pulse_jax.registry.BUILT_INS` declares, their modules
+    loaded the first time (importing the package loads none)."""
+    from pulse_jax import registry
+
+    return registry.factories("stopping rule")
 
 
 class StopInputs(NamedTuple):

@@ -5,7 +5,7 @@ import functools
 
 import jax.numpy as jnp
 
-from pulse_jax.stopping.base import BUILT_IN, StoppingRule
+from pulse_jax.stopping.base import StoppingRule
 
 
 def _never(inputs, params):
@@ -22,6 +22,3 @@ def _statement(names, delta, params):
 def spend_budget() -> StoppingRule:
     """Never stop before the budget is spent."""
     return StoppingRule("budget", _never, stops_early=False, statement=_statement, upper_models=1)   # claims nothing
-
-
-BUILT_IN["budget"] = spend_budget

@@ -11,7 +11,7 @@ import functools
 
 import jax.numpy as jnp
 
-from pulse_jax.stopping.base import BUILT_IN, StoppingRule, best_claim_holds
+from pulse_jax.stopping.base import StoppingRule, best_claim_holds
 
 
 def _certified(inputs, params):
@@ -37,6 +37,3 @@ def when_certified() -> StoppingRule:
     """Stop at the first certification (needs a method with an interval)."""
     return StoppingRule("certified", _certified, needs_interval=True, claim=_certified_model, statement=_statement,
                         holds=best_claim_holds, upper_models=1)   # the best model's upper bound only
-
-
-BUILT_IN["certified"] = when_certified

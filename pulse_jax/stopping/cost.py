@@ -35,7 +35,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax.stopping.base import BUILT_IN, EVERY_MODEL, TIE_TOLERANCE, StoppingRule, others_max
+from pulse_jax.stopping.base import EVERY_MODEL, TIE_TOLERANCE, StoppingRule, others_max
 from pulse_jax.stopping.epsilon_good import EpsilonParams
 
 
@@ -203,7 +203,3 @@ def _check_epsilon(epsilon, name: str) -> None:
 
     ok = isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool) and 0 <= epsilon <= 1
     require(ok, f"{name}(epsilon={epsilon!r}): epsilon must be a number in [0, 1] (a gap in mean score)")
-
-
-BUILT_IN["cheapest_within"] = cheapest_within
-BUILT_IN["cost_front"] = cost_front

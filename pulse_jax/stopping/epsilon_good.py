@@ -18,7 +18,7 @@ import functools
 
 import jax.numpy as jnp
 
-from pulse_jax.stopping.base import BUILT_IN, TIE_TOLERANCE, StoppingRule, others_max
+from pulse_jax.stopping.base import TIE_TOLERANCE, StoppingRule, others_max
 from pulse_jax.registry import EpsilonParams   # the rule's number, declared where a command is checked
 
 
@@ -57,6 +57,3 @@ def epsilon_good() -> StoppingRule:
     """Stop once a model is certified within ``stop.epsilon`` of the best (needs an interval)."""
     return StoppingRule("epsilon_good", _done, needs_interval=True, claim=_claim, statement=_statement,
                         params=EpsilonParams(), holds=_holds, upper_models=1)   # a best model's bound
-
-
-BUILT_IN["epsilon_good"] = epsilon_good

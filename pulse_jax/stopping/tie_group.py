@@ -22,7 +22,7 @@ import functools
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax.stopping.base import BUILT_IN, TIE_TOLERANCE, StoppingRule
+from pulse_jax.stopping.base import TIE_TOLERANCE, StoppingRule
 from pulse_jax.registry import TieGroupParams   # the rule's number, declared where a command is checked
 
 
@@ -83,6 +83,3 @@ def tie_group() -> StoppingRule:
     """Stop once the leader's group has at most ``stop.size`` models (needs an interval)."""
     return StoppingRule("tie_group", _done, needs_interval=True, claim=_claim, statement=_statement,
                         params=TieGroupParams(), holds=_holds, upper_models=1)   # the best model's bound
-
-
-BUILT_IN["tie_group"] = tie_group

@@ -21,7 +21,7 @@ import jax
 import jax.numpy as jnp
 
 from pulse_jax.errors import require
-from pulse_jax.stopping.base import BUILT_IN, TIE_TOLERANCE, StoppingRule
+from pulse_jax.stopping.base import TIE_TOLERANCE, StoppingRule
 
 
 def _top_set(inputs, k):
@@ -70,6 +70,3 @@ def top_k(k: int = 3) -> StoppingRule:
 
     return StoppingRule("top_k", done, needs_interval=True, settings=(("k", k),), claim=claim,
                         statement=_statement(k), holds=_holds(k), upper_models=k)
-
-
-BUILT_IN["top_k"] = top_k
