@@ -143,8 +143,9 @@ def test_nothing_outside_live_holds_a_selectors_log():
 def test_only_the_kernel_sets_a_stop_and_the_selector_stays_thin():
     """A run's stop is decided by the kernel's ``stop_status`` and set in ``BanditState.stopped`` by the
     kernel alone: no module outside ``engine/kernel.py`` replaces a `Status`'s ``done`` or ``hold`` or a
-    state's ``stopped`` (a live selection once kept its own stop flag beside the kernel's). The live
-    selector is a thin shell around `pulse_jax.live.core`: at most 250 lines."""
+    state's ``stopped`` (a stop flag kept beside the kernel's would let a reader of the kernel believe
+    the wrong thing about who stops a live run). The live selector is a thin shell around
+    `pulse_jax.live.core`: at most 250 lines."""
     replaces = re.compile(r"_replace\((?:[^)]*\b)?(done|hold|stopped)\s*=")
     found = [f"{path.relative_to(PACKAGE)}:{n}" for path in sorted(PACKAGE.rglob("*.py"))
              if path.relative_to(PACKAGE).as_posix() != "engine/kernel.py"
