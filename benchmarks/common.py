@@ -11,6 +11,7 @@ A script in a group folder (``speed/``, ``statistics/``, ...) imports this modul
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -79,6 +80,44 @@ def datasets(rank: int, names=("builtin", *REAL_FILES)):
             train, cand = split
             out[name] = (cand.scores, np.asarray(pj.fit_example_embeddings(train.scores, rank=rank)))
     return out
+
+
+def shipped_problems(rank: int) -> dict:
+    """``name -> make``, each ``make()`` giving ``(scores, V)`` when called: the built-in live example (the
+    stand-in's 40 x 1,000, embeddings fitted on its history) and the shipped real matrices (embeddings
+    fitted on their train split, at most as many dimensions as train models: ChemBench has 11)."""
+    import pulse_jax as pj
+    from pulse_jax import stand_in
+
+    def live():
+        bench = stand_in.benchmark()
+        return bench.scores, np.asarray(pj.fit_example_embeddings(bench.train, rank=rank))
+
+    def real(name):
+        train, cand = real_split(name)
+        return cand.scores, np.asarray(pj.fit_example_embeddings(train.scores, rank=min(rank, *train.scores.shape)))
+
+    return {"live example": live, **{name: (lambda name=name: real(name)) for name in REAL_FILES}}
+
+
+def study_each(problems: dict, out, title: str, command: str, run, table) -> dict:
+    """``run(name, make)`` for each of ``problems`` (``name -> make``) that ``out``'s JSON does not hold yet,
+    the JSON and a Markdown page (``title``, the ``command``, ``table(done)``) rewritten after each, so an
+    interrupted study resumes where it stopped; returns every entry."""
+    import json
+    from pathlib import Path
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = json.loads(out.read_text()) if out.is_file() else {}
+    for name, make in problems.items():
+        if name in done:
+            continue
+        done[name] = run(name, make)
+        out.write_text(json.dumps(done, indent=2))
+        out.with_suffix(".md").write_text(f"# {title}\n\n`{command}`\n\n{table(done)}\n")
+        print(f"{name}: done ({done[name].get('seconds')} s of runs)", file=sys.stderr, flush=True)
+    return done
 
 
 def train_priors(rank: int, names=("builtin", *REAL_FILES)):

@@ -13,7 +13,6 @@ the same path with ``.md``.
 """
 from __future__ import annotations
 
-import json
 import sys
 import time
 from pathlib import Path
@@ -75,32 +74,13 @@ def table(done: dict) -> str:
 def main(argv=None) -> int:
     p = common.parser(__doc__, reps=200, seed=0, rank=16, out="results/delta_split.json")
     args = p.parse_args(argv)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    done = json.loads(out.read_text()) if out.is_file() else {}
-    import pulse_jax as pj
-    from pulse_jax import stand_in
 
-    bench = stand_in.benchmark()
-    problems = {"live example": lambda: (bench.scores, np.asarray(pj.fit_example_embeddings(bench.train, rank=args.rank)))}
-    for name in ("cruxeval_o", "chembench"):
-        def real(name=name):
-            train, cand = common.real_split(name)
-            rank = min(args.rank, *train.scores.shape)     # ChemBench has 11 historical models
-            return cand.scores, np.asarray(pj.fit_example_embeddings(train.scores, rank=rank))
-        problems[name] = real
-    for name, make in problems.items():
-        if name in done and "floor" in done[name]:
-            continue
+    def run(name, make):
         scores, V = make()
-        if name in done:        # measured before floors were recorded: add the floor only
-            done[name]["floor"] = common.floor_cells(scores, 0.05, _config(*scores.shape).batch_size)
-        else:
-            done[name] = study(name, scores, V, args.reps, args.seed)
-        out.write_text(json.dumps(done, indent=2))
-        out.with_suffix(".md").write_text(f"# Splitting delta between the bounds\n\n`python benchmarks/statistics/"
-                                          f"delta_split.py --reps {args.reps} --out {args.out}`\n\n{table(done)}\n")
-        print(f"{name}: done ({done[name]['seconds']} s of runs)", file=sys.stderr, flush=True)
+        return study(name, scores, V, args.reps, args.seed)
+
+    done = common.study_each(common.shipped_problems(args.rank), args.out, "Splitting delta between the bounds",
+                             f"python benchmarks/statistics/delta_split.py --reps {args.reps} --out {args.out}", run, table)
     print(table(done))
     return 0
 

@@ -78,3 +78,17 @@ def half_widths(config, estimator, state, params):
     radius = estimator.radius(state.estimator, state.sums, config.n_examples, params.delta, params.estimator)
     exhausted = state.sums.n_obs >= populations(state.sums, config.n_examples)
     return (high - low) / 2, jnp.where(exhausted, 0.0, radius)
+
+
+def bet_horizon(config, estimator, state, params, i, log_inv_alpha):
+    """The draws model ``i``'s bets are tuned for at its next batch: ``params.cs_horizon``, or with
+    ``config.gap_horizon > 0`` its horizon from its running gap (`confidence.gap_horizon`: the distance
+    from its estimate to the best other estimate, all from the draws before the batch)."""
+    if not config.gap_horizon:
+        return params.cs_horizon
+    mu = current_estimates(estimator, state, config.n_examples, params)
+    gap = jnp.abs(mu[i] - jnp.max(jnp.where(jnp.arange(config.n_models) == i, -jnp.inf, mu)))
+    sums = state.sums
+    return confidence.gap_horizon(config.gap_horizon, gap, state.cs.dev_sum[i, 0], sums.n_obs[i].astype(jnp.float32),
+                                  sums.population[i].astype(jnp.float32), confidence.cs_bet_level(log_inv_alpha),
+                                  batch_size=config.batch_size)

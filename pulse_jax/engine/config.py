@@ -48,6 +48,13 @@ class BanditConfig:
         Measured as accurate as the restart at the same ``refit_epochs`` and no more
         (docs/performance.md, "How many epochs a refit needs"). Predictions stay fitted on observed
         cells only: every estimate stays unbiased either way.
+      gap_horizon: 0 (default): the confidence sequences' bets follow ``BanditParams.cs_horizon``.
+        ``c > 0``: each model's bets, at each batch, are tuned to ``c`` times the draws at which its
+        sequence would be as wide as its running gap to the model it must be told apart from (the
+        leader; for the leader, the runner-up), all from the draws before the batch
+        (`pulse_jax.stats.confidence.gap_horizon`): a clearly worse model bets hard and is excluded
+        sooner, a near-tie bets for the long run. Valid for any value: the bets stay predictable
+        (docs/confidence.md, "Horizons from the data").
       record_steps: keep a record per step (best guess, cells spent, model
         pulled, the estimator's info). ``False`` keeps only the summary: the
         records hold the final state alone (one "step"), so a fixed-confidence
@@ -102,6 +109,7 @@ class BanditConfig:
     populations: tuple | None = None
     concurrency: int = 1
     carry_refit_state: bool = False
+    gap_horizon: float = 0.0
 
     def __post_init__(self):
         for name in ("record_steps", "carry_refit_state"):
@@ -131,6 +139,11 @@ class BanditConfig:
                 f"batch_size x init_batches = {self.init_cells} cells")
         require(self.refit_every >= 0, f"refit_every must be >= 0, got {self.refit_every}")
         require(self.concurrency >= 1, f"concurrency must be >= 1 (batches in flight at once), got {self.concurrency}")
+        gap = self.gap_horizon
+        require(isinstance(gap, (int, float, np.integer, np.floating)) and not isinstance(gap, bool)
+                and np.isfinite(gap) and gap >= 0,
+                f"BanditConfig.gap_horizon must be a finite number >= 0 (0: off), got {gap!r}")
+        object.__setattr__(self, "gap_horizon", float(gap))
         require(self.cs_grid == 0 or self.cs_grid >= 2,
                 f"cs_grid must be 0 (empirical-Bernstein sequences) or >= 2 grid means (betting), got {self.cs_grid}")
         require(self.init_refit_epochs >= 0 and self.refit_epochs >= 0,

@@ -33,7 +33,7 @@ MAGIC = b"SQLite format 3\x00"
 
 #: Header fields added after version 1 and the value an older log implies.
 HEADER_DEFAULTS = {"rule": "ucbe", "cs_horizon": 0.0, "cs_simultaneous": 1.0, "refit_prior": 0.0, "cs_grid": 0,
-                   "cs_upper_share": 0.5, "carry_refit_state": False,
+                   "cs_upper_share": 0.5, "gap_horizon": 0.0, "carry_refit_state": False,
                    "example_order": "drawn"}
 #: Logs older than this version lack some header fields (every traced parameter, the plug-ins'
 #: settings); those fields are not compared when absent. From this version on every field must match.
@@ -170,7 +170,7 @@ def run_header(config, params, estimator, seed: int, names: tuple, V, *, order_g
             "batch_size": c.batch_size, "init_batches": c.init_batches, "refit_every": c.refit_every,
             "init_refit_epochs": c.init_refit_epochs, "refit_epochs": c.refit_epochs,
             "carry_refit_state": c.carry_refit_state, "interval": c.interval,
-            "cs_grid": c.cs_grid,
+            "cs_grid": c.cs_grid, "gap_horizon": c.gap_horizon,
             "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
             # The engine's numbers and the estimator's and rule's own (the stopping rule may change on resume).
             **params.engine.to_dict(), **_plugin_numbers(params.to_dict()),

@@ -58,6 +58,7 @@ class Selector:
         ``BanditConfig.concurrency`` (an ask holds back while they may settle the stop).
       plan: the `pulse_jax.live.Plan` this selector runs, as ``Plan.to_dict()`` (recorded in a new log).
       cost: each model's cost per cell, ``(m,)``: the rules spend by it, the cost certificates rank by it.
+      gap_horizon: bets tuned to each model's running gap, as ``BanditConfig.gap_horizon`` (0: off).
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method=None,
@@ -65,12 +66,12 @@ class Selector:
                  delta: float | None = None, bounds: str | None = None, seed: int = 0, train=None, V=None,
                  rank: int = factorization.DEFAULT_RANK, log=None, rule=None, params: BanditParams | None = None,
                  cs_grid: int | None = None, stop=None, order=None, concurrency: int | None = None,
-                 plan: dict | None = None, cost=None):
+                 plan: dict | None = None, cost=None, gap_horizon: float = 0.0):
         self.models, self.example_ids = inputs.names_of(models, examples)
         history = train is not None or V is not None or (log is not None and side_information.saved_path(log).exists())
         options = dict(method=method, batch_size=batch_size, init_batches=init_batches, exploration=exploration,
                        refit_every=refit_every, delta=delta, bounds=bounds, rule=rule, params=params, cs_grid=cs_grid,
-                       stop=stop, order=order, concurrency=concurrency, cost=cost)
+                       stop=stop, order=order, concurrency=concurrency, cost=cost, gap_horizon=gap_horizon)
         self.estimator, self.config, self.params, self.cost, self._order = inputs.prepare(
             self.models, self.example_ids, budget, history, options)
         check_seed(seed)

@@ -195,6 +195,11 @@ def _sides(log_inv_alpha):
     return log_inv_alpha, log_inv_alpha
 
 
+def cs_bet_level(log_inv_alpha):
+    """The level the bets are tuned to: the upper side's (`cs_update`)."""
+    return _sides(log_inv_alpha)[1]
+
+
 def _psi(beta):
     return -jnp.log1p(-beta) - beta
 
@@ -263,6 +268,19 @@ def _bets(bets: BetStatistics, draws: Draws, obs: Observations, log_inv_alpha, h
     sv = v * draws.scores
     ssum = draws.seen_sum + jnp.cumsum(sv) - sv
     return v, s, x, beta, xhat_prev, dev, remaining, ssum
+
+
+def gap_horizon(scale, gap, x_dev_sum, n_seen, population, log_inv_alpha, *, batch_size):
+    """The draws a model's bets are tuned for when they follow its running gap (``BanditParams.cs_gap_horizon``
+    = ``scale``): ``scale * 2 sig2 log(1/alpha) / gap^2``, the draws at which a sequence tuned to them is
+    about ``gap`` wide, with ``sig2 = (1/4 + x_dev_sum) / (n_seen + 1)`` (the bets' own variance
+    estimate) and ``gap`` the distance to the model it must be told apart from; kept within one batch
+    and the model's population. Every input comes from the draws before the batch, so the bets stay
+    predictable and the sequence valid whatever the gap (docs/confidence.md, "Horizons from the data")."""
+    sig2 = (0.25 + x_dev_sum) / (n_seen + 1.0)
+    floor = 1.0 / jnp.maximum(population, 1.0)          # one example's weight: no gap is read finer
+    horizon = scale * 2.0 * sig2 * log_inv_alpha / jnp.square(jnp.maximum(gap, floor))
+    return jnp.clip(horizon, batch_size, jnp.maximum(population, batch_size))
 
 
 #: Grid means of the betting sequences that the CLI's ``--sequence betting`` uses: bounds rounded outwards
