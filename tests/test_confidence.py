@@ -360,6 +360,25 @@ def test_any_split_of_delta_keeps_the_guarantees(upper_share, simultaneous, rule
     assert failed <= DELTA + MC_TOL
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("simultaneous", [0.0, 1.0])
+def test_bets_tuned_to_the_gap_keep_the_guarantees_under_an_adversarial_rule(simultaneous):
+    """``BanditConfig.gap_horizon`` with PULSE's adversarial predictions, betting sequences and the sampling
+    rule that chases the lowest upper bound (the gap it reads then moves with what the rule chooses):
+    over 1,000 repetitions the event the levels pay for fails in at most delta of them."""
+    import pulse_jax as pj
+
+    binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
+    rule = pj.SamplingRule("lowest_upper_bound", _lowest_upper_bound, needs_interval=True)
+    config = BanditConfig(n_models=5, n_examples=40, budget=5 * 4 + 120, batch_size=4, refit_every=5, rule=rule,
+                          cs_grid=201, gap_horizon=0.5)
+    res = simulate(binary, config, "pulse_hedged", V=-3.0 * v, reps=REPS, seed=11,
+                   params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous))
+    failed = 1 - (res.anytime_coverage() if simultaneous == 1.0 else res.certification_coverage())
+    print(f"gap horizon, adversarial rule, s = {simultaneous}: the paid-for event failed in {failed:.3f}")
+    assert failed <= DELTA + MC_TOL
+
+
 def _coverage_case(case, simultaneous=1.0):
     binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
     scores = binary

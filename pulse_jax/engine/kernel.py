@@ -459,9 +459,9 @@ def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams,
         obs = confidence.Observations(*estimator.proxies(state.estimator, sums, pull, n, params.estimator))
         draws = confidence.Draws(sums.n_obs[i], sums.obs_sum[i], sums.population[i].astype(jnp.float32),
                                  pull.scores, batch.valid)
-        cs, seq = confidence.cs_update_and_bounds(cs, i, draws, obs, _log_inv_alpha(s, params),
-                                                  bet_horizon(s.config, estimator, state, params, i,
-                                                              _log_inv_alpha(s, params)))
+        levels = _log_inv_alpha(s, params)
+        cs, seq = confidence.cs_update_and_bounds(cs, i, draws, obs, levels,
+                                                  bet_horizon(config, estimator, state, params, i, levels))
     est, info = estimator.update(state.estimator, sums, pull, n, params.estimator)   # a no-op when size == 0
     observed = state.observed.at[i].set(sampling.mark(state.observed[i], batch.examples, batch.valid))
     log = _add_to_log(state.log, t, pull, batch.examples) if estimator.uses_predictions else state.log

@@ -119,7 +119,7 @@ def prepare(models, example_ids, budget: int, has_history: bool, options: dict) 
                           batch_size=o["batch_size"], init_batches=o["init_batches"], refit_every=o["refit_every"],
                           rule=rule, cs_grid=cs_grid, stop=stop,
                           concurrency=choices.CONCURRENCY if o["concurrency"] is None else o["concurrency"],
-                          gap_horizon=o.get("gap_horizon", 0.0))
+                          gap_horizon=o["gap_horizon"])
     params = params_of(o["params"], o["delta"], o["exploration"], o["bounds"], stop, len(models))
     engine.check_compatible(config, estimator)
     plugins = engine.plugins_of(config, estimator)
