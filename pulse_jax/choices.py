@@ -77,6 +77,13 @@ def methods(text: str, where: str = "--method") -> dict:
 DEFAULT_METHOD, DEFAULT_RULE, DEFAULT_BOUNDS, DEFAULT_SEQUENCE = "pulse_hedged", "top_two_interval", "certification", \
     "betting"
 DEFAULT_DELTA = 0.05
+#: A best-model certificate's levels (a claim that rests on every lower bound and one model's upper bound,
+#: ``upper_models == 1``, at certification bounds): ``cs_upper_share`` of delta to the upper bounds, which
+#: decide the exclusions, and bets tuned to each model's running gap (``BanditConfig.gap_horizon``).
+#: Any split and any predictable horizon keep ``P(a wrong claim) <= delta`` (docs/confidence.md); these
+#: certify the built-in example with 0.82x the cells of the symmetric split and anytime bets
+#: (docs/benchmarks/select_defaults.md).
+CLAIM_UPPER_SHARE, CLAIM_GAP_HORIZON = 0.95, 0.5
 #: Batches in flight by default (`pulse_jax.live.run`, ``select``, ``select_best``): on the built-in
 #: example in ``select``'s configuration, 16 pay 1.03x the cells of one at a time in simulation and,
 #: against a scorer that takes 50 ms a call, finish 9.6x sooner (docs/benchmarks/concurrency.md).
@@ -206,6 +213,46 @@ def certificate_levels(numbers: dict, stop, n_models: int, spell: Spell) -> dict
              f"log {n_models} = {need:.3f})")
         numbers = {**numbers, "cs_simultaneous": need}
     return numbers
+
+
+def best_model_claim(stop) -> bool:
+    """``stop``'s claim rests on one model's upper bound at most (``upper_models == 1``): a certificate about
+    the best model (the built-in ``certified``, ``epsilon_good``, ``tie_group``), or the fixed budget's,
+    which claims nothing and reports the leader. A run may change between these on resume (the levels
+    stay the log's)."""
+    return stop.upper_models == 1
+
+
+def claim_split(numbers: dict, stop, given) -> dict:
+    """The numbers with ``cs_upper_share`` set to `CLAIM_UPPER_SHARE` where ``stop``'s claim is about the
+    best model at certification bounds (``cs_simultaneous < 1``) and ``given`` (the names the caller set)
+    does not name it; unchanged otherwise (every bound of every model together keeps half each)."""
+    if "cs_upper_share" in given or not _certification_bounds(numbers) or not best_model_claim(stop):
+        return numbers
+    return {**numbers, "cs_upper_share": CLAIM_UPPER_SHARE}
+
+
+def _certification_bounds(numbers) -> bool:
+    """The numbers (a dict, or a `pulse_jax.RunParams` / `pulse_jax.BanditParams`) hold only what a certificate
+    needs (``cs_simultaneous < 1``), not every bound at once."""
+    value = numbers.get("cs_simultaneous", 1.0) if isinstance(numbers, Mapping) else numbers.cs_simultaneous
+    return float(value) < 1.0
+
+
+def gap_horizon(stop, numbers, given: float | None) -> float:
+    """``BanditConfig.gap_horizon`` of a live selection: ``given``, or `CLAIM_GAP_HORIZON` for a certificate
+    about the best model at certification bounds (0, the anytime bets, otherwise: with every bound at
+    once, each model's interval is reported as a simulation's is)."""
+    if given is not None:
+        return given
+    return CLAIM_GAP_HORIZON if best_model_claim(stop) and _certification_bounds(numbers) else 0.0
+
+
+def check_gap_horizon(value, spell: Spell) -> None:
+    """``gap_horizon`` is None or a finite number >= 0."""
+    require(value is None or (isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+                              and value >= 0),
+            f"{spell('gap_horizon')} must be a number >= 0 (0: anytime bets), got {value!r}")
 
 
 #: The choices that are shorthands for a number: ``(choice, the number's field)``.

@@ -73,12 +73,14 @@ def _plain_loop(selector, scores, c: int) -> list:
 def test_the_live_selector_makes_the_simulation_s_choices_with_batches_in_flight(method, c):
     scores, V = small_problem()
     m, n = scores.shape
-    config = certify_config(m, n, c)
     numbers = {"cs_simultaneous": 0.0}
-    sim = pj.simulate(scores, config, method, V=V, reps=1, seed=0, params=numbers)
     selector = live.Selector([f"m{i}" for i in range(m)], n, m * n, method=method, batch_size=8, refit_every=5,
                              seed=0, V=V, rule="top_two_interval", cs_grid=200, stop="certified",
                              params={**numbers, "delta": 0.05}, concurrency=c)
+    # select's levels for a best-model claim (most of delta to the upper bounds, bets tuned to the gap)
+    assert selector.config.gap_horizon == 0.5 and float(selector.params.cs_upper_share) == pytest.approx(0.95)
+    config = certify_config(m, n, c, gap_horizon=0.5)
+    sim = pj.simulate(scores, config, method, V=V, reps=1, seed=0, params={**numbers, "cs_upper_share": 0.95})
     asked = _plain_loop(selector, scores, c)
     chosen = [int(x) for x in sim.chosen[0] if x >= 0]
     assert [r.model_index for r in asked if r.step > 0 and r.example_ids] == chosen   # holds ask nothing

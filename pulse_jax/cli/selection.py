@@ -76,6 +76,10 @@ def add(sub) -> None:
     # (docs/benchmarks/certify_betting.md); simulations keep the paper's.
     sel.set_defaults(rule_default="top_two_interval", bounds_default="certification",
                      sequence="betting")
+    sel.add_argument("--gap-horizon", type=float, default=None,
+                     help="bets tuned to each model's running gap, at this multiple of the draws it implies "
+                          "(default 0.5 for a certificate about the best model, 0 otherwise: anytime bets; "
+                          "valid at any value, docs/confidence.md)")
     sel.add_argument("--concurrency", type=int, default=None,
                      help="batches evaluated at once (thread pool; default 16 with --evaluate, 1 with "
                           "--inspect-task or --lm-eval-task, whose evals run one at a time). Each ask counts "

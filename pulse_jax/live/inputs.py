@@ -45,8 +45,9 @@ def params_of(params, delta, exploration, bounds, stop, n_models: int):
                                    choices.DEFAULT_BOUNDS if bounds is None else bounds, exploration, choices.keyword)
     named = {str(k).rsplit(".", 1)[-1] for k in params or {}}
     numbers = {**{k: v for k, v in numbers.items() if k not in named}, **(params or {})}
-    return numbers if "cs_simultaneous" in named else choices.certificate_levels(numbers, stop, n_models,
-                                                                                 choices.keyword)
+    if "cs_simultaneous" not in named:
+        numbers = choices.certificate_levels(numbers, stop, n_models, choices.keyword)
+    return choices.claim_split(numbers, stop, named)
 
 
 def plugins_of(method, rule, stop, has_history: bool):
@@ -114,13 +115,13 @@ def prepare(models, example_ids, budget: int, has_history: bool, options: dict) 
 
     o = options
     estimator, rule, stop = plugins_of(o["method"], o["rule"], o["stop"], has_history)
+    params = params_of(o["params"], o["delta"], o["exploration"], o["bounds"], stop, len(models))
     cs_grid = choices.cs_grid(choices.DEFAULT_SEQUENCE, choices.keyword) if o["cs_grid"] is None else o["cs_grid"]
     config = BanditConfig(n_models=len(models), n_examples=len(example_ids), budget=int(budget),
                           batch_size=o["batch_size"], init_batches=o["init_batches"], refit_every=o["refit_every"],
                           rule=rule, cs_grid=cs_grid, stop=stop,
                           concurrency=choices.CONCURRENCY if o["concurrency"] is None else o["concurrency"],
-                          gap_horizon=o["gap_horizon"])
-    params = params_of(o["params"], o["delta"], o["exploration"], o["bounds"], stop, len(models))
+                          gap_horizon=choices.gap_horizon(stop, params, o["gap_horizon"]))
     engine.check_compatible(config, estimator)
     plugins = engine.plugins_of(config, estimator)
     cost = check_cost(o["cost"], models, plugins.stop)

@@ -194,8 +194,17 @@ def grown_budget(path: Path, logged: dict, header: dict, rule) -> dict:
     return {**logged, "budget": want}
 
 
+#: Levels a live selection chooses by the claim (`pulse_jax.choices.claim_split`, `gap_horizon`): how to
+#: give a log's own value.
+_LEVELS = {"gap_horizon": "--gap-horizon {0} (gap_horizon={0})", "cs_upper_share": "--param cs_upper_share={0} "
+           "(params={{'cs_upper_share': {0}}})"}
+
+
 def _difference(key: str, have, value) -> str:
     """What differs in one header field, in words (lists: their first differing entry, or their order)."""
+    if key in _LEVELS:        # chosen by the claim unless given: say how to give the log's
+        return (f"{key} is {have!r} in the log, {value!r} here; give {_LEVELS[key].format(have)} to continue the "
+                "log with the levels it was started with")
     if not (isinstance(have, list) and isinstance(value, list)):
         return f"{key} is {have!r} in the log, {value!r} here"
     if len(have) != len(value):

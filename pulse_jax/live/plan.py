@@ -63,6 +63,7 @@ class Plan:
     delta: float | None = None                # a wrong certificate has chance at most delta (None: 0.05)
     bounds: str | None = None                 # "all" or "certification" (None: certification)
     sequence: str = DEFAULT_SEQUENCE          # "betting" or "bernstein"
+    gap_horizon: float | None = None          # bets tuned to the running gap (None: 0.5 for a best-model claim; 0: off)
     exploration: float | None = None          # the index rule's exploration (None: the rule's default)
     param: tuple = ()                         # ((path, value), ...): any number by its path
     batch_size: int = 8
@@ -117,6 +118,7 @@ class Plan:
         set_("param", tuple(choices.param_values(params, self._shorthands_given(), spell).items()))
         self.numbers_of_shorthands()       # bounds, delta, exploration: checked
         choices.check_sequence(self.sequence, spell)
+        choices.check_gap_horizon(self.gap_horizon, spell)
         self.certificate()                 # one certificate, not beside a stopping rule
         require(self.cheapest is None and self.front is None or self.price or self.cost_per_call is not None,
                 f"{spell('cheapest' if self.cheapest is not None else 'front')} ranks the models by price: give "
@@ -241,9 +243,10 @@ class Plan:
         choices.check_param_paths(values, [plugins], self.spell)
         certificate, extra = self.certificate()
         numbers = {**self.numbers_of_shorthands(), **values}
-        if certificate is None:
-            return numbers
-        return choices.certificate_levels({**numbers, **extra}, certificate, n_models, self.spell)
+        given = {str(k).rsplit(".", 1)[-1] for k in values}
+        if certificate is not None:
+            numbers = choices.certificate_levels({**numbers, **extra}, certificate, n_models, self.spell)
+        return choices.claim_split(numbers, plugins[2], given)
 
     def check_models(self, n_models: int, budget: int, where: str) -> None:
         """The certificate names fewer models than there are; the budget pays for the first look."""
@@ -315,7 +318,8 @@ class Plan:
                         init_batches=self.init_batches, refit_every=self.refit_every, seed=self.seed, train=train,
                         rank=rank, log=self.log, rule=plugins[1], params=numbers,
                         cs_grid=choices.cs_grid(self.sequence, self.spell), stop=plugins[2], order=order,
-                        concurrency=self.concurrency or CONCURRENCY, plan=self.to_dict(), cost=self.selector_cost(cost))
+                        concurrency=self.concurrency or CONCURRENCY, plan=self.to_dict(), cost=self.selector_cost(cost),
+                        gap_horizon=self.gap_horizon)
 
     def selector_cost(self, cost):
         """``cost`` when every model has a positive one; None otherwise (refused when a certificate about

@@ -58,7 +58,7 @@ class Selector:
         ``BanditConfig.concurrency`` (an ask holds back while they may settle the stop).
       plan: the `pulse_jax.live.Plan` this selector runs, as ``Plan.to_dict()`` (recorded in a new log).
       cost: each model's cost per cell, ``(m,)``: the rules spend by it, the cost certificates rank by it.
-      gap_horizon: bets tuned to each model's running gap, as ``BanditConfig.gap_horizon`` (0: off).
+      gap_horizon: ``BanditConfig.gap_horizon`` (None: 0.5 for a best-model claim, `pulse_jax.choices.gap_horizon`).
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method=None,
@@ -66,7 +66,7 @@ class Selector:
                  delta: float | None = None, bounds: str | None = None, seed: int = 0, train=None, V=None,
                  rank: int = factorization.DEFAULT_RANK, log=None, rule=None, params: BanditParams | None = None,
                  cs_grid: int | None = None, stop=None, order=None, concurrency: int | None = None,
-                 plan: dict | None = None, cost=None, gap_horizon: float = 0.0):
+                 plan: dict | None = None, cost=None, gap_horizon: float | None = None):
         self.models, self.example_ids = inputs.names_of(models, examples)
         history = train is not None or V is not None or (log is not None and side_information.saved_path(log).exists())
         options = dict(method=method, batch_size=batch_size, init_batches=init_batches, exploration=exploration,
