@@ -32,6 +32,17 @@ DEFAULT_MEMORY_BUDGET = 4 * 1024**3
 CPU_MAX_CHUNK = 256
 
 
+def cpu_workers() -> int:
+    """Chunks a CPU runs at once: one per core this process may use. XLA:CPU runs most of a step's
+    operations, and all of a refit's, on the calling thread, so one chunk keeps about one core busy;
+    chunks launched from one thread each run one after another, from several threads at once
+    (docs/performance.md, "Chunks at once on a CPU")."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:      # no affinity on this platform (macOS, Windows)
+        return max(1, os.cpu_count() or 1)
+
+
 def device_memory_budget(device=None) -> int:
     """Bytes one chunk may use on ``device``: 4 GiB on a CPU, 60% of an accelerator's memory pool.
 
@@ -334,7 +345,8 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
     require(devices is None or len(devices) >= 1, "devices: pass at least one device (or None for all)")
     require(chunk_size is None or is_count(chunk_size), f"chunk_size must be a positive integer, got {chunk_size!r}")
     mesh = repetition_mesh(devices)
-    chunk = _chunk_of(config, estimator, rank, total, chunk_size, mesh)
+    workers = cpu_workers() if mesh.size == 1 and mesh.devices.flat[0].platform == "cpu" else 1
+    chunk = _chunk_of(config, estimator, rank, total, chunk_size, mesh, workers=workers)
 
     run = compiled_runner(config, estimator, mesh if mesh.size > 1 else None,
                           follow is not None)
@@ -366,7 +378,7 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
     compiled = run.lower(*_with_data(inputs(0), scores_dev, V_dev)).compile()
     compile_seconds = time.perf_counter() - start_time
     launch = lambda start: compiled(*_with_data(inputs(start), scores_dev, V_dev))   # noqa: E731
-    out = _run_chunks(launch, total, chunk, report, start_time)
+    out = _run_chunks(launch, total, chunk, report, start_time, workers)
     return out, time.perf_counter() - start_time, compile_seconds
 
 
@@ -374,17 +386,18 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
 MAX_PADDING = 1 / 3
 
 
-def _chunk_of(config: BanditConfig, estimator, rank: int, total: int, chunk_size, mesh) -> int:
+def _chunk_of(config: BanditConfig, estimator, rank: int, total: int, chunk_size, mesh, *, workers: int = 1) -> int:
     """Items per compiled call, a multiple of the device count: ``chunk_size``, or sized from the device's
-    memory (capped on a CPU). More items than one chunk run in chunks of exactly that size, the last one
-    padded (its extra items are computed and dropped), so any larger count reuses the compiled program
-    (200 then 500 repetitions: one compile), unless the padding would exceed `MAX_PADDING` of the items;
-    then the chunks are made equal, and smaller, at the price of a program of their own."""
+    memory (capped on a CPU, and split between the ``workers`` chunks a CPU runs at once, so each core
+    gets one). More items than one chunk run in chunks of exactly that size, the last one padded (its
+    extra items are computed and dropped), so any larger count reuses the compiled program (200 then
+    500 repetitions: one compile), unless the padding would exceed `MAX_PADDING` of the items; then the
+    chunks are made equal, and smaller, at the price of a program of their own."""
     device = mesh.devices.flat[0]
     chunk = int(chunk_size) if chunk_size else default_chunk_size(
-        config, rank, max(total, 1), estimator.uses_predictions, device_memory_budget(device)) * mesh.size
+        config, rank, max(total, 1), estimator.uses_predictions, device_memory_budget(device) // workers) * mesh.size
     if not chunk_size and device.platform == "cpu":
-        chunk = min(chunk, CPU_MAX_CHUNK * mesh.size)
+        chunk = min(chunk, CPU_MAX_CHUNK * mesh.size, -(-max(total, 1) // workers))
     def up(x: int, k: int) -> int:         # x rounded up to a multiple of k
         return -(-x // k) * k
 
@@ -397,11 +410,12 @@ def _chunk_of(config: BanditConfig, estimator, rank: int, total: int, chunk_size
     return up(-(-total // n_chunks), mesh.size)
 
 
-def _run_chunks(launch, total: int, chunk: int, report, start_time: float):
+def _run_chunks(launch, total: int, chunk: int, report, start_time: float, workers: int = 1):
     """Every chunk's results, concatenated. On accelerators chunk k + 1 is dispatched before chunk k is
-    fetched, so the device never waits on the host (executions on one device run in order). On CPU two
-    dispatched chunks would run at once and compete for the same cores and caches, so each chunk is
-    fetched before the next starts."""
+    fetched, so the device never waits on the host (executions on one device run in order). On a CPU
+    ``workers`` threads each launch and fetch one chunk at a time (`cpu_workers`)."""
+    if workers > 1 and total > chunk:
+        return _run_chunks_at_once(launch, total, chunk, report, start_time, workers)
     overlap = jax.default_backend() != "cpu"
     parts, in_flight = [], None
     for start in list(range(0, total, chunk)) + [None]:
@@ -415,6 +429,27 @@ def _run_chunks(launch, total: int, chunk: int, report, start_time: float):
         if start is not None and not overlap:
             launched = (start, launch(start))
         in_flight = launched
+    return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
+
+
+def _run_chunks_at_once(launch, total: int, chunk: int, report, start_time: float, workers: int):
+    """`_run_chunks` on a CPU: up to ``workers`` chunks running at once, each launched and fetched by a
+    thread of its own; results (and progress) in chunk order. Every chunk is the same computation
+    whichever thread runs it, so the results are those of one chunk at a time, to the bit."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    starts = list(range(0, total, chunk))
+    parts = []
+    pool = ThreadPoolExecutor(max_workers=min(workers, len(starts)), thread_name_prefix="pulse-jax-chunk")
+    try:
+        futures = [pool.submit(lambda s=s: _fetch(launch(s))) for s in starts]
+        for start, future in zip(starts, futures):
+            count = min(chunk, total - start)
+            parts.append(jax.tree_util.tree_map(lambda a: a[:count], future.result()))
+            if report:
+                report(start + count, total, time.perf_counter() - start_time)
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)     # an interrupt waits only for the chunks running
     return jax.tree_util.tree_map(lambda *a: np.concatenate(a), *parts)
 
 

@@ -208,3 +208,36 @@ def test_the_default_chunk_keeps_its_shape_across_repetition_counts(problem, mon
     sizes = {total: simulate_module._chunk_of(config, estimator, 3, total, None, mesh) for total in (10, 200, 500, 50)}
     assert sizes[200] == sizes[500] == 42 and sizes[10] == 10
     assert sizes[50] == 25                  # 2 x 42 would pad 34 of 50: two equal chunks instead
+
+
+def test_a_cpu_splits_the_repetitions_between_its_cores(problem, monkeypatch):
+    """With two cores a CPU runs two chunks at once: each sized from half the memory, and a count under
+    one chunk split in two."""
+    scores, V, config = problem
+    from pulse_jax import registry
+
+    estimator = registry.estimator("pulse")
+    mesh = simulate_module.repetition_mesh()
+    budgets = []
+    monkeypatch.setattr(simulate_module, "default_chunk_size", lambda *a, **k: budgets.append(a[-1]) or 42)
+    assert simulate_module._chunk_of(config, estimator, 3, 500, None, mesh, workers=2) == 42
+    assert budgets[-1] == simulate_module.device_memory_budget() // 2
+    assert simulate_module._chunk_of(config, estimator, 3, 30, None, mesh, workers=2) == 15
+    assert simulate_module._chunk_of(config, estimator, 3, 31, None, mesh, workers=2) == 16
+    assert simulate_module._chunk_of(config, estimator, 3, 30, 30, mesh, workers=2) == 30    # as given
+
+
+@pytest.mark.parametrize("method", ["ucbe", "pulse"])
+def test_chunks_at_once_give_the_results_of_one_chunk_at_a_time(problem, monkeypatch, method):
+    """Chunks run from several threads are the same computations: every result equal to the bit to one
+    chunk at a time, progress reported in order, every repetition once."""
+    scores, V, config = problem
+    monkeypatch.setattr(simulate_module, "cpu_workers", lambda: 1)
+    one = pj.simulate(scores, config, method, V=V, reps=13, seed=4, chunk_size=4)
+    seen = []
+    monkeypatch.setattr(simulate_module, "cpu_workers", lambda: 3)
+    many = pj.simulate(scores, config, method, V=V, reps=13, seed=4, chunk_size=4,
+                       progress=lambda done, total, seconds: seen.append(done))
+    assert seen == [4, 8, 12, 13]
+    for field in ("best", "spent", "chosen", "n_obs", "estimates", "certified_spent"):
+        np.testing.assert_array_equal(getattr(one, field), getattr(many, field))
