@@ -121,8 +121,9 @@ def part_live(done: dict, save) -> None:
             continue
         def selector():
             return live.Selector(bench.models, 1000, 40_000, method="pulse_hedged", batch_size=8, refit_every=1000,
-                                 V=V, rule="top_two_interval", cs_grid=1000, stop="certified",
-                                 params={"cs_simultaneous": 0.0, "delta": 0.05}, concurrency=c)
+                                 V=V, rule="top_two_interval", cs_grid=1000, stop="certified", gap_horizon=0.0,
+                                 params={"cs_simultaneous": 0.0, "delta": 0.05, "cs_upper_share": 0.5},
+                                 concurrency=c)
 
         # Each concurrency is its own configuration (its holds are planned for it): a first run with an
         # instant scorer compiles its programs, so the timed run measures the selection, not XLA.

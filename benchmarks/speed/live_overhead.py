@@ -69,9 +69,9 @@ def _timed(selector) -> list:
     total, programs = [0.0], selector._programs
 
     def timed(fn):
-        def call(*args):
+        def call(*args, **kwargs):
             start = time.perf_counter()
-            out = jax.block_until_ready(fn(*args))
+            out = jax.block_until_ready(fn(*args, **kwargs))
             total[0] += time.perf_counter() - start
             return out
         return call
