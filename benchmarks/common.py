@@ -49,6 +49,16 @@ def floor_cells(scores, delta: float = 0.05, first_look: int = 8) -> float:
     return information_floor(scores, delta, first_look).cells
 
 
+def cells_columns(row: dict, floor: float) -> str:
+    """A certification study's row as table cells: mean cells (SE) | cells / floor."""
+    return f"{row['mean_cells']:,.0f} ({row['se_cells']:,.0f}) | {row['mean_cells'] / floor:.2f}x"
+
+
+def certified_columns(row: dict, reps: int) -> str:
+    """A certification study's row as table cells: certified of the repetitions | wrong certificates."""
+    return f"{row['certified']}/{reps} | {row['wrong']}"
+
+
 def parser(doc: str, **defaults) -> argparse.ArgumentParser:
     """An argument parser described by the first paragraph of ``doc`` with each named common option
     (`OPTIONS`) at the given default, e.g. ``parser(__doc__, reps=200, seed=0, out="x.json")``."""

@@ -69,9 +69,9 @@ def table(done: dict) -> str:
         floor = entry["floor"]
         for r in entry["rows"]:
             lines.append(f"| {entry['data']} ({entry['models']} x {entry['examples']:,}; {entry['method']}; "
-                         f"{floor:,.0f}) | {r['variant']} | {r['mean_cells']:,.0f} ({r['se_cells']:,.0f}) | "
-                         f"{r['mean_cells'] / floor:.2f}x | {r['fewer_than_anytime_pct']:+.1f}% "
-                         f"({r['paired_se_pct']:.1f}) | {r['certified']}/{entry['reps']} | {r['wrong']} |")
+                         f"{floor:,.0f}) | {r['variant']} | {common.cells_columns(r, floor)} | "
+                         f"{r['fewer_than_anytime_pct']:+.1f}% ({r['paired_se_pct']:.1f}) | "
+                         f"{common.certified_columns(r, entry['reps'])} |")
     return "\n".join(lines)
 
 

@@ -119,9 +119,8 @@ def table(done: dict) -> str:
         floor = entry["floor"]
         for r in entry["rows"]:
             lines.append(f"| {entry['data']} ({entry['models']} x {entry['examples']:,}; {floor:,.0f}) | {r['method']} | "
-                         f"{r['variant']} | {r['mean_cells']:,.0f} ({r['se_cells']:,.0f}) | "
-                         f"{r['mean_cells'] / floor:.2f}x | {r['vs_symmetric']:.3f}x ({r['paired_se']:.3f}) | "
-                         f"{r['certified']}/{entry['reps']} | {r['wrong']} |")
+                         f"{r['variant']} | {common.cells_columns(r, floor)} | "
+                         f"{r['vs_symmetric']:.3f}x ({r['paired_se']:.3f}) | {common.certified_columns(r, entry['reps'])} |")
     readme = done.get("README select")
     if readme:
         ucbe = next(r["total"] for r in readme["rows"] if r["method"] == "ucbe" and r["variant"].startswith("half"))
