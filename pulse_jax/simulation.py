@@ -150,9 +150,8 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         Naive-Pooling; see `pulse_jax.stats.factorization.fit_example_embeddings`).
       reps: number of repetitions.
       seed: base seed (repetition ``r`` uses ``fold_in(PRNGKey(seed), r)``).
-      chunk_size: repetitions per compiled batch (default: from the problem
-        size, see `default_chunk_size`; on a CPU, at most the repetitions over the cores, whose chunks
-        run at once, `cpu_workers`). Does not change results.
+      chunk_size: repetitions per compiled batch (default: from the problem size, `default_chunk_size`;
+        a CPU runs one chunk per core at once, `cpu_workers`). Does not change results.
       progress: True to print a progress bar to stderr, False for none, None
         (the default) for a bar only when a person is watching (a terminal or a
         Jupyter/Colab kernel; not under pytest or with output redirected), or a callback
