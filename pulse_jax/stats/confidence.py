@@ -271,7 +271,7 @@ def _bets(bets: BetStatistics, draws: Draws, obs: Observations, log_inv_alpha, h
 
 
 def gap_horizon(scale, gap, x_dev_sum, n_seen, population, log_inv_alpha, *, batch_size):
-    """The draws a model's bets are tuned for when they follow its running gap (``BanditParams.cs_gap_horizon``
+    """The draws a model's bets are tuned for when they follow its running gap (``BanditConfig.gap_horizon``
     = ``scale``): ``scale * 2 sig2 log(1/alpha) / gap^2``, the draws at which a sequence tuned to them is
     about ``gap`` wide, with ``sig2 = (1/4 + x_dev_sum) / (n_seen + 1)`` (the bets' own variance
     estimate) and ``gap`` the distance to the model it must be told apart from; kept within one batch
