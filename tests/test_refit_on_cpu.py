@@ -105,24 +105,45 @@ def _by_model_problem(seed):
 
 def test_the_refit_by_model_equals_the_full_batch_refit(monkeypatch):
     """Every epoch done a few whole models at a time, and the models with more blocks than a chunk
-    holds streamed on their own blocks, ends where the full-batch refit does: 15 Adam steps agree to
-    2e-5 in float32 (summation order only; a row stepped with another's cells, a model split across
-    chunks, a block visited twice or an empty slot's score would move rows by about an Adam step,
-    0.1). Chunks of 3 blocks (all but one model, with 4 or 5, streamed: 21 blocks), 4 (one model
-    streamed), 9 and 40; the streamed pieces 2 or 3 blocks long (a last piece part empty). With a `RowPrior` (which pulls
-    each row on its own) too."""
+    holds (or blocks for a large share of the examples) stepped on dense rows, ends where the
+    full-batch refit does: 15 Adam steps agree to 2e-5 in float32 (summation order only; a row
+    stepped with another's cells, a model split across chunks or groups, a block scattered twice or
+    missed, a duplicate cell counted once or an empty slot's score would move rows by about an Adam
+    step, 0.1). The problem's cells repeat examples, as only a sampler without replacement avoids.
+    Chunks of 3 blocks (all but one model, with 4 or 5, dense: 21 blocks), 4 (one model dense), 9
+    and 40; dense groups of 1, 2 (the last one part empty) and 8 models (one group); scatter pieces
+    2 or 3 blocks long (a last piece part empty), and as the module sizes them (every block at once
+    here: no longer than the sorted blocks' padding); every model dense by its share. With a `RowPrior`
+    (which pulls each row on its own) too."""
     from pulse_jax.stats import refit_by_model
 
     V, U0, blocks = _by_model_problem(3)
     prior = factorization.RowPrior(jnp.full(R_, 0.3), jnp.eye(R_) * 2.0)
+    piece = refit_by_model.piece
+    cases = ((3, 2, 1, 0.5), (3, 3, 2, 0.5), (4, 2, 8, 0.5), (9, 3, 2, 0.5), (40, 2, 1, 0.5), (40, 3, 2, 0.0),
+             (3, None, 2, 0.5), (40, None, 8, 0.0))          # None: the module's own pieces
     for settings in (engine.adam_refit(15, 0.1, 0.01), engine.adam_refit(15, 0.1, 0.01, 4.0, prior)):
         want = factorization.refit_rows_on_blocks(U0, V, blocks, N, settings)
-        for cap, size in ((3, 2), (3, 3), (4, 2), (9, 3), (40, 2)):
+        for cap, size, group, share in cases:
             monkeypatch.setattr(refit_by_model, "capacity", lambda *a, cap=cap: cap)
-            monkeypatch.setattr(refit_by_model, "piece", lambda *a, size=size: size)
+            monkeypatch.setattr(refit_by_model, "piece", piece if size is None else lambda *a, size=size: size)
+            monkeypatch.setattr(refit_by_model, "group_size", lambda *a, group=group: group)
+            monkeypatch.setattr(refit_by_model, "DENSE_SHARE", share)
             for refit in (refit_by_model.refit_rows_by_model, refit_by_model.refit_rows_in_cache):
                 got = jax.jit(lambda u, refit=refit: refit(u, V, blocks, N, settings))(U0)
-                np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
+                np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5,
+                                           err_msg=f"cap {cap}, piece {size}, group {group}, share {share}")
+
+
+def test_a_dense_group_holds_what_its_bytes_allow():
+    """At most `GROUP_MODELS` models share dense rows, fewer where their rows would pass `DENSE_BYTES`,
+    and never fewer than one or more than the models."""
+    from pulse_jax.stats import refit_by_model as rbm
+
+    assert rbm.group_size(3008, 250) == rbm.GROUP_MODELS
+    assert rbm.group_size(3008, 3) == 3
+    assert rbm.group_size(100_000, 250) == rbm.DENSE_BYTES // (12 * 100_000)
+    assert rbm.group_size(10**8, 250) == 1
 
 
 def test_the_refit_in_cache_takes_the_full_batch_refit_where_the_rows_couple():
