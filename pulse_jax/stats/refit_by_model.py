@@ -159,7 +159,7 @@ def _by_model(U, V, group: CellBlocks, starts, cap: int, objective: _Objective):
     return jax.lax.while_loop(lambda carry: carry[0] < m, chunk, (jnp.int32(0), padded))[1][:m]
 
 
-def _dense_rows(U, V, group: CellBlocks, span, large, size: int, objective: _Objective):
+def _dense_rows(U, V, group: CellBlocks, span, large, *, size: int, objective: _Objective):
     """The rows of the ``large`` models (whose blocks are the sorted blocks ``span = (begin, end)``, by
     row), stepped `group_size` at a time on dense rows: each model's cells scattered ``size`` blocks
     at a time (no more than the sorted blocks' padding) into a count and a score sum per example,
@@ -207,7 +207,7 @@ def _dense_rows(U, V, group: CellBlocks, span, large, size: int, objective: _Obj
 
 def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings):
     """`refit_rows_on_blocks` from a fresh optimizer state, models with at most `capacity` blocks a
-    chunk of whole models at a time, the others streamed (see the module's docstring). The caller
+    chunk of whole models at a time, the largest on dense rows (see the module's docstring). The caller
     guarantees that the rows decouple (``settings.shrink == 0`` or a ``settings.row_prior``)."""
     m, r = U.shape
     width = blocks[-1].cols.shape[1]
@@ -221,8 +221,9 @@ def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, s
     objective = _Objective(jnp.maximum(jnp.sum(group.valid), 1).astype(U.dtype),
                            jnp.asarray(settings.lam / (m + n_examples), U.dtype), settings)
     by_model = _by_model(U, V, group, starts, cap, objective)
+    span = (starts[m], jnp.sum(per_model))
     dense = jax.lax.cond(jnp.all(small), lambda u: u,
-                         lambda u: _dense_rows(u, V, group, (starts[m], jnp.sum(per_model)), ~small, size, objective), U)
+                         lambda u: _dense_rows(u, V, group, span, ~small, size=size, objective=objective), U)
     return jnp.where(small[:, None], by_model, dense)
 
 
