@@ -239,7 +239,7 @@ def _certification_bounds(numbers) -> bool:
     return float(value) < 1.0
 
 
-def gap_horizon(stop, numbers, given: float | None) -> float:
+def claim_gap_horizon(stop, numbers, given: float | None) -> float:
     """``BanditConfig.gap_horizon`` of a live selection: ``given``, or `CLAIM_GAP_HORIZON` for a certificate
     about the best model at certification bounds (0, the anytime bets, otherwise: with every bound at
     once, each model's interval is reported as a simulation's is)."""

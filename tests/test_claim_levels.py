@@ -1,5 +1,5 @@
 """A best-model certificate's levels in a live selection: most of delta to the upper bounds and bets tuned
-to the running gap by default (`pulse_jax.choices.claim_split`, `pulse_jax.choices.gap_horizon`), every
+to the running gap by default (`pulse_jax.choices.claim_split`, `pulse_jax.choices.claim_gap_horizon`), every
 other claim and every choice the caller names left as given. Their validity is
 tests/test_confidence.py's (any split, any predictable horizon: wrong certificates at most delta)."""
 import numpy as np
@@ -23,7 +23,7 @@ def test_a_best_model_claim_gives_most_of_delta_to_the_upper_bounds(name):
     """Certificates about the best model, and the fixed budget, which claims nothing."""
     out = choices.claim_split(CERTIFICATION, _stop(name), set())
     assert out["cs_upper_share"] == choices.CLAIM_UPPER_SHARE == 0.95
-    assert choices.gap_horizon(_stop(name), CERTIFICATION, None) == choices.CLAIM_GAP_HORIZON == 0.5
+    assert choices.claim_gap_horizon(_stop(name), CERTIFICATION, None) == choices.CLAIM_GAP_HORIZON == 0.5
 
 
 def _worst_model(inputs, params):
@@ -37,18 +37,18 @@ def test_other_claims_keep_the_symmetric_split_and_anytime_bets(stop):
     rest on more than one model's upper bound. (The fixed budget, which claims nothing, takes a best-model
     claim's levels: a run that spends its budget may be resumed with a certificate.)"""
     assert "cs_upper_share" not in choices.claim_split(CERTIFICATION, stop, set())
-    assert choices.gap_horizon(stop, CERTIFICATION, None) == 0.0
+    assert choices.claim_gap_horizon(stop, CERTIFICATION, None) == 0.0
 
 
 def test_every_bound_at_once_and_the_callers_own_choices_are_kept():
     certified = _stop("certified")
     every = {"delta": 0.05, "cs_simultaneous": 1.0}
     assert "cs_upper_share" not in choices.claim_split(every, certified, set())
-    assert choices.gap_horizon(certified, every, None) == 0.0
+    assert choices.claim_gap_horizon(certified, every, None) == 0.0
     given = {**CERTIFICATION, "cs_upper_share": 0.6}
     assert choices.claim_split(given, certified, {"cs_upper_share"})["cs_upper_share"] == 0.6
-    assert choices.gap_horizon(certified, CERTIFICATION, 0.0) == 0.0
-    assert choices.gap_horizon(certified, CERTIFICATION, 2.0) == 2.0
+    assert choices.claim_gap_horizon(certified, CERTIFICATION, 0.0) == 0.0
+    assert choices.claim_gap_horizon(certified, CERTIFICATION, 2.0) == 2.0
 
 
 @pytest.fixture(scope="module")

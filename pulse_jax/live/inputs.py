@@ -121,7 +121,7 @@ def prepare(models, example_ids, budget: int, has_history: bool, options: dict) 
                           batch_size=o["batch_size"], init_batches=o["init_batches"], refit_every=o["refit_every"],
                           rule=rule, cs_grid=cs_grid, stop=stop,
                           concurrency=choices.CONCURRENCY if o["concurrency"] is None else o["concurrency"],
-                          gap_horizon=choices.gap_horizon(stop, params, o["gap_horizon"]))
+                          gap_horizon=choices.claim_gap_horizon(stop, params, o["gap_horizon"]))
     engine.check_compatible(config, estimator)
     plugins = engine.plugins_of(config, estimator)
     cost = check_cost(o["cost"], models, plugins.stop)

@@ -58,7 +58,7 @@ class Selector:
         ``BanditConfig.concurrency`` (an ask holds back while they may settle the stop).
       plan: the `pulse_jax.live.Plan` this selector runs, as ``Plan.to_dict()`` (recorded in a new log).
       cost: each model's cost per cell, ``(m,)``: the rules spend by it, the cost certificates rank by it.
-      gap_horizon: ``BanditConfig.gap_horizon`` (None: 0.5 for a best-model claim, `pulse_jax.choices.gap_horizon`).
+      gap_horizon: ``BanditConfig.gap_horizon`` (None: 0.5 for a best-model claim, `pulse_jax.choices.claim_gap_horizon`).
     """
 
     def __init__(self, models: Sequence[str], examples, budget: int, *, method=None,
