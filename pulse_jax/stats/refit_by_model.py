@@ -159,9 +159,9 @@ def _by_model(U, V, group: CellBlocks, starts, cap: int, objective: _Objective):
     return jax.lax.while_loop(lambda carry: carry[0] < m, chunk, (jnp.int32(0), padded))[1][:m]
 
 
-def _dense_rows(U, V, group: CellBlocks, span, large, *, size: int, objective: _Objective):
-    """The rows of the ``large`` models (whose blocks are the sorted blocks ``span = (begin, end)``, by
-    row), stepped `group_size` at a time on dense rows: each model's cells scattered ``size`` blocks
+def _dense_rows(U, V, group: CellBlocks, begin, large, *, size: int, objective: _Objective):
+    """The rows of the ``large`` models (whose blocks are the sorted blocks from ``begin`` on, by row),
+    stepped `group_size` at a time on dense rows: each model's cells scattered ``size`` blocks
     at a time (no more than the sorted blocks' padding) into a count and a score sum per example,
     then every epoch two products with the whole of ``V`` (no gather)."""
     m, r = U.shape
@@ -169,7 +169,7 @@ def _dense_rows(U, V, group: CellBlocks, span, large, *, size: int, objective: _
     k = group_size(n, m)
     has_cells = jnp.any(group.valid, axis=1)
     per_model = jnp.where(large, jax.ops.segment_sum(has_cells.astype(jnp.int32), group.rows, m), 0)
-    first_block = span[0] + jnp.cumsum(per_model) - per_model          # each large model's first sorted block
+    first_block = begin + jnp.cumsum(per_model) - per_model            # each large model's first sorted block
     members = jnp.concatenate([jnp.nonzero(large, size=m, fill_value=m)[0], jnp.full(k, m)])
     rank = jnp.cumsum(large) - 1                                        # a large model's place among them
     padded = jnp.concatenate([U, jnp.zeros((1, r), U.dtype)])          # row m: where the fill rows go
@@ -179,10 +179,10 @@ def _dense_rows(U, V, group: CellBlocks, span, large, *, size: int, objective: _
         rows = jax.lax.dynamic_slice_in_dim(members, g * k, k)
         live = rows < m
         last = rows[jnp.maximum(jnp.sum(live) - 1, 0)]
-        begin, end = first_block[rows[0]], first_block[last] + per_model[last]
+        first, end = first_block[rows[0]], first_block[last] + per_model[last]
 
         def add_piece(p, counts):
-            start = begin + p * size
+            start = first + p * size
             part = jax.tree_util.tree_map(lambda a: jax.lax.dynamic_slice_in_dim(a, start, size, 0), group)
             valid = part.valid & (start + jnp.arange(size) < end)[:, None]
             local = jnp.where(valid, (rank[part.rows] - g * k)[:, None], 0)
@@ -190,7 +190,7 @@ def _dense_rows(U, V, group: CellBlocks, span, large, *, size: int, objective: _
                     counts[1].at[local, part.cols].add(jnp.where(valid, part.scores, 0.0)))
 
         zeros = jnp.zeros((k, n), U.dtype)
-        cells, totals = jax.lax.fori_loop(0, (end - begin + size - 1) // size, add_piece, (zeros, zeros))
+        cells, totals = jax.lax.fori_loop(0, (end - first + size - 1) // size, add_piece, (zeros, zeros))
 
         def gradient(u):
             logits = jnp.einsum("kr,rn->kn", u, V_t, precision=PRECISION)
@@ -221,9 +221,8 @@ def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, s
     objective = _Objective(jnp.maximum(jnp.sum(group.valid), 1).astype(U.dtype),
                            jnp.asarray(settings.lam / (m + n_examples), U.dtype), settings)
     by_model = _by_model(U, V, group, starts, cap, objective)
-    span = (starts[m], jnp.sum(per_model))
     dense = jax.lax.cond(jnp.all(small), lambda u: u,
-                         lambda u: _dense_rows(u, V, group, span, ~small, size=size, objective=objective), U)
+                         lambda u: _dense_rows(u, V, group, starts[m], ~small, size=size, objective=objective), U)
     return jnp.where(small[:, None], by_model, dense)
 
 
