@@ -159,16 +159,15 @@ def _by_model(U, V, group: CellBlocks, starts, cap: int, objective: _Objective):
     return jax.lax.while_loop(lambda carry: carry[0] < m, chunk, (jnp.int32(0), padded))[1][:m]
 
 
-def _dense_rows(U, V, group: CellBlocks, begin, large, *, size: int, objective: _Objective):
-    """The rows of the ``large`` models (whose blocks are the sorted blocks from ``begin`` on, by row),
-    stepped `group_size` at a time on dense rows: each model's cells scattered ``size`` blocks
+def _dense_rows(U, V, group: CellBlocks, begin, large, *, per_model, size: int, objective: _Objective):
+    """The rows of the ``large`` models (whose ``per_model`` blocks with cells are the sorted blocks from
+    ``begin`` on, by row), stepped `group_size` at a time on dense rows: each model's cells scattered ``size`` blocks
     at a time (no more than the sorted blocks' padding) into a count and a score sum per example,
     then every epoch two products with the whole of ``V`` (no gather)."""
     m, r = U.shape
     n = V.shape[0]
     k = group_size(n, m)
-    has_cells = jnp.any(group.valid, axis=1)
-    per_model = jnp.where(large, jax.ops.segment_sum(has_cells.astype(jnp.int32), group.rows, m), 0)
+    per_model = jnp.where(large, per_model, 0)
     first_block = begin + jnp.cumsum(per_model) - per_model            # each large model's first sorted block
     members = jnp.concatenate([jnp.nonzero(large, size=m, fill_value=m)[0], jnp.full(k, m)])
     rank = jnp.cumsum(large) - 1                                        # a large model's place among them
@@ -221,8 +220,10 @@ def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, s
     objective = _Objective(jnp.maximum(jnp.sum(group.valid), 1).astype(U.dtype),
                            jnp.asarray(settings.lam / (m + n_examples), U.dtype), settings)
     by_model = _by_model(U, V, group, starts, cap, objective)
-    dense = jax.lax.cond(jnp.all(small), lambda u: u,
-                         lambda u: _dense_rows(u, V, group, starts[m], ~small, size=size, objective=objective), U)
+    def dense_rows(u):
+        return _dense_rows(u, V, group, starts[m], ~small, per_model=per_model, size=size, objective=objective)
+
+    dense = jax.lax.cond(jnp.all(small), lambda u: u, dense_rows, U)
     return jnp.where(small[:, None], by_model, dense)
 
 
