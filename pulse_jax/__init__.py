@@ -4,12 +4,13 @@ Public API::
 
     import pulse_jax as pj
     pj.simulate(scores, pj.BanditConfig(...), "pulse", V=V, params={"rule.exploration": 0.5})
+    pj.simulate(scores, config, pj.Plugins("pulse", rule="top_two", stop="certified"), V=V)
     pj.sweep(scores, config, "pulse", {"exploration": [0.25, 1, 4]}, V=V, reps=200)
     pj.Selector(models, examples, budget, train=history)   # live selection, ask/tell
 
 Plug-ins: `Estimator` (`pulse_jax.estimators`), `SamplingRule`
-(`pulse_jax.rules`) and `StoppingRule` (`pulse_jax.stopping`); names
-resolve in `pulse_jax.registry`.
+(`pulse_jax.rules`) and `StoppingRule` (`pulse_jax.stopping`), a run's three together a
+`Plugins`; names resolve in `pulse_jax.registry`.
 
 Names load on first use, so ``import pulse_jax.live`` brings in live selection
 only (neither the simulation driver nor matplotlib).
@@ -18,7 +19,7 @@ from importlib import import_module as _import_module
 from importlib import metadata as _metadata
 
 _EXPORTS = {
-    "pulse_jax.engine": ["BanditConfig", "Kernel", "RunResult", "build_kernel", "make_run"],
+    "pulse_jax.engine": ["BanditConfig", "Kernel", "Plugins", "RunResult", "build_kernel", "make_run"],
     "pulse_jax.stats.confidence": ["bernstein_serfling_radius", "certify", "freedman_radius"],
     "pulse_jax.stats.information_floor": ["information_floor"],
     "pulse_jax.fileio.data": ["ScoreMatrix", "load", "load_csv", "load_npz"],

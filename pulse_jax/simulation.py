@@ -95,8 +95,9 @@ def repetition_mesh(devices=None) -> jax.sharding.Mesh:
 # mappings (a tiny PULSE run: about 900; Linux allows 65,530 per process by default): 32 entries stay
 # far from that limit in a long notebook session.
 @functools.lru_cache(maxsize=32)
-def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None = None, follow: bool = False):
-    """``jit(vmap(make_run(config, method)))`` over ``(key, params)`` pairs (and each item's ``choices``
+def compiled_runner(config: BanditConfig, plugins: engine.Plugins, mesh: jax.sharding.Mesh | None = None,
+                    follow: bool = False):
+    """``jit(vmap(make_run(config, plugins)))`` over ``(key, params)`` pairs (and each item's ``choices``
     with ``follow``), cached so repeated calls reuse the executable: parameters are traced, so new
     values never recompile.
 
@@ -105,8 +106,8 @@ def compiled_runner(config: BanditConfig, method, mesh: jax.sharding.Mesh | None
     and ``V`` replicated, and no device ever talks to another.
     """
     per_item = (0,) * (2 if follow else 1)
-    run = engine.make_batched_run(config, method, follow) if config.concurrency == 1 else \
-        engine.make_concurrent_run(config, method)
+    run = engine.make_batched_run(config, plugins, follow) if config.concurrency == 1 else \
+        engine.make_concurrent_run(config, plugins)
 
     def batched(keys, scores, V, start, params, choices=None):
         return run(keys, scores, V, params, choices, start)
@@ -131,12 +132,14 @@ def _interactive() -> bool:
         return False
 
 
-def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: BanditParams | None = None, V=None,
+def simulate(scores, config: BanditConfig, plugins="pulse", *, params: BanditParams | None = None, V=None,
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
              follow=None, init_U=None, row_prior=None, cost=None) -> SimulationResult:
-    """Run ``reps`` repetitions of ``method``: an `pulse_jax.Estimator` or its name ("ucbe", "pulse",
-    "naive", "package.module:attribute"; see `pulse_jax.registry`).
+    """Run ``reps`` repetitions of ``plugins``: a `pulse_jax.Plugins` (estimator, sampling rule,
+    stopping rule), or an estimator (`pulse_jax.Estimator` or its name: "ucbe", "pulse", "naive",
+    "package.module:attribute"; see `pulse_jax.registry`) with the paper's index rule spending the
+    whole budget.
 
     Args:
       scores: (m, n) true scores in [0, 1] of the candidates; NaN marks a missing cell (each model's
@@ -178,18 +181,17 @@ def simulate(scores, config: BanditConfig, method: str = "pulse", *, params: Ban
         check_params(params)     # the engine's numbers, refused before anything else
     check_seed(seed)   # refuses a bad seed before anything runs
     reps = _count(reps, "reps")
-    config, estimator, scores, V = prepare_run(scores, config, method, V)
-    plugins = engine.plugins_of(config, estimator)
+    config, plugins, scores, V = prepare_run(scores, config, plugins, V)
     params = engine.resolve_params(params, plugins)
     engine.check_levels(config, plugins, params)
     follow = None if follow is None else _check_follow(follow, reps, config)
-    start = start_rows(init_U, row_prior, config, estimator, V, params)._replace(
+    start = start_rows(init_U, row_prior, config, plugins.estimator, V, params)._replace(
         cost=check_cost(cost, scores, stop=plugins.stop))
     stacked = jax.tree_util.tree_map(lambda v: np.full(reps, v, np.float32), params)
-    out, seconds, compile_seconds = execute(scores, config, estimator, V, np.arange(reps), stacked, seed=seed,
+    out, seconds, compile_seconds = execute(scores, config, plugins, V, np.arange(reps), stacked, seed=seed,
                                             chunk_size=chunk_size, progress=progress, devices=devices, follow=follow,
                                             start=start)
-    return result_from(out, estimator.name, config, params, seed, scores, seconds=seconds,
+    return result_from(out, plugins, config, params, seed, scores, seconds=seconds,
                        compile_seconds=compile_seconds, model_names=model_names, cost=start.cost)
 
 
@@ -302,11 +304,11 @@ def is_count(x) -> bool:
     return isinstance(x, (int, np.integer)) and not isinstance(x, (bool, np.bool_)) and x >= 1
 
 
-def prepare_run(scores, config: BanditConfig, method, V):
-    """Validate the inputs of a simulation or sweep; returns ``(config, estimator, scores, V)``."""
+def prepare_run(scores, config: BanditConfig, plugins, V):
+    """Validate the inputs of a simulation or sweep; returns ``(config, plugins, scores, V)``."""
     require(isinstance(config, BanditConfig), f"config must be a pulse_jax.BanditConfig, got {type(config).__name__}")
-    estimator = engine.get_estimator(method)
-    engine.check_compatible(config, estimator)
+    plugins = engine.check_compatible(config, plugins)
+    estimator = plugins.estimator
     scores = np.asarray(scores, dtype=np.float32)
     require(scores.ndim == 2, f"scores must be a 2-D (models x examples) matrix, got shape {scores.shape}")
     require(scores.shape == (config.n_models, config.n_examples),
@@ -327,10 +329,10 @@ def prepare_run(scores, config: BanditConfig, method, V):
         require(np.isfinite(V).all(), "V contains NaN or inf")
     else:
         V = np.zeros((config.n_examples, 1), np.float32)
-    return config, estimator, scores, V
+    return config, plugins, scores, V
 
 
-def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunParams, *, seed: int,
+def execute(scores, config: BanditConfig, plugins: engine.Plugins, V, rep_index, params: RunParams, *, seed: int,
             chunk_size=None, progress=False, devices=None, follow=None, start: engine.Start | None = None):
     """Run the items ``k`` = (repetition ``rep_index[k]``, parameters ``params[k]``) as one compiled program
     (each following the choices ``follow[k]`` when given: see `simulate`).
@@ -346,9 +348,9 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
     require(chunk_size is None or is_count(chunk_size), f"chunk_size must be a positive integer, got {chunk_size!r}")
     mesh = repetition_mesh(devices)
     workers = cpu_workers() if mesh.size == 1 and mesh.devices.flat[0].platform == "cpu" else 1
-    chunk = _chunk_of(config, estimator, rank, total, chunk_size, mesh, workers=workers)
+    chunk = _chunk_of(config, plugins.estimator, rank, total, chunk_size, mesh, workers=workers)
 
-    run = compiled_runner(config, estimator, mesh if mesh.size > 1 else None,
+    run = compiled_runner(config, plugins, mesh if mesh.size > 1 else None,
                           follow is not None)
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     by_rep = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("reps"))
@@ -360,7 +362,7 @@ def execute(scores, config: BanditConfig, estimator, V, rep_index, params: RunPa
                                                None if start.cost is None else _put(start.cost, replicated)))
     if progress is None:
         progress = _interactive()
-    report = _progress_printer(estimator.name) if progress is True else (progress or None)
+    report = _progress_printer(plugins.estimator.name) if progress is True else (progress or None)
     rep_index = np.asarray(rep_index)
     params = jax.tree_util.tree_map(lambda v: np.asarray(v, np.float32), params)
 
@@ -465,7 +467,7 @@ def rep_keys_for(seed: int, reps) -> jax.Array:
     return jax.vmap(lambda r: jax.random.fold_in(base, r))(jnp.asarray(reps))
 
 
-def result_from(out, method_name: str, config: BanditConfig, params: RunParams, seed: int, scores, *, seconds: float,
+def result_from(out, plugins: engine.Plugins, config: BanditConfig, params: RunParams, seed: int, scores, *, seconds: float,
                 compile_seconds: float, model_names=None, cost=None) -> SimulationResult:
     """A `SimulationResult` from the stacked run outputs (NumPy, leading axis = repetition); ``cost`` the
     run's checked ``(m, n)`` cell costs (None: none)."""
@@ -477,7 +479,7 @@ def result_from(out, method_name: str, config: BanditConfig, params: RunParams, 
         scored = ~np.isnan(np.asarray(scores, np.float64))
         cost = np.asarray(cost, np.float64).sum(1) / np.maximum(scored.sum(1), 1)
     return SimulationResult(
-        method=method_name, config=config, seed=seed, true_means=np.nanmean(np.asarray(scores, np.float64), axis=1),
+        method=plugins.estimator.name, config=config, plugins=plugins, seed=seed, true_means=np.nanmean(np.asarray(scores, np.float64), axis=1),
         best=np.concatenate([out.init_best[:, None], out.steps.best], axis=1).astype(np.int64),
         spent=np.concatenate([init_spent, out.steps.spent], axis=1).astype(np.int64),
         chosen=np.asarray(out.steps.chosen), step_info=_info_dict(out.steps.info),

@@ -82,8 +82,8 @@ class SweepResult:
         out.mkdir(parents=True, exist_ok=True)
         files.remove_previous_outputs(out)
         record = provenance.write(out, provenance.collect(
-            config=self.config, params=self.points[self.baseline], seed=self.results[0].seed, inputs=inputs,
-            method=self.method, extra={"reps": self.results[0].reps, "axes": list(self.axes),
+            config=self.config, plugins=self.results[0].plugins, params=self.points[self.baseline],
+            seed=self.results[0].seed, inputs=inputs, extra={"reps": self.results[0].reps, "axes": list(self.axes),
                                        "points": [p.to_dict() for p in self.points]}),
             files=["sweep.json", "sweep.csv", *(["sweep.png"] if figure else [])])
         rows = self.table(targets, n_boot) if rows is None else rows
@@ -215,7 +215,7 @@ def _same(a, b) -> bool:
     return (math.isnan(a) and math.isnan(b)) or a == b
 
 
-def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: int = 100, seed: int = 0, *,
+def sweep(scores, config: BanditConfig, plugins="pulse", grid=None, reps: int = 100, seed: int = 0, *,
           V=None, base: BanditParams | None = None, baseline=None, chunk_size: int | None = None,
           progress: bool | Callable[[int, int, float], None] | None = None, devices=None,
           model_names=None, row_prior=None, cost=None) -> SweepResult:
@@ -224,7 +224,8 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     Args:
       scores: the candidates' score matrix, as in `pulse_jax.simulate`.
       config: the run's shape and plug-ins (`pulse_jax.BanditConfig`).
-      method: the estimator or its name.
+      plugins: a `pulse_jax.Plugins` (estimator, sampling rule, stopping rule), or an estimator (or its
+        name) with the paper's index rule spending the whole budget.
       V: example embeddings (methods that use predictions).
       grid: ``{"rule.exploration": [0.25, 1, 4], "refit_lr": [0.03, 0.1]}`` (Cartesian
         product), or a list of dicts / ``RunParams`` (explicit points).
@@ -246,12 +247,12 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
       row_prior: as in `pulse_jax.simulate` (needs ``refit_prior > 0`` at some point of the grid).
       cost: as in `pulse_jax.simulate`.
 
-    Point ``k`` equals ``simulate(scores, config, method, params=points[k],
+    Point ``k`` equals ``simulate(scores, config, plugins, params=points[k],
     V=V, reps=reps, seed=seed)``: repetition ``r`` uses the same key at every
     point, so comparisons between points are paired.
     """
-    config, estimator, scores, V = prepare_run(scores, config, method, V)
-    plugins = engine.plugins_of(config, estimator)
+    config, plugins, scores, V = prepare_run(scores, config, plugins, V)
+    estimator = plugins.estimator
     axes, points = grid_points(grid, base, plugins)
     for k, point in enumerate(points):
         engine.check_levels(config, plugins, point, f"grid point {k}")
@@ -264,12 +265,12 @@ def sweep(scores, config: BanditConfig, method: str = "pulse", grid=None, reps: 
     stacked = jax.tree_util.tree_map(lambda *vs: np.repeat(np.asarray(vs, np.float32), reps), *points)
     start = start_rows(None, row_prior, config, estimator, V, stacked)._replace(
         cost=check_cost(cost, scores, stop=plugins.stop))
-    out, seconds, compile_seconds = execute(scores, config, estimator, V, rep_index, stacked, seed=seed,
+    out, seconds, compile_seconds = execute(scores, config, plugins, V, rep_index, stacked, seed=seed,
                                             chunk_size=chunk_size, progress=progress, devices=devices, start=start)
     results = []
     for k, point in enumerate(points):
         part = _take(out, slice(k * reps, (k + 1) * reps))
-        results.append(result_from(part, estimator.name, config, point, seed, scores, seconds=seconds,
+        results.append(result_from(part, plugins, config, point, seed, scores, seconds=seconds,
                                    compile_seconds=compile_seconds, model_names=model_names, cost=start.cost))
     reason = "given"
     if baseline is None:

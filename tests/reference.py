@@ -52,8 +52,11 @@ def _random_argmax(u, values, order):
     return int(order[np.argmax(np.cumsum(tied) > k)])
 
 
-def reference_run(scores, V, config: engine.BanditConfig, method: str, key, params=None):
-    """Return a dict of per-step records and final estimates, like ``RunResult``."""
+def reference_run(scores, V, config: engine.BanditConfig, plugins, key, params=None):
+    """Return a dict of per-step records and final estimates, like ``RunResult``. ``plugins``: a
+    `pulse_jax.Plugins` or the estimator's name (with the index rule and the budget stop)."""
+    plugins = engine.as_plugins(plugins)
+    method = plugins.estimator.name
     S = np.asarray(scores, np.float64)
     avail = ~np.isnan(S)                  # missing cells (NaN) are not part of a model's benchmark
     S = np.where(avail, S, 0.0)
@@ -61,7 +64,7 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
     V = np.asarray(V, np.float64)
     m, n = S.shape
     # The run's numbers as the engine resolves them: the engine's, and the rule's own (RunParams).
-    params = engine.resolve_params(params, engine.plugins_of(config, engine.get_estimator(method)))
+    params = engine.resolve_params(params, plugins)
     init_lr, refit_lr = float(params.init_refit_lr), float(params.refit_lr)
     a = float(params.rule.exploration) if "exploration" in getattr(params.rule, "_fields", ()) else 1.0
     B, T, tau = config.batch_size, config.budget, config.refit_every
@@ -186,7 +189,7 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
         return halving["total"] // (k * halving["phases"])
 
     def recommend(u):
-        eligible = halving["survivors"] if config.rule.name == "successive_halving" else np.ones(m, bool)
+        eligible = halving["survivors"] if plugins.rule.name == "successive_halving" else np.ones(m, bool)
         return _random_argmax(u, np.where(eligible, estimates(), -np.inf), model_order)
 
     spent = config.init_cells
@@ -197,7 +200,7 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
         active = n_obs < N
         index = np.where(active, estimates() + np.sqrt(a / n_obs), -np.inf)
         i = _random_argmax(uniforms[t, 0], index, model_order)
-        if config.rule.name == "lucb":
+        if plugins.rule.name == "lucb":
             lo, hi = bounds()
             leader = _random_argmax(uniforms[t, 2], estimates(), model_order)
             challenger = _random_argmax(uniforms[t, 3], np.where(np.arange(m) == leader, -np.inf, hi), model_order)
@@ -205,9 +208,9 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
             pick = leader if active[leader] and (not active[challenger] or width[leader] >= width[challenger]) \
                 else challenger
             i = pick if active[pick] else i
-        if config.rule.name.startswith("lucb_top_"):
+        if plugins.rule.name.startswith("lucb_top_"):
             lo, hi = bounds()
-            k = dict(config.rule.settings)["k"]
+            k = dict(plugins.rule.settings)["k"]
             member = np.zeros(m, bool)
             member[np.argsort(-estimates(), kind="stable")[:k]] = True     # lax.top_k: ties to the lower index
             weakest = _random_argmax(uniforms[t, 2], np.where(member, -lo, -np.inf), model_order)
@@ -216,11 +219,11 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
             pick = weakest if active[weakest] and (not active[strongest] or width[weakest] >= width[strongest]) \
                 else strongest
             i = pick if active[pick] else i
-        if config.rule.name == "top_two":
+        if plugins.rule.name == "top_two":
             beta = float(params.rule.leader_fraction)
             est = estimates()
             leader = _random_argmax(uniforms[t, 2], est, model_order)
-            if dict(config.rule.settings)["challenger"] == "interval":
+            if dict(plugins.rule.settings)["challenger"] == "interval":
                 lo, hi = bounds()
                 cost = lo[leader] - hi   # how far j's upper bound lies below the leader's lower bound
             else:
@@ -231,7 +234,7 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
             first, second = (leader, challenger) if uniforms[t, 4] < beta else (challenger, leader)
             pick = first if active[first] else second
             i = pick if active[pick] else i
-        if config.rule.name == "successive_halving":
+        if plugins.rule.name == "successive_halving":
             sv = halving["survivors"]
             done = ~sv | (n_obs >= N) | (halving["pulls"] >= halving_target())
             if done.all() and sv.sum() > 1:
@@ -246,7 +249,7 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
             i = _random_argmax(uniforms[t, 0], np.where(want, -halving["pulls"], -10**9), model_order) \
                 if want.any() else -1
         size = max(0, min(B, N[i] - n_obs[i], T - spent)) if active.any() and i >= 0 else 0
-        if config.stop.name == "certified" and certified["spent"] >= 0:
+        if plugins.stop.name == "certified" and certified["spent"] >= 0:
             size = 0
         lam = np.nan
         if size > 0:
@@ -300,22 +303,23 @@ def reference_run(scores, V, config: engine.BanditConfig, method: str, key, para
     return out
 
 
-def assert_engine_agrees(config, method: str, scores, V, params, seeds=(0, 1)) -> None:
+def assert_engine_agrees(config, plugins, scores, V, params, seeds=(0, 1)) -> None:
     """The jitted engine against :func:`reference_run` on the same keys: every choice, recommendation,
     count and certificate exactly; estimates, lambda and bounds within 2e-5 (a float32 engine against a
     float64 loop: estimates are means of O(1) terms, the sequences float32 sums of O(n) terms, refits
     5-20 Adam steps; 2e-5 is far below any gap that could flip a choice on the test problems)."""
-    run = jax.jit(engine.make_run(config, method))
+    plugins = engine.as_plugins(plugins)
+    run = jax.jit(engine.make_run(config, plugins))
     for seed in seeds:
         key = jax.random.PRNGKey(seed)
         out = run(key, scores, V, params)
-        ref = reference_run(scores, V, config, method, key, params)
+        ref = reference_run(scores, V, config, plugins, key, params)
         for field in ("chosen", "best", "spent"):
             np.testing.assert_array_equal(np.asarray(getattr(out.steps, field)), ref[field])
         np.testing.assert_array_equal(np.asarray(out.n_obs), ref["n_obs"])
         np.testing.assert_array_equal(np.asarray(out.n_pulls), ref["n_pulls"])
         np.testing.assert_allclose(np.asarray(out.steps.estimates), ref["estimates"], atol=2e-5)
-        if method == "pulse":
+        if plugins.estimator.name == "pulse":
             np.testing.assert_allclose(np.asarray(out.steps.info.lam), ref["lam"], atol=2e-5)
         np.testing.assert_allclose(np.asarray(out.steps.low), ref["low"], atol=2e-5)
         np.testing.assert_allclose(np.asarray(out.steps.high), ref["high"], atol=2e-5)

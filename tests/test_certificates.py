@@ -139,9 +139,8 @@ def test_wrong_claims_are_at_most_delta(case, method, flipped_V):
     scores = _matrix(means, N, seed=7)
     stop = stopping.top_k(3) if name == "top_k" else name
     rule = pj.lucb_top_k(3) if name == "top_k" else "lucb"     # what select --top-k samples by
-    config = pj.BanditConfig(n_models=6, n_examples=N, budget=6 * N, batch_size=4, rule=rule, stop=stop,
-                             refit_every=10)
-    result = pj.simulate(scores, config, method, V=flipped_V if method == "pulse" else None, reps=REPS, seed=11,
+    config = pj.BanditConfig(n_models=6, n_examples=N, budget=6 * N, batch_size=4, refit_every=10)
+    result = pj.simulate(scores, config, pj.Plugins(method, rule, stop), V=flipped_V if method == "pulse" else None, reps=REPS, seed=11,
                          params={"delta": DELTA, **numbers}, progress=False)
     claims = result.claims()
     assert claims["stopped_fraction"] > 0.9, claims     # the rule fires: the check is not vacuous
@@ -160,21 +159,21 @@ def test_the_validity_check_fails_a_rule_that_claims_from_estimates_alone():
     eager = pj.StoppingRule("eager", done, claim=claim, params=stopping.EpsilonParams(0.02),
                             holds=stopping.epsilon_good().holds)
     scores = _matrix(CASES["epsilon_at_and_above"][2], N, seed=7)
-    config = pj.BanditConfig(n_models=6, n_examples=N, budget=6 * N, batch_size=4, stop=eager)
-    claims = pj.simulate(scores, config, "ucbe", reps=REPS, seed=11, params={"delta": DELTA},
+    config = pj.BanditConfig(n_models=6, n_examples=N, budget=6 * N, batch_size=4)
+    claims = pj.simulate(scores, config, pj.Plugins("ucbe", stop=eager), reps=REPS, seed=11, params={"delta": DELTA},
                          progress=False).claims()
     assert claims["error_rate"] > DELTA + SLACK, claims
 
 
 def test_top_k_needs_the_upper_bounds_it_rests_on():
     scores = _matrix([0.7, 0.6, 0.5, 0.4, 0.3, 0.2], 40, seed=0)
-    config = pj.BanditConfig(n_models=6, n_examples=40, budget=240, batch_size=4, stop=stopping.top_k(3))
+    config = pj.BanditConfig(n_models=6, n_examples=40, budget=240, batch_size=4)
+    top3 = pj.Plugins("ucbe", stop=stopping.top_k(3))
     with pytest.raises(PulseInputError, match=r"cs_simultaneous must be >= log 3 / log 6 = 0.613"):
-        pj.simulate(scores, config, "ucbe", reps=2, params={"cs_simultaneous": 0.0}, progress=False)
+        pj.simulate(scores, config, top3, reps=2, params={"cs_simultaneous": 0.0}, progress=False)
     with pytest.raises(PulseInputError, match="needs more than 6 candidates"):
-        pj.simulate(scores, pj.BanditConfig(n_models=6, n_examples=40, budget=240, batch_size=4,
-                                            stop=stopping.top_k(6)), "ucbe", reps=2, progress=False)
-    ok = pj.simulate(scores, config, "ucbe", reps=2, params={"cs_simultaneous": math.log(3) / math.log(6)},
+        pj.simulate(scores, config, pj.Plugins("ucbe", stop=stopping.top_k(6)), reps=2, progress=False)
+    ok = pj.simulate(scores, config, top3, reps=2, params={"cs_simultaneous": math.log(3) / math.log(6)},
                      progress=False)
     assert ok.claims()["stopped_fraction"] == 1.0 and ok.claimed[:, :3].all()
 
@@ -183,25 +182,26 @@ def test_epsilon_is_swept_without_recompiling():
     """``stop.epsilon`` is traced: a second sweep over new values compiles nothing; each point equals
     ``simulate`` with its value, and a looser epsilon never stops later."""
     scores = _matrix([0.70, 0.68, 0.66, 0.60, 0.55, 0.50], 80, seed=3)
-    config = pj.BanditConfig(n_models=6, n_examples=80, budget=480, batch_size=4, rule="lucb", stop="epsilon_good")
+    config = pj.BanditConfig(n_models=6, n_examples=80, budget=480, batch_size=4)
+    plugins = pj.Plugins("ucbe", "lucb", "epsilon_good")
     with count_compiles() as compiles:
-        swept = pj.sweep(scores, config, "ucbe", {"stop.epsilon": [0.0, 0.02, 0.05, 0.1]}, reps=8, seed=2,
+        swept = pj.sweep(scores, config, plugins, {"stop.epsilon": [0.0, 0.02, 0.05, 0.1]}, reps=8, seed=2,
                          progress=False)
         first = len(compiles)
-        pj.sweep(scores, config, "ucbe", {"epsilon": [0.01, 0.03, 0.04, 0.2]}, reps=8, seed=2, progress=False)
+        pj.sweep(scores, config, plugins, {"epsilon": [0.01, 0.03, 0.04, 0.2]}, reps=8, seed=2, progress=False)
         assert len(compiles) == first
     cells = [r.claims()["mean_cells"] for r in swept.results]
     assert cells == sorted(cells, reverse=True) and cells[-1] < cells[0]   # a looser epsilon stops sooner
-    alone = pj.simulate(scores, config, "ucbe", reps=8, seed=2, params={"stop.epsilon": 0.05}, progress=False)
+    alone = pj.simulate(scores, config, plugins, reps=8, seed=2, params={"stop.epsilon": 0.05}, progress=False)
     np.testing.assert_array_equal(alone.spent, swept.results[2].spent)
     np.testing.assert_array_equal(alone.claimed, swept.results[2].claimed)
 
 
 def test_epsilon_zero_is_exact_certification():
     scores = _matrix([0.70, 0.66, 0.62, 0.60, 0.55, 0.50], 80, seed=4)
-    base = dict(n_models=6, n_examples=80, budget=480, batch_size=4, rule="lucb")
-    exact = pj.simulate(scores, pj.BanditConfig(**base, stop="certified"), "ucbe", reps=16, seed=5, progress=False)
-    eps0 = pj.simulate(scores, pj.BanditConfig(**base, stop="epsilon_good"), "ucbe", reps=16, seed=5,
+    config = pj.BanditConfig(n_models=6, n_examples=80, budget=480, batch_size=4)
+    exact = pj.simulate(scores, config, pj.Plugins("ucbe", "lucb", "certified"), reps=16, seed=5, progress=False)
+    eps0 = pj.simulate(scores, config, pj.Plugins("ucbe", "lucb", "epsilon_good"), reps=16, seed=5,
                        params={"stop.epsilon": 0.0}, progress=False)
     np.testing.assert_array_equal(exact.spent[:, -1], eps0.spent[:, -1])
     np.testing.assert_array_equal(exact.certified_model, np.argmax(eps0.claimed, axis=1))
@@ -211,8 +211,8 @@ def test_selector_stops_where_the_simulation_stops_and_says_what_it_certified():
     scores = _matrix([0.72, 0.70, 0.62, 0.60, 0.55, 0.50], 120, seed=6)
     models = [f"m{i}" for i in range(6)]
     for stop, numbers in (("epsilon_good", {"stop.epsilon": 0.03}), ("tie_group", {"stop.size": 2.0})):
-        config = pj.BanditConfig(n_models=6, n_examples=120, budget=720, batch_size=4, rule="lucb", stop=stop)
-        sim = pj.simulate(scores, config, "ucbe", reps=1, seed=9, params=numbers, progress=False,
+        config = pj.BanditConfig(n_models=6, n_examples=120, budget=720, batch_size=4)
+        sim = pj.simulate(scores, config, pj.Plugins("ucbe", "lucb", stop), reps=1, seed=9, params=numbers, progress=False,
                           model_names=models)
         sel = pj.Selector(models, 120, 720, method="ucbe", batch_size=4, seed=9, stop=stop, concurrency=1,
                           **as_simulated(rule="lucb", params=numbers))

@@ -47,8 +47,13 @@ def _problem(m=8, n=120, reps_seed=0):
     rng = np.random.default_rng(reps_seed)
     means = np.array([0.30] + [0.40] * (m - 1))       # one worst model, the others 0.1 above it
     scores = (rng.random((m, n)) < means[:, None]).astype(np.float32)
-    config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, stop=worst(), rule="lucb")
+    config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8)
     return scores, config
+
+
+def _worst_by_lucb():
+    """The plug-ins of `_problem`'s runs: UCB-E sampled by LUCB, claiming the worst model."""
+    return pj.Plugins("ucbe", "lucb", worst())
 
 
 def test_a_rule_that_leaves_upper_models_out_rests_on_every_bound():
@@ -62,7 +67,7 @@ def test_a_rule_that_leaves_upper_models_out_rests_on_every_bound():
 def test_certification_levels_are_refused_for_a_claim_that_did_not_declare_its_bounds():
     scores, config = _problem()
     with pytest.raises(PulseInputError, match="cs_simultaneous"):
-        pj.simulate(scores, config, "ucbe", reps=2, params={"cs_simultaneous": 0.0})
+        pj.simulate(scores, config, _worst_by_lucb(), reps=2, params={"cs_simultaneous": 0.0})
 
 
 def test_a_live_selector_raises_the_levels_for_it(recwarn):
@@ -78,6 +83,6 @@ def test_a_worst_model_claim_with_the_default_keeps_its_level():
     models whose worst is 0.1 below the rest: it claims in (nearly) every repetition, and wrongly at
     most delta = 0.05 plus three standard errors (0.038) of the time, so a real excess fails."""
     scores, config = _problem(n=300)
-    claims = pj.simulate(scores, config, "ucbe", reps=300, seed=0, progress=False).claims()
+    claims = pj.simulate(scores, config, _worst_by_lucb(), reps=300, seed=0, progress=False).claims()
     assert claims["stopped_fraction"] >= 0.9, claims
     assert claims["error_rate"] <= 0.05 + 3 * np.sqrt(0.05 * 0.95 / 300), claims

@@ -27,22 +27,25 @@ def small_problem(m: int = 8, n: int = 160, seed: int = 3):
 
 
 def certify_config(m, n, c, **kw):
-    return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=5,
-                           rule="top_two_interval", stop="certified", cs_grid=200, concurrency=c, **kw)
+    return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=5, cs_grid=200,
+                           concurrency=c, **kw)
+
+
+def certify(method):
+    """The live defaults' rule and stop (`certify_config`'s runs)."""
+    return pj.Plugins(method, "top_two_interval", "certified")
 
 
 def test_the_schedule_of_one_batch_in_flight_is_the_sequential_run():
     config = pj.BanditConfig(n_models=5, n_examples=100, budget=400, batch_size=8, refit_every=4)
-    plugins = engine.plugins_of(config, engine.get_estimator("pulse"))
-    s = engine.event_schedule(config, plugins)
+    s = engine.event_schedule(config, pj.Plugins("pulse"))
     assert list(s.ask_step) == list(range(1, config.n_steps + 1)) and s.tell.all()
     assert list(s.refit) == [t % 4 == 0 for t in range(1, config.n_steps + 1)]
 
 
 def test_the_schedule_asks_every_step_once_and_refits_with_nothing_in_flight():
     config = pj.BanditConfig(n_models=5, n_examples=100, budget=400, batch_size=8, refit_every=4, concurrency=3)
-    plugins = engine.plugins_of(config, engine.get_estimator("pulse"))
-    s = engine.event_schedule(config, plugins)
+    s = engine.event_schedule(config, pj.Plugins("pulse"))
     asked = [t for t in s.ask_step if t]
     assert asked == list(range(1, config.n_steps + 1))
     in_flight = 0
@@ -80,7 +83,7 @@ def test_the_live_selector_makes_the_simulation_s_choices_with_batches_in_flight
     # select's levels for a best-model claim (most of delta to the upper bounds, bets tuned to the gap)
     assert selector.config.gap_horizon == 0.5 and float(selector.params.cs_upper_share) == pytest.approx(0.95)
     config = certify_config(m, n, c, gap_horizon=0.5)
-    sim = pj.simulate(scores, config, method, V=V, reps=1, seed=0, params={**numbers, "cs_upper_share": 0.95})
+    sim = pj.simulate(scores, config, certify(method), V=V, reps=1, seed=0, params={**numbers, "cs_upper_share": 0.95})
     asked = _plain_loop(selector, scores, c)
     chosen = [int(x) for x in sim.chosen[0] if x >= 0]
     assert [r.model_index for r in asked if r.step > 0 and r.example_ids] == chosen   # holds ask nothing
@@ -127,7 +130,7 @@ def test_asks_that_count_the_cells_in_flight_pay_few_extra_cells():
     cells = {}
     for c in (1, 16):
         config = certify_config(m, n, c, record_steps=False)
-        res = pj.simulate(scores, config, "pulse_hedged", V=V, reps=12, seed=0, params={"cs_simultaneous": 0.0})
+        res = pj.simulate(scores, config, certify("pulse_hedged"), V=V, reps=12, seed=0, params={"cs_simultaneous": 0.0})
         assert (res.certified_model == m - 1).all()
         cells[c] = res.spent[:, -1].mean()
     assert cells[16] <= 1.10 * cells[1], cells
@@ -144,8 +147,8 @@ def test_sequences_cover_with_sixteen_batches_in_flight():
     scores, V = small_problem(m=6, n=120, seed=7)
     m, n = scores.shape
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n // 2, batch_size=8, refit_every=5,
-                             rule="top_two_interval", cs_grid=200, concurrency=16, record_steps=False)
-    res = pj.simulate(scores, config, "pulse_hedged", V=V, reps=300, seed=11, params={"delta": 0.2})
+                             cs_grid=200, concurrency=16, record_steps=False)
+    res = pj.simulate(scores, config, pj.Plugins("pulse_hedged", "top_two_interval"), V=V, reps=300, seed=11, params={"delta": 0.2})
     truth = scores.mean(axis=1)
     missed = ((res.cs_low > truth + 1e-6) | (res.cs_high < truth - 1e-6)).any(axis=1)
     assert missed.mean() <= 0.28, missed.mean()
@@ -155,7 +158,7 @@ def test_concurrency_is_refused_where_a_run_follows_given_choices():
     scores, V = small_problem()
     m, n = scores.shape
     with pytest.raises(pj.PulseInputError, match="concurrency"):
-        pj.simulate(scores, certify_config(m, n, 4), "ucbe", reps=1, follow=np.zeros((1, 10), int))
+        pj.simulate(scores, certify_config(m, n, 4), certify("ucbe"), reps=1, follow=np.zeros((1, 10), int))
     with pytest.raises(pj.PulseInputError, match="concurrency must be >= 1"):
         pj.BanditConfig(n_models=2, n_examples=10, budget=20, batch_size=2, concurrency=0)
 
@@ -165,11 +168,11 @@ def test_a_sweep_with_batches_in_flight_equals_its_separate_runs():
     """Concurrency is static (one compiled program for the sweep); each point equals its own run."""
     scores, V = small_problem()
     m, n = scores.shape
-    config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n // 2, batch_size=8, refit_every=5,
-                             rule="top_two", concurrency=5)
-    swept = pj.sweep(scores, config, "pulse", {"rule.leader_fraction": [0.3, 0.7]}, reps=3, V=V, seed=2)
+    config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n // 2, batch_size=8, refit_every=5, concurrency=5)
+    top_two = pj.Plugins("pulse", "top_two")
+    swept = pj.sweep(scores, config, top_two, {"rule.leader_fraction": [0.3, 0.7]}, reps=3, V=V, seed=2)
     for k, beta in enumerate([0.3, 0.7]):
-        alone = pj.simulate(scores, config, "pulse", V=V, reps=3, seed=2, params={"rule.leader_fraction": beta})
+        alone = pj.simulate(scores, config, top_two, V=V, reps=3, seed=2, params={"rule.leader_fraction": beta})
         np.testing.assert_array_equal(swept.results[k].chosen, alone.chosen)
         # The sweep runs 6 repetitions in one batch, simulate 3: sums may round one float32 step apart,
         # and PULSE's refits carry that on (measured 1.4e-5 at the suite's compile settings). One cell

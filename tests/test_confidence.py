@@ -1,5 +1,4 @@
 """Anytime-valid confidence sequences: exact enumeration, a plain NumPy loop, and coverage at every look."""
-import dataclasses
 import itertools
 
 import jax
@@ -8,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import tiny_problem
-from pulse_jax import BanditConfig, BanditParams, RowPrior, estimators, registry
+from pulse_jax import BanditConfig, BanditParams, Plugins, RowPrior, estimators, registry
 from pulse_jax.stats import confidence
 from pulse_jax.estimators import ModelSums, Pull
 from pulse_jax.simulation import simulate
@@ -352,8 +351,8 @@ def test_any_split_of_delta_keeps_the_guarantees(upper_share, simultaneous, rule
 
     binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
     chosen = rule if rule == "ucbe" else pj.SamplingRule(rule, _lowest_upper_bound, needs_interval=True)
-    config = BanditConfig(n_models=5, n_examples=40, budget=5 * 4 + 120, batch_size=4, refit_every=5, rule=chosen)
-    res = simulate(binary, config, "pulse", V=-3.0 * v, reps=REPS, seed=11,
+    config = BanditConfig(n_models=5, n_examples=40, budget=5 * 4 + 120, batch_size=4, refit_every=5)
+    res = simulate(binary, config, pj.Plugins("pulse", chosen), V=-3.0 * v, reps=REPS, seed=11,
                    params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous, cs_upper_share=upper_share))
     failed = 1 - (res.anytime_coverage() if simultaneous == 1.0 else res.certification_coverage())
     print(f"u = {upper_share}, s = {simultaneous}: the paid-for event failed in {failed:.3f}")
@@ -370,9 +369,9 @@ def test_bets_tuned_to_the_gap_keep_the_guarantees_under_an_adversarial_rule(sim
 
     binary, _, v = tiny_problem(seed=4, m=5, n=40, rank=3)
     rule = pj.SamplingRule("lowest_upper_bound", _lowest_upper_bound, needs_interval=True)
-    config = BanditConfig(n_models=5, n_examples=40, budget=5 * 4 + 120, batch_size=4, refit_every=5, rule=rule,
+    config = BanditConfig(n_models=5, n_examples=40, budget=5 * 4 + 120, batch_size=4, refit_every=5,
                           cs_grid=201, gap_horizon=0.5)
-    res = simulate(binary, config, "pulse_hedged", V=-3.0 * v, reps=REPS, seed=11,
+    res = simulate(binary, config, pj.Plugins("pulse_hedged", rule), V=-3.0 * v, reps=REPS, seed=11,
                    params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous))
     failed = 1 - (res.anytime_coverage() if simultaneous == 1.0 else res.certification_coverage())
     print(f"gap horizon, adversarial rule, s = {simultaneous}: the paid-for event failed in {failed:.3f}")
@@ -573,9 +572,8 @@ def test_certified_stopping_is_wrong_at_most_delta(method, rule, simultaneous, g
     p = np.array([0.62, 0.55, 0.45])
     scores = (rng.random((3, n)) < p[:, None]).astype(np.float32)
     _, _, v = tiny_problem(seed=4, m=3, n=n, rank=3)
-    config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule=rule,
-                          cs_grid=grid)
-    res = simulate(scores, dataclasses.replace(config, stop="certified"), method, V=v, reps=REPS, seed=3,
+    config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, cs_grid=grid)
+    res = simulate(scores, config, Plugins(method, rule, "certified"), V=v, reps=REPS, seed=3,
                    params=BanditParams(delta=DELTA, cs_simultaneous=simultaneous))
     cert = res.certification()
     print(method, rule, simultaneous, grid, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])
@@ -598,9 +596,9 @@ def test_certified_stopping_with_bets_tuned_to_the_gap_is_wrong_at_most_delta(me
     n = 60
     scores = (rng.random((3, n)) < np.array([0.57, 0.55, 0.3])[:, None]).astype(np.float32)
     _, _, v = tiny_problem(seed=4, m=3, n=n, rank=3)
-    config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, rule="top_two_interval",
-                          cs_grid=201, stop="certified", gap_horizon=gap)
-    res = simulate(scores, config, method, V=-3.0 * v, reps=REPS, seed=3,
+    config = BanditConfig(n_models=3, n_examples=n, budget=3 * n, batch_size=4, refit_every=5, cs_grid=201,
+                          gap_horizon=gap)
+    res = simulate(scores, config, Plugins(method, "top_two_interval", "certified"), V=-3.0 * v, reps=REPS, seed=3,
                    params=BanditParams(delta=DELTA, cs_simultaneous=0.0, cs_upper_share=share))
     cert = res.certification()
     print(method, gap, share, cert["certified_fraction"], cert["median_cells"], cert["error_rate"])

@@ -18,8 +18,7 @@ SHAPES = dict(n_models=5, n_examples=120, budget=400, batch_size=8)
 @pytest.mark.parametrize("rule", sorted(registry.SAMPLING_RULES))
 @pytest.mark.parametrize("stop", sorted(registry.STOPPING_RULES))
 def test_every_built_in_plugin_keeps_its_contract(estimator, rule, stop):
-    config = pj.BanditConfig(**SHAPES, rule=rule, stop=stop)
-    conformance.check_plugins(config, registry.estimator(estimator))
+    conformance.check_plugins(pj.BanditConfig(**SHAPES), pj.Plugins(estimator, rule, stop))
 
 
 def _raw(state, ledger, pull, n_examples, params):
@@ -27,12 +26,12 @@ def _raw(state, ledger, pull, n_examples, params):
     return pull.scores[None], 0.0 * ones, ones
 
 
-def _config(**kw):
-    return pj.BanditConfig(**SHAPES, **kw)
+def _config():
+    return pj.BanditConfig(**SHAPES)
 
 
 BROKEN = [
-    # (what, config keywords, estimator, the message's expected text)
+    # (what, the rule or stop (`pulse_jax.Plugins` keywords), estimator, the message's expected text)
     ("choose returns a bare index", dict(rule=pj.SamplingRule("bare", lambda s, i, p: jnp.argmax(i.estimates))),
      pj.ucbe(), "sampling rule 'bare': choose returned int32[]; expected a (model, state) pair"),
     ("choose returns a float index", dict(rule=pj.SamplingRule("floaty", lambda s, i, p: (jnp.float32(1), s))),
@@ -108,7 +107,7 @@ BROKEN += [
 @pytest.mark.parametrize("what, config, estimator, message", BROKEN, ids=[b[0] for b in BROKEN])
 def test_a_broken_contract_is_one_line_naming_plugin_function_and_shapes(what, config, estimator, message):
     with pytest.raises(pj.PulseInputError) as err:
-        conformance.check_plugins(_config(**config), estimator)
+        conformance.check_plugins(_config(), pj.Plugins(estimator, **config))
     assert message in str(err.value) and "\n" not in str(err.value)
 
 
@@ -132,7 +131,7 @@ def test_simulate_refuses_a_broken_plugin_before_compiling():
     bench = synthetic.make_benchmark(seed=0, n_models=5, n_examples=120, n_train=20)
     rule = pj.SamplingRule("bare", lambda s, i, p: jnp.argmax(i.estimates))
     with pytest.raises(pj.PulseInputError, match="sampling rule 'bare': choose returned int32"):
-        pj.simulate(bench.scores, _config(rule=rule), "ucbe", reps=2)
+        pj.simulate(bench.scores, _config(), pj.Plugins("ucbe", rule), reps=2)
     with pytest.raises(pj.PulseInputError, match="stopping rule 'vec': done returned bool"):
         pj.Selector(bench.models, 120, 400, method="ucbe", batch_size=8,
                     stop=pj.StoppingRule("vec", lambda i, p: i.estimates > 0.5))
@@ -144,9 +143,9 @@ def test_an_estimator_built_by_keyword_takes_the_no_op_defaults():
     bench = synthetic.make_benchmark(seed=2, n_models=5, n_examples=120, n_train=20)
     mean_only = pj.Estimator(name="mean_only", proxies=_raw)
     assert not mean_only.uses_predictions and mean_only.has_interval
-    config = _config(rule="lucb")
-    mine = pj.simulate(bench.scores, config, mean_only, reps=4, seed=1)
-    ucbe = pj.simulate(bench.scores, config, "ucbe", reps=4, seed=1)
+    config = _config()
+    mine = pj.simulate(bench.scores, config, pj.Plugins(mean_only, "lucb"), reps=4, seed=1)
+    ucbe = pj.simulate(bench.scores, config, pj.Plugins("ucbe", "lucb"), reps=4, seed=1)
     np.testing.assert_array_equal(mine.chosen, ucbe.chosen)
     np.testing.assert_array_equal(mine.estimates, ucbe.estimates)
     assert np.isnan(mine.radius).all() and not np.isnan(ucbe.radius).all()

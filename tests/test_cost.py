@@ -213,9 +213,8 @@ def test_cost_certificates_are_valid_and_certify_within_the_matrix(stop, method,
     delta + 3 standard errors, and every repetition certifies within the whole matrix."""
     scores, cost = _cheap_matrix()
     m, n = scores.shape
-    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule=rule,
-                          stop=getattr(pj, stop)(0.02), record_steps=False)
-    res = pj.simulate(scores, cfg, method, V=flipped_V if method == "pulse" else None, reps=REPS, seed=1,
+    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, record_steps=False)
+    res = pj.simulate(scores, cfg, pj.Plugins(method, rule, getattr(pj, stop)(0.02)), V=flipped_V if method == "pulse" else None, reps=REPS, seed=1,
                       cost=cost, params={"delta": DELTA})
     claims = res.claims()
     assert claims["stopped_fraction"] == 1.0
@@ -236,25 +235,25 @@ def test_the_validity_check_fails_a_cost_claim_made_from_the_estimates_alone(sto
     eager = pj.StoppingRule("eager", lambda inputs, params: inputs.t >= 1, claim=claim, params=real.params,
                             holds=real.holds, uses_cost=True)
     scores, cost = _cheap_matrix()
-    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=2400, batch_size=8, stop=eager, record_steps=False)
-    claims = pj.simulate(scores, cfg, "ucbe", reps=REPS, seed=1, cost=cost, params={"delta": DELTA}).claims()
+    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=2400, batch_size=8, record_steps=False)
+    claims = pj.simulate(scores, cfg, pj.Plugins("ucbe", stop=eager), reps=REPS, seed=1, cost=cost, params={"delta": DELTA}).claims()
     assert claims["error_rate"] > DELTA + SLACK, claims
 
 
 def test_a_cost_certificate_needs_every_models_bounds():
     scores, cost = _cheap_matrix()
-    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=2400, batch_size=8, rule="focus",
-                          stop=pj.cheapest_within(0.02))
+    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=2400, batch_size=8)
     with pytest.raises(PulseInputError, match="cs_simultaneous must be >= log 8 / log 8"):
-        pj.simulate(scores, cfg, "ucbe", reps=2, cost=cost, params={"cs_simultaneous": 0.5})
+        pj.simulate(scores, cfg, pj.Plugins("ucbe", "focus", pj.cheapest_within(0.02)), reps=2, cost=cost, params={"cs_simultaneous": 0.5})
 
 
 @pytest.mark.parametrize("rule", ["top_two_interval", "lucb"])
 def test_equal_costs_make_the_same_choices_as_no_costs(rule):
     scores, _ = _cheap_matrix()
-    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=1200, batch_size=8, rule=rule, stop="certified")
-    plain = pj.simulate(scores, cfg, "ucbe", reps=6, seed=3)
-    priced = pj.simulate(scores, cfg, "ucbe", reps=6, seed=3, cost=np.full(8, 3.5))
+    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=1200, batch_size=8)
+    plugins = pj.Plugins("ucbe", rule, "certified")
+    plain = pj.simulate(scores, cfg, plugins, reps=6, seed=3)
+    priced = pj.simulate(scores, cfg, plugins, reps=6, seed=3, cost=np.full(8, 3.5))
     np.testing.assert_array_equal(plain.chosen, priced.chosen)
     np.testing.assert_allclose(priced.money, 3.5 * plain.spent, rtol=1e-6)
     np.testing.assert_allclose(plain.money, plain.spent)
@@ -264,16 +263,15 @@ def test_equal_costs_make_the_same_choices_as_no_costs(rule):
 def test_money_matches_a_numpy_reference_per_model_and_per_cell():
     scores, cost = _cheap_matrix()
     m, n = scores.shape
-    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=1600, batch_size=8, rule="top_two_interval", stop="budget")
-    res = pj.simulate(scores, cfg, "ucbe", reps=4, seed=2, cost=cost)
+    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=1600, batch_size=8)
+    res = pj.simulate(scores, cfg, pj.Plugins("ucbe", "top_two_interval", "budget"), reps=4, seed=2, cost=cost)
     for r in range(res.reps):
         sizes = np.diff(res.spent[r])
         steps = np.where(res.chosen[r] >= 0, sizes * cost[np.maximum(res.chosen[r], 0)], 0.0)
         want = cfg.init_cells_per_model * cost.sum() + np.concatenate([[0.0], np.cumsum(steps)])
         np.testing.assert_allclose(res.money[r], want, rtol=1e-5)
     cells = np.random.default_rng(4).uniform(0.1, 3.0, (m, n))
-    full = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule="ucbe", stop="budget",
-                           record_steps=False)
+    full = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, record_steps=False)
     res = pj.simulate(scores, full, "ucbe", reps=2, seed=2, cost=cells)
     np.testing.assert_allclose(res.money[:, -1], cells.sum(), rtol=1e-4)
     np.testing.assert_allclose(res.cost, cells.mean(1), rtol=1e-6)
@@ -289,7 +287,7 @@ def test_money_matches_a_numpy_reference_per_model_and_per_cell():
 ])
 def test_bad_costs_are_refused_in_one_line(cost, needle):
     scores = (np.random.default_rng(0).random((4, 10)) < 0.5).astype(np.float32)
-    cfg = pj.BanditConfig(n_models=4, n_examples=10, budget=40, batch_size=2, rule="ucbe")
+    cfg = pj.BanditConfig(n_models=4, n_examples=10, budget=40, batch_size=2)
     with pytest.raises(PulseInputError) as err:
         pj.simulate(scores, cfg, "ucbe", reps=1, cost=cost)
     assert needle in str(err.value) and "\n" not in str(err.value), str(err.value)
@@ -299,7 +297,7 @@ def test_a_nan_cell_cost_is_refused_with_its_row_and_column_but_ignored_where_th
     scores = (np.random.default_rng(0).random((4, 10)) < 0.5).astype(np.float32)
     cells = np.ones((4, 10))
     cells[2, 7] = np.nan
-    cfg = pj.BanditConfig(n_models=4, n_examples=10, budget=40, batch_size=2, rule="ucbe")
+    cfg = pj.BanditConfig(n_models=4, n_examples=10, budget=40, batch_size=2)
     with pytest.raises(PulseInputError, match=r"row 2, column 7 is nan"):
         pj.simulate(scores, cfg, "ucbe", reps=1, cost=cells)
     scores[2, 7] = np.nan
@@ -427,9 +425,8 @@ def test_the_live_selector_with_costs_makes_the_simulations_choices():
         sel.tell(request, scores[request.model_index, list(request.example_index)])
         if request.step:
             chosen.append(request.model_index)
-    config = pj.BanditConfig(n_models=m, n_examples=n, budget=1600, batch_size=8, rule="focus",
-                             stop=pj.cost_front(0.05))
-    sim = pj.simulate(scores, config, "ucbe", reps=1, seed=3, cost=cost, params={"delta": 0.3})
+    config = pj.BanditConfig(n_models=m, n_examples=n, budget=1600, batch_size=8)
+    sim = pj.simulate(scores, config, pj.Plugins("ucbe", "focus", pj.cost_front(0.05)), reps=1, seed=3, cost=cost, params={"delta": 0.3})
     np.testing.assert_array_equal(chosen, sim.chosen[0, :len(chosen)])
     assert sel.result().stopped == bool(sim.stopped[0])
 
@@ -441,9 +438,9 @@ def test_money_metrics_against_a_numpy_reference():
 
     scores, cost = _cheap_matrix()
     m, n = scores.shape
-    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule="top_two_interval",
-                          stop="certified")
-    res = pj.simulate(scores, cfg, "ucbe", reps=12, seed=5, cost=cost, params={"delta": 0.3})
+    cfg = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8)
+    plugins = pj.Plugins("ucbe", "top_two_interval", "certified")
+    res = pj.simulate(scores, cfg, plugins, reps=12, seed=5, cost=cost, params={"delta": 0.3})
     at_cert = np.array([res.money[r, np.searchsorted(res.spent[r], res.certified_spent[r])] if res.certified_spent[r] >= 0
                         else np.inf for r in range(res.reps)])
     np.testing.assert_allclose(spending.money_when_certified(res), at_cert)
@@ -459,7 +456,7 @@ def test_money_metrics_against_a_numpy_reference():
     accuracy = res.is_best(best).mean(0)
     target = spending.money_to_target(res, 0.5, amounts, n_boot=50)
     assert target["money"] == pytest.approx(metrics_first(accuracy, amounts, 0.5))
-    blind = pj.simulate(scores, cfg, "ucbe", reps=12, seed=5, params={"delta": 0.3})
+    blind = pj.simulate(scores, cfg, plugins, reps=12, seed=5, params={"delta": 0.3})
     blind.money = (blind.n_obs * cost).sum(1)[:, None] * np.ones_like(blind.money)   # final money by hand
     saved = spending.paired_money_savings(res, blind, n_boot=200, seed=2)
     a, b = res.money[:, -1], blind.money[:, -1]
@@ -477,11 +474,11 @@ def metrics_first(accuracy, amounts, target):
 
 def test_each_sweep_point_counts_the_money_simulate_counts():
     scores, cost = _cheap_matrix()
-    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=800, batch_size=8, rule="top_two_interval",
-                          stop="certified")
-    swept = pj.sweep(scores, cfg, "ucbe", {"delta": [0.1, 0.3]}, reps=3, seed=4, cost=cost)
+    cfg = pj.BanditConfig(n_models=8, n_examples=300, budget=800, batch_size=8)
+    plugins = pj.Plugins("ucbe", "top_two_interval", "certified")
+    swept = pj.sweep(scores, cfg, plugins, {"delta": [0.1, 0.3]}, reps=3, seed=4, cost=cost)
     for point, result in zip((0.1, 0.3), swept.results):
-        alone = pj.simulate(scores, cfg, "ucbe", reps=3, seed=4, cost=cost, params={"delta": point})
+        alone = pj.simulate(scores, cfg, plugins, reps=3, seed=4, cost=cost, params={"delta": point})
         np.testing.assert_allclose(result.money, alone.money, rtol=1e-6)
         np.testing.assert_allclose(result.cost, cost)
 

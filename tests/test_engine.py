@@ -56,10 +56,9 @@ def test_engine_matches_numpy_reference_step_for_step(method, case, rule):
     m, n, extra, batch, tau = CASES[case]
     rule_name, stop, delta = RULES[rule]
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=m, n=n)
-    config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau, rule=rule_name,
-                     stop="certified" if stop else "budget")
+    config = _config(m, n, m * batch + extra, batch_size=batch, refit_every=tau)
     params = _params(delta=delta)
-    assert_engine_agrees(config, method, scores, V, params)
+    assert_engine_agrees(config, pj.Plugins(method, rule_name, "certified" if stop else "budget"), scores, V, params)
 
 
 @pytest.mark.parametrize("field", ["record_steps", "carry_refit_state"])
@@ -572,6 +571,6 @@ def test_a_run_without_periodic_refits_compiles_no_conditional():
         text = jax.jit(engine.make_run(config, "pulse")).lower(key, scores, V, _params()).as_text()
         counts[refit_every] = text.count("stablehlo.case")
     kernel = engine.bind(config, "pulse")
-    params = engine.resolve_params(_params(), engine.plugins_of(config, engine.get_estimator("pulse")))
+    params = engine.resolve_params(_params(), kernel.plugins)
     in_init = jax.jit(kernel.init).lower(key, scores, V, params).as_text().count("stablehlo.case")
     assert counts[10**6] == in_init and counts[tau] > in_init

@@ -7,7 +7,7 @@ import pytest
 from pulse_jax import tuning
 from pulse_jax.fileio import data
 from pulse_jax.analysis import metrics, plotting
-from pulse_jax.engine import BanditConfig
+from pulse_jax.engine import BanditConfig, Plugins
 from pulse_jax.errors import PulseInputError
 from pulse_jax.simulation import SimulationResult
 
@@ -206,10 +206,11 @@ def test_paired_certify_savings():
 
     bench = synthetic.make_benchmark(seed=4, n_models=6, n_examples=120, n_train=20)
     m, n = bench.scores.shape
-    config = BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, rule="lucb", stop="certified")
-    all_bounds = simulate(bench.scores, config, "ucbe", reps=40, seed=0)
-    again = simulate(bench.scores, config, "ucbe", reps=40, seed=0)
-    certify = simulate(bench.scores, config, "ucbe", reps=40, seed=0, params=BanditParams(cs_simultaneous=0.0))
+    config = BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8)
+    plugins = Plugins("ucbe", "lucb", "certified")
+    all_bounds = simulate(bench.scores, config, plugins, reps=40, seed=0)
+    again = simulate(bench.scores, config, plugins, reps=40, seed=0)
+    certify = simulate(bench.scores, config, plugins, reps=40, seed=0, params=BanditParams(cs_simultaneous=0.0))
     same = metrics.paired_certify_savings(again, all_bounds, n_boot=200)
     assert same["savings_pct"] == same["low"] == same["high"] == 0.0
     pair = metrics.paired_certify_savings(certify, all_bounds, n_boot=200)

@@ -140,7 +140,9 @@ def test_simulate_and_sweep_share_one_set_of_defaults_and_record_provenance(tiny
 
     assert sim["versions"]["jax"] == jax.__version__ and sim["versions"]["jaxlib"] and sim["versions"]["pulse-jax"]
     assert sim["backend"] == jax.default_backend() and sim["seed"] == 0 and sim["method"] == ["ucbe"]
-    assert sim["config"]["rule"]["name"] and all(p["rule"]["exploration"] == 1.0 for p in sim["params"].values())
+    assert sim["plugins"]["ucbe"]["rule"]["name"] == swp["plugins"]["rule"]["name"] == "ucbe"
+    assert swp["plugins"]["estimator"]["name"] == "ucbe" and swp["plugins"]["stop"]["name"] == "budget"
+    assert all(p["rule"]["exploration"] == 1.0 for p in sim["params"].values())
     assert "command" in sim and swp["points"] == [{**swp["points"][0]}, {**swp["points"][1]}]
 
 
@@ -243,9 +245,9 @@ def test_bounds_option_and_the_select_defaults(tmp_path, monkeypatch):
     # --sequence picks the confidence sequences' family (BanditConfig.cs_grid)
     bet = parse(["simulate", "--scores", "s.csv", "--out", "o", "--sequence", "betting"])
     bet.batch_size, bet.refit_every = 16, 10
-    assert sim.sequence == "bernstein" and cli.options.bandit_config(bet, 4, 100, 400, cli.options.rule_and_stop(bet)).cs_grid == 1000
+    assert sim.sequence == "bernstein" and cli.options.bandit_config(bet, 4, 100, 400).cs_grid == 1000
     bet.sequence = "bernstein"
-    assert cli.options.bandit_config(bet, 4, 100, 400, cli.options.rule_and_stop(bet)).cs_grid == 0
+    assert cli.options.bandit_config(bet, 4, 100, 400).cs_grid == 0
 
 
 @pytest.mark.parametrize("extra, needle", [
@@ -353,7 +355,7 @@ def test_the_readmes_command_line_block_runs_top_to_bottom_in_an_empty_folder(tm
 def test_a_model_evaluated_on_every_example_reports_its_exact_mean_as_its_interval():
     """cs_low / cs_high are the interval certification uses: an exhausted model's is its exact mean."""
     scores = synthetic.make_benchmark(seed=3, n_models=4, n_examples=48, n_train=10).scores
-    config = BanditConfig(n_models=4, n_examples=48, budget=4 * 48, batch_size=8, stop="budget")
+    config = BanditConfig(n_models=4, n_examples=48, budget=4 * 48, batch_size=8)
     result = simulate(scores, config, "ucbe", reps=3, seed=0)
     exhausted = result.n_obs >= 48
     assert exhausted.any()

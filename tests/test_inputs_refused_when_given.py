@@ -36,9 +36,9 @@ def test_a_rule_about_cost_without_costs_is_refused_by_simulate():
     from pulse_jax import synthetic
 
     bench = synthetic.make_benchmark(seed=0, n_models=3, n_examples=20, n_train=4)
-    config = pj.BanditConfig(n_models=3, n_examples=20, budget=30, batch_size=2, stop=pj.cheapest_within(0.05))
+    config = pj.BanditConfig(n_models=3, n_examples=20, budget=30, batch_size=2)
     with pytest.raises(PulseInputError, match="stopping rule 'cheapest_within' ranks the models by cost, and no cost"):
-        pj.simulate(bench.scores, config, method="ucbe", reps=1)
+        pj.simulate(bench.scores, config, pj.Plugins("ucbe", stop=pj.cheapest_within(0.05)), reps=1)
 
 
 @pytest.mark.parametrize("make, needle", [

@@ -35,9 +35,9 @@ def test_a_live_selection_builds_one_kernel_with_its_own_stopping_rule(small_ben
     built = []
     real = engine.build_kernel
 
-    def counting(config, estimator):
+    def counting(config, plugins):
         built.append(config)
-        return real(config, estimator)
+        return real(config, plugins)
 
     monkeypatch.setattr(compiled.engine, "build_kernel", counting)
     compiled.compiled.cache_clear()
@@ -51,7 +51,7 @@ def test_a_live_selection_builds_one_kernel_with_its_own_stopping_rule(small_ben
     compiled.compiled.cache_clear()
     assert built == [sel.config]                          # one kernel, on the selector's own config
     kernel = sel._programs.kernel
-    assert kernel.plugins == engine.plugins_of(sel.config, sel.estimator)
+    assert kernel.plugins == sel.plugins
     assert kernel.plugins.stop.name == "certified"
 
 
@@ -114,11 +114,11 @@ def _state_leaves_read_by_a_step(method, **settings):
     scores = (rng.random((m, n)) < 0.5).astype(np.float32)
     V = rng.normal(size=(n, 3)).astype(np.float32)
     cost = settings.pop("cost", None)
+    plugins = engine.Plugins(method, settings.pop("rule", "ucbe"), settings.pop("stop", "budget"))
     config = engine.BanditConfig(n_models=m, n_examples=n, batch_size=4, refit_every=3, budget=m * 4 + 100,
                                  **settings)
-    estimator = engine.get_estimator(method)
-    kernel = engine.build_kernel(config, estimator)
-    params = engine.resolve_params(None, engine.plugins_of(config, estimator))
+    kernel = engine.build_kernel(config, plugins)
+    params = engine.resolve_params(None, plugins)
     episode, state = jax.jit(kernel.init)(jax.random.PRNGKey(0), scores, V, params, engine.Start(cost=cost))
     leaves = jax.tree_util.tree_flatten_with_path(state)[0]
     closed = jax.make_jaxpr(lambda st, t: kernel.step(episode, st, params, t))(state, jnp.int32(5))

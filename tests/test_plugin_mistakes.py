@@ -158,9 +158,9 @@ CASES = [
 @pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
 def test_a_plugin_mistake_is_refused_in_one_line_naming_the_plugin(case):
     _, estimator, rule, stop, needle = case
-    config = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B, rule=rule, stop=stop)
+    config = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B)
     with pytest.raises(PulseInputError) as err:
-        pj.simulate(SCORES, config, estimator, V=V, reps=2)
+        pj.simulate(SCORES, config, pj.Plugins(estimator, rule, stop), V=V, reps=2)
     message = str(err.value)
     assert needle in message and "\n" not in message, message
     named = [getattr(p, "name", None) for p in (estimator, rule, stop) if p is not None]
@@ -242,16 +242,16 @@ def test_every_built_in_passes_the_value_checks():
         assert not value_checks.written_by_user(estimator, estimators.built_ins()), name
         value_checks.check_estimator_values(estimator, M, N, B, estimator.params)
     for name, factory in rules.built_ins().items():
-        config = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B, rule=factory(), stop=BUDGET)
-        assert not value_checks.written_by_user(config.rule, rules.built_ins()), name
-        value_checks.check_rule_values(config.rule, config, config.rule.params)
+        config, rule = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B), factory()
+        assert not value_checks.written_by_user(rule, rules.built_ins()), name
+        value_checks.check_rule_values(rule, config, rule.params)
     for name, factory in stops.built_ins().items():
         try:
             stop = factory()
         except TypeError:      # top_k(k): a factory that takes its size
             stop = factory(2)
-        config = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B, rule=INDEX, stop=stop)
-        value_checks.check_stop_values(config.stop, config, config.stop.params)
+        config = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B)
+        value_checks.check_stop_values(stop, config, stop.params)
 
 
 def test_a_built_in_with_needs_interval_switched_off_is_checked_as_user_code():
@@ -260,9 +260,9 @@ def test_a_built_in_with_needs_interval_switched_off_is_checked_as_user_code():
 
     switched = registry.stopping_rule("epsilon_good")._replace(needs_interval=False)
     assert value_checks.written_by_user(switched, stops.built_ins())
-    config = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B, rule=INDEX, stop=switched)
+    config = pj.BanditConfig(n_models=M, n_examples=N, budget=80, batch_size=B)
     with pytest.raises(PulseInputError, match="'epsilon_good': done reads inputs.low / inputs.high without declaring"):
-        pj.simulate(SCORES, config, UCBE, V=V, reps=2)
+        pj.simulate(SCORES, config, pj.Plugins(UCBE, INDEX, switched), V=V, reps=2)
 
 
 def test_importing_the_engine_loads_no_built_in_plugin():

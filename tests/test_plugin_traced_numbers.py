@@ -36,9 +36,9 @@ def _as_shape(inputs, params):
 def test_a_traced_number_used_as_a_size_or_a_branch_is_named_as_such(done, where):
     rule = StoppingRule("traced_k", done, needs_interval=True, params=KParams())
     scores = (np.random.default_rng(0).random((5, 40)) < 0.5).astype(np.float32)
-    config = pj.BanditConfig(n_models=5, n_examples=40, budget=100, batch_size=4, stop=rule)
+    config = pj.BanditConfig(n_models=5, n_examples=40, budget=100, batch_size=4)
     with pytest.raises(PulseInputError) as refused:
-        pj.simulate(scores, config, "ucbe", reps=2)
+        pj.simulate(scores, config, pj.Plugins("ucbe", stop=rule), reps=2)
     message = str(refused.value)
     assert message.startswith("stopping rule 'traced_k': done uses a traced number " + where), message
     assert "belongs in the plug-in's fixed settings" in message and "\n" not in message

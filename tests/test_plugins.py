@@ -3,7 +3,6 @@
 An estimator, a sampling rule and a stopping rule are written below exactly as a user would write
 them in their own module; nothing in pulse_jax knows their names.
 """
-import dataclasses
 import json
 import subprocess
 import sys
@@ -74,22 +73,21 @@ def problem():
 
 def test_plugins_run_through_simulate(problem):
     scores, _, V = problem
-    config = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 4 + 120, batch_size=4, rule=ROUND_ROBIN)
-    res = pj.simulate(scores, config, "pulse", V=V, reps=6, seed=2)
+    config = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 4 + 120, batch_size=4)
+    res = pj.simulate(scores, config, pj.Plugins("pulse", ROUND_ROBIN), V=V, reps=6, seed=2)
     pulls = np.stack([np.bincount(c[c >= 0], minlength=6) for c in res.chosen])
     assert (pulls.max(axis=1) - pulls.min(axis=1) <= 1).all()     # round robin: balanced to one batch
-    neg = pj.simulate(scores, pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 4 + 120, batch_size=4),
-                      NEGATED, reps=6, seed=2)
+    neg = pj.simulate(scores, config, NEGATED, reps=6, seed=2)
     assert neg.method == "negated_mean"
     seen = neg.n_obs < 60                                  # (a model seen whole is known exactly)
     assert np.all((neg.estimates[seen] >= 0) & (neg.estimates[seen] <= 1))
     assert np.corrcoef(neg.estimates[seen], np.broadcast_to(neg.true_means, neg.estimates.shape)[seen])[0, 1] < 0
-    whole = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 60, batch_size=4, rule=ROUND_ROBIN)
-    stopped = pj.simulate(scores, dataclasses.replace(whole, stop=NARROW_LEADER), "ucbe", reps=6, seed=2)
-    full = pj.simulate(scores, whole, "ucbe", reps=6, seed=2)
+    whole = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 60, batch_size=4)
+    stopped = pj.simulate(scores, whole, pj.Plugins("ucbe", ROUND_ROBIN, NARROW_LEADER), reps=6, seed=2)
+    full = pj.simulate(scores, whole, pj.Plugins("ucbe", ROUND_ROBIN), reps=6, seed=2)
     assert (stopped.spent[:, -1] <= full.spent[:, -1]).all() and (stopped.spent[:, -1] < full.spent[:, -1]).any()
     with pytest.raises(PulseInputError, match="negated_mean.*no valid interval.*narrow_leader"):
-        pj.simulate(scores, dataclasses.replace(config, stop=NARROW_LEADER), NEGATED, reps=2)
+        pj.simulate(scores, config, pj.Plugins(NEGATED, ROUND_ROBIN, NARROW_LEADER), reps=2)
 
 
 # Integration: the default run keeps "new values compile nothing" for the engine's, an estimator's and a
@@ -98,17 +96,17 @@ def test_plugins_run_through_simulate(problem):
 @pytest.mark.integration
 def test_plugins_sweep_without_recompiling(problem):
     scores, _, V = problem
-    config = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 4 + 120, batch_size=4, rule=pj.top_two(0.6),
-                             stop=NARROW_LEADER, refit_every=4)
-    first = pj.sweep(scores, config, "pulse", {"refit_lr": [0.05, 0.2], "delta": [0.1, 0.3]}, reps=3, V=V)
+    config = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 4 + 120, batch_size=4, refit_every=4)
+    plugins = pj.Plugins("pulse", pj.top_two(0.6), NARROW_LEADER)
+    first = pj.sweep(scores, config, plugins, {"refit_lr": [0.05, 0.2], "delta": [0.1, 0.3]}, reps=3, V=V)
     before = len(COMPILES)
-    again = pj.sweep(scores, config, "pulse", {"refit_lr": [0.01, 0.5], "delta": [0.05, 0.2]}, reps=3, V=V, seed=4)
+    again = pj.sweep(scores, config, plugins, {"refit_lr": [0.01, 0.5], "delta": [0.05, 0.2]}, reps=3, V=V, seed=4)
     assert len(COMPILES) == before          # new parameter values and seed: nothing compiled
     assert len(first.results) == len(again.results) == 4
-    custom = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 4 + 120, batch_size=4, rule=ROUND_ROBIN)
-    pj.sweep(scores, custom, NEGATED, {"delta": [0.5, 0.2]}, reps=2)
+    custom = pj.BanditConfig(n_models=6, n_examples=60, budget=6 * 4 + 120, batch_size=4)
+    pj.sweep(scores, custom, pj.Plugins(NEGATED, ROUND_ROBIN), {"delta": [0.5, 0.2]}, reps=2)
     before = len(COMPILES)
-    pj.sweep(scores, custom, NEGATED, {"delta": [0.1, 0.3]}, reps=2)   # same shape, new values
+    pj.sweep(scores, custom, pj.Plugins(NEGATED, ROUND_ROBIN), {"delta": [0.1, 0.3]}, reps=2)   # same shape, new values
     assert len(COMPILES) == before
 
 
@@ -138,7 +136,7 @@ def test_selector_runs_the_estimator_object_it_is_given(bench):
     assert negated.separated is None                       # it declares no interval
     lower = pj.pulse(variance_bound=1.0)
     sel = pj.Selector(b.models, 300, 8 * 8 + 160, method=lower, **kw)
-    assert sel.estimator is lower and sel._programs.kernel is not None
+    assert sel.plugins.estimator is lower and sel._programs.kernel is not None
 
 
 def test_selector_with_a_custom_rule_equals_simulate(bench):
@@ -150,9 +148,8 @@ def test_selector_with_a_custom_rule_equals_simulate(bench):
         sel.tell(request, b.scores[request.model_index, list(request.example_index)])
         if request.step:
             chosen.append(request.model_index)
-    config = pj.BanditConfig(n_models=8, n_examples=300, budget=sel.config.budget, batch_size=8, refit_every=7,
-                             rule=ROUND_ROBIN)
-    sim = pj.simulate(b.scores, config, "pulse", V=V, reps=1, seed=3)
+    config = pj.BanditConfig(n_models=8, n_examples=300, budget=sel.config.budget, batch_size=8, refit_every=7)
+    sim = pj.simulate(b.scores, config, pj.Plugins("pulse", ROUND_ROBIN), V=V, reps=1, seed=3)
     np.testing.assert_array_equal(chosen, sim.chosen[0, :len(chosen)])
 
 

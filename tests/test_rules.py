@@ -22,10 +22,10 @@ CASES = {   # name: (m, n, bandit cells, batch, refit_every)
 }
 
 
-def _config(case, rule):
+def _config(case):
     m, n, extra, batch, tau = CASES[case]
     return BanditConfig(n_models=m, n_examples=n, budget=m * batch + extra, batch_size=batch, refit_every=tau,
-                        record_estimates=True, init_refit_epochs=20, refit_epochs=5, rule=rule)
+                        record_estimates=True, init_refit_epochs=20, refit_epochs=5)
 
 
 PARAMS = BanditParams(init_refit_lr=0.01, refit_lr=0.1)
@@ -38,19 +38,19 @@ def test_rule_matches_the_numpy_reference_step_for_step(rule, method, case):
     """Same draws (keys, uniforms), independent arithmetic: every choice, recommendation and count agrees
     (tolerances: see ``reference.assert_engine_agrees``)."""
     named = {"top_two_interval": rules.top_two(challenger="interval"), "lucb_top_2": rules.lucb_top_k(2)}
-    config = _config(case, named.get(rule, rule))
+    config = _config(case)
     scores, _, V = tiny_problem(seed=list(CASES).index(case), m=config.n_models, n=config.n_examples)
-    assert_engine_agrees(config, method, scores, V, PARAMS)
+    assert_engine_agrees(config, engine.Plugins(method, named.get(rule, rule)), scores, V, PARAMS)
 
 
 def test_top_two_pulls_the_leader_at_its_leader_fraction():
     """The share of pulls that go to the current empirical leader is beta (0.2 and 0.8): 16 x 100 pulls
     give a binomial standard error under 0.015, so 0.05 is over 3 SE; a rule that ignored beta fails."""
     scores, _, V = tiny_problem(seed=3, m=6, n=1000)   # no model runs out of examples (that forces the other)
-    config = BanditConfig(n_models=6, n_examples=1000, budget=6 * 4 + 400, batch_size=4, rule=rules.top_two(),
-                          record_estimates=True)
-    run = engine.make_run(config, "ucbe")
-    kernel = engine.bind(config, "ucbe")
+    config = BanditConfig(n_models=6, n_examples=1000, budget=6 * 4 + 400, batch_size=4, record_estimates=True)
+    plugins = engine.Plugins("ucbe", rules.top_two())
+    run = engine.make_run(config, plugins)
+    kernel = engine.bind(config, plugins)
     keys = jax.random.split(jax.random.PRNGKey(0), 16)
     # beta is traced (rule.leader_fraction): both values run the same two compiled programs.
     first = jax.jit(jax.vmap(lambda k, params: kernel.init(k, scores, V, params)[1].sums, in_axes=(0, None)))
@@ -89,10 +89,9 @@ def test_successive_halving_spends_exactly_its_schedule(m):
     survivor."""
     n, batch, bandit_cells = 400, 4, 4 * 97   # 97 batches: not a multiple of anything convenient
     scores, _, V = tiny_problem(seed=m, m=m, n=n)
-    config = BanditConfig(n_models=m, n_examples=n, budget=m * batch + bandit_cells, batch_size=batch,
-                          rule="successive_halving")
+    config = BanditConfig(n_models=m, n_examples=n, budget=m * batch + bandit_cells, batch_size=batch)
     for method in ("ucbe", "pulse"):
-        out = jax.jit(engine.make_run(config, method))(jax.random.PRNGKey(1), scores, V)
+        out = jax.jit(engine.make_run(config, engine.Plugins(method, "successive_halving")))(jax.random.PRNGKey(1), scores, V)
         chosen = np.asarray(out.steps.chosen)
         pulls = np.bincount(chosen[chosen >= 0], minlength=m)
         expected, total = _expected_pulls(m, bandit_cells, batch)
@@ -108,8 +107,8 @@ def test_lucb_top_k_pulls_the_pair_its_certificate_waits_on():
     runs = {}
     for name, rule in (("top3", rules.lucb_top_k(3)),):
         config = BanditConfig(n_models=6, n_examples=48, budget=6 * 4 + 120, batch_size=4, refit_every=5,
-                              record_estimates=True, rule=rule)
-        runs[name] = jax.jit(engine.make_run(config, "ucbe"))(jax.random.PRNGKey(2), scores, V, None)
+                              record_estimates=True)
+        runs[name] = jax.jit(engine.make_run(config, engine.Plugins("ucbe", rule)))(jax.random.PRNGKey(2), scores, V, None)
     top3 = runs["top3"].steps
     est, low, high = (np.asarray(x) for x in (top3.estimates, top3.low, top3.high))
     chosen = np.asarray(top3.chosen)
@@ -132,14 +131,14 @@ def test_rule_interface_contracts():
     """Names resolve through the one registry; objects pass through; needs_interval is enforced per method."""
     assert registry.sampling_rule("lucb") is rules.lucb()
     assert registry.sampling_rule(rules.top_two(0.3)) is rules.top_two(0.3)
-    assert BanditConfig(n_models=3, n_examples=10, budget=30, batch_size=2, rule="top_two").rule is rules.top_two()
-    with pytest.raises(PulseInputError, match="unknown sampling rule 'nope'"):
-        BanditConfig(n_models=3, n_examples=10, budget=30, batch_size=2, rule="nope")
+    assert engine.Plugins("ucbe", rule="top_two").rule is rules.top_two()
+    with pytest.raises(PulseInputError, match="Plugins.rule: unknown sampling rule 'nope'"):
+        engine.Plugins("ucbe", rule="nope")
     with pytest.raises(PulseInputError, match="leader_fraction"):
         rules.top_two(1.5)
-    config = BanditConfig(n_models=3, n_examples=10, budget=30, batch_size=2, rule="lucb")
+    config = BanditConfig(n_models=3, n_examples=10, budget=30, batch_size=2)
     with pytest.raises(PulseInputError, match="naive.*no valid interval.*lucb"):
-        engine.make_run(config, "naive")
+        engine.make_run(config, engine.Plugins("naive", rule="lucb"))
     assert math.ceil(math.log2(5)) == schedule(5, 100, 4)[1]
 
 
@@ -153,27 +152,28 @@ def test_a_plugins_own_traced_number_sweeps_without_recompiling(tmp_path, capsys
     from sweep_compiles import count_compiles
 
     scores, _, V = tiny_problem(seed=2, m=6, n=200)
-    config = BanditConfig(n_models=6, n_examples=200, budget=6 * 4 + 200, batch_size=4, rule="top_two")
+    config = BanditConfig(n_models=6, n_examples=200, budget=6 * 4 + 200, batch_size=4)
+    top_two = pj.Plugins("ucbe", rule="top_two")
     with count_compiles() as compiles:
-        result = pj.sweep(scores, config, "ucbe", {"leader_fraction": [0.2, 0.8]}, reps=6)
+        result = pj.sweep(scores, config, top_two, {"leader_fraction": [0.2, 0.8]}, reps=6)
         first = len(compiles)
-        pj.sweep(scores, config, "ucbe", {"leader_fraction": [0.3, 0.6]}, reps=6, seed=1)
+        pj.sweep(scores, config, top_two, {"leader_fraction": [0.3, 0.6]}, reps=6, seed=1)
         assert len(compiles) == first                           # new values: nothing compiled
     assert result.axes == ("leader_fraction",) and result.values(1) == {"leader_fraction": 0.8}
-    alone = pj.simulate(scores, config, "ucbe", reps=6, params={"rule.leader_fraction": 0.8})
+    alone = pj.simulate(scores, config, top_two, reps=6, params={"rule.leader_fraction": 0.8})
     np.testing.assert_array_equal(alone.chosen, result.results[1].chosen)
     assert not np.array_equal(result.results[0].chosen, result.results[1].chosen)
     import dataclasses
 
     recorded = dataclasses.replace(config, record_estimates=True)
     params = pj.RunParams(BanditParams(), (), pj.TopTwoParams(leader_fraction=0.8), ())
-    assert_engine_agrees(recorded, "ucbe", scores, V, params, seeds=(3,))
+    assert_engine_agrees(recorded, top_two, scores, V, params, seeds=(3,))
     with pytest.raises(PulseInputError, match="unknown parameter 'leader_fractoin'; this run's are .*"
                                               r"rule.leader_fraction, rule.exploration"):
-        pj.simulate(scores, config, "ucbe", reps=2, params={"leader_fractoin": 0.5})
+        pj.simulate(scores, config, top_two, reps=2, params={"leader_fractoin": 0.5})
     with pytest.raises(PulseInputError, match=r"rule.leader_fraction: leader_fraction=1.5 is out of range; it must "
                                               r"lie in \(0, 1\)"):
-        pj.sweep(scores, config, "ucbe", {"leader_fraction": [0.5, 1.5]}, reps=2)
+        pj.sweep(scores, config, top_two, {"leader_fraction": [0.5, 1.5]}, reps=2)
     np.savez(tmp_path / "cand.npz", scores=scores)
     assert cli.main(["sweep", "--scores", str(tmp_path / "cand.npz"), "--method", "ucbe", "--rule", "top_two",
                      "--grid", "leader_fraction=0.25,0.75", "--reps", "4", "--batch-size", "4", "--budget", "224",

@@ -1,5 +1,4 @@
 """Fixed-confidence runs stop computing once a whole batch has stopped, with every result equal to the scan's."""
-import dataclasses
 
 import jax
 import numpy as np
@@ -23,13 +22,13 @@ def test_blocked_run_equals_the_scan_on_every_repetition(method, rule):
     scores, _, V = tiny_problem(seed=4, m=5, n=60)
     rule = pj.top_two(challenger="interval") if rule == "top_two_interval" else rule
     config = pj.BanditConfig(n_models=5, n_examples=60, budget=5 * 60, batch_size=4, refit_every=5,
-                             init_refit_epochs=10, refit_epochs=3, record_estimates=True, rule=rule,
-                             stop="certified")
+                             init_refit_epochs=10, refit_epochs=3, record_estimates=True)
+    plugins = pj.Plugins(method, rule, "certified")
     reps = 12
     keys = jax.random.split(jax.random.PRNGKey(7), reps)
     params = _stacked(reps, delta=0.5)
-    scan = jax.jit(jax.vmap(engine.make_run(config, method), in_axes=(0, None, None, 0)))(keys, scores, V, params)
-    blocked = jax.jit(engine.make_batched_run(config, method, block=8))(keys, scores, V, params)
+    scan = jax.jit(jax.vmap(engine.make_run(config, plugins), in_axes=(0, None, None, 0)))(keys, scores, V, params)
+    blocked = jax.jit(engine.make_batched_run(config, plugins, block=8))(keys, scores, V, params)
     certified = np.asarray(scan.certified.spent)
     if rule != "successive_halving":   # (its schedule is not built to certify; equality is what counts)
         assert (certified >= 0).mean() >= 0.5 and certified.max() < config.budget   # the case the loop is for
@@ -46,12 +45,12 @@ def test_simulate_certified_stops_computing_and_agrees(monkeypatch):
     which the batch's last repetition stopped (each computed step reports its t through a callback), and
     its certification equals that of the run that spends the whole budget."""
     scores, _, V = tiny_problem(seed=5, m=5, n=200)
-    config = pj.BanditConfig(n_models=5, n_examples=200, budget=5 * 200, batch_size=4, rule="lucb")
+    config = pj.BanditConfig(n_models=5, n_examples=200, budget=5 * 200, batch_size=4)
     seen = set()
     original = engine.drivers.build_kernel
 
-    def reporting_kernel(config, estimator):
-        kernel = original(config, estimator)
+    def reporting_kernel(config, plugins):
+        kernel = original(config, plugins)
 
         def step(episode, state, params, t, *rest, **keywords):
             jax.debug.callback(lambda t: seen.add(int(t)), t)
@@ -61,11 +60,11 @@ def test_simulate_certified_stops_computing_and_agrees(monkeypatch):
     monkeypatch.setattr(engine.drivers, "build_kernel", reporting_kernel)
     monkeypatch.setattr(engine.drivers, "STOP_BLOCK_STEPS", 16)
     pj.simulate.__globals__["compiled_runner"].cache_clear()
-    stopped = pj.simulate(scores, dataclasses.replace(config, stop="certified"), "ucbe", reps=16, seed=3, chunk_size=16,
+    stopped = pj.simulate(scores, config, pj.Plugins("ucbe", "lucb", "certified"), reps=16, seed=3, chunk_size=16,
                           params=pj.BanditParams(delta=0.5))
     computed = max(seen)
     pj.simulate.__globals__["compiled_runner"].cache_clear()
-    full = pj.simulate(scores, config, "ucbe", reps=16, seed=3, params=pj.BanditParams(delta=0.5))
+    full = pj.simulate(scores, config, pj.Plugins("ucbe", "lucb"), reps=16, seed=3, params=pj.BanditParams(delta=0.5))
     np.testing.assert_array_equal(stopped.certified_spent, full.certified_spent)
     np.testing.assert_array_equal(stopped.certified_model, full.certified_model)
     assert (stopped.certified_spent >= 0).all()
@@ -107,10 +106,10 @@ def test_summary_only_runs_keep_one_record_and_the_same_results(stop):
     from pulse_jax.errors import PulseInputError
 
     scores, _, V = tiny_problem(seed=6, m=5, n=120)
-    config = pj.BanditConfig(n_models=5, n_examples=120, budget=5 * 120, batch_size=4, refit_every=5, rule="lucb")
-    config = dataclasses.replace(config, stop=stop)
-    full = pj.simulate(scores, config, "pulse", V=V, reps=8, seed=2, params=pj.BanditParams(delta=0.5))
-    brief = pj.simulate(scores, dataclasses.replace(config, record_steps=False), "pulse", V=V, reps=8, seed=2,
+    config = pj.BanditConfig(n_models=5, n_examples=120, budget=5 * 120, batch_size=4, refit_every=5)
+    plugins = pj.Plugins("pulse", "lucb", stop)
+    full = pj.simulate(scores, config, plugins, V=V, reps=8, seed=2, params=pj.BanditParams(delta=0.5))
+    brief = pj.simulate(scores, dataclasses.replace(config, record_steps=False), plugins, V=V, reps=8, seed=2,
                         params=pj.BanditParams(delta=0.5))
     assert brief.best.shape == (8, 2) and brief.chosen.shape == (8, 1)
     np.testing.assert_array_equal(brief.best[:, -1], full.best[:, -1])

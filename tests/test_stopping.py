@@ -35,8 +35,8 @@ def _live(bench, stop, method="pulse", budget=2000):
 
 def _simulated(bench, stop, method="pulse", budget=2000):
     b, V = bench
-    config = BanditConfig(n_models=6, n_examples=400, budget=budget, batch_size=B, refit_every=7, stop=stop)
-    return simulate(b.scores, config, method, V=V, reps=1, seed=3, params=pj.BanditParams(delta=0.2))
+    config = BanditConfig(n_models=6, n_examples=400, budget=budget, batch_size=B, refit_every=7)
+    return simulate(b.scores, config, pj.Plugins(method, stop=stop), V=V, reps=1, seed=3, params=pj.BanditParams(delta=0.2))
 
 
 @pytest.mark.parametrize("method", ["ucbe", "pulse"])

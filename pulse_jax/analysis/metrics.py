@@ -15,7 +15,7 @@ from pulse_jax.engine.params import RunParams
 from pulse_jax.errors import require
 
 if TYPE_CHECKING:   # annotations only
-    from pulse_jax.engine import BanditConfig
+    from pulse_jax.engine import BanditConfig, Plugins
 
 
 @dataclasses.dataclass
@@ -55,9 +55,10 @@ class SimulationResult:
     cs_seq_low: np.ndarray | None = None       # (R, m, C) each confidence sequence on its own (PULSE: raw, proxies)
     cs_seq_high: np.ndarray | None = None
     stopped: np.ndarray | None = None          # (R,) the stopping rule fired
-    claimed: np.ndarray | None = None          # (R, m) what its claim named then (config.stop.holds checks it)
+    claimed: np.ndarray | None = None          # (R, m) what its claim named then (plugins.stop.holds checks it)
     money: np.ndarray | None = None            # (R, n_steps + 1) what the cells spent cost (cells without costs)
     cost: np.ndarray | None = None             # (m,) each model's mean cost per cell (None: no costs were given)
+    plugins: Plugins | None = None             # estimator, sampling rule, stopping rule of the run
 
     def info(self, name: str) -> np.ndarray:
         """``(R, n_steps)``: one field of the estimator's per-step info (``step_info``), NaN where the
@@ -263,9 +264,9 @@ def certification(result: SimulationResult) -> dict:
 def claims(result: SimulationResult) -> dict:
     """What the run's stopping rule claimed when it fired (epsilon-good, top-k, tie group, ...):
     ``stopped_fraction``, the ``cells`` each stopped repetition spent (initialization included), their
-    median, and ``error_rate``: repetitions whose claim is false (``config.stop.holds``) over all
+    median, and ``error_rate``: repetitions whose claim is false (``plugins.stop.holds``) over all
     repetitions -- at most ``delta`` for a valid rule."""
-    stop = result.config.stop
+    stop = result.plugins.stop
     stopped = np.zeros(result.reps, bool) if result.stopped is None else np.asarray(result.stopped, bool)
     claimed = np.zeros((result.reps, result.true_means.shape[0]), bool) if result.claimed is None \
         else np.asarray(result.claimed, bool)
@@ -281,7 +282,7 @@ def claims(result: SimulationResult) -> dict:
 
 def certificate(result: SimulationResult, rep: int = 0) -> str:
     """Repetition ``rep``'s claim as the stopping rule states it, with the run's delta."""
-    stop = result.config.stop
+    stop = result.plugins.stop
     claimed = np.zeros(result.true_means.shape[0], bool) if result.claimed is None else result.claimed[rep]
     names = result.model_names or tuple(f"model {i}" for i in range(result.true_means.shape[0]))
     fired = result.stopped is not None and bool(result.stopped[rep])

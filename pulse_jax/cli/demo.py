@@ -34,7 +34,7 @@ def run(args) -> None:
     check_param_options(args, [(e, rule, stop) for e in methods.values()])
     budget = run_budget(args, m, n, default_budget=m * args.batch_size * args.init_batches + BUILTIN_BANDIT_CELLS)
     numbers_of(args)        # the numbers' own checks (range, one owner each), before JAX is imported
-    config = bandit_config(args, m, n, budget, (rule, stop))
+    config = bandit_config(args, m, n, budget)
     print(bench.description)
     print(f"budget {config.budget:,} cells ({config.init_cells:,} for initialization), batch {config.batch_size}, "
           f"refit every {config.refit_every} steps, {args.reps} repetitions per method")
@@ -45,7 +45,7 @@ def run(args) -> None:
         if uses_predictions(methods) else None
     if args.chunk_size is None:  # a few chunks so the progress bar moves
         args.chunk_size = max(1, -(-args.reps // 5))
-    results = run_all(bench.scores, V, config, methods, args, bench.models)
+    results = run_all(bench.scores, V, config, methods, args, bench.models, rules=(rule, stop))
     finish(results, args.out, bench.description)
     print(f"total {time.perf_counter() - start:.1f} s")
 

@@ -280,14 +280,12 @@ def run_budget(args, m: int, n: int, default_budget: int) -> int:
     return budget
 
 
-def bandit_config(args, m: int, n: int, budget: int, rule_and_stop: tuple):
-    """The run's `pulse_jax.BanditConfig` (JAX is imported here) with `run_budget`'s ``budget`` and
-    ``rule_and_stop`` (`rule_and_stop`)."""
+def bandit_config(args, m: int, n: int, budget: int):
+    """The run's `pulse_jax.BanditConfig` (JAX is imported here) with `run_budget`'s ``budget``."""
     from pulse_jax.engine import BanditConfig
 
-    rule, stop = rule_and_stop
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
-                        init_batches=args.init_batches, refit_every=args.refit_every, rule=rule, stop=stop,
+                        init_batches=args.init_batches, refit_every=args.refit_every,
                         cs_grid=cs_grid(args), concurrency=getattr(args, "concurrency", 1))
 
 
@@ -296,22 +294,22 @@ def cs_grid(args) -> int:
     return choices.cs_grid(args.sequence, choices.flag)
 
 
-def for_method(config, estimator, alone: bool):
-    """In a comparison of several methods, a method without an interval keeps the index rule and spends
-    the budget when the chosen rule or stopping rule needs an interval (so it runs beside the others), and
-    says so; run alone, such a choice is refused (nothing would be what was asked for)."""
-    import dataclasses
-
+def for_method(config, estimator, rules: tuple, alone: bool):
+    """The `pulse_jax.Plugins` of ``estimator`` with ``rules`` (`rule_and_stop`). In a comparison of several
+    methods, a method without an interval keeps the index rule and spends the budget when the chosen rule
+    or stopping rule needs an interval (so it runs beside the others), and says so; run alone, such a
+    choice is refused (nothing would be what was asked for)."""
     from pulse_jax import engine
 
-    if estimator.has_interval or not (config.rule.needs_interval or config.stop.needs_interval):
-        return config
+    plugins = engine.Plugins(estimator, *rules)
+    if estimator.has_interval or not (plugins.rule.needs_interval or plugins.stop.needs_interval):
+        return plugins
     if alone:
-        engine.check_compatible(config, estimator)
-    changed = dataclasses.replace(config, rule="ucbe" if config.rule.needs_interval else config.rule,
-                                  stop="budget" if config.stop.needs_interval else config.stop)
-    swaps = [f"{kind} {old.name} -> {new.name}" for kind, old, new in (("rule", config.rule, changed.rule),
-                                                                      ("stop", config.stop, changed.stop))
+        engine.check_compatible(config, plugins)
+    changed = engine.Plugins(estimator, "ucbe" if plugins.rule.needs_interval else plugins.rule,
+                             "budget" if plugins.stop.needs_interval else plugins.stop)
+    swaps = [f"{kind} {old.name} -> {new.name}" for kind, old, new in (("rule", plugins.rule, changed.rule),
+                                                                      ("stop", plugins.stop, changed.stop))
              if old.name != new.name]
     print(f"pulse-jax: {estimator.name} has no confidence interval, so it runs with {', '.join(swaps)} beside the "
           "other methods", file=sys.stderr)
@@ -343,19 +341,19 @@ def check_param_options(args, plugin_sets) -> None:
     choices.check_param_paths(param_values(args), plugin_sets, choices.flag)
 
 
-def numbers_of(args, config=None, estimator=None) -> dict:
+def numbers_of(args, config=None, plugins=None) -> dict:
     """The options' numbers as ``{name: value}`` (the run resolves them against its plug-ins): the
-    shorthands, then ``--param`` (those the run's plug-ins have, given ``config`` and ``estimator``); with
-    ``config``, the certificate's numbers too when its stopping rule is the certificate's."""
+    shorthands, then ``--param`` (those the run's `pulse_jax.Plugins` have, given ``config`` and
+    ``plugins``); the certificate's numbers too when its stopping rule is the certificate's."""
     from pulse_jax.engine.params import default_params
 
     out = choices.base_numbers(args.delta, args.bounds, args.exploration, choices.flag)
     given = param_values(args)
-    if config is not None and estimator is not None:
-        defaults = default_params((estimator, config.rule, config.stop))
+    if config is not None and plugins is not None:
+        defaults = default_params(plugins)
         given = {name: value for name, value in given.items() if choices.has_number(defaults, name)}
     out.update(given)
     stop, numbers = certificate_of(args)
-    if config is not None and stop is not None and choices.same_plugin("stopping rule", stop, config.stop):
+    if plugins is not None and stop is not None and choices.same_plugin("stopping rule", stop, plugins.stop):
         out = choices.certificate_levels({**out, **numbers}, stop, config.n_models, choices.flag)
     return out

@@ -53,13 +53,14 @@ def simulation_progress(args, name: str):
                                               done == total)
 
 
-def run_all(scores, V, config, methods, args, names, *, cost=None):
+def run_all(scores, V, config, methods, args, names, *, rules: tuple, cost=None):
+    """Each of ``methods`` (``{name: estimator}``) simulated with ``rules`` (`options.rule_and_stop`)."""
     from pulse_jax.simulation import simulate
 
     results = {}
     for name, estimator in methods.items():
-        method_config = for_method(config, estimator, alone=len(methods) == 1)
-        results[name] = simulate(scores, method_config, estimator, params=numbers_of(args, method_config, estimator),
+        plugins = for_method(config, estimator, rules, alone=len(methods) == 1)
+        results[name] = simulate(scores, config, plugins, params=numbers_of(args, config, plugins),
                                  V=V if estimator.uses_predictions else None, reps=args.reps,
                                    seed=args.seed, chunk_size=args.chunk_size,
                                    progress=simulation_progress(args, name), model_names=names, cost=cost)

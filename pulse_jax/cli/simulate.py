@@ -49,7 +49,7 @@ def run(args) -> None:
     cost = costs_of(args, cand.models, cand.examples, cand.scores)
     if uses_predictions(methods):
         V = side_information(args, cand, n)       # fitted (JAX) once everything else is checked
-    config = bandit_config(args, m, n, budget, (rule, stop))
-    results = run_all(cand.scores, V, config, methods, args, cand.models, cost=cost)
+    config = bandit_config(args, m, n, budget)
+    results = run_all(cand.scores, V, config, methods, args, cand.models, rules=(rule, stop), cost=cost)
     finish(results, args.out, f"{Path(args.scores).name}: {m} models x {n} examples",
             inputs=inputs)

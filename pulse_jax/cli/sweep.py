@@ -49,8 +49,8 @@ def run(args) -> None:
     scores, names, title, default_budget, V, inputs, examples = _sweep_data(args, method, estimator)
     cost = costs_of(args, names, examples, scores)
     m, n = scores.shape
-    config = for_method(bandit_config(args, m, n, run_budget(args, m, n, default_budget), rule_and_stop(args)), estimator,
-                        alone=True)
+    config = bandit_config(args, m, n, run_budget(args, m, n, default_budget))
+    plugins = for_method(config, estimator, rule_and_stop(args), alone=True)
     points = int(np.prod([len(values) for values in grid.values()]))
     print(title)
     print(f"sweep of {method}: {points} points x {args.reps} repetitions = {points * args.reps:,} runs as one "
@@ -61,7 +61,7 @@ def run(args) -> None:
               "every one", file=sys.stderr)
     from pulse_jax.sweeps import sweep
 
-    result = sweep(scores, config, estimator, grid, args.reps, args.seed, V=V, base=numbers_of(args, config, estimator),
+    result = sweep(scores, config, plugins, grid, args.reps, args.seed, V=V, base=numbers_of(args, config, plugins),
                    baseline=baseline, chunk_size=args.chunk_size, progress=simulation_progress(args, "sweep"),
                    model_names=names, cost=cost)
     targets = tuple(sorted({0.9, 0.95, args.target}))

@@ -49,7 +49,7 @@ from pulse_jax.protocols import lazy
 _EXPORTS = {
     "pulse_jax.engine.bookkeeping": ["Certificate", "Snapshots"],
     "pulse_jax.engine.config": ["INTERVALS", "BanditConfig", "Plugins", "check_compatible", "check_levels", "get_estimator",
-                                "log_chunk_slots", "plugins_of", "refit_due", "refit_period", "refits_periodically",
+                                "as_plugins", "log_chunk_slots", "refit_due", "refit_period", "refits_periodically",
                                 "resolve_params", "traced_params"],
     "pulse_jax.engine.drivers": ["EPISODE_AXES", "STOP_BLOCK_STEPS", "bind", "make_batched_run", "make_run"],
     "pulse_jax.engine.refit": ["adam_refit"],

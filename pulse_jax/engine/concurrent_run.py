@@ -76,9 +76,9 @@ def event_schedule(config: BanditConfig, plugins: Plugins) -> Schedule:
                     np.asarray(cols[3], bool), np.asarray(cols[4], np.int32))
 
 
-def n_events(config: BanditConfig, method: str | Estimator) -> int:
-    """Events of a run of ``method`` on ``config`` (the length of its per-event records)."""
-    kernel = bind(config, method)
+def n_events(config: BanditConfig, plugins: Plugins | str | Estimator) -> int:
+    """Events of a run of ``plugins`` on ``config`` (the length of its per-event records)."""
+    kernel = bind(config, plugins)
     return len(event_schedule(config, kernel.plugins).ask_step)
 
 
@@ -208,12 +208,12 @@ def make_event(kernel: Kernel):
     return event
 
 
-def make_concurrent_run(config: BanditConfig, method: str | Estimator = "pulse", block: int | None = None):
+def make_concurrent_run(config: BanditConfig, plugins: Plugins | str | Estimator = "pulse", block: int | None = None):
     """``run(keys, scores, V, params, choices=None, start=Start()) -> RunResult`` for a batch of
     repetitions (leading axis of ``keys`` and ``params``) with ``config.concurrency`` batches in flight
     (see the module docstring); the records are per event. ``choices`` (following another run's
     choices) is refused: a choice here is only defined with its queue."""
-    kernel = bind(config, method)
+    kernel = bind(config, plugins)
     require(config.concurrency >= 2, "make_concurrent_run: config.concurrency must be >= 2 (1: make_batched_run)")
     schedule = event_schedule(config, kernel.plugins)
     events = len(schedule.ask_step)
@@ -237,7 +237,7 @@ def make_concurrent_run(config: BanditConfig, method: str | Estimator = "pulse",
             return jax.lax.scan(lambda c, e: one(episodes, c, params, e), carry, x)
 
         def keep_going(b, inner):
-            if not config.stop.stops_early:
+            if not kernel.plugins.stop.stops_early:
                 return True
             states, queues, _ = inner
             asking = ~states.stopped & (states.spent + jnp.sum(queues.cells, axis=1) < config.budget)

@@ -1,6 +1,6 @@
-"""Static settings of a run and the run's plug-ins: `BanditConfig`, `Plugins`, and the
-checks and conversions every kernel entry shares (names resolve through `pulse_jax.registry`,
-which imports the plug-in interfaces only)."""
+"""Static settings of a run and the run's plug-ins: `BanditConfig` (numbers and shapes), `Plugins`
+(estimator, sampling rule, stopping rule), and the checks and conversions every kernel entry shares
+(names resolve through `pulse_jax.registry`, which imports the plug-in interfaces only)."""
 from __future__ import annotations
 
 import dataclasses
@@ -26,7 +26,8 @@ INTERVALS = ("cs", "paper")
 
 @dataclasses.dataclass(frozen=True)
 class BanditConfig:
-    """Static parameters of one bandit run (hashable; changing them recompiles).
+    """Static parameters of one bandit run (hashable; changing them recompiles): numbers and shapes.
+    The algorithm (estimator, sampling rule, stopping rule) is the run's `Plugins`, passed beside it.
 
     The numbers a user sweeps (exploration, delta, learning rates, L2 weights,
     a fixed lambda) are *not* here: they are `pulse_jax.BanditParams`,
@@ -62,20 +63,12 @@ class BanditConfig:
         (``SimulationResult.best_at_budget`` and what uses it) are then refused.
       record_estimates: also record every model's estimate and bounds after
         every step (for tests and diagnostics; ``n_steps x m`` memory per repetition).
-      rule: the sampling rule, a `pulse_jax.rules.SamplingRule` or its
-        name (`pulse_jax.registry`): ``"ucbe"`` the paper's index
-        ``mu_hat_i + sqrt(a / N_i)`` (default), ``"lucb"``, ``"top_two"``,
-        ``"successive_halving"``, or ``"package.module:attribute"``.
       interval: the bounds behind certification and the LUCB rule. ``"cs"``
         (default): the anytime-valid confidence sequences of
         `pulse_jax.stats.confidence.ConfSeq`, simultaneous over the models.
         ``"paper"``: the paper's fixed-count radius (Freedman for PULSE,
         Bernstein-Serfling for UCB-E) at ``delta / (m k (k + 1))`` for a
         model's k-th pull (a union bound over models and pulls).
-      stop: the stopping rule, a `pulse_jax.stopping.StoppingRule` or
-        its name: ``"budget"`` spends the whole budget (default),
-        ``"certified"`` stops once the leader's lower bound exceeds every
-        other model's upper bound (the fixed-confidence mode).
       snapshot_budgets: budgets (cells, initialization included) at which to
         record every model's interval half-widths (for benchmarks).
       populations: for a candidate matrix with missing cells, each model's
@@ -101,10 +94,8 @@ class BanditConfig:
     refit_epochs: int = 10
     record_estimates: bool = False
     record_steps: bool = True
-    rule: str | SamplingRule = "ucbe"
     interval: str = "cs"
     cs_grid: int = 0
-    stop: str | StoppingRule = "budget"
     snapshot_budgets: tuple = ()
     populations: tuple | None = None
     concurrency: int = 1
@@ -151,8 +142,6 @@ class BanditConfig:
                 f"refit_epochs={self.refit_epochs}")
         require(self.budget < 2**31 and self.n_models * self.n_examples < 2**31,
                 "problem too large for 32-bit cell counters")
-        object.__setattr__(self, "rule", registry.sampling_rule(self.rule, "BanditConfig.rule"))
-        object.__setattr__(self, "stop", registry.stopping_rule(self.stop, "BanditConfig.stop"))
         require(self.interval in INTERVALS, f"interval must be one of {', '.join(INTERVALS)}, got {self.interval!r}")
         object.__setattr__(self, "snapshot_budgets", tuple(int(b) for b in self.snapshot_budgets))
         if self.populations is not None:
@@ -206,16 +195,47 @@ def log_chunk_slots(config: BanditConfig) -> int:
     return tau * -(-256 // (tau * config.batch_size))
 
 
-class Plugins(NamedTuple):
-    """The run's plug-ins: estimator, sampling rule, stopping rule (static, hashable)."""
-
+class _PluginFields(NamedTuple):
     estimator: Estimator
     rule: SamplingRule
     stop: StoppingRule
 
 
-def plugins_of(config: BanditConfig, estimator: Estimator) -> Plugins:
-    return Plugins(estimator, config.rule, config.stop)
+class Plugins(_PluginFields):
+    """The run's algorithm: estimator, sampling rule, stopping rule (static, hashable; a new one compiles anew).
+
+    Each is a plug-in or its name (`pulse_jax.registry`: ``"package.module:attribute"`` for one of
+    your own), resolved here, so a bad name is refused where it is given::
+
+        Plugins("pulse", rule="top_two", stop="certified")
+
+    Attributes:
+      estimator: the per-model estimate, a `pulse_jax.Estimator`: ``"pulse"`` (default), ``"ucbe"``,
+        ``"naive"``, ``"pulse_hedged"``, ...
+      rule: the sampling rule, a `pulse_jax.rules.SamplingRule`: ``"ucbe"`` the paper's index
+        ``mu_hat_i + sqrt(a / N_i)`` (default), ``"lucb"``, ``"top_two"``, ``"successive_halving"``, ...
+      stop: the stopping rule, a `pulse_jax.stopping.StoppingRule`: ``"budget"`` spends the whole
+        budget (default), ``"certified"`` stops once the leader's lower bound exceeds every other
+        model's upper bound (the fixed-confidence mode), ...
+    """
+
+    def __new__(cls, estimator="pulse", rule="ucbe", stop="budget"):
+        return super().__new__(cls, registry.estimator(estimator, "Plugins.estimator"),
+                               registry.sampling_rule(rule, "Plugins.rule"),
+                               registry.stopping_rule(stop, "Plugins.stop"))
+
+    def __repr__(self) -> str:
+        return f"Plugins(estimator={self.estimator.name!r}, rule={self.rule.name!r}, stop={self.stop.name!r})"
+
+    def describe(self) -> dict:
+        """The plug-ins' names, for results and logs."""
+        return {"estimator": self.estimator.name, "rule": self.rule.name, "stop": self.stop.name}
+
+
+def as_plugins(plugins) -> Plugins:
+    """``plugins`` as a `Plugins`: itself, or an estimator (or its name) with the default sampling
+    rule (``"ucbe"``) and stopping rule (``"budget"``)."""
+    return plugins if isinstance(plugins, Plugins) else Plugins(plugins)
 
 
 def refit_period(config: BanditConfig, plugins: Plugins) -> int:
@@ -269,13 +289,14 @@ def traced_params(plugins: Plugins, params) -> RunParams:
     return params
 
 
-def check_compatible(config: BanditConfig, estimator: Estimator) -> None:
-    """Refuse, in one line, a plug-in that breaks its contract on this run's shapes
-    (`pulse_jax.engine.conformance.check_plugins`), or a rule or stopping rule that needs an interval
-    the method does not have. ``estimator``: the plug-in, its name or its `pulse_jax.registry.BuiltIn`."""
-    estimator = get_estimator(estimator)
-    conformance.check_plugins(config, estimator)
-    registry.check_interval_needs(estimator, config.rule, config.stop)
+def check_compatible(config: BanditConfig, plugins) -> Plugins:
+    """``plugins`` (`as_plugins`) checked: refused, in one line, where a plug-in breaks its contract on
+    this run's shapes (`pulse_jax.engine.conformance.check_plugins`), or a rule or stopping rule needs
+    an interval the estimator does not have."""
+    plugins = as_plugins(plugins)
+    conformance.check_plugins(config, plugins)
+    registry.check_interval_needs(*plugins)
+    return plugins
 
 
 def check_levels(config: BanditConfig, plugins: Plugins, params: RunParams, where: str = "params") -> None:

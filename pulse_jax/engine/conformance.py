@@ -378,12 +378,13 @@ def _check_statement(kind, stop, params) -> None:
 
 
 @functools.lru_cache(maxsize=256)
-def _check_hashable(config, estimator) -> None:
+def _check_hashable(config, plugins) -> None:
     from pulse_jax.engine.params import default_params
 
-    params = default_params((estimator, config.rule, config.stop))
+    estimator, rule, stop = plugins
+    params = default_params(plugins)
     reads = [check_estimator(estimator, config.n_models, config.n_examples, config.batch_size, params.estimator),
-             check_rule(config.rule, config, params.rule), check_stop(config.stop, config, params.stop)]
+             check_rule(rule, config, params.rule), check_stop(stop, config, params.stop)]
     # then once on concrete values: the mistakes that type-check and run (`value_checks`), in user code
     from pulse_jax.estimators import base as estimators
     from pulse_jax.rules import base as rules
@@ -392,28 +393,27 @@ def _check_hashable(config, estimator) -> None:
     if value_checks.written_by_user(estimator, estimators.built_ins()):
         value_checks.check_estimator_values(estimator, config.n_models, config.n_examples, config.batch_size,
                                             params.estimator)
-    if value_checks.written_by_user(config.rule, rules.built_ins()):
-        value_checks.check_rule_values(config.rule, config, params.rule)
-    if value_checks.written_by_user(config.stop, stops.built_ins()):
-        value_checks.check_stop_values(config.stop, config, params.stop)
+    if value_checks.written_by_user(rule, rules.built_ins()):
+        value_checks.check_rule_values(rule, config, params.rule)
+    if value_checks.written_by_user(stop, stops.built_ins()):
+        value_checks.check_stop_values(stop, config, params.stop)
     for read in reads:      # last: a plug-in that breaks a contract is told that first
         _check_params_read(*read)
 
 
-def check_plugins(config, estimator) -> None:
-    """Check the run's estimator, sampling rule and stopping rule (``config.rule``, ``config.stop``)
-    against their protocols on the run's sizes; raises `pulse_jax.PulseInputError` in one line
-    on a broken contract. Cached per configuration and plug-ins (they are hashable: the compiled
-    program takes them as static arguments)."""
-    plugins = (("estimator", estimator), ("sampling rule", config.rule), ("stopping rule", config.stop))
-    for kind, plugin in plugins:   # fields first: a list where a tuple goes makes the plug-in unhashable
-        _check_fields(kind, plugin, {}, {})
+def check_plugins(config, plugins) -> None:
+    """Check the run's `pulse_jax.Plugins` (estimator, sampling rule, stopping rule) against their
+    protocols on the run's sizes; raises `pulse_jax.PulseInputError` in one line on a broken
+    contract. Cached per configuration and plug-ins (they are hashable: the compiled program takes
+    them as static arguments)."""
+    for kind, plugin in zip(("estimator", "sampling rule", "stopping rule"), plugins):
+        _check_fields(kind, plugin, {}, {})   # fields first: a list where a tuple goes makes the plug-in unhashable
     try:
-        hash((config, estimator))
+        hash((config, plugins))
     except TypeError as err:
         raise PulseInputError(f"plug-ins must be hashable (tuples, not lists or dicts, in their fields): {err}") \
             from None
-    _check_hashable(config, estimator)
+    _check_hashable(config, plugins)
 
 
 __all__ = ["check_estimator", "check_plugins", "check_rule", "check_stop"]

@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from pulse_jax.engine import run_trace as tracing
 from pulse_jax.engine.bookkeeping import Snapshots, current_estimates, half_widths, interval_bounds
-from pulse_jax.engine.config import BanditConfig, check_compatible, get_estimator, refits_periodically, traced_params
+from pulse_jax.engine.config import BanditConfig, Plugins, check_compatible, refits_periodically, traced_params
 from pulse_jax.engine.kernel import Kernel, Start, build_kernel, record_stop, sequence_bounds
 from pulse_jax.engine.params import RunParams
 from pulse_jax.engine.state import BanditState, Episode, RunResult, StepRecord, Told, cells_cost
@@ -35,11 +35,10 @@ EPISODE_AXES = Episode(scores=None, missing=None, V=None, model_order=0, init_ex
                        row_prior=None, cost=None)
 
 
-def bind(config: BanditConfig, method: str | Estimator) -> Kernel:
-    """The checked kernel of ``method`` on ``config``: the prologue every driver shares."""
-    estimator = get_estimator(method)
-    check_compatible(config, estimator)
-    return build_kernel(config, estimator)
+def bind(config: BanditConfig, plugins: Plugins | str | Estimator) -> Kernel:
+    """The checked kernel of ``plugins`` on ``config``: the prologue every driver shares. ``plugins``: a
+    `pulse_jax.Plugins`, or an estimator (or its name) with the default sampling and stopping rules."""
+    return build_kernel(config, check_compatible(config, plugins))
 
 
 def start_params(kernel: Kernel, params) -> RunParams:
@@ -52,7 +51,7 @@ def _sequential(kernel: Kernel) -> None:
                                             "one batch at a time; use pulse_jax.engine.make_concurrent_run")
 
 
-def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False):
+def make_run(config: BanditConfig, plugins: Plugins | str | Estimator = "pulse", follow: bool = False):
     """Return ``run(key, scores, V, params=None, choices=None, start=Start()) -> RunResult`` for one
     repetition (pure, jittable).
 
@@ -75,7 +74,7 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     never refit) and the Gaussian every refit pulls them towards (``row_prior``), with weight
     ``params.refit_prior``.
     """
-    kernel = bind(config, method)
+    kernel = bind(config, plugins)
     _sequential(kernel)
 
     def run(key, scores, V, params=None, choices=None, start=Start()):
@@ -105,24 +104,24 @@ def make_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bo
     return run
 
 
-def make_batched_run(config: BanditConfig, method: str | Estimator = "pulse", follow: bool = False,
+def make_batched_run(config: BanditConfig, plugins: Plugins | str | Estimator = "pulse", follow: bool = False,
                      block: int | None = None):
     """``run(keys, scores, V, params, choices=None, start=Start()) -> RunResult`` for a batch of
     repetitions (leading axis of ``keys``, ``params`` and ``choices``).
 
-    With a stopping rule that fixes no budget (``config.stop.stops_early``, e.g. ``"certified"``)
+    With a stopping rule that fixes no budget (``plugins.stop.stops_early``, e.g. ``"certified"``)
     the steps run in blocks of ``block`` inside a ``lax.while_loop`` that ends once every
     repetition of the batch has stopped (or spent its budget, or seen every cell): wall time
     follows the cells actually spent, not the budget. The steps are the same pure `step`
     as `make_run`'s scan, on the same ``t``, so every record equals the scan's; the steps
     that never ran are filled with the record of an idle step of the final state (what the scan
     computes for them: a stopped run changes nothing). Otherwise this is
-    ``vmap(make_run(config, method, follow))``.
+    ``vmap(make_run(config, plugins, follow))``.
     """
-    kernel = bind(config, method)
+    kernel = bind(config, plugins)
     _sequential(kernel)
-    if not config.stop.stops_early:
-        per_rep = jax.vmap(make_run(config, kernel.plugins.estimator, follow),
+    if not kernel.plugins.stop.stops_early:
+        per_rep = jax.vmap(make_run(config, kernel.plugins, follow),
                            in_axes=(0, None, None, 0, 0 if follow else None, None))
         return lambda keys, scores, V, params, choices=None, start=Start(): per_rep(keys, scores, V, params, choices,
                                                                                     start)

@@ -16,12 +16,12 @@ import jax.numpy as jnp
 
 from pulse_jax.engine.bookkeeping import (Certificate, Snapshots, bet_horizon, current_estimates, half_widths,
                                           interval_bounds, record_certificate)
-from pulse_jax.engine.config import BanditConfig, Plugins, log_chunk_slots, plugins_of, refit_due
+from pulse_jax.engine.config import BanditConfig, Plugins, as_plugins, log_chunk_slots, refit_due
 from pulse_jax.engine.params import RunParams
 from pulse_jax.engine.refit import adam_refit, periodic_numbers, refit, refit_numbers
 from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepInfo, Told, cells_cost, draw_keys,
                                     initial_draws)
-from pulse_jax.estimators.base import Estimator, ModelSums, Pull, draw_design
+from pulse_jax.estimators.base import ModelSums, Pull, draw_design
 from pulse_jax.rules.base import RuleInputs
 from pulse_jax.stats import confidence, factorization
 from pulse_jax.stats import without_replacement as sampling
@@ -563,10 +563,10 @@ class Kernel(NamedTuple):
     record: RecordFn
 
 
-def build_kernel(config: BanditConfig, estimator: Estimator) -> Kernel:
-    """The `Kernel` of ``estimator`` and ``config``'s sampling and stopping rules: closures over the
-    static half (``config``, the plug-ins), so nothing static is passed again."""
-    s = Static(config, plugins_of(config, estimator))
+def build_kernel(config: BanditConfig, plugins: Plugins) -> Kernel:
+    """The `Kernel` of ``plugins`` (a `Plugins`, or an estimator with the default rules) on ``config``:
+    closures over the static half (``config``, the plug-ins), so nothing static is passed again."""
+    s = Static(config, as_plugins(plugins))
 
     def init(key, scores, V, params, start=Start()):
         return _init(s, key, scores, V, params, start)

@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from pulse_jax.engine.config import BanditConfig, get_estimator, plugins_of, resolve_params
+from pulse_jax.engine.config import BanditConfig, Plugins, resolve_params
 from pulse_jax.engine.drivers import make_run
 from pulse_jax.engine.kernel import build_kernel
 
@@ -26,23 +26,25 @@ _OPERATION = re.compile(r"^\s*(%\S+(:\d+)? = )?\"?(stablehlo|chlo|func\.call|mhl
 
 
 def _problem(method: str, config: dict):
-    """`SMALL` with ``config``'s settings over it: ``(BanditConfig, estimator, params, scores, V)``."""
+    """`SMALL` with ``config``'s settings over it (``rule`` and ``stop`` go to the `Plugins`):
+    ``(BanditConfig, Plugins, params, scores, V)``."""
     settings = {**SMALL, **config}
+    plugins = Plugins(method, rule=settings.pop("rule", "ucbe"), stop=settings.pop("stop", "budget"))
     m, n, r = settings.pop("n_models"), settings.pop("n_examples"), settings.pop("rank")
     settings.setdefault("budget", m * settings["batch_size"] + 200)
     rng = np.random.default_rng(0)
     scores = (rng.random((m, n)) < 0.5).astype(np.float32)
     V = rng.normal(size=(n, r)).astype(np.float32)
     bandit = BanditConfig(n_models=m, n_examples=n, **settings)
-    estimator = get_estimator(method)
-    return bandit, estimator, resolve_params(None, plugins_of(bandit, estimator)), scores, V
+    return bandit, plugins, resolve_params(None, plugins), scores, V
 
 
 def step_operations(method: str = "pulse", *, compiled: bool = False, **config) -> dict:
     """``{"lowered": n[, "compiled": k]}`` for one step (``t`` traced) of ``method`` on `SMALL` (any
-    `BanditConfig` field in ``config`` replaces its setting there, e.g. ``stop="certified"``)."""
-    bandit, estimator, params, scores, V = _problem(method, config)
-    kernel = build_kernel(bandit, estimator)
+    `BanditConfig` field in ``config`` replaces its setting there; ``rule`` and ``stop`` name the
+    plug-ins, e.g. ``stop="certified"``)."""
+    bandit, plugins, params, scores, V = _problem(method, config)
+    kernel = build_kernel(bandit, plugins)
     episode, state = jax.jit(kernel.init)(jax.random.PRNGKey(0), scores, V, params)
     lowered = jax.jit(kernel.step).lower(episode, state, params, jnp.int32(1))
     out = {"lowered": sum(1 for line in lowered.as_text().splitlines() if _OPERATION.match(line))}
@@ -97,8 +99,8 @@ def scan_body_thunks(method: str = "pulse", **config) -> dict:
     """``{"step": n, "refit_step": k}``: the thunks of the largest loop body of one whole compiled run of
     ``method`` on `SMALL` (the scan over steps), taking at each conditional its cheapest branch (a step
     without a refit) or its costliest (a step with one). Loops inside the body count once."""
-    bandit, _, params, scores, V = _problem(method, config)
-    run = jax.jit(make_run(bandit, method))
+    bandit, plugins, params, scores, V = _problem(method, config)
+    run = jax.jit(make_run(bandit, plugins))
     text = run.lower(jax.random.PRNGKey(0), scores, V, params).compile().as_text()
     computations, entry = _computations(text)
     bodies = [re.search(r"body=%?([\w.\-]+)", line).group(1) for line in computations[entry] if " while(" in line]

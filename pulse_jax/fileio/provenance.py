@@ -67,8 +67,15 @@ def hash_inputs(*paths) -> list[dict]:
     return [file_record(p) for p in paths if p and Path(p).is_file()]
 
 
-def collect(*, config=None, params=None, seed=None, inputs=(), method=None, extra: dict | None = None) -> dict:
-    """The provenance record of one results folder (see the module docstring)."""
+def describe_plugins(plugins) -> dict:
+    """A `pulse_jax.Plugins` as ``{"estimator", "rule", "stop"}``, each by name and settings."""
+    return {kind: _plain(plugin) for kind, plugin in zip(("estimator", "rule", "stop"), plugins)}
+
+
+def collect(*, config=None, plugins=None, params=None, seed=None, inputs=(), method=None,
+            extra: dict | None = None) -> dict:
+    """The provenance record of one results folder (see the module docstring); ``method`` defaults to
+    the name of ``plugins``' estimator."""
     import jax
 
     record = {
@@ -78,9 +85,10 @@ def collect(*, config=None, params=None, seed=None, inputs=(), method=None, extr
         "backend": jax.default_backend(),
         "devices": [str(d) for d in jax.devices()],
         "inputs": [p if isinstance(p, dict) else file_record(p) for p in inputs if p],
-        "method": method,
+        "method": method if method is not None or plugins is None else plugins.estimator.name,
         "seed": seed,
         "config": describe_config(config) if config is not None else None,
+        "plugins": describe_plugins(plugins) if plugins is not None else None,
         "params": params.to_dict() if params is not None else None,
     }
     record.update(extra or {})

@@ -72,12 +72,12 @@ class Programs(NamedTuple):
 
 
 @functools.lru_cache(maxsize=16)
-def compiled(config: BanditConfig, estimator) -> Programs:
-    """`Programs` of one configuration and estimator object, shared by every selector that uses them
+def compiled(config: BanditConfig, plugins) -> Programs:
+    """`Programs` of one configuration and `pulse_jax.Plugins`, shared by every selector that uses them
     (parameters are traced: selectors that differ only in them share the programs). It is the same
     kernel a simulation steps: the ask is given the kernel's own ``stop_status``, which records the stop
     in the state (`pulse_jax.live.core.ask`)."""
-    kernel = engine.build_kernel(config, estimator)
+    kernel = engine.build_kernel(config, plugins)
 
     def status(state, params, t, in_flight, logged):
         return kernel.stop_status(state, params, t, in_flight, logged)

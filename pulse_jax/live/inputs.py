@@ -50,16 +50,16 @@ def params_of(params, delta, exploration, bounds, stop, n_models: int):
     return choices.claim_split(numbers, stop, named)
 
 
-def plugins_of(method, rule, stop, has_history: bool):
-    """The estimator, sampling rule and stopping rule, each None replaced by the live default
-    (`pulse_jax.choices`: the same as a `pulse_jax.live.Plan`'s); the default's notes said as warnings."""
+def live_plugins(method, rule, stop, has_history: bool):
+    """The `pulse_jax.Plugins` (estimator, sampling rule, stopping rule), each None replaced by the live
+    default (`pulse_jax.choices`: the same as a `pulse_jax.live.Plan`'s); the default's notes said as warnings."""
     estimator = engine.get_estimator(choices.default_method(has_history) if method is None else method)
     stop = choices.default_stop(estimator) if stop is None else choices.plugin("stopping rule", stop, "stop")
     if rule is None:
         rule, notes = choices.default_rule(estimator, stop, choices.keyword)
         for text in notes:
             note(text)
-    return estimator, registry.sampling_rule(rule, "rule"), registry.stopping_rule(stop, "stop")
+    return engine.Plugins(estimator, registry.sampling_rule(rule, "rule"), registry.stopping_rule(stop, "stop"))
 
 
 def check_cost(cost, models, stop):
@@ -97,11 +97,11 @@ def check_order(order, models, example_ids, estimator):
 
 
 class Prepared(NamedTuple):
-    """A selector's checked choices: its plug-ins (``estimator``; the rule and stop in ``config``), its
-    `pulse_jax.BanditConfig` and resolved `pulse_jax.RunParams`, each model's ``cost`` per cell (or None)
+    """A selector's checked choices: its `pulse_jax.Plugins`, its `pulse_jax.BanditConfig` and resolved
+    `pulse_jax.RunParams`, each model's ``cost`` per cell (or None)
     and the given orders as example columns (or None)."""
 
-    estimator: object
+    plugins: object
     config: object
     params: object
     cost: object
@@ -114,39 +114,35 @@ def prepare(models, example_ids, budget: int, has_history: bool, options: dict) 
     from pulse_jax.engine import BanditConfig
 
     o = options
-    estimator, rule, stop = plugins_of(o["method"], o["rule"], o["stop"], has_history)
+    plugins = live_plugins(o["method"], o["rule"], o["stop"], has_history)
+    estimator, stop = plugins.estimator, plugins.stop
     params = params_of(o["params"], o["delta"], o["exploration"], o["bounds"], stop, len(models))
     cs_grid = choices.cs_grid(choices.DEFAULT_SEQUENCE, choices.keyword) if o["cs_grid"] is None else o["cs_grid"]
     config = BanditConfig(n_models=len(models), n_examples=len(example_ids), budget=int(budget),
                           batch_size=o["batch_size"], init_batches=o["init_batches"], refit_every=o["refit_every"],
-                          rule=rule, cs_grid=cs_grid, stop=stop,
+                          cs_grid=cs_grid,
                           concurrency=choices.CONCURRENCY if o["concurrency"] is None else o["concurrency"],
                           gap_horizon=choices.claim_gap_horizon(stop, params, o["gap_horizon"]))
-    engine.check_compatible(config, estimator)
-    plugins = engine.plugins_of(config, estimator)
+    plugins = engine.check_compatible(config, plugins)
     cost = check_cost(o["cost"], models, plugins.stop)
     params = engine.resolve_params(params, plugins)
     engine.check_levels(config, plugins, params)
-    return Prepared(estimator, config, params, cost, check_order(o["order"], models, example_ids, estimator))
+    return Prepared(plugins, config, params, cost, check_order(o["order"], models, example_ids, estimator))
 
 
-def with_stop(config, estimator, params, cost, stop, numbers=None):
-    """``(config, params)`` of a selector that checks ``stop`` from now on (`pulse_jax.live.Selector.use_stop`):
+def with_stop(config, plugins, params, cost, stop, numbers=None):
+    """``(plugins, params)`` of a selector that checks ``stop`` from now on (`pulse_jax.live.Selector.use_stop`):
     the stop's own numbers, or ``numbers`` (``{"epsilon": 0.02}`` or ``{"stop.epsilon": 0.02}``), checked
     with the estimator, the costs and the levels its claim needs."""
-    import dataclasses
-
     from pulse_jax.engine.params import declared_params
 
-    config = dataclasses.replace(config, stop=stop)
-    engine.check_compatible(config, estimator)
-    plugins = engine.plugins_of(config, estimator)
+    plugins = engine.check_compatible(config, plugins._replace(stop=registry.stopping_rule(stop, "stop")))
     require(cost is not None or not plugins.stop.uses_cost,
             f"stopping rule {getattr(stop, 'name', stop)!r} ranks the models by cost; this selector has none "
             "(pass cost= when making it)")
-    new = engine.resolve_params(params._replace(stop=declared_params(config.stop)), plugins)
+    new = engine.resolve_params(params._replace(stop=declared_params(plugins.stop)), plugins)
     if numbers:
         new = engine.resolve_params(new.replace({k if "." in k else f"stop.{k}": v for k, v in numbers.items()}),
                                     plugins, "use_stop params")
     engine.check_levels(config, plugins, new)
-    return config, new
+    return plugins, new

@@ -160,10 +160,10 @@ def _plugin_numbers(numbers: dict) -> dict:
     return {f"{part}.{name}": value for part in ("estimator", "rule") for name, value in numbers[part].items()}
 
 
-def run_header(config, params, estimator, seed: int, names: tuple, V, *, order_given: bool) -> dict:
+def run_header(config, params, plugins, seed: int, names: tuple, V, *, order_given: bool) -> dict:
     """Everything that decides a selection's requests (``names``: its models and example ids): a resume
     with any difference is refused, naming it (`check_header`)."""
-    c, (models, examples) = config, names
+    c, (models, examples), estimator, rule = config, names, plugins.estimator, plugins.rule
     return {"type": "header", "version": LOG_VERSION, "method": estimator.name,
             "method_settings": registry.describe(estimator)["settings"], "seed": seed,
             "models": list(models), "examples": list(examples), "budget": c.budget,
@@ -171,7 +171,7 @@ def run_header(config, params, estimator, seed: int, names: tuple, V, *, order_g
             "init_refit_epochs": c.init_refit_epochs, "refit_epochs": c.refit_epochs,
             "carry_refit_state": c.carry_refit_state, "interval": c.interval,
             "cs_grid": c.cs_grid, "gap_horizon": c.gap_horizon,
-            "rule": c.rule.name, "rule_settings": registry.describe(c.rule)["settings"],
+            "rule": rule.name, "rule_settings": registry.describe(rule)["settings"],
             # The engine's numbers and the estimator's and rule's own (the stopping rule may change on resume).
             **params.engine.to_dict(), **_plugin_numbers(params.to_dict()),
             "side_information": fingerprint(V) if estimator.uses_predictions else None,

@@ -29,7 +29,7 @@ def open_log(selector) -> None:
         return
     selector.plan = header.get("plan", selector.plan)
     path, config = selector.log_path, selector.config
-    log_schema.check_header(path, log_schema.grown_budget(path, header, selector._header, config.rule), selector._header)
+    log_schema.check_header(path, log_schema.grown_budget(path, header, selector._header, selector.plugins.rule), selector._header)
     logged_train = header.get("train")
     require(selector._train_fingerprint is None or logged_train in (None, selector._train_fingerprint),
             f"train: these historical scores differ from the ones {path} was started with; resume "

@@ -69,7 +69,7 @@ def write_report(plan, report, selector, *, extra: Mapping | None = None, inputs
             plotting.cost_accuracy(out / "cost_accuracy.png", selector.cost, report.estimates, report.models,
                                    low=report.low, high=report.high, claimed=np.isin(report.models, report.claimed),
                                    title=cost_title(report, selector), unit="$")
-        provenance.write(out, provenance.collect(config=selector.config, params=selector.params, seed=plan.seed,
+        provenance.write(out, provenance.collect(config=selector.config, plugins=selector.plugins, params=selector.params, seed=plan.seed,
                                                  inputs=inputs or (), method=selector.method, extra={"log": log}),
                          files=["report.md", "report.json", "estimates.png"]
                          + (["cost_accuracy.png"] if selector.cost is not None else []))

@@ -29,7 +29,7 @@ def _numbers(selector):
 def report(selector) -> Report:
     """``selector``'s `Report` now."""
     models, config, stop, live = selector.models, selector.config, selector.stop, selector._live
-    m, interval = len(models), selector.estimator.has_interval
+    m, interval = len(models), selector.plugins.estimator.has_interval
     est, n_obs, n_pulls, low, high, separated, certified = _numbers(selector)
     if not interval:
         low, high = np.full(m, np.nan), np.full(m, np.nan)

@@ -72,10 +72,10 @@ class Selector:
         options = dict(method=method, batch_size=batch_size, init_batches=init_batches, exploration=exploration,
                        refit_every=refit_every, delta=delta, bounds=bounds, rule=rule, params=params, cs_grid=cs_grid,
                        stop=stop, order=order, concurrency=concurrency, cost=cost, gap_horizon=gap_horizon)
-        self.estimator, self.config, self.params, self.cost, self._order = inputs.prepare(
+        self.plugins, self.config, self.params, self.cost, self._order = inputs.prepare(
             self.models, self.example_ids, budget, history, options)
         check_seed(seed)
-        self.method, self.seed = self.estimator.name, int(seed)
+        self.method, self.seed = self.plugins.estimator.name, int(seed)
         self.log_path = Path(log) if log is not None else None
         self._identity, self.plan = secrets.token_hex(8), plan
         # model row -> {example column: score}, in evaluation order: the audit trail and paired differences
@@ -83,10 +83,10 @@ class Selector:
         # The ledger locks the log before anything of it is read (sidecar included): a second process stops here.
         self.ledger = Ledger(self.log_path, self.models, self.example_ids, self._told.__getitem__)
         self._train_fingerprint = side_information.fingerprint_of(train)
-        self.V = side_information.embeddings(self.estimator, self.example_ids,
+        self.V = side_information.embeddings(self.plugins.estimator, self.example_ids,
                                              side_information.Given(train, V, rank, self.seed), self.log_path,
                                              self.ledger.has_run)
-        self._header = log_schema.run_header(self.config, self.params, self.estimator, self.seed,
+        self._header = log_schema.run_header(self.config, self.params, self.plugins, self.seed,
                                              (self.models, self.example_ids), self.V,
                                              order_given=self._order is not None)
         self._first = core.first_look(self.config, self.seed)     # simulate(..., seed)'s repetition 0's draws
@@ -98,13 +98,13 @@ class Selector:
             replay.open_log(self)
 
     def _compile(self) -> None:
-        self._programs = compiled(self.config, self.estimator)
+        self._programs = compiled(self.config, self.plugins)
         self._params = self.params.as_arrays()
 
     @property
     def stop(self):
         """The stopping rule checked before every ask (`pulse_jax.stopping.StoppingRule`)."""
-        return self.config.stop
+        return self.plugins.stop
 
     def use_stop(self, stop, params=None) -> None:
         """Check ``stop`` (a stopping rule or its name) before every later ask instead of the current rule;
@@ -113,7 +113,7 @@ class Selector:
         Requests already made and the log are unaffected (the log records no stopping rule), so a
         certified run can go on to spend its budget, and a resumed run may stop by another rule.
         """
-        self.config, self.params = inputs.with_stop(self.config, self.estimator, self.params, self.cost, stop, params)
+        self.plugins, self.params = inputs.with_stop(self.config, self.plugins, self.params, self.cost, stop, params)
         bandit = self._live.bandit
         self._live = self._live._replace(bandit=None if bandit is None else engine.resumed(bandit), finished=False)
         self._compile()
@@ -160,7 +160,7 @@ class Selector:
 
     def _flight(self):
         return core.in_flight(self._live, len(self.models), [(r.model_index, r.example_index)
-                                                             for r in self._pending.values()], self.estimator)
+                                                             for r in self._pending.values()], self.plugins.estimator)
 
     def _issue(self, step: int, i: int, index: np.ndarray) -> Request:
         request = Request(self._asks, step, self.models[i], i, tuple(self.example_ids[j] for j in index),
