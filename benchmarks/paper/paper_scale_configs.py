@@ -118,10 +118,10 @@ def oracle_runs(cand, config, V, path, configs, args) -> dict:
                          seed=args.seed, V=V, progress=False)
         runs.update({f"PULSE, lambda = {lam:g}": res for lam, res in zip(lams, swept.results)})
     if "oracle_allocation" in configs:
-        alloc = dataclasses.replace(config, rule=gap_allocation(np.nanmean(cand.scores, axis=1)))
-        runs["UCB-E, oracle allocation"] = pj.simulate(cand.scores, alloc, "ucbe", reps=args.reps,
+        alloc = gap_allocation(np.nanmean(cand.scores, axis=1))
+        runs["UCB-E, oracle allocation"] = pj.simulate(cand.scores, config, pj.Plugins("ucbe", alloc), reps=args.reps,
                                                        seed=args.seed, progress=False)
-        runs["PULSE, oracle allocation"] = pj.simulate(cand.scores, alloc, "pulse", V=V, reps=args.reps,
+        runs["PULSE, oracle allocation"] = pj.simulate(cand.scores, config, pj.Plugins("pulse", alloc), V=V, reps=args.reps,
                                                        seed=args.seed, progress=False)
     return runs
 
@@ -175,14 +175,14 @@ def rows_for(name, args) -> list[dict]:
 def certify_rows(name, args) -> list[dict]:
     """Fixed confidence: cells to certify with Top-Two (interval) and certification bounds, within the same
     budget, for UCB-E, PULSE and ``pulse_certify``."""
-    cand, info, config, V, _, prior = problem(name, args, rule="top_two_interval", stop="certified",
-                                              cs_grid=args.cs_grid)
+    cand, info, config, V, _, prior = problem(name, args, cs_grid=args.cs_grid)
     rows = []
     methods = [("UCB-E", "ucbe"), ("PULSE", "pulse"), ("pulse_certify", "pulse_certify"), ("pulse_hedged", "pulse_hedged"),
                ("pulse_hedged, train prior", "pulse_hedged_prior")]
     for label, method in (m for m in methods if m[1] in args.certify_methods.split(",")):
         with_prior = method.endswith("_prior")
-        res = pj.simulate(cand.scores, config, method.removesuffix("_prior"), V=None if method == "ucbe" else V,
+        plugins = pj.Plugins(method.removesuffix("_prior"), "top_two_interval", "certified")
+        res = pj.simulate(cand.scores, config, plugins, V=None if method == "ucbe" else V,
                           reps=args.reps, seed=args.seed, row_prior=prior if with_prior else None,
                           params=pj.BanditParams(cs_simultaneous=0.0, refit_prior=float(with_prior)), progress=False)
         cert = res.certification()

@@ -31,7 +31,7 @@ import numpy as np
 from pulse_jax.stats import factorization
 from pulse_jax.fileio import data
 from pulse_jax.analysis import metrics, plotting
-from pulse_jax.engine import BanditConfig
+from pulse_jax.engine import BanditConfig, Plugins
 from pulse_jax.analysis.results import clean_json
 from pulse_jax.compilation_cache import enable_compilation_cache
 from pulse_jax.simulation import SimulationResult, simulate
@@ -134,7 +134,8 @@ def load_result(path: Path, method: str, config: BanditConfig, seed: int) -> Sim
         reps = f["best"].shape[0]
         return SimulationResult(method, config, seed, f["true_means"], f["best"], f["spent"],
                                 np.zeros((reps, 0), int), np.zeros((reps, 0)), f["estimates"], f["radius"],
-                                f["n_obs"], f["n_pulls"], float(f["seconds"]), float(f["compile_seconds"]))
+                                f["n_obs"], f["n_pulls"], float(f["seconds"]), float(f["compile_seconds"]),
+                                plugins=Plugins(method))
 
 
 def main(argv=None) -> int:

@@ -80,7 +80,6 @@ def step_hlo(quick: bool) -> dict:
     import numpy as np
 
     from pulse_jax import engine
-    from pulse_jax.engine.config import get_estimator
 
     m, n, r = (250, 3008, 32) if quick else (1000, 12032, 100)
     rng = np.random.default_rng(0)
@@ -89,8 +88,8 @@ def step_hlo(quick: bool) -> dict:
     config = engine.BanditConfig(n_models=m, n_examples=n, budget=m * 64 + 40_000, batch_size=64, refit_every=100)
     out = {}
     for method in ("ucbe", "pulse"):
-        kernel = engine.build_kernel(config, get_estimator(method))
-        params = engine.resolve_params(None, engine.plugins_of(config, get_estimator(method)))
+        kernel = engine.build_kernel(config, engine.Plugins(method))
+        params = engine.resolve_params(None, kernel.plugins)
         episode, state = jax.jit(kernel.init)(jax.random.PRNGKey(0), scores, V, params)
         text = jax.jit(kernel.step).lower(episode, state, params, 1).compile().as_text()
         lines = [ln for ln in text.splitlines() if " = " in ln and not ln.lstrip().startswith(("ROOT", "//"))]

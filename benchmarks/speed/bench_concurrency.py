@@ -46,7 +46,7 @@ def select_config(m: int, n: int, c: int):
     import pulse_jax as pj
 
     return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=1000,
-                           rule="top_two_interval", stop="certified", cs_grid=1000, concurrency=c, record_steps=False)
+                           cs_grid=1000, concurrency=c, record_steps=False)
 
 
 def problems():
@@ -82,7 +82,7 @@ def part_sim(reps: int, done: dict, save) -> None:
             if key in done:
                 continue
             start = time.perf_counter()
-            res = pj.simulate(scores, select_config(m, n, c), "pulse_hedged", V=V, reps=reps, seed=0,
+            res = pj.simulate(scores, select_config(m, n, c), pj.Plugins("pulse_hedged", "top_two_interval", "certified"), V=V, reps=reps, seed=0,
                               params={"cs_simultaneous": 0.0}, progress=False)
             cells = res.spent[:, -1]
             certified = res.certified_model

@@ -80,9 +80,10 @@ def run_one(scores, V, method, batch, reps, seed, challenger="interval") -> dict
 
     m, n = scores.shape
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=batch, refit_every=1000,
-                             rule=pj.top_two(challenger=challenger), cs_grid=BETTING_GRID, stop="certified")
+                             cs_grid=BETTING_GRID)
+    plugins = pj.Plugins(method, pj.top_two(challenger=challenger), "certified")
     t = time.time()
-    res = pj.simulate(scores, config, method, V=V if method != "ucbe" else None, reps=reps, seed=seed,
+    res = pj.simulate(scores, config, plugins, V=V if method != "ucbe" else None, reps=reps, seed=seed,
                       params={"delta": 0.05, "cs_simultaneous": 0.0}, progress=False)
     means = res.true_means
     top2 = np.argsort(-means, kind="stable")[:2]

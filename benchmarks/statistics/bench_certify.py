@@ -69,18 +69,18 @@ def main(argv=None) -> int:
     rows = []
     print(label, file=sys.stderr)
     for method in args.methods.split(","):
-        config = pj.BanditConfig(n_models=m, n_examples=n, rule=args.rule, **kw)
+        config = pj.BanditConfig(n_models=m, n_examples=n, **kw)
         run = dict(V=V, reps=args.reps, seed=0, params=params, progress=True)
-        blocked = pj.simulate(scores, dataclasses.replace(config, stop="certified"), method, **run)
-        scanned = pj.simulate(scores, dataclasses.replace(config, stop=full_scan), method, **run)
+        blocked = pj.simulate(scores, config, pj.Plugins(method, args.rule, "certified"), **run)
+        scanned = pj.simulate(scores, config, pj.Plugins(method, args.rule, full_scan), **run)
         same = bool(np.array_equal(blocked.certified_spent, scanned.certified_spent)
                     and np.array_equal(blocked.certified_model, scanned.certified_model)
                     and np.array_equal(blocked.chosen, scanned.chosen))
         cert = metrics.cells_to_certify(blocked)
         cells = np.where(blocked.certified_spent >= 0, blocked.certified_spent, config.budget)
         p90 = int(max(np.percentile(cells, 90), config.init_cells + config.batch_size))
-        fixed = pj.simulate(scores, pj.BanditConfig(n_models=m, n_examples=n, rule=args.rule,
-                                                    **{**kw, "budget": min(p90, config.budget)}), method, **run)
+        fixed = pj.simulate(scores, dataclasses.replace(config, budget=min(p90, config.budget)),
+                            pj.Plugins(method, args.rule), **run)
         row = {"setting": label, "method": method, "rule": args.rule, "reps": args.reps, "budget": config.budget,
                **{k: cert[k] for k in ("median", "low", "high", "certified_fraction", "error_rate")},
                "p90_cells": p90, "same_results": same,

@@ -100,10 +100,10 @@ def main() -> None:
         for rule_key, cs_grid in itertools.product(args.rules.split(","), [int(g) for g in args.grids.split(",")]):
             rule_name, rule = RULES[rule_key]
             config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25,
-                                     rule=rule, stop="certified", cs_grid=cs_grid)
+                                     cs_grid=cs_grid)
             for method in args.methods.split(","):
                 with_prior = method.endswith("_prior")     # the train models' Gaussian, at weight 1
-                res = pj.sweep(scores, config, METHODS[method], grid, reps=args.reps, seed=0,
+                res = pj.sweep(scores, config, pj.Plugins(METHODS[method], rule, "certified"), grid, reps=args.reps, seed=0,
                                V=V if method != "ucbe" else None, progress=False,
                                base=pj.BanditParams(refit_prior=1.0) if with_prior else None,
                                row_prior=priors.get(data_name) if with_prior else None)
@@ -145,11 +145,11 @@ def lambda_sweep(sets, args) -> None:
     for data_name in args.data.split(","):
         scores, V = sets[data_name]
         m, n = scores.shape
-        config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25,
-                                 rule=RULES["top_two"][1], stop="certified")
+        config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25)
+        top_two = RULES["top_two"][1]
         base = pj.BanditParams(cs_simultaneous=0.0)
-        ucbe = pj.simulate(scores, config, "ucbe", reps=args.reps, seed=0, params=base, progress=False)
-        swept = pj.sweep(scores, config, pj.pulse(raw_sequence=False), {"fixed_lambda": lambdas}, reps=args.reps,
+        ucbe = pj.simulate(scores, config, pj.Plugins("ucbe", top_two, "certified"), reps=args.reps, seed=0, params=base, progress=False)
+        swept = pj.sweep(scores, config, pj.Plugins(pj.pulse(raw_sequence=False), top_two, "certified"), {"fixed_lambda": lambdas}, reps=args.reps,
                          seed=0, V=V, base=base, progress=False)
         for lam, r in zip(lambdas, swept.results):
             cert = r.certification()

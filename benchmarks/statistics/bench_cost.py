@@ -69,11 +69,18 @@ def price_tables(names) -> dict[str, np.ndarray]:
     return {"list prices": prices, "parameters": by_size / by_size.min()}
 
 
-def select_config(m: int, n: int, stop="certified", rule="top_two_interval"):
+def select_config(m: int, n: int):
     import pulse_jax as pj
 
-    return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=1000, rule=rule,
-                           stop=stop, cs_grid=1000, record_steps=False)
+    return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=1000, cs_grid=1000,
+                           record_steps=False)
+
+
+def select_plugins(stop="certified", rule="top_two_interval"):
+    """PULSE (hedged) with ``rule`` and ``stop``: `select`'s plug-ins for a certificate."""
+    import pulse_jax as pj
+
+    return pj.Plugins("pulse_hedged", rule, stop)
 
 
 def problems(rank: int = 16):
@@ -98,7 +105,7 @@ def _certify(scores, V, reps, cost=None, **kw):
     import pulse_jax as pj
 
     m, n = scores.shape
-    res = pj.simulate(scores, select_config(m, n, **kw), "pulse_hedged", V=V, reps=reps, seed=0, cost=cost,
+    res = pj.simulate(scores, select_config(m, n), select_plugins(**kw), V=V, reps=reps, seed=0, cost=cost,
                       params={"cs_simultaneous": 0.0}, progress=False)
     return res
 
@@ -206,9 +213,9 @@ def part_cost(reps: int, done: dict, save) -> None:
                 continue
             rule = getattr(pj, stop)(0.01) if stop != "certified" else "certified"
             start = time.perf_counter()
-            res = pj.simulate(scores, select_config(m, n, stop=rule, rule="focus" if stop != "certified"
-                                                    else "top_two_interval"),
-                              "pulse_hedged", V=V, reps=reps, seed=0, cost=cost, params={"cs_simultaneous": 1.0},
+            res = pj.simulate(scores, select_config(m, n),
+                              select_plugins(stop=rule, rule="focus" if stop != "certified" else "top_two_interval"),
+                              V=V, reps=reps, seed=0, cost=cost, params={"cs_simultaneous": 1.0},
                               progress=False)
             claims = res.claims()
             money = res.money[:, -1]
@@ -256,7 +263,7 @@ def part_core(reps: int, done: dict, save) -> None:
             save()
             continue
         sub, sub_cost = scores[core], cost[core]
-        res = pj.simulate(sub, select_config(len(core), n, stop=pj.cost_front(0.01), rule="focus"), "pulse_hedged",
+        res = pj.simulate(sub, select_config(len(core), n), select_plugins(stop=pj.cost_front(0.01), rule="focus"),
                           V=V, reps=reps, seed=0, cost=sub_cost, params={"cs_simultaneous": 1.0}, progress=False)
         done[key] = {"reps": reps, "models": [names[i] for i in core],
                      "stopped_fraction": res.claims()["stopped_fraction"],

@@ -75,10 +75,10 @@ def measure(name, scores, V, batch, budget, refit_every, reps, seed=0, fractions
                 if combos and f"{rule}:{interval}" not in combos:
                     continue
                 config = pj.BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch,
-                                         refit_every=refit_every, rule=rule, interval=interval,
+                                         refit_every=refit_every, interval=interval,
                                          snapshot_budgets=snaps)
                 t0 = time.perf_counter()
-                res = simulate(scores, config, method, V=V, reps=reps, seed=seed)
+                res = simulate(scores, config, pj.Plugins(method, rule), V=V, reps=reps, seed=seed)
                 cert = res.certification()
                 widths = res.snapshot_cs if interval == "cs" else res.snapshot_paper
                 best = int(np.argmax(np.asarray(scores, np.float64).mean(1)))

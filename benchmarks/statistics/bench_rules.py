@@ -56,9 +56,8 @@ def one_row(name, scores, V, regime, rule, method, args) -> dict:
     s = settings(regime, scores, args.batch_size)
     plugin = pj.top_two(challenger="interval") if rule == "top_two_interval" else rule
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=s["budget"], batch_size=args.batch_size,
-                             refit_every=args.refit_every, rule=plugin, stop=s["stop"],
-                             cs_grid=BETTING_GRID if args.sequence == "betting" else 0)
-    res = pj.simulate(scores, config, method, V=V, reps=args.reps, seed=args.seed,
+                             refit_every=args.refit_every, cs_grid=BETTING_GRID if args.sequence == "betting" else 0)
+    res = pj.simulate(scores, config, pj.Plugins(method, plugin, s["stop"]), V=V, reps=args.reps, seed=args.seed,
                       params=pj.BanditParams(delta=args.delta, cs_simultaneous=1.0 if args.bounds == "all" else 0.0))
     row = {"data": name, "regime": regime, "rule": rule, "method": method, "reps": args.reps,
            "budget": s["budget"], "models": m, "examples": n, "seconds": round(res.seconds, 1)}

@@ -91,13 +91,12 @@ def main() -> None:
     for data_name, (scores, V, V_in_sample) in _data(args.data.split(",")).items():
         m, n = scores.shape
         for rule_name, rule in rules.items():
-            config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25,
-                                     rule=rule, stop="certified")
+            config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=16, refit_every=25)
             for bounds, runs in _runs(V, V_in_sample).items():
                 if data_name != "builtin" and (bounds == "all at once" or rule_name == "LUCB"):
                     continue     # the real matrices: the recommended rule and bounds only
                 for name, (method, embeddings, params) in runs.items():
-                    res = pj.simulate(scores, config, method, V=embeddings, reps=args.reps, seed=0, params=params,
+                    res = pj.simulate(scores, config, pj.Plugins(method, rule, "certified"), V=embeddings, reps=args.reps, seed=0, params=params,
                                       progress=False)
                     rows.append({"data": data_name, "rule": rule_name, "bounds": bounds, "configuration": name,
                                  "models": m, **split_cells(res)})

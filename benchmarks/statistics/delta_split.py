@@ -29,7 +29,7 @@ def _config(m: int, n: int):
     import pulse_jax as pj
 
     return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=1000,
-                           rule="top_two_interval", stop="certified", cs_grid=1000, record_steps=False)
+                           cs_grid=1000, record_steps=False)
 
 
 def study(name: str, scores, V, reps: int, seed: int) -> dict:
@@ -37,7 +37,8 @@ def study(name: str, scores, V, reps: int, seed: int) -> dict:
 
     m, n = scores.shape
     start = time.perf_counter()
-    result = pj.sweep(scores, _config(m, n), "pulse_hedged", {"cs_upper_share": list(SHARES)}, reps=reps, seed=seed,
+    result = pj.sweep(scores, _config(m, n), pj.Plugins("pulse_hedged", "top_two_interval", "certified"),
+                      {"cs_upper_share": list(SHARES)}, reps=reps, seed=seed,
                       V=V, base=pj.BanditParams(cs_simultaneous=0.0), progress=False)
     best = set(np.flatnonzero(scores.mean(1) >= scores.mean(1).max() - 1e-9).tolist())
     rows, base = [], None

@@ -33,7 +33,7 @@ def _config(m: int, n: int, gap: float):
     import pulse_jax as pj
 
     return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=1000,
-                           rule="top_two_interval", stop="certified", cs_grid=1000, record_steps=False, gap_horizon=gap)
+                           cs_grid=1000, record_steps=False, gap_horizon=gap)
 
 
 def study(name: str, scores, V, method: str, reps: int, seed: int) -> dict:
@@ -44,7 +44,7 @@ def study(name: str, scores, V, method: str, reps: int, seed: int) -> dict:
     best = set(np.flatnonzero(scores.mean(1) >= scores.mean(1).max() - 1e-9).tolist())
     rows, base = [], None
     for label, gap, fixed in VARIANTS:
-        res = pj.simulate(scores, _config(m, n, gap), method, V=V, reps=reps, seed=seed,
+        res = pj.simulate(scores, _config(m, n, gap), pj.Plugins(method, "top_two_interval", "certified"), V=V, reps=reps, seed=seed,
                           params=pj.BanditParams(cs_simultaneous=0.0, cs_horizon=fixed), progress=False)
         cells = res.spent[:, -1].astype(float)
         base = cells if base is None else base

@@ -36,7 +36,6 @@ Resumable: rows already in ``--out`` are kept. Prints a table and writes JSON (a
 """
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 import sys
@@ -60,12 +59,12 @@ EPSILONS = (0.0, 0.005, 0.01, 0.02)
 BASE = {"delta": 0.05, "cs_simultaneous": 0.0}   # select's: certification bounds
 
 
-def _config(m, n, batch, stop):
+def _config(m, n, batch):
     import pulse_jax as pj
     from pulse_jax.stats.confidence import BETTING_GRID
 
     return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=batch, refit_every=1000,
-                           rule=pj.top_two(challenger="interval"), cs_grid=BETTING_GRID, stop=stop)
+                           cs_grid=BETTING_GRID)
 
 
 def epsilon_rows(name, scores, V, method, args) -> list[dict]:
@@ -74,7 +73,8 @@ def epsilon_rows(name, scores, V, method, args) -> list[dict]:
 
     m, n = scores.shape
     t = time.time()
-    swept = pj.sweep(scores, _config(m, n, args.batch_size, "epsilon_good"), method, {"stop.epsilon": list(EPSILONS)},
+    plugins = pj.Plugins(method, pj.top_two(challenger="interval"), "epsilon_good")
+    swept = pj.sweep(scores, _config(m, n, args.batch_size), plugins, {"stop.epsilon": list(EPSILONS)},
                      reps=args.reps, seed=args.seed, V=V if method != "ucbe" else None, base=BASE, progress=False,
                      chunk_size=args.chunk)
     oracle = oracle_cells(scores, EPSILONS, BASE["delta"])
@@ -110,8 +110,8 @@ def top3_row(name, scores, V, method, args) -> dict:
 
     m, n = scores.shape
     t = time.time()
-    config = dataclasses.replace(_config(m, n, args.batch_size, pj.top_k(3)), rule=pj.lucb_top_k(3))
-    top3 = pj.simulate(scores, config, method, V=V if method != "ucbe" else None,
+    config = _config(m, n, args.batch_size)
+    top3 = pj.simulate(scores, config, pj.Plugins(method, pj.lucb_top_k(3), pj.top_k(3)), V=V if method != "ucbe" else None,
                        reps=args.reps, seed=args.seed, params={**BASE, "cs_simultaneous": math.log(3) / math.log(m)},
                        progress=False, chunk_size=args.chunk)
     c = top3.claims()

@@ -65,9 +65,9 @@ def certify(scores, V, setting: str, args) -> dict:
 
     m, n = scores.shape
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=100,
-                             **_schedule(setting), rule=pj.top_two(challenger="interval"), cs_grid=BETTING_GRID,
-                             stop="certified", record_steps=False)
-    res = pj.simulate(scores, config, "pulse_hedged", V=V, reps=args.reps, seed=args.seed, progress=False,
+                             **_schedule(setting), cs_grid=BETTING_GRID, record_steps=False)
+    plugins = pj.Plugins("pulse_hedged", pj.top_two(challenger="interval"), "certified")
+    res = pj.simulate(scores, config, plugins, V=V, reps=args.reps, seed=args.seed, progress=False,
                       params={"delta": 0.05, "cs_simultaneous": 0.0})
     claims = res.claims()
     return {"run_s": res.seconds - res.compile_seconds, "cells": res.spent[:, -1].tolist(),

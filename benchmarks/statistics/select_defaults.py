@@ -47,7 +47,7 @@ def _config(m: int, n: int, gap: float):
     import pulse_jax as pj
 
     return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=8, refit_every=1000,
-                           rule="top_two_interval", stop="certified", cs_grid=1000, record_steps=False, gap_horizon=gap)
+                           cs_grid=1000, record_steps=False, gap_horizon=gap)
 
 
 def study(name: str, scores, V, reps: int, seed: int) -> dict:
@@ -60,7 +60,7 @@ def study(name: str, scores, V, reps: int, seed: int) -> dict:
     for method in METHODS:
         base = None
         for label, gap, share in VARIANTS:
-            res = pj.simulate(scores, _config(m, n, gap), method, V=None if method == "ucbe" else V, reps=reps,
+            res = pj.simulate(scores, _config(m, n, gap), pj.Plugins(method, "top_two_interval", "certified"), V=None if method == "ucbe" else V, reps=reps,
                               seed=seed, params=pj.BanditParams(cs_simultaneous=0.0, cs_upper_share=share),
                               progress=False)
             cells = res.spent[:, -1].astype(float)
