@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 import warnings
 from typing import NamedTuple
@@ -185,6 +186,23 @@ class BanditConfig:
         # seven waits for the batches in flight to return (on 8 x 400, c = 16: 1.05x the cells of c = 1
         # with them, 1.14x with one).
         return steps + 8 * (self.concurrency - 1)
+
+
+def _refuse_plugins(init):
+    """``BanditConfig``'s generated ``__init__``, which refuses a plug-in given as a field in one line
+    naming where it goes (not Python's "unexpected keyword argument")."""
+    def checked(self, *args, **kwargs):
+        for name in ("rule", "stop", "method", "estimator"):
+            require(name not in kwargs,
+                    f"BanditConfig({name}=...): BanditConfig holds the run's numbers and shapes; the estimator, "
+                    f"sampling rule and stopping rule go in pulse_jax.Plugins(estimator, rule=..., stop=...), "
+                    f"passed beside it (simulate(scores, config, plugins))")
+        init(self, *args, **kwargs)
+    checked.__doc__, checked.__signature__ = init.__doc__, inspect.signature(init)
+    return checked
+
+
+BanditConfig.__init__ = _refuse_plugins(BanditConfig.__init__)
 
 
 def log_chunk_slots(config: BanditConfig) -> int:
