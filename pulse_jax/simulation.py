@@ -136,10 +136,9 @@ def simulate(scores, config: BanditConfig, plugins="pulse", *, params: BanditPar
              reps: int = 100, seed: int = 0, chunk_size: int | None = None,
              progress: bool | Callable[[int, int, float], None] | None = None, model_names=None, devices=None,
              follow=None, init_U=None, row_prior=None, cost=None) -> SimulationResult:
-    """Run ``reps`` repetitions of ``plugins``: a `pulse_jax.Plugins` (estimator, sampling rule,
-    stopping rule), or an estimator (`pulse_jax.Estimator` or its name: "ucbe", "pulse", "naive",
-    "package.module:attribute"; see `pulse_jax.registry`) with the paper's index rule spending the
-    whole budget.
+    """Run ``reps`` repetitions of ``plugins``: a `pulse_jax.Plugins` (estimator, sampling rule, stopping
+    rule), or an estimator ("ucbe", "pulse", "naive", "package.module:attribute": `pulse_jax.registry`)
+    with the paper's index rule spending the whole budget.
 
     Args:
       scores: (m, n) true scores in [0, 1] of the candidates; NaN marks a missing cell (each model's

@@ -224,8 +224,7 @@ def sweep(scores, config: BanditConfig, plugins="pulse", grid=None, reps: int = 
     Args:
       scores: the candidates' score matrix, as in `pulse_jax.simulate`.
       config: the run's shape and plug-ins (`pulse_jax.BanditConfig`).
-      plugins: a `pulse_jax.Plugins` (estimator, sampling rule, stopping rule), or an estimator (or its
-        name) with the paper's index rule spending the whole budget.
+      plugins: a `pulse_jax.Plugins`, or an estimator or its name (as `pulse_jax.simulate` takes).
       V: example embeddings (methods that use predictions).
       grid: ``{"rule.exploration": [0.25, 1, 4], "refit_lr": [0.03, 0.1]}`` (Cartesian
         product), or a list of dicts / ``RunParams`` (explicit points).

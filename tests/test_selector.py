@@ -80,8 +80,9 @@ def test_a_selector_with_bets_tuned_to_the_gap_makes_the_simulations_choices(ben
             chosen.append(request.model_index)
     assert sel.stopped and sel.config.gap_horizon == 1.0
     config = BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=B, refit_every=7,
-                          rule="top_two_interval", stop="certified", cs_grid=sel.config.cs_grid, gap_horizon=1.0)
-    sim = simulate(b.scores, config, "pulse_hedged", V=V, reps=1, seed=3, params=sel.params)
+                          cs_grid=sel.config.cs_grid, gap_horizon=1.0)
+    sim = simulate(b.scores, config, sel.plugins, V=V, reps=1, seed=3, params=sel.params)
+    assert (sel.plugins.rule.name, sel.plugins.stop.name) == ("top_two", "certified")
     np.testing.assert_array_equal(chosen, sim.chosen[0, :len(chosen)])
     assert sel.result().spent == int(sim.spent[0, -1])
     anytime = Selector(b.models, n, m * n, method="pulse_hedged", batch_size=B, V=V, seed=3, refit_every=7,
