@@ -59,3 +59,20 @@ def test_an_estimator_alone_runs_as_its_plugins_value_and_the_result_records_the
     swept.write(tmp_path / "sw", figure=False, n_boot=50)
     record = json.loads((tmp_path / "sw" / "provenance.json").read_text())
     assert record["plugins"]["rule"]["name"] == "lucb" and record["method"] == "ucbe"
+
+
+def test_an_equal_plugins_value_made_anew_reuses_the_compiled_program():
+    """Plug-ins are static arguments: a `Plugins` spelled again (names resolve to the same built-in objects)
+    runs the program the first one compiled, and another rule compiles its own."""
+    from sweep_compiles import count_compiles
+
+    rng = np.random.default_rng(1)
+    scores = (rng.random((4, 24)) < np.linspace(0.3, 0.7, 4)[:, None]).astype(np.float32)
+    config = pj.BanditConfig(n_models=4, n_examples=24, budget=4 * 4 + 28, batch_size=4)
+    first = pj.simulate(scores, config, pj.Plugins("ucbe", rule="lucb"), reps=2, seed=3)
+    with count_compiles() as compiles:
+        again = pj.simulate(scores, config, pj.Plugins("ucbe", rule="lucb"), reps=2, seed=3)
+        assert len(compiles) == 0
+        pj.simulate(scores, config, pj.Plugins("ucbe", rule="top_two"), reps=2, seed=3)
+        assert len(compiles) >= 1
+    np.testing.assert_array_equal(first.chosen, again.chosen)
