@@ -245,10 +245,6 @@ class Plugins(_PluginFields):
     def __repr__(self) -> str:
         return f"Plugins(estimator={self.estimator.name!r}, rule={self.rule.name!r}, stop={self.stop.name!r})"
 
-    def describe(self) -> dict:
-        """The plug-ins' names, for results and logs."""
-        return {"estimator": self.estimator.name, "rule": self.rule.name, "stop": self.stop.name}
-
 
 def as_plugins(plugins) -> Plugins:
     """``plugins`` as a `Plugins`: itself, or an estimator (or its name) with the default sampling
