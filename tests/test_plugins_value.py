@@ -76,3 +76,16 @@ def test_an_equal_plugins_value_made_anew_reuses_the_compiled_program():
         pj.simulate(scores, config, pj.Plugins("ucbe", rule="top_two"), reps=2, seed=3)
         assert len(compiles) >= 1
     np.testing.assert_array_equal(first.chosen, again.chosen)
+
+
+def test_a_result_made_without_its_plugins_reads_as_spending_the_budget():
+    """A `SimulationResult` built by hand or read back from a file (no `plugins`) reports no claim, as the
+    whole budget's rule claims nothing, instead of failing on a missing stop."""
+    from pulse_jax.analysis.metrics import SimulationResult
+
+    config = pj.BanditConfig(n_models=3, n_examples=10, budget=30, batch_size=2)
+    best, spent = np.zeros((2, 3), int), np.tile([6, 8, 10], (2, 1))
+    result = SimulationResult("ucbe", config, 0, np.array([0.2, 0.5, 0.4]), best, spent, np.zeros((2, 2), int),
+                              np.zeros((2, 3)), np.zeros((2, 3)), np.zeros((2, 3), int), np.zeros((2, 3), int))
+    assert result.stop.name == "budget"
+    assert result.claims()["stopped_fraction"] == 0.0

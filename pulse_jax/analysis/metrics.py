@@ -67,6 +67,14 @@ class SimulationResult:
         return np.asarray(value) if value is not None else np.full(np.shape(self.chosen), np.nan, np.float32)
 
     @property
+    def stop(self):
+        """The run's stopping rule (`plugins`'; the whole budget's for a result made without them, as a
+        result read back from a file is)."""
+        from pulse_jax import registry
+
+        return self.plugins.stop if self.plugins is not None else registry.stopping_rule("budget")
+
+    @property
     def lam(self) -> np.ndarray:
         """``(R, n_steps)``: the estimator's per-step ``lam`` (PULSE's lambda), NaN for one without."""
         return self.info("lam")
@@ -266,7 +274,7 @@ def claims(result: SimulationResult) -> dict:
     ``stopped_fraction``, the ``cells`` each stopped repetition spent (initialization included), their
     median, and ``error_rate``: repetitions whose claim is false (``plugins.stop.holds``) over all
     repetitions -- at most ``delta`` for a valid rule."""
-    stop = result.plugins.stop
+    stop = result.stop
     stopped = np.zeros(result.reps, bool) if result.stopped is None else np.asarray(result.stopped, bool)
     claimed = np.zeros((result.reps, result.true_means.shape[0]), bool) if result.claimed is None \
         else np.asarray(result.claimed, bool)
@@ -282,7 +290,7 @@ def claims(result: SimulationResult) -> dict:
 
 def certificate(result: SimulationResult, rep: int = 0) -> str:
     """Repetition ``rep``'s claim as the stopping rule states it, with the run's delta."""
-    stop = result.plugins.stop
+    stop = result.stop
     claimed = np.zeros(result.true_means.shape[0], bool) if result.claimed is None else result.claimed[rep]
     names = result.model_names or tuple(f"model {i}" for i in range(result.true_means.shape[0]))
     fired = result.stopped is not None and bool(result.stopped[rep])

@@ -57,9 +57,9 @@ def comparison_table(results: dict[str, SimulationResult], targets=(0.9, 0.95)) 
             cells.append(f"{cert['certified_fraction']:.0%} certified")
     lines.append(f"{'certified best':>16} | " + " | ".join(f"{c:>15}" for c in cells))
     lines.append(f"{'':>16}   (-x%: x% fewer cells than {next(iter(results))} to the target; +x%: more)")
-    claiming = {r.plugins.stop.name for r in results.values() if r.plugins.stop.claim is not no_claim}
+    claiming = {r.stop.name for r in results.values() if r.stop.claim is not no_claim}
     if claiming:   # what the stopping rules claimed: how often they stopped, how soon, how often wrongly
-        found = {k: metrics.claims(r) if r.plugins.stop.claim is not no_claim else None for k, r in results.items()}
+        found = {k: metrics.claims(r) if r.stop.claim is not no_claim else None for k, r in results.items()}
         stopped = ["no claim" if c is None else f"{c['median_cells']:,.0f} ({c['stopped_fraction']:.0%})"
                    if c["stopped_fraction"] else "0% stopped" for c in found.values()]
         wrong = ["" if c is None else f"{c['error_rate']:.1%} ({c['errors']})" for c in found.values()]
@@ -105,7 +105,7 @@ def summary(results: dict[str, SimulationResult]) -> dict:
             "final_accuracy": float(r.correct()[:, -1].mean()),
             "final_coverage_min": float(np.nanmin(r.coverage())) if np.isfinite(r.radius).all() else None,
         }
-        if r.plugins.stop.claim is not no_claim:
+        if r.stop.claim is not no_claim:
             out["methods"][k]["stop"] = {key: v for key, v in metrics.claims(r).items() if key != "cells"}
         if r.cost is not None:
             out["methods"][k]["money"] = {"cost_per_cell": r.cost.tolist(),
@@ -161,7 +161,7 @@ def write_results(results: dict[str, SimulationResult], out_dir, title: str = ""
         claimed = None if r.claimed is None else np.asarray(r.claimed, float).mean(0)
         paths["cost_plot"] = plotting.cost_accuracy(out_dir / "cost_accuracy.png", r.cost, r.true_means, names,
                                                     claimed=claimed, label="true mean", title=f"{r.method}: true means and cost; ringed: "
-                                                    f"claimed by {r.plugins.stop.name}")
+                                                    f"claimed by {r.stop.name}")
     return paths
 
 
