@@ -3,7 +3,9 @@
 Each (configuration, method) runs in a fresh child process, so its peak
 memory (max RSS) is its own and compilation is never served from a warm
 in-process cache. Compilation (ahead of time) and the run are timed apart;
-the persistent XLA cache is disabled. Reports repetitions per second and cells
+the persistent XLA cache is disabled. ``--rounds K`` runs the compiled program K times in the
+child and reports the fastest (the machine's speed varies between runs; a ratio of two methods
+is steadier from their fastest runs). Reports repetitions per second and cells
 per second (cells evaluated in the simulated bandit, initialization included).
 
     python benchmarks/speed/bench_scale.py --quick          # a small grid, about a minute
@@ -129,14 +131,21 @@ def child(spec: dict) -> dict:
                                  refit_epochs=spec.get("refit_epochs", 10),
                                  carry_refit_state=spec.get("carry_refit_state", False),
                                  cs_grid=BETTING_GRID if family == "betting" else 0)
-    res = simulate(scores, config, method, V=np.asarray(V, np.float32), reps=spec["reps"], seed=0,
-                   chunk_size=spec.get("chunk"), progress=True)
-    compile_s, run_s = res.compile_seconds, res.seconds - res.compile_seconds
+    def once(progress):
+        return simulate(scores, config, method, V=np.asarray(V, np.float32), reps=spec["reps"], seed=0,
+                        chunk_size=spec.get("chunk"), progress=progress)
+
+    res = once(True)
+    compile_s, runs = res.compile_seconds, [res.seconds - res.compile_seconds]
+    for _ in range(spec.get("rounds", 1) - 1):      # the same program again: nothing is traced or compiled
+        again = once(False)
+        runs.append(again.seconds - again.compile_seconds)
+    run_s = min(runs)
     peak_mib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     stats = jax.devices()[0].memory_stats() if jax.default_backend() != "cpu" else None
     device_mib = stats["peak_bytes_in_use"] / 2**20 if stats and "peak_bytes_in_use" in stats else None
     cells = spec["reps"] * config.budget
-    return {**spec, "steps": config.n_steps, "compile_s": compile_s, "run_s": run_s,
+    return {**spec, "steps": config.n_steps, "compile_s": compile_s, "run_s": run_s, "run_s_each": runs,
             "reps_per_s": spec["reps"] / run_s, "cells_per_s": cells / run_s, "peak_rss_mib": peak_mib,
             "peak_device_mib": device_mib, "backend": jax.default_backend(), "devices": len(jax.devices())}
 
@@ -180,6 +189,8 @@ def main(argv=None) -> int:
     p.add_argument("--carry-refit-state", action="store_true",
                    help="the periodic refits continue one Adam run (BanditConfig.carry_refit_state)")
     p.add_argument("--chunk", type=int, help="repetitions per compiled batch (default: from the memory budget)")
+    p.add_argument("--rounds", type=int, default=1, help="runs of the compiled program per measurement; the "
+                   "fastest is reported (run_s; every one in run_s_each)")
     p.add_argument("--quick", action="store_true", help="small grid: 50 and 100 models x 1,000 examples")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -203,7 +214,7 @@ def main(argv=None) -> int:
     rows = []
     for m, n, r, b, budget, reps, method in grid:
         spec = {"models": m, "examples": n, "rank": r, "batch": b, "bandit_budget": budget, "reps": reps,
-                "refit_every": args.refit_every, "refit_epochs": args.refit_epochs, "carry_refit_state": args.carry_refit_state, "method": method, "factors": args.factors, "chunk": args.chunk,
+                "refit_every": args.refit_every, "refit_epochs": args.refit_epochs, "carry_refit_state": args.carry_refit_state, "method": method, "factors": args.factors, "chunk": args.chunk, "rounds": args.rounds,
                 "banditeval_steps": args.banditeval_steps}
         proc = subprocess.run([sys.executable, __file__, "--child", json.dumps(spec)], stdout=subprocess.PIPE,
                               text=True)   # the child's progress goes straight to stderr

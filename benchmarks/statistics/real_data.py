@@ -6,7 +6,9 @@ Data: CRUXEval-O and ChemBench (candidate halves; embeddings fitted on the train
 candidates and n random examples; embeddings from 400 train models on the same examples). For each
 data set and method (UCB-E and ``select``'s ``pulse_hedged``) with ``select``'s configuration (Top-Two
 with the interval challenger, certification bounds, betting sequences, delta 0.05, the whole matrix
-allowed) it runs, on the same seeds:
+allowed, and the levels ``select`` gives each claim: ``--levels select``, the default, puts 95% of delta
+on the upper bounds of a best-model claim and tunes each model's bets to its running gap; ``--levels
+even`` splits delta evenly with anytime bets) it runs, on the same seeds:
 
 * ``epsilon`` in {0, 0.005, 0.01, 0.02} with the ``epsilon_good`` stopping rule, one compiled sweep
   (epsilon 0 is exact-best certification);
@@ -32,7 +34,7 @@ It reports mean cells with the paired saving of each epsilon against exact certi
 
     python benchmarks/statistics/real_data.py --reps 200 --out docs/benchmarks/real_data.json
 
-Resumable: rows already in ``--out`` are kept. Prints a table and writes JSON (and ``.md``).
+Resumable: rows already in ``--out`` are kept (those of the other ``--levels`` too; the tables show one). Prints a table and writes JSON (and ``.md``).
 """
 from __future__ import annotations
 
@@ -59,12 +61,24 @@ EPSILONS = (0.0, 0.005, 0.01, 0.02)
 BASE = {"delta": 0.05, "cs_simultaneous": 0.0}   # select's: certification bounds
 
 
-def _config(m, n, batch):
+def _config(m, n, batch, gap_horizon=0.0):
     import pulse_jax as pj
     from pulse_jax.stats.confidence import BETTING_GRID
 
     return pj.BanditConfig(n_models=m, n_examples=n, budget=m * n, batch_size=batch, refit_every=1000,
-                           cs_grid=BETTING_GRID)
+                           cs_grid=BETTING_GRID, gap_horizon=gap_horizon)
+
+
+def claim_levels(stop, levels: str):
+    """``(gap_horizon, numbers)`` of a run certifying ``stop``'s claim: ``"select"``, the levels ``select``
+    gives that claim (`pulse_jax.choices.claim_gap_horizon` and `pulse_jax.choices.claim_split`: a best-model
+    claim gets 95% of delta on the upper bounds and bets tuned to each model's running gap; a top-k set the
+    even split and anytime bets); ``"even"``, delta split evenly and anytime bets for every claim."""
+    from pulse_jax import choices
+
+    if levels == "even":
+        return 0.0, dict(BASE)
+    return choices.claim_gap_horizon(stop, BASE, None), choices.claim_split(dict(BASE), stop, given=())
 
 
 def epsilon_rows(name, scores, V, method, args) -> list[dict]:
@@ -74,8 +88,9 @@ def epsilon_rows(name, scores, V, method, args) -> list[dict]:
     m, n = scores.shape
     t = time.time()
     plugins = pj.Plugins(method, pj.top_two(challenger="interval"), "epsilon_good")
-    swept = pj.sweep(scores, _config(m, n, args.batch_size), plugins, {"stop.epsilon": list(EPSILONS)},
-                     reps=args.reps, seed=args.seed, V=V if method != "ucbe" else None, base=BASE, progress=False,
+    gap_horizon, numbers = claim_levels(plugins.stop, args.levels)
+    swept = pj.sweep(scores, _config(m, n, args.batch_size, gap_horizon), plugins, {"stop.epsilon": list(EPSILONS)},
+                     reps=args.reps, seed=args.seed, V=V if method != "ucbe" else None, base=numbers, progress=False,
                      chunk_size=args.chunk)
     oracle = oracle_cells(scores, EPSILONS, BASE["delta"])
     rows = []
@@ -83,7 +98,8 @@ def epsilon_rows(name, scores, V, method, args) -> list[dict]:
         c = res.claims()
         rows.append({"target": f"epsilon {eps:g}" if eps else "exact best", "epsilon": eps,
                      "cells": res.spent[:, -1].tolist(), "stopped": c["stopped_fraction"], "wrong": c["error_rate"],
-                     "oracle_cells": oracle[eps], "B": args.batch_size})
+                     "oracle_cells": oracle[eps], "B": args.batch_size, "levels": args.levels,
+                     "cs_upper_share": numbers.get("cs_upper_share", 0.5), "gap_horizon": gap_horizon})
     seconds = round(time.time() - t, 1)
     return [{"data": name, "shape": f"{m} x {n}", "method": method, "seconds": seconds, **r} for r in rows]
 
@@ -110,9 +126,10 @@ def top3_row(name, scores, V, method, args) -> dict:
 
     m, n = scores.shape
     t = time.time()
-    config = _config(m, n, args.batch_size)
-    top3 = pj.simulate(scores, config, pj.Plugins(method, pj.lucb_top_k(3), pj.top_k(3)), V=V if method != "ucbe" else None,
-                       reps=args.reps, seed=args.seed, params={**BASE, "cs_simultaneous": math.log(3) / math.log(m)},
+    plugins = pj.Plugins(method, pj.lucb_top_k(3), pj.top_k(3))
+    gap_horizon, numbers = claim_levels(plugins.stop, args.levels)    # a set's claim: the even split, anytime bets
+    top3 = pj.simulate(scores, _config(m, n, args.batch_size, gap_horizon), plugins, V=V if method != "ucbe" else None,
+                       reps=args.reps, seed=args.seed, params={**numbers, "cs_simultaneous": math.log(3) / math.log(m)},
                        progress=False, chunk_size=args.chunk)
     c = top3.claims()
     return {"data": name, "shape": f"{m} x {n}", "method": method, "seconds": round(time.time() - t, 1),
@@ -134,7 +151,15 @@ def fixed_budget_row(name, scores, V, method, args) -> dict:
             "hits": res.is_best(res.best[:, -1]).astype(float).tolist()}
 
 
+def _in_order(rows) -> list[dict]:
+    """Rows by data set (in first-run order), then exact best, the epsilons, the top 3 and the fixed budget."""
+    data = list(dict.fromkeys(r["data"] for r in rows))
+    rank = {"exact best": 0, "top 3": 2, "fixed budget (25%)": 3}
+    return sorted(rows, key=lambda r: (data.index(r["data"]), rank.get(r["target"], 1), r.get("epsilon", 0)))
+
+
 def table(rows) -> str:
+    rows = _in_order(rows)
     lines = ["| data | m x n | top-2 gap | target | UCB-E cells | `pulse_hedged` cells | "
              "`pulse_hedged`: fewer cells than UCB-E [95% CI] | UCB-E: fewer cells than exact [95% CI] | "
              "`pulse_hedged`: fewer than exact [95% CI] | oracle: fewer than exact | stopped / wrong |",
@@ -150,9 +175,9 @@ def table(rows) -> str:
             continue
 
         def vs_exact(row):
-            exact = next(x for x in rows if x["data"] == row["data"] and x["method"] == row["method"]
-                         and x["target"] == "exact best")
-            if row is exact:
+            exact = next((x for x in rows if x["data"] == row["data"] and x["method"] == row["method"]
+                          and x["target"] == "exact best"), None)
+            if exact is None or row is exact:      # the first is a data set run only for its top 3
                 return ""
             s, lo, hi = paired(row["cells"], exact["cells"])
             return f"{s:.0f}% [{lo:.0f}, {hi:.0f}]"
@@ -220,9 +245,20 @@ def write_readme(path: Path, rows, floors: dict) -> None:
     path.write_text(head + "<!-- real-data -->\n" + readme_table(rows, floors) + "\n<!-- /real-data -->" + tail)
 
 
+def _at_levels(rows, levels: str) -> list[dict]:
+    """The rows a table at ``levels`` shows: the certificates of the best model (exact and epsilon) run at
+    those levels (a row without ``levels`` was run with the even split), the top 3 and the fixed budget,
+    which ``select`` runs the same way at either."""
+    return [r for r in rows if r["target"] in ("top 3", "fixed budget (25%)") or r.get("levels", "even") == levels]
+
+
 def main(argv=None) -> int:
     p = common.parser(__doc__, reps=200, seed=0, rank=8, data=DEFAULT_DATA, methods="ucbe,pulse_hedged", out="docs/benchmarks/real_data.json")
     p.add_argument("--batch-size", type=int, default=8, help="B (select's default, 8)")
+    p.add_argument("--levels", choices=("select", "even"), default="select",
+                   help="the bounds' levels: select's for each claim (a best-model claim: 95%% of delta on the "
+                   "upper bounds, bets tuned to the running gap), or delta split evenly with anytime bets for every "
+                   "claim (--gap-horizon 0 --param cs_upper_share=0.5)")
     p.add_argument("--chunk", type=int, default=None, help="repetitions per compiled call (memory: a 1,000-candidate "
                    "PULSE sweep of 800 runs needs more than 13 GB in one call)")
     p.add_argument("--floors-only", action="store_true", help="compute only the information floors of the data sets "
@@ -235,7 +271,7 @@ def main(argv=None) -> int:
     if args.floors_only:
         args.data = ",".join(dict.fromkeys(r["data"] for r in saved.get("rows", [])))
     rows, floors = saved.get("rows", []), saved.get("floors", {})
-    done = {(r["data"], r["method"], r["target"]) for r in rows}
+    done = {(r["data"], r["method"], r["target"]) for r in _at_levels(rows, args.levels)}
     for name, scores, V in each_dataset(args.data.split(","), args.rank):
         means = np.sort(scores.mean(1))[::-1]
         if name not in floors:
@@ -261,11 +297,11 @@ def main(argv=None) -> int:
             out.write_text(json.dumps({"command": "python benchmarks/statistics/real_data.py "
                                        + " ".join(argv if argv is not None else sys.argv[1:]), "rows": rows,
                                        "floors": floors}, indent=1))
-    text = table(rows)
+    text = table(_at_levels(rows, args.levels))
     print(text)
     out.with_suffix(".md").write_text(text + "\n")
     for page in args.readme:
-        write_readme(Path(page), rows, floors)
+        write_readme(Path(page), _at_levels(rows, args.levels), floors)
     return 0
 
 
