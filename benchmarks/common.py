@@ -59,6 +59,31 @@ def certified_columns(row: dict, reps: int) -> str:
     return f"{row['certified']}/{reps} | {row['wrong']}"
 
 
+def certified_counts(certified_model, scores) -> dict:
+    """``{"certified": runs that certified a model, "wrong": runs that certified one whose true mean (a row
+    mean of ``scores``) is not the best}`` from a result's ``certified_model`` (-1: none)."""
+    means = np.asarray(scores).mean(1)
+    best = set(np.flatnonzero(means >= means.max() - 1e-9).tolist())
+    certified = np.asarray(certified_model)
+    return {"certified": int((certified >= 0).sum()), "wrong": int(sum(int(c) >= 0 and int(c) not in best for c in certified))}
+
+
+def shipped_study(argv, doc: str, *, script: str, title: str, study, table, reps: int = 100) -> int:
+    """The ``main`` of a study run on each of `shipped_problems`: ``study(name, scores, V, reps, seed)`` per
+    matrix, resumable (`study_each`), the table printed at the end."""
+    p = parser(doc, reps=reps, seed=0, rank=16, out=f"results/{script}.json")
+    args = p.parse_args(argv)
+
+    def run(name, make):
+        scores, V = make()
+        return study(name, scores, V, args.reps, args.seed)
+
+    done = study_each(shipped_problems(args.rank), args.out, title,
+                      f"python benchmarks/statistics/{script}.py --reps {args.reps} --out {args.out}", run, table)
+    print(table(done))
+    return 0
+
+
 def parser(doc: str, **defaults) -> argparse.ArgumentParser:
     """An argument parser described by the first paragraph of ``doc`` with each named common option
     (`OPTIONS`) at the given default, e.g. ``parser(__doc__, reps=200, seed=0, out="x.json")``."""

@@ -40,7 +40,6 @@ def study(name: str, scores, V, reps: int, seed: int) -> dict:
     result = pj.sweep(scores, _config(m, n), pj.Plugins("pulse_hedged", "top_two_interval", "certified"),
                       {"cs_upper_share": list(SHARES)}, reps=reps, seed=seed,
                       V=V, base=pj.BanditParams(cs_simultaneous=0.0), progress=False)
-    best = set(np.flatnonzero(scores.mean(1) >= scores.mean(1).max() - 1e-9).tolist())
     rows, base = [], None
     for share, res in zip(SHARES, result.results):
         cells = res.spent[:, -1].astype(float)
@@ -51,8 +50,7 @@ def study(name: str, scores, V, reps: int, seed: int) -> dict:
                      "se_cells": float(cells.std(ddof=1) / np.sqrt(reps)),
                      "fewer_than_half_half_pct": float(100 * (1 - cells.mean() / base.mean())),
                      "paired_se_pct": float(100 * diff.std(ddof=1) / np.sqrt(reps)),
-                     "certified": int((certified >= 0).sum()),
-                     "wrong": int(sum(int(c) >= 0 and int(c) not in best for c in certified))})
+                     **common.certified_counts(certified, scores)})
     return {"data": name, "models": m, "examples": n, "reps": reps, "seconds": round(time.perf_counter() - start, 1),
             "rows": rows, "floor": common.floor_cells(scores, 0.05, _config(m, n).batch_size)}
 
@@ -73,18 +71,8 @@ def table(done: dict) -> str:
 
 
 def main(argv=None) -> int:
-    p = common.parser(__doc__, reps=200, seed=0, rank=16, out="results/delta_split.json")
-    args = p.parse_args(argv)
-
-    def run(name, make):
-        scores, V = make()
-        return study(name, scores, V, args.reps, args.seed)
-
-    done = common.study_each(common.shipped_problems(args.rank), args.out, "Splitting delta between the bounds",
-                             f"python benchmarks/statistics/delta_split.py --reps {args.reps} --out {args.out}", run, table)
-    print(table(done))
-    return 0
-
+    return common.shipped_study(argv, __doc__, script="delta_split", study=study, table=table, reps=200,
+                                title="Splitting delta between the bounds")
 
 if __name__ == "__main__":
     sys.exit(main())

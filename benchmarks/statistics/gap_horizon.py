@@ -41,7 +41,6 @@ def study(name: str, scores, V, method: str, reps: int, seed: int) -> dict:
 
     m, n = scores.shape
     start = time.perf_counter()
-    best = set(np.flatnonzero(scores.mean(1) >= scores.mean(1).max() - 1e-9).tolist())
     rows, base = [], None
     for label, gap, fixed in VARIANTS:
         res = pj.simulate(scores, _config(m, n, gap), pj.Plugins(method, "top_two_interval", "certified"), V=V, reps=reps, seed=seed,
@@ -54,8 +53,7 @@ def study(name: str, scores, V, method: str, reps: int, seed: int) -> dict:
                      "se_cells": float(cells.std(ddof=1) / np.sqrt(reps)),
                      "fewer_than_anytime_pct": float(100 * (1 - cells.mean() / base.mean())),
                      "paired_se_pct": float(100 * diff.std(ddof=1) / np.sqrt(reps)),
-                     "certified": int((certified >= 0).sum()),
-                     "wrong": int(sum(int(c) >= 0 and int(c) not in best for c in certified))})
+                     **common.certified_counts(certified, scores)})
         print(f"{name} {label}: {cells.mean():,.0f} cells", file=sys.stderr, flush=True)
     return {"data": name, "method": method, "models": m, "examples": n, "reps": reps,
             "seconds": round(time.perf_counter() - start, 1), "rows": rows,

@@ -55,7 +55,6 @@ def study(name: str, scores, V, reps: int, seed: int) -> dict:
 
     m, n = scores.shape
     start = time.perf_counter()
-    best = set(np.flatnonzero(scores.mean(1) >= scores.mean(1).max() - 1e-9).tolist())
     rows = []
     for method in METHODS:
         base = None
@@ -70,8 +69,7 @@ def study(name: str, scores, V, reps: int, seed: int) -> dict:
                          "mean_cells": float(cells.mean()), "se_cells": float(cells.std(ddof=1) / np.sqrt(reps)),
                          "vs_symmetric": float(cells.mean() / base.mean()),
                          "paired_se": float(ratio.std(ddof=1) / np.sqrt(reps)),
-                         "certified": int((res.certified_model >= 0).sum()),
-                         "wrong": int(sum(int(c) >= 0 and int(c) not in best for c in res.certified_model))})
+                         **common.certified_counts(res.certified_model, scores)})
             print(f"{name} {method} {label}: {cells.mean():,.0f} cells", file=sys.stderr, flush=True)
     return {"data": name, "models": m, "examples": n, "reps": reps, "seconds": round(time.perf_counter() - start, 1),
             "rows": rows, "floor": common.floor_cells(scores, 0.05, 8)}
