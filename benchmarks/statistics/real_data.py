@@ -34,7 +34,8 @@ It reports mean cells with the paired saving of each epsilon against exact certi
 
     python benchmarks/statistics/real_data.py --reps 200 --out docs/benchmarks/real_data.json
 
-Resumable: rows already in ``--out`` are kept (those of the other ``--levels`` too; the tables show one). Prints a table and writes JSON (and ``.md``).
+Resumable: rows already in ``--out`` are kept (those of the other ``--levels`` too; the tables show
+one). Prints a table and writes JSON (and ``.md``).
 """
 from __future__ import annotations
 
