@@ -74,5 +74,6 @@ def main(argv=None) -> int:
     return common.shipped_study(argv, __doc__, script="delta_split", study=study, table=table, reps=200,
                                 title="Splitting delta between the bounds")
 
+
 if __name__ == "__main__":
     sys.exit(main())
