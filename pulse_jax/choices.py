@@ -143,9 +143,9 @@ def default_rule(estimator, stop, spell: Spell, certificate: str | None = None):
 
 def check_counts(values: Mapping[str, int | None], spell: Spell) -> None:
     """The counts every run shares: a budget >= 1, batch size, first-look batches and rank >= 1, steps
-    between refits >= 0; each at most `LARGEST_COUNT`."""
+    between refits and a refit's epochs >= 0; each at most `LARGEST_COUNT`."""
     for name, value in values.items():
-        low = 0 if name == "refit_every" else 1
+        low = 0 if name in ("refit_every", "refit_epochs") else 1
         require(value is None or (isinstance(value, int) and not isinstance(value, bool)),
                 f"{spell(name)} must be a whole number, got {value!r}")
         require(value is None or value >= low, f"{spell(name)} must be >= {low}, got {value}")

@@ -59,6 +59,7 @@ def test_a_negative_seed_is_one_line_before_any_computation(argv, tmp_path, caps
     (["--reps", "0"], "--reps must be >= 1"),
     (["--batch-size", "0"], "--batch-size must be >= 1"),
     (["--refit-every", "-2"], "--refit-every must be >= 0"),
+    (["--refit-epochs", "-1"], "--refit-epochs must be >= 0, got -1"),
 ])
 def test_sweep_checks_every_number_before_computing(extra, needle, tmp_path, capsys, no_computation):
     line = _error_line(capsys, ["sweep", "--grid", "exploration=1,2", "--out", str(tmp_path / "o"), *extra])
@@ -248,6 +249,11 @@ def test_bounds_option_and_the_select_defaults(tmp_path, monkeypatch):
     assert sim.sequence == "bernstein" and cli.options.bandit_config(bet, 4, 100, 400).cs_grid == 1000
     bet.sequence = "bernstein"
     assert cli.options.bandit_config(bet, 4, 100, 400).cs_grid == 0
+    # --refit-epochs sets the periodic refits' epochs; without it, the paper's 10
+    assert cli.options.bandit_config(bet, 4, 100, 400).refit_epochs == 10
+    fast = parse(["simulate", "--scores", "s.csv", "--out", "o", "--refit-epochs", "3"])
+    fast.batch_size, fast.refit_every = 16, 10
+    assert cli.options.bandit_config(fast, 4, 100, 400).refit_epochs == 3
 
 
 @pytest.mark.parametrize("extra, needle", [

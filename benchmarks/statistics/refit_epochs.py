@@ -16,9 +16,11 @@ ChemBench's candidate halves with embeddings fitted on their train halves, when
 
 Each epoch count runs with Adam restarted at every refit (the paper's), and 3 and 1 epochs also
 with one Adam run carried from refit to refit (``BanditConfig.carry_refit_state``: rows "3
-carried", "1 carried").
+carried", "1 carried"). Rows "@RATE" take fewer epochs at a larger learning rate
+(``BanditParams.refit_lr``; Adam's steps are about the rate in size, so 3 at 0.3 travel as far as 10 at 0.1).
 
     python benchmarks/statistics/refit_epochs.py --reps 300 --out docs/benchmarks/refit_epochs.json
+    python benchmarks/statistics/refit_epochs.py --reps 2000 --parts fixed --out docs/benchmarks/refit_epochs_fixed.json
 
 Prints a table and writes JSON (and ``.md``). Resumable: rows already in ``--out`` are kept.
 """
@@ -36,13 +38,21 @@ from batch_effect import paired  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))   # benchmarks/: common
 import common  # noqa: E402
 
-#: Each setting's label: its epochs, followed by " carried" when the refits continue one Adam run.
-SETTINGS = ("10", "5", "3", "1", "3 carried", "1 carried")
+#: Each setting's label: its epochs, then " carried" when the refits continue one Adam run, then " @RATE"
+#: when the periodic refits' learning rate is not the paper's 0.1 (fewer epochs, each a longer step).
+SETTINGS = ("10", "5", "3", "1", "3 carried", "1 carried", "5 @0.2", "4 @0.25", "3 @0.2", "3 @0.3", "3 @0.4",
+            "3 carried @0.3")
 
 
 def _schedule(label: str) -> dict:
-    epochs, _, carried = label.partition(" ")
-    return {"refit_epochs": int(epochs), "carry_refit_state": carried == "carried"}
+    """``"3"``, ``"3 carried"``, ``"3 @0.3"`` (epochs, one Adam run carried, the periodic refits' rate)."""
+    words = label.split()
+    return {"refit_epochs": int(words[0]), "carry_refit_state": "carried" in words}
+
+
+def _rate(label: str) -> dict:
+    """The periodic refits' learning rate a label names (``@0.3``), as a `BanditParams` override."""
+    return {"refit_lr": float(w[1:]) for w in label.split() if w.startswith("@")}
 
 
 def fixed_budget(scores, V, setting: str, args) -> dict:
@@ -54,7 +64,8 @@ def fixed_budget(scores, V, setting: str, args) -> dict:
     steps = -(-(budget - m * batch) // batch)
     config = pj.BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=batch,
                              refit_every=max(steps // 10, 1), **_schedule(setting))
-    res = pj.simulate(scores, config, "pulse", V=V, reps=args.reps, seed=args.seed, progress=False)
+    res = pj.simulate(scores, config, "pulse", V=V, reps=args.reps, seed=args.seed, progress=False,
+                      params=_rate(setting) or None)
     return {"budget": budget, "refit_every": config.refit_every, "run_s": res.seconds - res.compile_seconds,
             "hits": res.is_best(res.best[:, -1]).astype(float).tolist()}
 
@@ -68,19 +79,22 @@ def certify(scores, V, setting: str, args) -> dict:
                              **_schedule(setting), cs_grid=BETTING_GRID, record_steps=False)
     plugins = pj.Plugins("pulse_hedged", pj.top_two(challenger="interval"), "certified")
     res = pj.simulate(scores, config, plugins, V=V, reps=args.reps, seed=args.seed, progress=False,
-                      params={"delta": 0.05, "cs_simultaneous": 0.0})
+                      params={"delta": 0.05, "cs_simultaneous": 0.0, **_rate(setting)})
     claims = res.claims()
     return {"run_s": res.seconds - res.compile_seconds, "cells": res.spent[:, -1].tolist(),
             "stopped": claims["stopped_fraction"], "wrong": claims["error_rate"]}
 
 
 def table(rows: dict) -> str:
+    """The rows of every setting measured, per data set: `SETTINGS` in order, then any other label."""
     lines = ["| data | refit epochs | fixed budget: accuracy | vs 10 epochs (paired) | run (s) | "
              "cells to certify | fewer than 10 epochs [95% CI] | certified / wrong | run (s) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for data in dict.fromkeys(k.split("|")[0] for k in rows):
         ref_f, ref_c = rows.get(f"{data}|fixed|10"), rows.get(f"{data}|certify|10")
-        for e in SETTINGS:
+        measured = [k.split("|")[2] for k in rows if k.startswith(f"{data}|")]
+        labels = dict.fromkeys([e for e in SETTINGS if e in measured] + measured)
+        for e in labels:
             f, c = rows.get(f"{data}|fixed|{e}"), rows.get(f"{data}|certify|{e}")
             cells = []
             if f:
@@ -103,6 +117,9 @@ def table(rows: dict) -> str:
 def main(argv=None) -> int:
     p = common.parser(__doc__, reps=300, seed=0, rank=8, out="results/refit_epochs.json")
     p.add_argument("--parts", default="fixed,certify", help="comma-separated: fixed, certify")
+    p.add_argument("--settings", default=",".join(SETTINGS),
+                   help="comma-separated labels: epochs, then ' carried' and/or ' @RATE' (the periodic refits' "
+                        "learning rate, the paper's 0.1 when absent); '10' is the reference")
     args = p.parse_args(argv)
     out = Path(args.out)
     rows = json.loads(out.read_text())["rows"] if out.is_file() else {}
@@ -117,7 +134,7 @@ def main(argv=None) -> int:
         for part, run in (("fixed", fixed_budget), ("certify", certify)):
             if part not in parts:
                 continue
-            for e in SETTINGS:
+            for e in dict.fromkeys(["10"] + args.settings.split(",")):
                 key = f"{data}|{part}|{e}"
                 if key not in rows:
                     rows[key] = run(scores, V, e, args)

@@ -128,6 +128,9 @@ def add_run_options(p: argparse.ArgumentParser, *, reps: int, budget_help: str, 
     p.add_argument("--concurrency", type=int, default=1,
                    help="batches in flight at once, as a live selection with --concurrency asks them: each choice "
                         "is made before the results of the ones before it return (default: 1)")
+    p.add_argument("--refit-epochs", type=int, default=None,
+                   help="Adam epochs of each periodic refit of the factorization (default: the paper's 10; 3 with "
+                        "--param refit_lr=0.3 certifies with the same cells in less time: docs/performance.md)")
     p.add_argument("--chunk-size", type=int, default=None,
                    help="repetitions per compiled batch (default: sized from memory)")
     p.add_argument("--quiet", action="store_true", help="no progress bars")
@@ -248,7 +251,8 @@ def check_run_args(args) -> None:
 def check_numbers(args) -> None:
     """The options every run shares, in the options' own words (before anything is loaded)."""
     choices.check_counts({name: getattr(args, name, None)
-                          for name in ("budget", "batch_size", "init_batches", "refit_every", "rank")}, choices.flag)
+                          for name in ("budget", "batch_size", "init_batches", "refit_every", "refit_epochs", "rank")},
+                         choices.flag)
     choices.check_delta(getattr(args, "delta", None), choices.flag)
 
 
@@ -284,8 +288,10 @@ def bandit_config(args, m: int, n: int, budget: int):
     """The run's `pulse_jax.BanditConfig` (JAX is imported here) with `run_budget`'s ``budget``."""
     from pulse_jax.engine import BanditConfig
 
+    epochs = getattr(args, "refit_epochs", None)
     return BanditConfig(n_models=m, n_examples=n, budget=budget, batch_size=args.batch_size,
                         init_batches=args.init_batches, refit_every=args.refit_every,
+                        **({} if epochs is None else {"refit_epochs": epochs}),
                         cs_grid=cs_grid(args), concurrency=getattr(args, "concurrency", 1))
 
 
