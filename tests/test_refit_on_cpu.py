@@ -135,6 +135,33 @@ def test_the_refit_by_model_equals_the_full_batch_refit(monkeypatch):
                                            err_msg=f"cap {cap}, piece {size}, group {group}, share {share}")
 
 
+def test_the_first_look_refit_leaves_the_dense_rows_out():
+    """The first look has one block per model, narrower than `DENSE_SHARE` of the examples: told so
+    (``most_blocks=1``, what the kernel's initial refit passes), the refit gives the full-batch refit's
+    rows (to 2e-5, summation order only) from a program without the dense rows' conditional; where
+    the bound allows a model blocks for the share (3 blocks of 8 cells, or one of 24, of 40 examples)
+    the conditional stays."""
+    from pulse_jax.stats import refit_by_model
+
+    V, U0, (first, _) = _by_model_problem(4)
+    settings = engine.adam_refit(15, 0.1, 0.01)
+    want = factorization.refit_rows_on_blocks(U0, V, (first,), N, settings)
+
+    def conds(most_blocks, blocks=(first,)):
+        def fit(u):
+            return refit_by_model.refit_rows_in_cache(u, V, blocks, N, settings, most_blocks=most_blocks)
+        closed = jax.make_jaxpr(fit)(U0)
+        return fit, sum(e.primitive.name == "cond" for j in _jaxprs(closed.jaxpr) for e in j.eqns)
+
+    hinted, without = conds(1)
+    np.testing.assert_allclose(np.asarray(jax.jit(hinted)(U0)), np.asarray(want), atol=2e-5)
+    assert without == conds(None)[1] - 1 == 1            # the full-batch fallback's stays
+    assert conds(3)[1] == without + 1                     # 3 blocks of 8 cells: 24 of 40 examples, dense by share
+    wide = first._replace(cols=jnp.tile(first.cols, (1, 3)), scores=jnp.tile(first.scores, (1, 3)),
+                          valid=jnp.tile(first.valid, (1, 3)))               # 24 of 40 examples: dense by share
+    assert conds(1, (wide,))[1] == conds(None, (wide,))[1]
+
+
 def test_a_dense_group_holds_what_its_bytes_allow():
     """At most `GROUP_MODELS` models share dense rows, fewer where their rows would pass `DENSE_BYTES`,
     and never fewer than one or more than the models."""

@@ -8,6 +8,7 @@ rows decouple (`pulse_jax.stats.refit_by_model`); elsewhere the refit is the ful
 """
 from __future__ import annotations
 
+import functools
 from typing import NamedTuple
 
 import jax
@@ -73,7 +74,9 @@ def refit(episode: Episode, state: BanditState, epochs: int, numbers: RefitNumbe
         return refit_rows(U, V, blocks, n, settings, filled=fill), refit_state
 
     on_cpu = factorization.chunk_bytes() is not None
-    refit_rows = refit_rows_in_cache if on_cpu else factorization.refit_rows_on_blocks
+    # The first look alone has one block per model: the refit's program needs no dense rows for it.
+    in_cache = refit_rows_in_cache if with_log else functools.partial(refit_rows_in_cache, most_blocks=1)
+    refit_rows = in_cache if on_cpu else factorization.refit_rows_on_blocks
     if on_cpu:
         fit = factorization.one_repetition_at_a_time(fit)
     U, refit_state = fit(state.U, state.refit_state, episode.V, blocks, used, numbers)

@@ -204,10 +204,15 @@ def _dense_rows(U, V, group: CellBlocks, begin, large, *, per_model, size: int, 
     return jax.lax.fori_loop(0, groups, one_group, padded)[:m]
 
 
-def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings):
+def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings,
+                        most_blocks: int | None = None):
     """`refit_rows_on_blocks` from a fresh optimizer state, models with at most `capacity` blocks a
     chunk of whole models at a time, the largest on dense rows (see the module's docstring). The caller
-    guarantees that the rows decouple (``settings.shrink == 0`` or a ``settings.row_prior``)."""
+    guarantees that the rows decouple (``settings.shrink == 0`` or a ``settings.row_prior``).
+
+    ``most_blocks`` (static, optional): no model has more blocks than this, known before the run (the
+    first look's one block per model). Where it rules the dense rows out, the program leaves them out
+    (the same numbers, less to compile)."""
     m, r = U.shape
     width = blocks[-1].cols.shape[1]
     group = _one_group(blocks, width)
@@ -220,6 +225,9 @@ def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, s
     objective = _Objective(jnp.maximum(jnp.sum(group.valid), 1).astype(U.dtype),
                            jnp.asarray(settings.lam / (m + n_examples), U.dtype), settings)
     by_model = _by_model(U, V, group, starts, cap, objective)
+    if most_blocks is not None and most_blocks <= cap and most_blocks * width < DENSE_SHARE * n_examples:
+        return by_model                           # every model is small
+
     def dense_rows(u):
         return _dense_rows(u, V, group, starts[m], ~small, per_model=per_model, size=size, objective=objective)
 
@@ -228,11 +236,14 @@ def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, s
 
 
 def refit_rows_in_cache(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings,
-                        filled: FilledPrefix | None = None):
+                        filled: FilledPrefix | None = None, most_blocks: int | None = None):
     """`refit_rows_on_blocks` (from a fresh state of an elementwise optimizer such as Adam), by
     `refit_rows_by_model` wherever the rows decouple (decided on the values, at each call), by the
-    full-batch refit elsewhere."""
+    full-batch refit elsewhere. ``most_blocks``: as in `refit_rows_by_model`."""
+    def by_model(u):
+        return refit_rows_by_model(u, V, blocks, n_examples, settings, most_blocks)
+
     if settings.row_prior is not None:
-        return refit_rows_by_model(U, V, blocks, n_examples, settings)
-    return jax.lax.cond(jnp.asarray(settings.shrink) == 0, lambda u: refit_rows_by_model(u, V, blocks, n_examples, settings),
+        return by_model(U)
+    return jax.lax.cond(jnp.asarray(settings.shrink) == 0, by_model,
                         lambda u: refit_rows_on_blocks(u, V, blocks, n_examples, settings, filled=filled), U)
