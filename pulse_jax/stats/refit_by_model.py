@@ -204,7 +204,7 @@ def _dense_rows(U, V, group: CellBlocks, begin, large, *, per_model, size: int, 
     return jax.lax.fori_loop(0, groups, one_group, padded)[:m]
 
 
-def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings,
+def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings, *,
                         most_blocks: int | None = None):
     """`refit_rows_on_blocks` from a fresh optimizer state, models with at most `capacity` blocks a
     chunk of whole models at a time, the largest on dense rows (see the module's docstring). The caller
@@ -235,13 +235,13 @@ def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, s
     return jnp.where(small[:, None], by_model, dense)
 
 
-def refit_rows_in_cache(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings,
+def refit_rows_in_cache(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings, *,
                         filled: FilledPrefix | None = None, most_blocks: int | None = None):
     """`refit_rows_on_blocks` (from a fresh state of an elementwise optimizer such as Adam), by
     `refit_rows_by_model` wherever the rows decouple (decided on the values, at each call), by the
     full-batch refit elsewhere. ``most_blocks``: as in `refit_rows_by_model`."""
     def by_model(u):
-        return refit_rows_by_model(u, V, blocks, n_examples, settings, most_blocks)
+        return refit_rows_by_model(u, V, blocks, n_examples, settings, most_blocks=most_blocks)
 
     if settings.row_prior is not None:
         return by_model(U)
