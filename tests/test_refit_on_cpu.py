@@ -114,7 +114,8 @@ def test_the_refit_by_model_equals_the_full_batch_refit(monkeypatch):
     and 40; dense groups of 1, 2 (the last one part empty) and 8 models (one group); scatter pieces
     2 or 3 blocks long (a last piece part empty), and as the module sizes them (every block at once
     here: no longer than the sorted blocks' padding); every model dense by its share. With a `RowPrior`
-    (which pulls each row on its own) too."""
+    (which pulls each row on its own), and with a prior towards the rows' own mean (which couples
+    them: one step per pass, Adam's moments carried across passes and across chunks and groups)."""
     from pulse_jax.stats import refit_by_model
 
     V, U0, blocks = _by_model_problem(3)
@@ -122,44 +123,64 @@ def test_the_refit_by_model_equals_the_full_batch_refit(monkeypatch):
     piece = refit_by_model.piece
     cases = ((3, 2, 1, 0.5), (3, 3, 2, 0.5), (4, 2, 8, 0.5), (9, 3, 2, 0.5), (40, 2, 1, 0.5), (40, 3, 2, 0.0),
              (3, None, 2, 0.5), (40, None, 8, 0.0))          # None: the module's own pieces
-    for settings in (engine.adam_refit(15, 0.1, 0.01), engine.adam_refit(15, 0.1, 0.01, 4.0, prior)):
+    for settings in (engine.adam_refit(15, 0.1, 0.01), engine.adam_refit(15, 0.1, 0.01, 4.0, prior),
+                     engine.adam_refit(15, 0.1, 0.01, 40.0)):
         want = factorization.refit_rows_on_blocks(U0, V, blocks, N, settings)
         for cap, size, group, share in cases:
             monkeypatch.setattr(refit_by_model, "capacity", lambda *a, cap=cap: cap)
             monkeypatch.setattr(refit_by_model, "piece", piece if size is None else lambda *a, size=size: size)
             monkeypatch.setattr(refit_by_model, "group_size", lambda *a, group=group: group)
             monkeypatch.setattr(refit_by_model, "DENSE_SHARE", share)
-            for refit in (refit_by_model.refit_rows_by_model, refit_by_model.refit_rows_in_cache):
-                got = jax.jit(lambda u, refit=refit: refit(u, V, blocks, N, settings))(U0)
-                np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5,
-                                           err_msg=f"cap {cap}, piece {size}, group {group}, share {share}")
+            got = jax.jit(lambda u: refit_by_model.refit_rows_by_model(u, V, blocks, N, settings))(U0)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5,
+                                       err_msg=f"cap {cap}, piece {size}, group {group}, share {share}")
 
 
-def test_the_first_look_refit_leaves_the_dense_rows_out():
-    """The first look has one block per model, narrower than `DENSE_SHARE` of the examples: told so
-    (``most_blocks=1``, what the kernel's initial refit passes), the refit gives the full-batch refit's
-    rows (to 2e-5, summation order only) from a program without the dense rows' conditional; where
-    the bound allows a model blocks for the share (3 blocks of 8 cells, or one of 24, of 40 examples)
-    the conditional stays."""
+def _primitives(fn, *args):
+    closed = jax.make_jaxpr(fn)(*args)
+    return [e.primitive.name for j in _jaxprs(closed.jaxpr) for e in j.eqns]
+
+
+def test_the_first_look_refit_equals_the_full_batch_refit(monkeypatch):
+    """The first look (one block per model) refit by `refit_first_look` ends where the full-batch refit
+    does (15 Adam steps to 2e-5, summation order only, as above) with the models in chunks of 1, 4
+    (the last one part padding: 6 models) and all 6, with no prior, a `RowPrior`, and a prior towards
+    the rows' own mean (one step per pass); its program has no sort and no conditional, and under a
+    third of the general refit's equations."""
     from pulse_jax.stats import refit_by_model
 
     V, U0, (first, _) = _by_model_problem(4)
-    settings = engine.adam_refit(15, 0.1, 0.01)
-    want = factorization.refit_rows_on_blocks(U0, V, (first,), N, settings)
+    prior = factorization.RowPrior(jnp.full(R_, 0.3), jnp.eye(R_) * 2.0)
+    width = first.cols.shape[1]
+    for settings in (engine.adam_refit(15, 0.1, 0.01), engine.adam_refit(15, 0.1, 0.01, 4.0, prior),
+                     engine.adam_refit(15, 0.1, 0.01, 40.0)):
+        want = factorization.refit_rows_on_blocks(U0, V, (first,), N, settings)
+        for models in (1, 4, M):
+            monkeypatch.setattr(refit_by_model, "CACHE_BYTES", models * width * R_ * 4)
+            got = jax.jit(lambda u: refit_by_model.refit_first_look(u, V, first, N, settings))(U0)
+            np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5, err_msg=f"{models} a chunk")
+    small = _primitives(lambda u: refit_by_model.refit_first_look(u, V, first, N, settings), U0)
+    general = _primitives(lambda u: refit_by_model.refit_rows_by_model(u, V, (first,), N, settings), U0)
+    assert "sort" not in small and "cond" not in small and "sort" in general and "cond" in general
+    assert 3 * len(small) < len(general)
 
-    def conds(most_blocks, blocks=(first,)):
-        def fit(u):
-            return refit_by_model.refit_rows_in_cache(u, V, blocks, N, settings, most_blocks=most_blocks)
-        closed = jax.make_jaxpr(fit)(U0)
-        return fit, sum(e.primitive.name == "cond" for j in _jaxprs(closed.jaxpr) for e in j.eqns)
 
-    hinted, without = conds(1)
-    np.testing.assert_allclose(np.asarray(jax.jit(hinted)(U0)), np.asarray(want), atol=2e-5)
-    assert without == conds(None)[1] - 1 == 1            # the full-batch fallback's stays
-    assert conds(3)[1] == without + 1                     # 3 blocks of 8 cells: 24 of 40 examples, dense by share
-    wide = first._replace(cols=jnp.tile(first.cols, (1, 3)), scores=jnp.tile(first.scores, (1, 3)),
-                          valid=jnp.tile(first.valid, (1, 3)))               # 24 of 40 examples: dense by share
-    assert conds(1, (wide,))[1] == conds(None, (wide,))[1]
+def test_coupled_rows_take_one_step_per_pass(monkeypatch):
+    """A prior towards the rows' own mean couples every row. Stepped all epochs in one pass (each chunk
+    with ``ubar`` frozen at the refit's start), the rows end elsewhere than the full-batch refit, by
+    more than 1e-3, in both refits by model, where the one-step passes match it to 2e-5 (above): the
+    schedule is what keeps them exact."""
+    from pulse_jax.stats import refit_by_model
+
+    V, U0, blocks = _by_model_problem(4)
+    coupled = engine.adam_refit(15, 0.1, 0.01, 40.0)
+    whole = factorization.refit_rows_on_blocks(U0, V, blocks, N, coupled)
+    first = factorization.refit_rows_on_blocks(U0, V, blocks[:1], N, coupled)
+    monkeypatch.setattr(refit_by_model, "_schedule", lambda settings: (1, jnp.int32(settings.epochs)))
+    frozen = jax.jit(lambda u: refit_by_model.refit_rows_by_model(u, V, blocks, N, coupled))(U0)
+    frozen_first = jax.jit(lambda u: refit_by_model.refit_first_look(u, V, blocks[0], N, coupled))(U0)
+    assert float(jnp.max(jnp.abs(frozen - whole))) > 1e-3
+    assert float(jnp.max(jnp.abs(frozen_first - first))) > 1e-3
 
 
 def test_a_dense_group_holds_what_its_bytes_allow():
@@ -171,17 +192,3 @@ def test_a_dense_group_holds_what_its_bytes_allow():
     assert rbm.group_size(3008, 3) == 3
     assert rbm.group_size(100_000, 250) == rbm.DENSE_BYTES // (12 * 100_000)
     assert rbm.group_size(10**8, 250) == 1
-
-
-def test_the_refit_in_cache_takes_the_full_batch_refit_where_the_rows_couple():
-    """A prior towards the rows' own mean couples every row: there `refit_rows_in_cache` gives the
-    full-batch refit, where the refit by model (run anyway to show the difference) ends elsewhere."""
-    from pulse_jax.stats import refit_by_model
-
-    V, U0, blocks = _by_model_problem(4)
-    coupled = engine.adam_refit(15, 0.1, 0.01, 40.0)
-    want = factorization.refit_rows_on_blocks(U0, V, blocks, N, coupled)
-    got = jax.jit(lambda u: refit_by_model.refit_rows_in_cache(u, V, blocks, N, coupled))(U0)
-    np.testing.assert_allclose(np.asarray(got), np.asarray(want), atol=2e-5)
-    apart = jax.jit(lambda u: refit_by_model.refit_rows_by_model(u, V, blocks, N, coupled))(U0)
-    assert float(jnp.max(jnp.abs(apart - want))) > 1e-3

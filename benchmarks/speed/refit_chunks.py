@@ -9,7 +9,7 @@ for ``--reps`` repetitions:
 * ``one at a time``: the same refit, the repetitions taken one after another
   (`pulse_jax.stats.factorization.one_repetition_at_a_time`);
 * ``one at a time, by model``: what the kernel runs on a CPU, every epoch of a few whole models done
-  while their cells are in cache (`pulse_jax.stats.refit_by_model.refit_rows_in_cache`).
+  while their cells are in cache (`pulse_jax.stats.refit_by_model.refit_rows_by_model`).
 
 Each budget in ``--bytes`` (0: whole groups, gathered once per refit as on accelerators) is compiled
 once per way and timed three times (the minimum is reported)::
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
 
     from pulse_jax.engine import adam_refit
     from pulse_jax.stats import factorization as F
-    from pulse_jax.stats.refit_by_model import refit_rows_in_cache
+    from pulse_jax.stats.refit_by_model import refit_rows_by_model
 
     R, m, n, r, B, slots, used = args.reps, 250, 3008, 32, 64, 640, 375
     keys = jax.random.split(jax.random.PRNGKey(0), 5)
@@ -65,7 +65,7 @@ def main(argv=None) -> int:
         "one at a time": F.one_repetition_at_a_time(
             lambda U, initial, log: F.refit_rows_on_blocks(U, V, (initial, log), n, settings, filled=filled)),
         "one at a time, by model": F.one_repetition_at_a_time(
-            lambda U, initial, log: refit_rows_in_cache(U, V, (initial, log), n, settings, filled=filled)),
+            lambda U, initial, log: refit_rows_by_model(U, V, (initial, log), n, settings)),
     }
     rows, default = [], F.CPU_CHUNK_BYTES
     try:

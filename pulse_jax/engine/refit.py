@@ -2,13 +2,13 @@
 sums of predictions over each model's unobserved cells that PULSE's estimates need.
 
 On a CPU the repetitions of a vmapped run refit one at a time
-(`pulse_jax.stats.factorization.one_repetition_at_a_time`), a few whole models at a time where the
-rows decouple (`pulse_jax.stats.refit_by_model`); elsewhere the refit is the full-batch one of
+(`pulse_jax.stats.factorization.one_repetition_at_a_time`), a few whole models at a time
+(`pulse_jax.stats.refit_by_model`; the first look, one block per model, by its much smaller
+`refit_first_look`); elsewhere the refit is the full-batch one of
 `pulse_jax.stats.factorization.refit_rows_on_blocks`, whole block groups gathered once.
 """
 from __future__ import annotations
 
-import functools
 from typing import NamedTuple
 
 import jax
@@ -19,7 +19,7 @@ from pulse_jax.engine.params import RunParams
 from pulse_jax.engine.state import BanditState, Episode, observed_blocks
 from pulse_jax.stats import factorization
 from pulse_jax.stats.factorization import FitSettings
-from pulse_jax.stats.refit_by_model import refit_rows_in_cache
+from pulse_jax.stats.refit_by_model import refit_first_look, refit_rows_by_model
 
 
 def adam_refit(epochs: int, learning_rate, l2, shrink=0.0, row_prior=None) -> FitSettings:
@@ -49,6 +49,16 @@ def periodic_numbers(params: RunParams, episode: Episode) -> RefitNumbers:
     return refit_numbers(params.refit_lr, params.refit_l2, params.refit_prior, episode.row_prior)
 
 
+def _by_model(U, V, blocks, n_examples, settings, *, filled=None):
+    del filled                    # the refit by model sorts the empty slots out of its way
+    return refit_rows_by_model(U, V, blocks, n_examples, settings)
+
+
+def _first_look(U, V, blocks, n_examples, settings, *, filled=None):
+    del filled                    # one block per model: nothing to skip
+    return refit_first_look(U, V, blocks[0], n_examples, settings)
+
+
 def refit(episode: Episode, state: BanditState, epochs: int, numbers: RefitNumbers, *, with_log: bool = True,
           filled: factorization.FilledPrefix | None = None, carry: bool = False) -> BanditState:
     """Refit U on every observed cell (V frozen, warm start, ``epochs`` Adam steps with ``numbers``);
@@ -74,10 +84,9 @@ def refit(episode: Episode, state: BanditState, epochs: int, numbers: RefitNumbe
         return refit_rows(U, V, blocks, n, settings, filled=fill), refit_state
 
     on_cpu = factorization.chunk_bytes() is not None
-    # The first look alone has one block per model: the refit's program needs no dense rows for it.
-    in_cache = refit_rows_in_cache if with_log else functools.partial(refit_rows_in_cache, most_blocks=1)
-    refit_rows = in_cache if on_cpu else factorization.refit_rows_on_blocks
-    if on_cpu:
+    refit_rows = factorization.refit_rows_on_blocks
+    if on_cpu:   # the first look alone (one block per model) needs a much smaller program
+        refit_rows = _by_model if with_log else _first_look
         fit = factorization.one_repetition_at_a_time(fit)
     U, refit_state = fit(state.U, state.refit_state, episode.V, blocks, used, numbers)
     pred_sum, pred_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing, state.observed)

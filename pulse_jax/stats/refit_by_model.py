@@ -24,9 +24,11 @@ where the full-batch steps leave them, and different groups may be stepped diffe
   read once for the group and never gathered, the same sum as over the cells (a cell seen twice
   counts twice).
 
-The numbers are the full-batch refit's up to float summation order. Where a prior pulls towards the
-rows' own mean (``shrink > 0`` without a `RowPrior`: ``ubar`` moves with every row) the rows couple,
-and `refit_rows_in_cache` takes the full-batch refit.
+The numbers are the full-batch refit's up to float summation order. A prior towards the rows' own
+mean (``shrink > 0`` without a `RowPrior`) couples the rows through ``ubar``, which moves with every
+row; then the refit makes ``epochs`` passes of one step each, ``ubar`` taken from the rows at the pass's
+start and the optimizer's per-row state carried from pass to pass, so each pass is exactly one
+full-batch step (`_schedule`).
 """
 from __future__ import annotations
 
@@ -36,8 +38,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
-from pulse_jax.stats.factorization import (PRECISION, CellBlocks, FilledPrefix, FitSettings, chunk_bytes,
-                                           prior_gradient, refit_rows_on_blocks)
+from pulse_jax.stats.factorization import PRECISION, CellBlocks, FitSettings, chunk_bytes, prior_gradient
 
 
 def _one_group(blocks: tuple[CellBlocks, ...], width: int) -> CellBlocks:
@@ -105,40 +106,73 @@ def _data_gradient(u, G, rows, valid, scores, n_rows):
     return jax.ops.segment_sum(jnp.einsum("klr,kl->kr", G, residual, precision=PRECISION), rows, n_rows)
 
 
+class _Stepping(NamedTuple):
+    """How a pass steps its rows: ``steps`` steps of ``optimizer`` from the state whose per-row leaves
+    each chunk carries (``per_row`` marks them in the state's ``treedef``) and whose other leaves
+    (Adam's step count, the same for every row) are ``counts`` at the pass's start."""
+
+    optimizer: optax.GradientTransformation
+    treedef: object
+    per_row: tuple
+    counts: list
+    steps: jax.Array
+
+
 class _Objective(NamedTuple):
     """What turns a data gradient into the objective's: the refit's cell count, its L2 weight per row
-    (``lam / (m + n)``) and its settings (the prior, the optimizer, the epochs)."""
+    (``lam / (m + n)``), its settings (the prior), the rows' mean at the pass's start (the centre of a
+    prior towards it) and how the pass steps."""
 
     count: jax.Array
     decay: jax.Array
     settings: FitSettings
+    ubar: jax.Array
+    stepping: _Stepping
 
 
 def _objective_gradient(data, u, objective: _Objective):
     settings = objective.settings
-    prior = 0.0 if settings.row_prior is None else prior_gradient(u, settings)
+    if settings.row_prior is not None:
+        prior = prior_gradient(u, settings)
+    else:   # towards the rows' mean: 0 unless the rows couple, and then a pass takes one step
+        prior = settings.shrink * (u - objective.ubar)
     return (data + prior) / objective.count + objective.decay * u
 
 
-def _steps(u, gradient, settings):
-    """``settings.epochs`` optimizer steps from a fresh state."""
-    def step(_, state):
-        u, opt_state = state
-        updates, opt_state = settings.optimizer.update(gradient(u), opt_state, u)
+def _split_state(state, shape):
+    """An optimizer state's tree, which of its leaves are shaped like the rows (the moments), those
+    leaves and the others (step counts)."""
+    leaves, treedef = jax.tree_util.tree_flatten(state)
+    per_row = tuple(leaf.shape == shape for leaf in leaves)
+    return (treedef, per_row, [leaf for leaf, own in zip(leaves, per_row) if own],
+            [leaf for leaf, own in zip(leaves, per_row) if not own])
+
+
+def _steps(u, moments, gradient, stepping: _Stepping):
+    """``stepping.steps`` optimizer steps of the rows ``u``, whose per-row state is ``moments``:
+    ``(u, moments, counts)`` after them."""
+    own, shared = iter(moments), iter(stepping.counts)
+    state = stepping.treedef.unflatten([next(own) if mine else next(shared) for mine in stepping.per_row])
+
+    def step(_, carry):
+        u, opt_state = carry
+        updates, opt_state = stepping.optimizer.update(gradient(u), opt_state, u)
         return optax.apply_updates(u, updates), opt_state
 
-    return jax.lax.fori_loop(0, settings.epochs, step, (u, settings.optimizer.init(u)))[0]
+    u, state = jax.lax.fori_loop(0, stepping.steps, step, (u, state))
+    _, _, moments, counts = _split_state(state, u.shape)
+    return u, moments, counts
 
 
-def _by_model(U, V, group: CellBlocks, starts, cap: int, objective: _Objective):
+def _by_model(U, moments, V, group: CellBlocks, *, starts, cap: int, objective: _Objective):
     """Every row stepped in chunks of consecutive models whose blocks (sorted blocks ``starts[i] ..
     starts[i + 1] - 1`` for model ``i``, each model at most ``cap``) fit ``cap`` blocks; a model
-    without blocks gets the steps of its L2 and prior terms alone."""
+    without blocks gets the steps of its L2 and prior terms alone. ``(U, moments, counts)`` after."""
     m, r = U.shape
-    padded = jnp.concatenate([U, jnp.zeros((cap, r), U.dtype)])
+    pad = lambda a: jnp.concatenate([a, jnp.zeros((cap,) + a.shape[1:], a.dtype)])   # noqa: E731
 
     def chunk(carry):
-        first, padded = carry
+        first, rows, moments, _ = carry
         # The models first .. last - 1 (at least one: each model's blocks fit a chunk).
         last = jnp.minimum(jnp.searchsorted(starts, starts[first] + cap, side="right") - 1, jnp.minimum(first + cap, m))
         last = jnp.maximum(last, first + 1)
@@ -146,24 +180,27 @@ def _by_model(U, V, group: CellBlocks, starts, cap: int, objective: _Objective):
         inside = jnp.arange(cap) < starts[last] - starts[first]
         local = jnp.where(inside, part.rows - first, 0)
         valid = part.valid & inside[:, None]
-        G = V[part.cols]                          # gathered once for every epoch
+        G = V[part.cols]                          # gathered once for every step of the pass
 
         def gradient(u):
             return _objective_gradient(_data_gradient(u, G, local, valid, part.scores, cap), u, objective)
 
-        before = jax.lax.dynamic_slice_in_dim(padded, first, cap, 0)
-        after = _steps(before, gradient, objective.settings)
-        own = jnp.arange(cap) < last - first
-        return last, jax.lax.dynamic_update_slice_in_dim(padded, jnp.where(own[:, None], after, before), first, 0)
+        take = lambda a: jax.lax.dynamic_slice_in_dim(a, first, cap, 0)   # noqa: E731
+        after, after_moments, counts = _steps(take(rows), [take(a) for a in moments], gradient, objective.stepping)
+        own = (jnp.arange(cap) < last - first)[:, None]
+        put = lambda a, new: jax.lax.dynamic_update_slice_in_dim(a, jnp.where(own, new, take(a)), first, 0)   # noqa: E731
+        return last, put(rows, after), [put(a, b) for a, b in zip(moments, after_moments)], counts
 
-    return jax.lax.while_loop(lambda carry: carry[0] < m, chunk, (jnp.int32(0), padded))[1][:m]
+    start = (jnp.int32(0), pad(U), [pad(a) for a in moments], objective.stepping.counts)
+    _, rows, moments, counts = jax.lax.while_loop(lambda carry: carry[0] < m, chunk, start)
+    return rows[:m], [a[:m] for a in moments], counts
 
 
-def _dense_rows(U, V, group: CellBlocks, begin, large, *, per_model, size: int, objective: _Objective):
+def _dense_rows(U, moments, V, group: CellBlocks, *, begin, large, per_model, size: int, objective: _Objective):
     """The rows of the ``large`` models (whose ``per_model`` blocks with cells are the sorted blocks from
     ``begin`` on, by row), stepped `group_size` at a time on dense rows: each model's cells scattered ``size`` blocks
     at a time (no more than the sorted blocks' padding) into a count and a score sum per example,
-    then every epoch two products with the whole of ``V`` (no gather)."""
+    then every step two products with the whole of ``V`` (no gather). ``(U, moments)`` after."""
     m, r = U.shape
     n = V.shape[0]
     k = group_size(n, m)
@@ -171,14 +208,15 @@ def _dense_rows(U, V, group: CellBlocks, begin, large, *, per_model, size: int, 
     first_block = begin + jnp.cumsum(per_model) - per_model            # each large model's first sorted block
     members = jnp.concatenate([jnp.nonzero(large, size=m, fill_value=m)[0], jnp.full(k, m)])
     rank = jnp.cumsum(large) - 1                                        # a large model's place among them
-    padded = jnp.concatenate([U, jnp.zeros((1, r), U.dtype)])          # row m: where the fill rows go
+    pad = lambda a: jnp.concatenate([a, jnp.zeros((1,) + a.shape[1:], a.dtype)])   # noqa: E731 (row m: the fill rows')
     V_t = V.T                                     # XLA:CPU multiplies u V^T 2x faster from V^T in memory
 
-    def one_group(g, padded):
-        rows = jax.lax.dynamic_slice_in_dim(members, g * k, k)
-        live = rows < m
-        last = rows[jnp.maximum(jnp.sum(live) - 1, 0)]
-        first, end = first_block[rows[0]], first_block[last] + per_model[last]
+    def one_group(g, carry):
+        rows, moments = carry
+        members_now = jax.lax.dynamic_slice_in_dim(members, g * k, k)
+        live = (members_now < m)[:, None]
+        last = members_now[jnp.maximum(jnp.sum(live) - 1, 0)]
+        first, end = first_block[members_now[0]], first_block[last] + per_model[last]
 
         def add_piece(p, counts):
             start = first + p * size
@@ -196,23 +234,45 @@ def _dense_rows(U, V, group: CellBlocks, begin, large, *, per_model, size: int, 
             residual = cells * jax.nn.sigmoid(logits) - totals        # a cell seen twice counts twice
             return _objective_gradient(jnp.einsum("kn,nr->kr", residual, V, precision=PRECISION), u, objective)
 
-        before = padded[rows]
-        after = _steps(before, gradient, objective.settings)
-        return padded.at[rows].set(jnp.where(live[:, None], after, before))
+        after, after_moments, _ = _steps(rows[members_now], [a[members_now] for a in moments], gradient,
+                                         objective.stepping)
+        put = lambda a, new: a.at[members_now].set(jnp.where(live, new, a[members_now]))   # noqa: E731
+        return put(rows, after), [put(a, b) for a, b in zip(moments, after_moments)]
 
     groups = (jnp.sum(large) + k - 1) // k
-    return jax.lax.fori_loop(0, groups, one_group, padded)[:m]
+    rows, moments = jax.lax.fori_loop(0, groups, one_group, (pad(U), [pad(a) for a in moments]))
+    return rows[:m], [a[:m] for a in moments]
 
 
-def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings, *,
-                        most_blocks: int | None = None):
-    """`refit_rows_on_blocks` from a fresh optimizer state, models with at most `capacity` blocks a
-    chunk of whole models at a time, the largest on dense rows (see the module's docstring). The caller
-    guarantees that the rows decouple (``settings.shrink == 0`` or a ``settings.row_prior``).
+def _schedule(settings: FitSettings):
+    """``(passes, steps per pass)``: every step in one pass where the rows decouple (a `RowPrior`, or
+    ``shrink == 0``); ``epochs`` passes of one step where a prior towards the rows' own mean couples
+    them, so each pass is one full-batch step with ``ubar`` taken at its start."""
+    if settings.row_prior is not None:
+        return 1, jnp.int32(settings.epochs)
+    coupled = jnp.asarray(settings.shrink) != 0
+    return jnp.where(coupled, settings.epochs, 1), jnp.where(coupled, 1, settings.epochs)
 
-    ``most_blocks`` (static, optional): no model has more blocks than this, known before the run (the
-    first look's one block per model). Where it rules the dense rows out, the program leaves them out
-    (the same numbers, less to compile)."""
+
+def _passes(U, settings: FitSettings, one_pass):
+    """``U`` after `_schedule`'s passes of ``one_pass(U, moments, objective) -> (U, moments, counts)``
+    from a fresh optimizer state; ``objective`` lacks only the cell count and the L2 weight."""
+    passes, steps = _schedule(settings)
+    treedef, per_row, moments, counts = _split_state(settings.optimizer.init(U), U.shape)
+
+    def body(_, carry):
+        U, moments, counts = carry
+        stepping = _Stepping(settings.optimizer, treedef, per_row, counts, steps)
+        return one_pass(U, moments, _Objective(None, None, settings, jnp.mean(U, axis=0), stepping))
+
+    return jax.lax.fori_loop(0, passes, body, (U, moments, counts))[0]
+
+
+def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings):
+    """`refit_rows_on_blocks` from a fresh state of an elementwise optimizer (such as Adam), models
+    with at most `capacity` blocks a chunk of whole models at a time, the largest on dense rows (see
+    the module's docstring); where a prior towards the rows' own mean couples the rows, one step per
+    pass over them (`_schedule`)."""
     m, r = U.shape
     width = blocks[-1].cols.shape[1]
     group = _one_group(blocks, width)
@@ -222,28 +282,59 @@ def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, s
     small = (per_model <= cap) & (per_model * width < DENSE_SHARE * n_examples)
     group = _sorted_blocks(group, small, max(cap, size))
     starts = jnp.concatenate([jnp.zeros(1, jnp.int32), jnp.cumsum(jnp.where(small, per_model, 0))])
-    objective = _Objective(jnp.maximum(jnp.sum(group.valid), 1).astype(U.dtype),
-                           jnp.asarray(settings.lam / (m + n_examples), U.dtype), settings)
-    by_model = _by_model(U, V, group, starts, cap, objective)
-    if most_blocks is not None and most_blocks <= cap and most_blocks * width < DENSE_SHARE * n_examples:
-        return by_model                           # every model is small
+    count = jnp.maximum(jnp.sum(group.valid), 1).astype(U.dtype)
+    decay = jnp.asarray(settings.lam / (m + n_examples), U.dtype)
 
-    def dense_rows(u):
-        return _dense_rows(u, V, group, starts[m], ~small, per_model=per_model, size=size, objective=objective)
+    def one_pass(U, moments, objective):
+        objective = objective._replace(count=count, decay=decay)
+        by_rows, by_moments, counts = _by_model(U, moments, V, group, starts=starts, cap=cap, objective=objective)
 
-    dense = jax.lax.cond(jnp.all(small), lambda u: u, dense_rows, U)
-    return jnp.where(small[:, None], by_model, dense)
+        def dense_rows(carry):
+            return _dense_rows(*carry, V, group, begin=starts[m], large=~small, per_model=per_model, size=size,
+                               objective=objective)
+
+        dense, dense_moments = jax.lax.cond(jnp.all(small), lambda carry: carry, dense_rows, (U, moments))
+        pick = lambda a, b: jnp.where(small[:, None], a, b)   # noqa: E731
+        return pick(by_rows, dense), [pick(a, b) for a, b in zip(by_moments, dense_moments)], counts
+
+    return _passes(U, settings, one_pass)
 
 
-def refit_rows_in_cache(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, settings: FitSettings, *,
-                        filled: FilledPrefix | None = None, most_blocks: int | None = None):
-    """`refit_rows_on_blocks` (from a fresh state of an elementwise optimizer such as Adam), by
-    `refit_rows_by_model` wherever the rows decouple (decided on the values, at each call), by the
-    full-batch refit elsewhere. ``most_blocks``: as in `refit_rows_by_model`."""
-    def by_model(u):
-        return refit_rows_by_model(u, V, blocks, n_examples, settings, most_blocks=most_blocks)
+def refit_first_look(U, V, first: CellBlocks, n_examples: int, settings: FitSettings):
+    """`refit_rows_by_model` on the first look alone (``first``: one block per model, ``first.rows =
+    arange(m)``): the same numbers up to summation order from a much smaller program (no sort, no
+    dense rows). The models are taken in chunks of a fixed count, a `CACHE_BYTES` of ``V`` rows each,
+    each chunk's rows gathered once per pass."""
+    m, r = U.shape
+    width = first.cols.shape[1]
+    per_chunk = max(1, min(m, CACHE_BYTES // (width * r * 4)))
+    chunks = -(-m // per_chunk)
 
-    if settings.row_prior is not None:
-        return by_model(U)
-    return jax.lax.cond(jnp.asarray(settings.shrink) == 0, by_model,
-                        lambda u: refit_rows_on_blocks(u, V, blocks, n_examples, settings, filled=filled), U)
+    def chunked(a, fill=0):
+        pad = jnp.full((chunks * per_chunk - m,) + a.shape[1:], fill, a.dtype)
+        return jnp.concatenate([a, pad]).reshape((chunks, per_chunk) + a.shape[1:])
+
+    cells = (chunked(first.cols), chunked(first.scores), chunked(first.valid, False))
+    count = jnp.maximum(jnp.sum(first.valid), 1).astype(U.dtype)
+    decay = jnp.asarray(settings.lam / (m + n_examples), U.dtype)
+
+    def one_pass(U, moments, objective):
+        objective = objective._replace(count=count, decay=decay)
+
+        def chunk(_, part):
+            u, own_moments, cols, scores, valid = part
+            G = V[cols]                              # gathered once for every step of the pass
+
+            def gradient(u):
+                residual = jnp.where(valid, jax.nn.sigmoid(jnp.einsum("cwr,cr->cw", G, u, precision=PRECISION))
+                                     - scores, 0.0)
+                return _objective_gradient(jnp.einsum("cwr,cw->cr", G, residual, precision=PRECISION), u, objective)
+
+            u, own_moments, counts = _steps(u, own_moments, gradient, objective.stepping)
+            return counts, (u, own_moments)
+
+        xs = (chunked(U), [chunked(a) for a in moments]) + cells
+        counts, (rows, moments) = jax.lax.scan(chunk, objective.stepping.counts, xs)
+        return rows.reshape(-1, r)[:m], [a.reshape(-1, r)[:m] for a in moments], counts
+
+    return _passes(U, settings, one_pass)
