@@ -18,8 +18,8 @@ from pulse_jax.engine.bookkeeping import (Certificate, Snapshots, bet_horizon, c
                                           interval_bounds, record_certificate)
 from pulse_jax.engine.config import BanditConfig, Plugins, as_plugins, log_chunk_slots, refit_due
 from pulse_jax.engine.params import RunParams
-from pulse_jax.engine.refit import adam_refit, periodic_numbers, refit, refit_numbers
-from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepInfo, Told, cells_cost, draw_keys,
+from pulse_jax.engine.refit import adam_refit, periodic_numbers, refit, refit_numbers, refit_part, with_refit_part
+from pulse_jax.engine.state import (BanditState, Episode, PullLog, StepInfo, Told, add_to_log, cells_cost, draw_keys,
                                     initial_draws)
 from pulse_jax.estimators.base import ModelSums, Pull, draw_design
 from pulse_jax.rules.base import RuleInputs
@@ -370,15 +370,22 @@ def _refit_step(s: Static, episode: Episode, state: BanditState, params: RunPara
     if not plugins.estimator.uses_predictions or due is False:
         return state
 
-    def refit_if_live(state):
-        filled = None if t is None else factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config))
-        new = refit(episode, state, config.refit_epochs, periodic_numbers(params, episode), filled=filled,
-                     carry=config.carry_refit_state)
-        new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.sums, config.n_examples,
-                                                               params.estimator))
-        return _where_tree(choice.size > 0, new, state)
+    # Only what a refit reads and changes goes through the conditional (`refit_part`: no copies).
+    refreshes = plugins.estimator.refreshes
 
-    return refit_if_live(state) if due is True else jax.lax.cond(due, refit_if_live, lambda s: s, state)
+    def refit_if_live(part):
+        old = with_refit_part(state, part)
+        filled = None if t is None else factorization.FilledPrefix(jnp.maximum(t - 1, 0), log_chunk_slots(config))
+        new = refit(episode, old, config.refit_epochs, periodic_numbers(params, episode), filled=filled,
+                    carry=config.carry_refit_state)
+        if refreshes:
+            new = new._replace(estimator=plugins.estimator.refresh(new.estimator, new.sums, config.n_examples,
+                                                                   params.estimator))
+        return _where_tree(choice.size > 0, refit_part(new, refreshes), part)
+
+    part = refit_part(state, refreshes)
+    part = refit_if_live(part) if due is True else jax.lax.cond(due, refit_if_live, lambda part: part, part)
+    return with_refit_part(state, part)
 
 
 def _draw(s: Static, episode: Episode, state: BanditState, params: RunParams, choice: Choice,
@@ -423,23 +430,16 @@ def _pull(plugins: Plugins, episode: Episode, state: BanditState, params: RunPar
     return Pull(i, batch.size, jnp.sum(s), jnp.sum(f), s, f, valid, design)
 
 
-def _add_to_sums(sums: ModelSums, pull: Pull) -> ModelSums:
+def _add_to_sums(sums: ModelSums, pull: Pull, *, refits: bool) -> ModelSums:
     i, s, f = pull.model, pull.scores, pull.preds
+    one_hot = (jnp.arange(sums.pred_sum.shape[0]) == i) if refits else None
+    # Out of the refit's conditional, the prediction sums are written anew (a one-hot difference, the
+    # same numbers): updated in place they would be copied out of it at every step.
+    less = (lambda a, x: a.at[i].add(-x)) if one_hot is None else (lambda a, x: a - jnp.where(one_hot, x, 0.0))
     return ModelSums(population=sums.population, n_obs=sums.n_obs.at[i].add(pull.size),
                   n_pulls=sums.n_pulls.at[i].add((pull.size > 0).astype(jnp.int32)),
                   obs_sum=sums.obs_sum.at[i].add(pull.score_sum), obs_sq_sum=sums.obs_sq_sum.at[i].add(jnp.sum(s * s)),
-                  pred_sum=sums.pred_sum.at[i].add(-pull.pred_sum),
-                  pred_sq_sum=sums.pred_sq_sum.at[i].add(-jnp.sum(f * f)))
-
-
-def _add_to_log(log: PullLog, t, pull: Pull, examples) -> PullLog:
-    """Slot ``t - 1`` holds step ``t``'s pull (left as it was when the step spends nothing)."""
-    slot, live = jnp.maximum(t - 1, 0), pull.size > 0
-    keep = lambda new, old: jnp.where(live, new, old)   # noqa: E731
-    return PullLog(log.models.at[slot].set(keep(pull.model, log.models[slot])),
-                   log.examples.at[slot].set(keep(examples, log.examples[slot])),
-                   log.scores.at[slot].set(keep(pull.scores, log.scores[slot])),
-                   log.sizes.at[slot].set(keep(pull.size, log.sizes[slot])))
+                  pred_sum=less(sums.pred_sum, pull.pred_sum), pred_sq_sum=less(sums.pred_sq_sum, jnp.sum(f * f)))
 
 
 def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams, t, batch: Batch):
@@ -464,8 +464,9 @@ def _observe(s: Static, episode: Episode, state: BanditState, params: RunParams,
                                                   bet_horizon(config, estimator, state, params, i, levels))
     est, info = estimator.update(state.estimator, sums, pull, n, params.estimator)   # a no-op when size == 0
     observed = state.observed.at[i].set(sampling.mark(state.observed[i], batch.examples, batch.valid))
-    log = _add_to_log(state.log, t, pull, batch.examples) if estimator.uses_predictions else state.log
-    state = state._replace(sums=_add_to_sums(sums, pull), estimator=est, observed=observed, log=log,
+    log = add_to_log(state.log, t, pull, batch.examples) if estimator.uses_predictions else state.log
+    state = state._replace(sums=_add_to_sums(sums, pull, refits=estimator.uses_predictions), estimator=est,
+                           observed=observed, log=log,
                            spent=state.spent + batch.size, cs=cs, rule=plugins.rule.update(state.rule, i, batch.size))
     state = state._replace(best=jnp.where(batch.size > 0, _recommend(s, episode, state, params, t), state.best))
     return record_certificate(config, estimator, state, params), \

@@ -92,3 +92,19 @@ def refit(episode: Episode, state: BanditState, epochs: int, numbers: RefitNumbe
     pred_sum, pred_sq_sum = factorization.prediction_row_sums(U, episode.V, episode.missing, state.observed)
     return state._replace(U=U, refit_state=refit_state,
                           sums=state.sums._replace(pred_sum=pred_sum, pred_sq_sum=pred_sq_sum))
+
+
+def refit_part(state: BanditState, with_estimator: bool) -> dict:
+    """What a periodic refit reads and changes of ``state`` (the estimator's state where it refreshes
+    it): all that goes through the refit's conditional. A leaf that went through it and that the step
+    then updates in place would be copied after it at every step."""
+    part = {"U": state.U, "refit_state": state.refit_state, "pred_sum": state.sums.pred_sum,
+            "pred_sq_sum": state.sums.pred_sq_sum, "log": state.log, "observed": state.observed,
+            "init_scores": state.init_scores}
+    return {**part, "estimator": state.estimator} if with_estimator else part
+
+
+def with_refit_part(state: BanditState, part: dict) -> BanditState:
+    """``state`` with a `refit_part` put back."""
+    sums = state.sums._replace(pred_sum=part["pred_sum"], pred_sq_sum=part["pred_sq_sum"])
+    return state._replace(sums=sums, **{k: v for k, v in part.items() if k not in ("pred_sum", "pred_sq_sum")})

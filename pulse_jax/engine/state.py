@@ -183,3 +183,12 @@ def observed_blocks(episode: Episode, state: BanditState,
     pulls = factorization.CellBlocks(log.models, log.examples, log.scores,
                                      jnp.arange(log.examples.shape[1]) < log.sizes[:, None])
     return init, pulls
+
+
+def add_to_log(log: PullLog, t, pull, examples) -> PullLog:
+    """Slot ``t - 1`` holds step ``t``'s pull (a `pulse_jax.estimators.base.Pull`); a step that spends
+    nothing writes no slot: its slot index is past the end, and the writes drop it."""
+    slot = jnp.where(pull.size > 0, jnp.maximum(t - 1, 0), log.sizes.shape[0])
+    put = lambda a, new: a.at[slot].set(new, mode="drop")   # noqa: E731
+    return PullLog(put(log.models, pull.model), put(log.examples, examples), put(log.scores, pull.scores),
+                   put(log.sizes, pull.size))

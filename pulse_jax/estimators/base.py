@@ -190,6 +190,11 @@ class Estimator(NamedTuple):
     params: tuple = ()      # the estimator's own traced numbers with their defaults (each function receives them)
 
     @property
+    def refreshes(self) -> bool:
+        """Whether a refit changes the estimator's state (it has a ``refresh`` of its own)."""
+        return self.refresh is not _no_refresh
+
+    @property
     def has_interval(self) -> bool:
         """Whether the method has an anytime-valid interval (its ``proxies``)."""
         return self.proxies is not None
