@@ -254,16 +254,16 @@ def _schedule(settings: FitSettings):
     return jnp.where(coupled, settings.epochs, 1), jnp.where(coupled, 1, settings.epochs)
 
 
-def _passes(U, settings: FitSettings, one_pass):
+def _passes(U, settings: FitSettings, one_pass, *, count, decay):
     """``U`` after `_schedule`'s passes of ``one_pass(U, moments, objective) -> (U, moments, counts)``
-    from a fresh optimizer state; ``objective`` lacks only the cell count and the L2 weight."""
+    from a fresh optimizer state (``count`` cells in the refit, ``decay`` its L2 weight per row)."""
     passes, steps = _schedule(settings)
     treedef, per_row, moments, counts = _split_state(settings.optimizer.init(U), U.shape)
 
     def body(_, carry):
         U, moments, counts = carry
         stepping = _Stepping(settings.optimizer, treedef, per_row, counts, steps)
-        return one_pass(U, moments, _Objective(None, None, settings, jnp.mean(U, axis=0), stepping))
+        return one_pass(U, moments, _Objective(count, decay, settings, jnp.mean(U, axis=0), stepping))
 
     return jax.lax.fori_loop(0, passes, body, (U, moments, counts))[0]
 
@@ -286,7 +286,6 @@ def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, s
     decay = jnp.asarray(settings.lam / (m + n_examples), U.dtype)
 
     def one_pass(U, moments, objective):
-        objective = objective._replace(count=count, decay=decay)
         by_rows, by_moments, counts = _by_model(U, moments, V, group, starts=starts, cap=cap, objective=objective)
 
         def dense_rows(carry):
@@ -297,7 +296,7 @@ def refit_rows_by_model(U, V, blocks: tuple[CellBlocks, ...], n_examples: int, s
         pick = lambda a, b: jnp.where(small[:, None], a, b)   # noqa: E731
         return pick(by_rows, dense), [pick(a, b) for a, b in zip(by_moments, dense_moments)], counts
 
-    return _passes(U, settings, one_pass)
+    return _passes(U, settings, one_pass, count=count, decay=decay)
 
 
 def refit_first_look(U, V, first: CellBlocks, n_examples: int, settings: FitSettings):
@@ -319,7 +318,6 @@ def refit_first_look(U, V, first: CellBlocks, n_examples: int, settings: FitSett
     decay = jnp.asarray(settings.lam / (m + n_examples), U.dtype)
 
     def one_pass(U, moments, objective):
-        objective = objective._replace(count=count, decay=decay)
 
         def chunk(_, part):
             u, own_moments, cols, scores, valid = part
@@ -337,4 +335,4 @@ def refit_first_look(U, V, first: CellBlocks, n_examples: int, settings: FitSett
         counts, (rows, moments) = jax.lax.scan(chunk, objective.stepping.counts, xs)
         return rows.reshape(-1, r)[:m], [a.reshape(-1, r)[:m] for a in moments], counts
 
-    return _passes(U, settings, one_pass)
+    return _passes(U, settings, one_pass, count=count, decay=decay)
