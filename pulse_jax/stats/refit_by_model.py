@@ -151,21 +151,17 @@ def _split_state(state, shape):
 def _steps(u, moments, gradient, stepping: _Stepping):
     """``stepping.steps`` optimizer steps of the rows ``u``, whose per-row state is ``moments``:
     ``(u, moments, counts)`` after them."""
-    def state_of(rows, counts):
-        own, shared = iter(rows), iter(counts)
-        return stepping.treedef.unflatten([next(own) if mine else next(shared) for mine in stepping.per_row])
+    own, shared = iter(moments), iter(stepping.counts)
+    state = stepping.treedef.unflatten([next(own) if mine else next(shared) for mine in stepping.per_row])
 
-    # The rows and their moments travel as one stacked array, so XLA:CPU writes a step's new rows and
-    # moments in one loop fusion instead of one per output and per elementwise stage.
     def step(_, carry):
-        stacked, counts = carry
-        u = stacked[0]
-        updates, state = stepping.optimizer.update(gradient(u), state_of(list(stacked[1:]), counts), u)
-        _, _, moments, counts = _split_state(state, u.shape)
-        return jnp.stack([optax.apply_updates(u, updates)] + moments), counts
+        u, opt_state = carry
+        updates, opt_state = stepping.optimizer.update(gradient(u), opt_state, u)
+        return optax.apply_updates(u, updates), opt_state
 
-    stacked, counts = jax.lax.fori_loop(0, stepping.steps, step, (jnp.stack([u] + list(moments)), stepping.counts))
-    return stacked[0], list(stacked[1:]), counts
+    u, state = jax.lax.fori_loop(0, stepping.steps, step, (u, state))
+    _, _, moments, counts = _split_state(state, u.shape)
+    return u, moments, counts
 
 
 def _by_model(U, moments, V, group: CellBlocks, *, starts, cap: int, objective: _Objective):
