@@ -155,6 +155,17 @@ def study_each(problems: dict, out, title: str, command: str, run, table) -> dic
     return done
 
 
+def write_results(out, data, text: str) -> None:
+    """``data`` as JSON at ``out`` and ``text`` (a Markdown table) beside it with ``.md``, then ``text`` printed."""
+    import json
+
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(data, indent=2))
+    out.with_suffix(".md").write_text(text + "\n")
+    print(text)
+
+
 def train_priors(rank: int, names=("builtin", *REAL_FILES)):
     """``name -> RowPrior``: the Gaussian of the train models' stage-0 rows (``pj.row_prior_from_rows``),
     from the same fits as `datasets`' embeddings."""

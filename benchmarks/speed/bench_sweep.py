@@ -20,7 +20,6 @@ that every sweep point equals its separate run (same seed, same draws).
 from __future__ import annotations
 
 import itertools
-import json
 import os
 import platform
 import sys
@@ -118,12 +117,7 @@ def main(argv=None) -> int:
     lines += ["", "Repetitions with the same choices at every step as the sweep: "
               + ", ".join(f"{k} {rows[k]['identical_choice_reps']}" for k in ("separate_warm", "separate_cold")),
               "", swept.format_table(out["table"], target=0.9)]
-    text = "\n".join(lines)
-    path = Path(args.out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2))
-    path.with_suffix(".md").write_text(text + "\n")
-    print(text)
+    common.write_results(args.out, out, "\n".join(lines))
     return 0
 
 

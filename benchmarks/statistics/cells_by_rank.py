@@ -15,7 +15,6 @@ Prints a table and writes ``--out`` (JSON) and the same path with ``.md``.
 """
 from __future__ import annotations
 
-import json
 import math
 import sys
 from pathlib import Path
@@ -85,12 +84,7 @@ def main(argv=None) -> int:
                   "| rank | mean | gap to the best | cells | cells, oracle |", "|---:|---:|---:|---:|---:|"]
         lines += [f"| {r['rank']} | {r['mean']:.3f} | {r['gap']:.3f} | {r['cells']:,.1f} | {r['no_union_oracle_cells']:,.1f} |"
                   for r in d["by_rank"]] + [""]
-    text = "\n".join(lines)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(done, indent=2))
-    out.with_suffix(".md").write_text(text + "\n")
-    print(text)
+    common.write_results(args.out, done, "\n".join(lines))
     return 0
 
 
